@@ -1,0 +1,103 @@
+"""Timing one training step (forward + L1 loss + backward + Adam, batch 1) per configuration.
+
+Step and forward times come from CUDA events after warm-up (wall clock on CPU); peak memory from
+``torch.cuda.max_memory_allocated``. Rows append to a CSV whose columns are fixed (``COLUMNS``).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import Knobs, ModelConfig
+from .errors import InputError
+from .io import write_text_atomic
+from .runtime import env_info
+from .workload import Workload
+
+COLUMNS = [
+    "gpu", "config", "model", "size", "batch", "step_ms_median", "step_ms_min", "step_ms_max",
+    "fwd_ms_median", "peak_mem_gib", "torch", "cuda", "cudnn", "tf32_conv", "tf32_matmul",
+    "channels_last", "precision",
+]
+
+
+class Timer:
+    """Marks on a device timeline: CUDA events on GPU, perf_counter on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def ms(self, a: Any, b: Any) -> float:
+        if self.cuda:
+            b.synchronize()
+            return float(a.elapsed_time(b))
+        return (b - a) * 1e3
+
+
+def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
+          steps: int = 10, warmup: int = 3) -> dict[str, Any]:
+    """Time ``warmup`` + ``steps`` training steps at batch 1; one CSV row (``COLUMNS``) plus the
+    raw per-step times, the effective settings and the environment."""
+    if steps < 1 or warmup < 0:
+        raise InputError(f"--steps must be >= 1 and --warmup >= 0, got {steps} and {warmup}")
+    work = Workload(model_cfg, knobs, size, device)
+    timer = Timer(device)
+    step_ms, fwd_ms = [], []
+    for i in range(warmup + steps):
+        if i == warmup and device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        _, (t0, t1, t2) = work.step(timer.mark)
+        if i >= warmup:
+            step_ms.append(timer.ms(t0, t2))
+            fwd_ms.append(timer.ms(t0, t1))
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    env = env_info(device)
+    eff = work.settings()
+    row = {
+        "gpu": env["gpu"] or "cpu", "config": knobs.name, "model": model_cfg.name,
+        "size": "x".join(map(str, size)), "batch": 1,
+        "step_ms_median": round(statistics.median(step_ms), 3),
+        "step_ms_min": round(min(step_ms), 3), "step_ms_max": round(max(step_ms), 3),
+        "fwd_ms_median": round(statistics.median(fwd_ms), 3),
+        "peak_mem_gib": round(peak, 3), "torch": env["torch"], "cuda": env["cuda"],
+        "cudnn": env["cudnn"], "tf32_conv": eff["tf32_conv"], "tf32_matmul": eff["tf32_matmul"],
+        "channels_last": eff["channels_last"], "precision": eff["precision"],
+    }
+    del work
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"row": row, "raw": {"step_ms": step_ms, "fwd_ms": fwd_ms}, "settings": eff, "env": env,
+            "steps": steps, "warmup": warmup}
+
+
+def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Append rows to ``path`` (created with a header if new); written atomically."""
+    path = Path(path)
+    old = ""
+    if path.exists():
+        old = path.read_text()
+        header = old.splitlines()[0].split(",") if old.strip() else []
+        if header and header != COLUMNS:
+            raise InputError(f"{path} has columns {header}, not the bench columns; choose another --out")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    if not old.strip():
+        writer.writeheader()
+    writer.writerows(rows)
+    if old and not old.endswith("\n"):
+        old += "\n"
+    write_text_atomic(path, old + buf.getvalue())

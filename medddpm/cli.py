@@ -1,0 +1,231 @@
+"""The ``medddpm`` command line. Bad input → one line on stderr, exit code 2, no partial output."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import InputError, MedddpmError
+
+
+def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
+    if not values:
+        return default
+    if len(values) == 1:
+        return (values[0],) * 3
+    if len(values) == 3:
+        return tuple(values)  # type: ignore[return-value]
+    raise InputError(f"--size takes 1 or 3 numbers, got {len(values)}")
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def cmd_summary(a: argparse.Namespace) -> None:
+    from .config import model_preset
+    from .summary import summarize
+
+    cfg = model_preset(a.model)
+    s = summarize(cfg, _size(a.size, cfg.native_size))
+    if a.json:
+        _print_json(s)
+        return
+    print(f"{s['model']}: {s['parameters']:,} parameters, {s['forward_flops']:,} forward FLOPs "
+          f"at input {s['input_shape']}")
+    for b in s["blocks"]:
+        print(f"  {b['block']:<18} {b['layers']:<32} {str(b['out_shape']):<24} "
+              f"{b['params']:>12,} params {b['flops'] / 1e9:>10.1f} GFLOP")
+
+
+def cmd_phantom(a: argparse.Namespace) -> None:
+    from .data import write_phantoms
+
+    names = write_phantoms(a.out, a.n, a.size, a.seed)
+    print(f"wrote {len(names)} phantom pairs to {a.out}/images and {a.out}/masks")
+
+
+def cmd_demo_data(a: argparse.Namespace) -> None:
+    from .data import write_mni_demo
+
+    names = write_mni_demo(a.out, a.n, a.size, a.seed)
+    print(f"wrote {len(names)} MNI152 demo pairs to {a.out}/images and {a.out}/masks")
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    from .config import TrainConfig, model_preset, replace, run_config
+    from .data import VolumeDataset, pair_files
+    from .runtime import resolve_device
+    from .train import CHECKPOINT, Trainer
+
+    cfg, knobs = model_preset(a.model), run_config(a.config)
+    device = resolve_device(a.device)
+    size = _size(a.size, cfg.native_size)
+    cfg.check_size(size)
+    if a.steps < 1:
+        raise InputError(f"--steps must be >= 1, got {a.steps}")
+    train_cfg = TrainConfig(**{k: v for k, v in
+                               {"lr": a.lr, "grad_accum": a.grad_accum, "save_every": a.save_every,
+                                "seed": a.seed, "ema_start_step": a.ema_start}.items() if v is not None})
+    out = Path(a.out)
+    if (out / CHECKPOINT).exists() and not a.resume:
+        raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
+    if a.resume and not (out / CHECKPOINT).exists():
+        raise InputError(f"--resume: {out / CHECKPOINT} does not exist")
+    dataset = VolumeDataset(pair_files(a.images, a.masks, a.id_regex), cfg.name, cfg.out_channels, size)
+    dataset.validate()
+    trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size)
+    if a.resume:
+        trainer.resume()
+    losses = trainer.fit(a.steps, progress=not a.quiet)
+    print(f"trained to step {trainer.step}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}")
+
+
+def cmd_sample(a: argparse.Namespace) -> None:
+    from .runtime import resolve_device
+    from .sample import sample_masks
+
+    written = sample_masks(a.checkpoint, a.masks, a.out, resolve_device(a.device), a.sampler, a.steps,
+                           a.eta, a.seed, a.weights, progress=not a.quiet)
+    print(f"wrote {len(written)} samples to {a.out}")
+
+
+def cmd_bench(a: argparse.Namespace) -> None:
+    from .bench import append_rows, bench
+    from .config import model_preset, run_config
+    from .runtime import resolve_device
+
+    cfg = model_preset(a.model)
+    configs = [run_config(c) for c in a.config.split(",")]
+    device = resolve_device(a.device or ("cuda" if _cuda() else "cpu"))
+    size = _size(a.size, cfg.native_size)
+    cfg.check_size(size)
+    results = []
+    for knobs in configs:
+        r = bench(cfg, knobs, size, device, a.steps, a.warmup)
+        results.append(r)
+        if a.out:
+            append_rows(a.out, [r["row"]])
+        if not a.json:
+            row = r["row"]
+            print(f"{row['gpu']} {row['config']:<16} {row['size']}: step {row['step_ms_median']:.1f} ms "
+                  f"(min {row['step_ms_min']:.1f}, max {row['step_ms_max']:.1f}), forward "
+                  f"{row['fwd_ms_median']:.1f} ms, peak {row['peak_mem_gib']:.2f} GiB")
+    if a.json:
+        _print_json([{**r["row"], "step_ms": r["raw"]["step_ms"], "settings": r["settings"]} for r in results])
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cmd_info(a: argparse.Namespace) -> None:
+    from .runtime import env_info
+
+    info = env_info()
+    if a.json:
+        _print_json(info)
+    else:
+        for k, v in info.items():
+            print(f"{k}: {v}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="medddpm", description="Med-DDPM: train, sample, time and profile.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("summary", help="parameters, forward FLOPs and shapes of a model preset")
+    s.add_argument("--model", default="whole-head")
+    s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides (default: the preset's)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_summary)
+
+    for name, func, what in (("phantom", cmd_phantom, "seeded head phantoms"),
+                             ("demo-data", cmd_demo_data, "MNI152 demo subjects with lesions")):
+        s = sub.add_parser(name, help=f"write {what} as NIfTI image/mask pairs")
+        s.add_argument("--out", required=True)
+        s.add_argument("--n", type=int, default=4)
+        s.add_argument("--size", type=int, default=32)
+        s.add_argument("--seed", type=int, default=0)
+        s.set_defaults(func=func)
+
+    s = sub.add_parser("train", help="train on NIfTI image/mask folders")
+    s.add_argument("--images", required=True)
+    s.add_argument("--masks", required=True)
+    s.add_argument("--model", default="whole-head")
+    s.add_argument("--config", default="baseline", help="baseline|opt1|opt2|opt12|pytorch-default")
+    s.add_argument("--steps", type=int, required=True, help="total optimizer steps to reach")
+    s.add_argument("--out", required=True, help="run folder (checkpoint.pt, log.csv)")
+    s.add_argument("--size", type=int, nargs="+", metavar="N")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--resume", action="store_true")
+    s.add_argument("--lr", type=float)
+    s.add_argument("--grad-accum", type=int)
+    s.add_argument("--save-every", type=int)
+    s.add_argument("--ema-start", type=int)
+    s.add_argument("--seed", type=int)
+    s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names")
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("sample", help="generate one image per mask with a checkpoint")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--masks", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--sampler", default="ddpm", choices=["ddpm", "ddim"])
+    s.add_argument("--steps", type=int)
+    s.add_argument("--eta", type=float, default=0.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--weights", default="ema", choices=["ema", "model"])
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("bench", help="time training steps per configuration")
+    s.add_argument("--model", default="whole-head")
+    s.add_argument("--config", default="baseline", help="one or more, comma-separated")
+    s.add_argument("--size", type=int, nargs="+", metavar="N")
+    s.add_argument("--steps", type=int, default=10)
+    s.add_argument("--warmup", type=int, default=3)
+    s.add_argument("--device")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--out", help="CSV to append rows to")
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("info", help="torch/CUDA/cuDNN versions, GPU properties, TF32 settings")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_info)
+
+    from .profiling.cli import add_profiling_commands
+
+    add_profiling_commands(sub)
+    return p
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed one usage line; keep its exit code 2
+        return int(exc.code or 0)
+    try:
+        args.func(args)
+    except (MedddpmError, ValueError, FileNotFoundError, PermissionError) as exc:
+        if os.environ.get("MEDDDPM_DEBUG"):
+            raise
+        print(f"medddpm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"medddpm {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Frozen configuration dataclasses: model presets, diffusion, training and run knobs.
+
+Every dataclass here is serialized into checkpoints and results (``asdict``) and can be rebuilt
+from that dict (``from_dict``), so a number on disk always says which configuration made it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Rebuild a config dataclass from ``asdict`` output (lists back to tuples, unknown keys refused)."""
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields: {sorted(unknown)}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The Med-DDPM 3D U-Net (paper §2.1, Fig. 3; guided-diffusion style with dims=3)."""
+
+    name: str = "whole-head"  # preset name, recorded with every result
+    in_channels: int = 3  # 1 noisy image channel + 2 mask channels (brain, lesion)
+    out_channels: int = 1  # predicted noise, one channel per image modality
+    mask_channels: int = 2  # one-hot mask channels the data loader produces
+    model_channels: int = 64  # base width ("num_channels" in paper §3.2)
+    channel_mult: tuple[int, ...] = (1, 1, 2, 3, 4)  # reference multipliers for 128-voxel inputs
+    num_res_blocks: int = 1  # ResBlocks per level (paper §3.2)
+    attention_ds: tuple[int, ...] = (8,)  # downsample factors with attention: 128 // 16 in the reference
+    num_heads: int = 1  # attention heads, legacy head-first qkv split
+    num_groups: int = 32  # GroupNorm groups
+    dropout: float = 0.0  # reference default
+    image_size: int = 128  # H = W of the preset's native input ("input_size")
+    depth_size: int = 128  # D of the preset's native input ("depth_size")
+    norm_fp32: bool = True  # GroupNorm computed in fp32 then cast back (reference GroupNorm32)
+
+    def __post_init__(self) -> None:
+        if self.in_channels != self.out_channels + self.mask_channels:
+            raise ValueError(
+                f"in_channels ({self.in_channels}) must equal out_channels ({self.out_channels})"
+                f" + mask_channels ({self.mask_channels})"
+            )
+        if not self.channel_mult or any(m <= 0 for m in self.channel_mult):
+            raise ValueError(f"channel_mult must be positive integers, got {self.channel_mult}")
+        if self.num_res_blocks < 1 or self.model_channels < 1 or self.num_heads < 1:
+            raise ValueError("num_res_blocks, model_channels and num_heads must be >= 1")
+        widths = {self.model_channels * m for m in self.channel_mult}
+        bad = sorted(w for w in widths if w % self.num_groups or w % self.num_heads)
+        if bad:
+            raise ValueError(
+                f"widths {bad} are not divisible by num_groups={self.num_groups} / num_heads={self.num_heads}"
+            )
+
+    @property
+    def levels(self) -> int:
+        return len(self.channel_mult)
+
+    @property
+    def native_size(self) -> tuple[int, int, int]:
+        """(D, H, W) the preset was built for."""
+        return (self.depth_size, self.image_size, self.image_size)
+
+    def check_size(self, size: tuple[int, int, int]) -> None:
+        """Each spatial side must halve cleanly at every downsampling level."""
+        factor = 2 ** (self.levels - 1)
+        if len(size) != 3 or any(s <= 0 or s % factor for s in size):
+            raise ValueError(f"volume size {tuple(size)} must be 3 positive sides divisible by {factor}")
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    # Paper §3.2: input_size 128, depth_size 128, num_channels 64, 1 res block.
+    "whole-head": ModelConfig(),
+    # Med-DDPM BraTS model: T1, T1ce, T2, FLAIR; attention "16" → ds 12, which never occurs.
+    "brats": ModelConfig(
+        name="brats", in_channels=8, out_channels=4, mask_channels=4, num_res_blocks=2,
+        attention_ds=(12,), image_size=192, depth_size=144,
+    ),
+    # Small enough for CPU tests and demos (seconds, not minutes).
+    "tiny": ModelConfig(
+        name="tiny", model_channels=16, channel_mult=(1, 2), attention_ds=(2,), num_groups=8,
+        image_size=16, depth_size=16,
+    ),
+}
+
+
+def model_preset(name: str) -> ModelConfig:
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODEL_PRESETS)}")
+    return MODEL_PRESETS[name]
+
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    """Gaussian diffusion as in Med-DDPM (paper §2.1)."""
+
+    timesteps: int = 250  # reference number of diffusion steps
+    cosine_s: float = 0.008  # offset s of the cosine schedule (Nichol & Dhariwal)
+    max_beta: float = 0.999  # betas clipped here
+    loss: Literal["l1", "l2"] = "l1"  # the reference trains with L1 on the noise
+
+    def __post_init__(self) -> None:
+        if self.timesteps < 1:
+            raise ValueError(f"timesteps must be >= 1, got {self.timesteps}")
+        if self.loss not in ("l1", "l2"):
+            raise ValueError(f"loss must be 'l1' or 'l2', got {self.loss!r}")
+        if not 0 < self.max_beta < 1:
+            raise ValueError(f"max_beta must be in (0, 1), got {self.max_beta}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation hyper-parameters (paper §3.2 / Med-DDPM defaults)."""
+
+    lr: float = 1e-5  # Adam learning rate
+    batch_size: int = 1  # volumes per micro-batch
+    grad_accum: int = 2  # micro-batches per optimizer step
+    ema_decay: float = 0.995  # EMA of the weights
+    ema_start_step: int = 2000  # before this, the EMA is reset to the model
+    ema_every: int = 10  # EMA updated every this many optimizer steps
+    save_every: int = 1000  # checkpoint period in optimizer steps
+    seed: int = 0  # seeds torch, numpy and python's RNGs
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "grad_accum", "ema_every", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Run knobs of the paper's interventions (§5) and beyond; recorded in every result."""
+
+    name: str = "baseline"  # configuration name
+    tf32: bool | None = False  # TF32 for matmul AND cuDNN conv; None = leave PyTorch's default
+    channels_last: bool = False  # model and inputs in torch.channels_last_3d (paper Alg. 2)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast around forward + loss
+    cudnn_benchmark: bool | None = False  # cuDNN autotuner; None = leave PyTorch's default
+    compile: bool = False  # torch.compile the model
+    checkpoint_attention: bool = True  # recompute attention in backward (reference behaviour)
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+
+
+CONFIGS: dict[str, Knobs] = {
+    # True FP32: TF32 off in matmul and cuDNN conv, explicitly (paper "Baseline").
+    "baseline": Knobs(name="baseline"),
+    # Paper OPT1 (Alg. 1): TF32 tensor cores.
+    "opt1": Knobs(name="opt1", tf32=True),
+    # Paper OPT2 (Alg. 2): 3D channels-last layout, FP32.
+    "opt2": Knobs(name="opt2", channels_last=True),
+    # Paper OPT12: both.
+    "opt12": Knobs(name="opt12", tf32=True, channels_last=True),
+    # Whatever the installed PyTorch does by default (recorded at run time).
+    "pytorch-default": Knobs(name="pytorch-default", tf32=None, cudnn_benchmark=None),
+}
+
+
+def run_config(name: str) -> Knobs:
+    if name not in CONFIGS:
+        raise ValueError(f"unknown configuration {name!r}; choose one of {sorted(CONFIGS)}")
+    return CONFIGS[name]
+
+
+__all__ = [
+    "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS",
+    "model_preset", "run_config", "from_dict", "asdict", "replace", "field",
+]

@@ -1,0 +1,369 @@
+"""NIfTI data for Med-DDPM: pairing by subject ID, loading, scaling, one-hot masks, writing
+samples back in the mask's space, and two offline data sets (phantoms and MNI152 demos).
+
+Conventions
+-----------
+* Volumes are reoriented to canonical RAS (``nibabel.as_closest_canonical``) and become tensors of
+  shape (C, I, J, K) in that voxel order; ``size`` is (I, J, K).
+* Images are scaled per volume to [-1, 1]; masks are integer label maps read from ``dataobj``,
+  one-hot encoded per preset (``MASK_LABELS``) and scaled to {-1, 1}, as the reference does.
+* Resizing is trilinear for images and nearest-neighbour for label maps.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import nibabel as nib
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from .errors import InputError
+from .io import atomic_path
+
+NIFTI_SUFFIXES = (".nii.gz", ".nii")
+
+# Label values → one-hot channel, per model preset.
+MASK_LABELS: dict[str, tuple[tuple[int, ...], ...]] = {
+    # whole-head: 1 = brain, 2 = lesion (Med-DDPM's BRAINAREA / TUMORAREA)
+    "whole-head": ((1,), (2,)),
+    # BraTS 2021 segmentations: 1 = necrotic core (NCR), 2 = peritumoral edema (ED),
+    # 4 = enhancing tumour (ET; 3 in BraTS 2023). BraTS labels no healthy tissue, so the fourth
+    # channel takes our own convention, label 5 = healthy brain (add it from a brain mask).
+    "brats": ((1,), (2,), (3, 4), (5,)),
+    "tiny": ((1,), (2,)),
+}
+
+# Tokens that name a file's role rather than its subject; dropped when deriving subject IDs.
+ROLE_TOKENS = frozenset(
+    "img image images t1 t1w t1ce t2 t2w flair seg segmentation mask masks msk label labels lbl".split()
+)
+
+
+def strip_nifti_suffix(name: str) -> str:
+    for suffix in NIFTI_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def subject_id(path: Path, id_regex: str | None = None) -> str:
+    """Subject ID of a file: ``id_regex``'s first group, else the name minus role tokens.
+
+    ``sub-03_T1w.nii.gz`` and ``sub-03_seg.nii.gz`` → ``sub_03``; ``img_007.nii`` and
+    ``msk_007.nii`` → ``007``.
+    """
+    stem = strip_nifti_suffix(path.name)
+    if id_regex is not None:
+        match = re.search(id_regex, stem)
+        if not match:
+            raise InputError(f"--id-regex {id_regex!r} does not match file name {path.name!r}")
+        return match.group(1) if match.groups() else match.group(0)
+    tokens = [t for t in re.split(r"[_\-.\s]+", stem) if t]
+    kept = [t for t in tokens if t.lower() not in ROLE_TOKENS]
+    return "_".join(kept or tokens)
+
+
+def list_nifti(folder: str | Path, what: str) -> list[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{what} folder {str(folder)!r} does not exist or is not a folder")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(NIFTI_SUFFIXES))
+    if not files:
+        raise InputError(f"{what} folder {str(folder)!r} holds no .nii or .nii.gz files")
+    return files
+
+
+def _by_id(files: list[Path], what: str, id_regex: str | None) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for f in files:
+        sid = subject_id(f, id_regex)
+        if sid in out:
+            raise InputError(f"{what}: {out[sid].name} and {f.name} share the subject ID {sid!r}")
+        out[sid] = f
+    return out
+
+
+@dataclass(frozen=True)
+class Pair:
+    subject: str
+    image: Path
+    mask: Path
+
+
+def pair_files(images: str | Path, masks: str | Path, id_regex: str | None = None) -> list[Pair]:
+    """Pair image and mask files by subject ID; every unmatched file is reported in one error."""
+    imgs = _by_id(list_nifti(images, "images"), "images", id_regex)
+    msks = _by_id(list_nifti(masks, "masks"), "masks", id_regex)
+    lonely = [f"image {imgs[s].name}" for s in sorted(set(imgs) - set(msks))]
+    lonely += [f"mask {msks[s].name}" for s in sorted(set(msks) - set(imgs))]
+    if lonely:
+        raise InputError("unmatched files (no partner with the same subject ID): " + ", ".join(lonely))
+    return [Pair(s, imgs[s], msks[s]) for s in sorted(imgs)]
+
+
+def load_nifti(path: Path) -> nib.Nifti1Image:
+    try:
+        img = nib.load(str(path))
+        img.header.get_data_shape()
+    except Exception as exc:  # nibabel raises many types for broken files
+        raise InputError(f"cannot read NIfTI file {path}: {exc}") from None
+    return img
+
+
+def canonical(img: nib.Nifti1Image) -> nib.Nifti1Image:
+    return nib.as_closest_canonical(img)
+
+
+def _check_volume(arr: np.ndarray, path: Path, channels: int) -> np.ndarray:
+    """Return (C, I, J, K): 3-D for one channel, 4-D with the last axis = channels otherwise."""
+    if arr.ndim == 3 and channels == 1:
+        return arr[None]
+    if arr.ndim == 4 and channels > 1 and arr.shape[3] == channels:
+        return np.moveaxis(arr, 3, 0)
+    want = "a 3-D volume" if channels == 1 else f"a 4-D volume with {channels} modalities on its last axis"
+    raise InputError(f"{path.name}: expected {want}, got shape {arr.shape}")
+
+
+def read_image(path: Path, channels: int = 1) -> np.ndarray:
+    """Canonical image as float32 (C, I, J, K), each channel scaled to [-1, 1]."""
+    try:
+        arr = np.asarray(canonical(load_nifti(path)).get_fdata(dtype=np.float32))
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"cannot read image data of {path}: {exc}") from None
+    arr = _check_volume(arr, path, channels)
+    if not np.isfinite(arr).all():
+        raise InputError(f"{path.name}: image holds NaN or infinite values")
+    lo = arr.min(axis=(1, 2, 3), keepdims=True)
+    hi = arr.max(axis=(1, 2, 3), keepdims=True)
+    if np.any(hi <= lo):
+        raise InputError(f"{path.name}: image is constant; cannot scale it to [-1, 1]")
+    return ((arr - lo) / (hi - lo) * 2 - 1).astype(np.float32)
+
+
+def read_labels(path: Path, labels: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """Canonical integer label map (I, J, K) read from ``dataobj``; unknown labels are an error."""
+    try:
+        raw = np.asanyarray(canonical(load_nifti(path)).dataobj)
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"cannot read label data of {path}: {exc}") from None
+    if raw.ndim != 3:
+        raise InputError(f"{path.name}: expected a 3-D label map, got shape {raw.shape}")
+    if not np.issubdtype(raw.dtype, np.integer):
+        if not np.isfinite(raw).all() or np.any(raw != np.round(raw)):
+            raise InputError(f"{path.name}: label map has non-integer values")
+    lab = raw.astype(np.int64)
+    allowed = {0, *(v for group in labels for v in group)}
+    unknown = sorted(set(np.unique(lab).tolist()) - allowed)
+    if unknown:
+        raise InputError(f"{path.name}: unknown label values {unknown}; this model knows {sorted(allowed)}")
+    return lab
+
+
+def one_hot(labels: np.ndarray, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """(I, J, K) labels → (len(groups), I, J, K) float32 in {-1, 1}."""
+    chans = [np.isin(labels, g) for g in groups]
+    return np.stack(chans).astype(np.float32) * 2 - 1
+
+
+def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor:
+    """Resize a (C, I, J, K) tensor; ``mode`` 'trilinear' for images, 'nearest' for labels."""
+    if tuple(volume.shape[1:]) == tuple(size):
+        return volume
+    kwargs = {"align_corners": False} if mode == "trilinear" else {}
+    return F.interpolate(volume[None].float(), size=tuple(size), mode=mode, **kwargs)[0].to(volume.dtype)
+
+
+def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None) -> torch.Tensor:
+    labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset]))[None]
+    if size is not None:
+        labels = resize(labels, size, "nearest")
+    return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset]))
+
+
+class VolumeDataset(Dataset):
+    """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``."""
+
+    def __init__(self, pairs: list[Pair], preset: str, image_channels: int, size: Sequence[int]) -> None:
+        if not pairs:
+            raise InputError("no image/mask pairs to train on")
+        if preset not in MASK_LABELS:
+            raise ValueError(f"no mask labels defined for preset {preset!r}")
+        self.pairs, self.preset, self.channels, self.size = pairs, preset, image_channels, tuple(size)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pair = self.pairs[i]
+        image = resize(torch.from_numpy(read_image(pair.image, self.channels)), self.size, "trilinear")
+        mask = load_mask_tensor(pair.mask, self.preset, self.size)
+        if image.shape[1:] != mask.shape[1:]:
+            raise InputError(f"subject {pair.subject}: image {tuple(image.shape[1:])} and mask "
+                             f"{tuple(mask.shape[1:])} differ in shape")
+        return image, mask
+
+    def validate(self) -> None:
+        """Read every pair once so bad files fail before training starts."""
+        for i in range(len(self)):
+            self[i]
+
+
+def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None:
+    """Write (C, I, J, K) canonical-space output as float32 NIfTI in the mask's own space.
+
+    The volume is resampled to the mask's canonical shape if the model ran at another size, then
+    reoriented from RAS back to the mask's orientation; affine and header come from the mask.
+    """
+    mask_img = load_nifti(mask_path)
+    canon_shape = canonical(mask_img).shape[:3]
+    vol = resize(torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32)), canon_shape, "trilinear")
+    arr = vol.numpy()
+    # canonical → original orientation, per channel
+    src = nib.orientations.io_orientation(canonical(mask_img).affine)
+    dst = nib.orientations.io_orientation(mask_img.affine)
+    transform = nib.orientations.ornt_transform(src, dst)
+    arr = np.stack([nib.orientations.apply_orientation(c, transform) for c in arr])
+    arr = arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, 3)
+    header = mask_img.header.copy()
+    header.set_data_dtype(np.float32)
+    header["scl_slope"], header["scl_inter"] = 1.0, 0.0
+    out = nib.Nifti1Image(arr.astype(np.float32), mask_img.affine, header)
+    with atomic_path(out_path, suffix=".nii.gz") as tmp:
+        nib.save(out, str(tmp))
+
+
+# ---- offline data sets ------------------------------------------------------------------------
+
+def _grid(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    axis = np.linspace(-1, 1, size, dtype=np.float32)
+    return np.meshgrid(axis, axis, axis, indexing="ij")
+
+
+def _ellipsoid(grid, center, radii) -> np.ndarray:
+    x, y, z = grid
+    return ((x - center[0]) / radii[0]) ** 2 + ((y - center[1]) / radii[1]) ** 2 + ((z - center[2]) / radii[2]) ** 2 <= 1
+
+
+def _add_lesions(rng: np.random.Generator, grid, brain: np.ndarray, count: int) -> np.ndarray:
+    """Random ellipsoidal lesions kept inside ``brain``."""
+    lesion = np.zeros_like(brain)
+    inside = np.argwhere(brain)
+    size = brain.shape[0]
+    for _ in range(count):
+        c = inside[rng.integers(len(inside))] / (size - 1) * 2 - 1
+        radii = rng.uniform(0.06, 0.16, size=3)
+        lesion |= _ellipsoid(grid, c, radii) & brain
+    return lesion
+
+
+def phantom(size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One head-like phantom: (image float32, labels uint8) of shape (size,)*3.
+
+    Nested ellipsoids for scalp, skull, CSF, grey and white matter with random shape jitter,
+    noise and 1–3 lesions; labels 1 = brain (CSF + GM + WM), 2 = lesion.
+    """
+    g = _grid(size)
+    j = lambda: rng.uniform(0.93, 1.07, size=3)  # noqa: E731 - per-subject shape jitter
+    head = _ellipsoid(g, (0, 0, 0), np.array([0.85, 0.95, 0.85]) * j())
+    skull = _ellipsoid(g, (0, 0, 0), np.array([0.78, 0.88, 0.78]) * j())
+    brain = _ellipsoid(g, (0, 0.02, 0.05), np.array([0.70, 0.80, 0.68]) * j())
+    grey = _ellipsoid(g, (0, 0.02, 0.05), np.array([0.62, 0.72, 0.60]) * j())
+    white = _ellipsoid(g, (0, 0.02, 0.05), np.array([0.45, 0.55, 0.42]) * j())
+    ventricles = _ellipsoid(g, (0, 0.05, 0.1), np.array([0.10, 0.22, 0.10]) * j())
+    img = np.zeros((size,) * 3, np.float32)
+    img[head] = 0.55  # scalp
+    img[skull] = 0.12  # bone
+    img[brain] = 0.25  # CSF
+    img[grey] = 0.55
+    img[white] = 0.80
+    img[ventricles & brain] = 0.25
+    lesion = _add_lesions(rng, g, brain, int(rng.integers(1, 4)))
+    img[lesion] = rng.uniform(0.9, 1.0)
+    img += rng.normal(0, 0.02, img.shape).astype(np.float32) * head
+    labels = np.zeros((size,) * 3, np.uint8)
+    labels[brain] = 1
+    labels[lesion] = 2
+    return img, labels
+
+
+def _save_pair(out: Path, name: str, image: np.ndarray, labels: np.ndarray, affine: np.ndarray) -> None:
+    with atomic_path(out / "images" / f"{name}.nii.gz", suffix=".nii.gz") as tmp:
+        nib.save(nib.Nifti1Image(image.astype(np.float32), affine), str(tmp))
+    with atomic_path(out / "masks" / f"{name}.nii.gz", suffix=".nii.gz") as tmp:
+        nib.save(nib.Nifti1Image(labels.astype(np.uint8), affine), str(tmp))
+
+
+def _check_out(out: Path, n: int, size: int, min_size: int = 8) -> None:
+    if n < 1:
+        raise InputError(f"--n must be >= 1, got {n}")
+    if size < min_size:
+        raise InputError(f"--size must be >= {min_size}, got {size}")
+    for sub in ("images", "masks"):
+        if (out / sub).exists() and any((out / sub).iterdir()):
+            raise InputError(f"{out / sub} already holds files; choose an empty --out folder")
+
+
+def write_phantoms(out: str | Path, n: int, size: int, seed: int = 0) -> list[str]:
+    """Write ``n`` seeded phantoms to ``out/images`` and ``out/masks``; returns subject names."""
+    out = Path(out)
+    _check_out(out, n, size)
+    rng = np.random.default_rng(seed)
+    affine = np.diag([192.0 / size] * 3 + [1.0])  # ~19 cm field of view
+    affine[:3, 3] = -96.0
+    names = []
+    for i in range(n):
+        image, labels = phantom(size, rng)
+        name = f"phantom_{i:03d}"
+        _save_pair(out, name, image, labels, affine)
+        names.append(name)
+    return names
+
+
+def write_mni_demo(out: str | Path, n: int, size: int, seed: int = 0) -> list[str]:
+    """Demo subjects from nilearn's MNI152 1 mm template (real anatomy, offline): the T1 and its
+    brain mask resampled to a ``size``³ cube, with random lesions drawn inside the brain and
+    shown as hyperintensities. Labels: 1 = brain, 2 = lesion."""
+    out = Path(out)
+    _check_out(out, n, size)
+    from nilearn import datasets  # slow import; only here
+
+    t1 = datasets.load_mni152_template(resolution=1)
+    brain = datasets.load_mni152_brain_mask(resolution=1)
+    # pad to a cube (233 voxels), keep the template's affine consistent with the padding
+    side = max(t1.shape)
+    pads = [((side - s) // 2, side - s - (side - s) // 2) for s in t1.shape]
+    t1_arr = np.pad(t1.get_fdata(dtype=np.float32), pads)
+    br_arr = np.pad(np.asarray(brain.dataobj) > 0, pads)
+    shift = np.eye(4)
+    shift[:3, 3] = [-p[0] for p in pads]
+    scale = side / size  # small voxel i sits at padded voxel (i + 0.5) * scale - 0.5
+    to_padded = np.diag([scale] * 3 + [1.0])
+    to_padded[:3, 3] = 0.5 * scale - 0.5
+    affine = t1.affine @ shift @ to_padded
+    t1_small = resize(torch.from_numpy(t1_arr)[None], (size,) * 3, "trilinear")[0].numpy()
+    br_small = resize(torch.from_numpy(br_arr.astype(np.uint8))[None], (size,) * 3, "nearest")[0].numpy() > 0
+    rng = np.random.default_rng(seed)
+    g = _grid(size)
+    peak = float(np.percentile(t1_small[br_small], 99))
+    names = []
+    for i in range(n):
+        lesion = _add_lesions(rng, g, br_small, int(rng.integers(1, 4)))
+        image = t1_small.copy()
+        image[lesion] = peak * rng.uniform(1.05, 1.2)
+        image += rng.normal(0, 0.01 * peak, image.shape).astype(np.float32)
+        labels = np.zeros(image.shape, np.uint8)
+        labels[br_small] = 1
+        labels[lesion] = 2
+        name = f"mni_{i:03d}"
+        _save_pair(out, name, image, labels, affine)
+        names.append(name)
+    return names

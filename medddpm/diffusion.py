@@ -1,0 +1,182 @@
+"""Gaussian diffusion for Med-DDPM (paper §2.1): cosine schedule, q_sample, ε-prediction loss,
+posterior, ancestral DDPM sampling and DDIM, always conditioned on the mask.
+
+Equation numbers refer to Ho et al. (2020) "DDPM" and Song et al. (2021) "DDIM".
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import DiffusionConfig
+
+Denoiser = Callable[[Tensor, Tensor], Tensor]
+
+
+def cosine_betas(timesteps: int, s: float = 0.008, max_beta: float = 0.999) -> Tensor:
+    """β_t from ᾱ(t) = cos²((t/T + s)/(1 + s) · π/2) (Nichol & Dhariwal 2021, eq. 17), clipped."""
+    steps = torch.arange(timesteps + 1, dtype=torch.float64) / timesteps
+    alpha_bar = torch.cos((steps + s) / (1 + s) * math.pi / 2) ** 2
+    betas = 1 - alpha_bar[1:] / alpha_bar[:-1]
+    return betas.clamp(max=max_beta)
+
+
+def _gather(values: Tensor, t: Tensor, like: Tensor) -> Tensor:
+    """values[t] reshaped to broadcast over a (N, C, ...) tensor, in its dtype and device."""
+    out = values.to(like.device)[t].to(like.dtype)
+    return out.reshape(-1, *([1] * (like.ndim - 1)))
+
+
+class GaussianDiffusion(nn.Module):
+    """Wraps a denoiser ε_θ(cat[x_t, mask], t); the schedule lives in float64 buffers."""
+
+    def __init__(self, model: nn.Module | Denoiser, cfg: DiffusionConfig = DiffusionConfig()) -> None:
+        super().__init__()
+        self.model = model
+        self.cfg = cfg
+        betas = cosine_betas(cfg.timesteps, cfg.cosine_s, cfg.max_beta)
+        alphas = 1 - betas
+        abar = torch.cumprod(alphas, 0)
+        abar_prev = torch.cat([torch.ones(1, dtype=torch.float64), abar[:-1]])
+        var = betas * (1 - abar_prev) / (1 - abar)  # β̃_t, DDPM eq. 7
+        buffers = {
+            "betas": betas,
+            "alphas_cumprod": abar,
+            "alphas_cumprod_prev": abar_prev,
+            "sqrt_abar": abar.sqrt(),
+            "sqrt_one_minus_abar": (1 - abar).sqrt(),
+            "sqrt_recip_abar": (1 / abar).sqrt(),
+            "sqrt_recipm1_abar": (1 / abar - 1).sqrt(),
+            "posterior_variance": var,
+            # β̃_0 = 0: use β̃_1 in the log, as is standard
+            "posterior_log_variance": torch.log(torch.cat([var[1:2], var[1:]])),
+            "posterior_coef1": betas * abar_prev.sqrt() / (1 - abar),
+            "posterior_coef2": (1 - abar_prev) * alphas.sqrt() / (1 - abar),
+        }
+        for name, value in buffers.items():
+            self.register_buffer(name, value, persistent=False)
+
+    @property
+    def num_timesteps(self) -> int:
+        return self.cfg.timesteps
+
+    # ---- forward process -------------------------------------------------------------------
+    def q_sample(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
+        """x_t = √ᾱ_t x_0 + √(1−ᾱ_t) ε (DDPM eq. 4)."""
+        return _gather(self.sqrt_abar, t, x0) * x0 + _gather(self.sqrt_one_minus_abar, t, x0) * noise
+
+    def predict_x0(self, x_t: Tensor, t: Tensor, eps: Tensor) -> Tensor:
+        return _gather(self.sqrt_recip_abar, t, x_t) * x_t - _gather(self.sqrt_recipm1_abar, t, x_t) * eps
+
+    def q_posterior(self, x0: Tensor, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Mean, variance and log-variance of q(x_{t−1} | x_t, x_0) (DDPM eqs. 6–7)."""
+        mean = _gather(self.posterior_coef1, t, x_t) * x0 + _gather(self.posterior_coef2, t, x_t) * x_t
+        return mean, _gather(self.posterior_variance, t, x_t), _gather(self.posterior_log_variance, t, x_t)
+
+    def eps(self, x_t: Tensor, mask: Tensor, t: Tensor) -> Tensor:
+        return self.model(torch.cat([x_t, mask], dim=1), t)
+
+    # ---- training ---------------------------------------------------------------------------
+    def loss(self, x0: Tensor, mask: Tensor, t: Tensor | None = None, noise: Tensor | None = None) -> Tensor:
+        """‖ε − ε_θ(x_t, mask, t)‖ with t ~ U{0..T−1}: L1 in the reference (DDPM eq. 14 with L1)."""
+        if t is None:
+            t = torch.randint(0, self.num_timesteps, (x0.shape[0],), device=x0.device)
+        if noise is None:
+            noise = torch.randn_like(x0)
+        pred = self.eps(self.q_sample(x0, t, noise), mask, t)
+        if self.cfg.loss == "l1":
+            return F.l1_loss(pred.float(), noise.float())
+        return F.mse_loss(pred.float(), noise.float())
+
+    # ---- sampling ---------------------------------------------------------------------------
+    def p_mean_variance(self, x_t: Tensor, mask: Tensor, t: Tensor, clip: bool = True) -> tuple[Tensor, Tensor]:
+        x0 = self.predict_x0(x_t, t, self.eps(x_t, mask, t))
+        if clip:
+            x0 = x0.clamp(-1, 1)
+        mean, _, log_var = self.q_posterior(x0, x_t, t)
+        return mean, log_var
+
+    def _check_mask(self, mask: Tensor, channels: int) -> None:
+        if mask.ndim != 5:
+            raise ValueError(f"mask must be (N, C, D, H, W), got shape {tuple(mask.shape)}")
+        if channels < 1:
+            raise ValueError(f"image channels must be >= 1, got {channels}")
+
+    @torch.no_grad()
+    def ddpm_steps(
+        self, mask: Tensor, channels: int, generator: torch.Generator | None = None, clip: bool = True
+    ) -> Iterator[tuple[int, Tensor]]:
+        """Ancestral sampling x_T → x_0 (DDPM Alg. 2), yielding (t, x_{t}) after each step."""
+        self._check_mask(mask, channels)
+        shape = (mask.shape[0], channels, *mask.shape[2:])
+        x = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
+        for i in reversed(range(self.num_timesteps)):
+            t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
+            mean, log_var = self.p_mean_variance(x, mask, t, clip)
+            noise = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
+            x = mean + (i > 0) * (0.5 * log_var).exp() * noise
+            yield i, x
+
+    @torch.no_grad()
+    def ddim_steps(
+        self,
+        mask: Tensor,
+        channels: int,
+        steps: int,
+        eta: float = 0.0,
+        generator: torch.Generator | None = None,
+        clip: bool = True,
+    ) -> Iterator[tuple[int, Tensor]]:
+        """DDIM (Song et al. 2021, eq. 12) over ``steps`` evenly spaced timesteps; η=1 ≈ DDPM."""
+        self._check_mask(mask, channels)
+        if not 1 <= steps <= self.num_timesteps:
+            raise ValueError(f"DDIM steps must be in [1, {self.num_timesteps}], got {steps}")
+        if eta < 0:
+            raise ValueError(f"eta must be >= 0, got {eta}")
+        seq = torch.linspace(0, self.num_timesteps - 1, steps).round().long().unique().tolist()
+        shape = (mask.shape[0], channels, *mask.shape[2:])
+        x = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
+        one = torch.ones(1, dtype=torch.float64)
+        for i, prev in zip(reversed(seq), reversed([-1] + seq[:-1])):
+            t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
+            eps = self.eps(x, mask, t)
+            x0 = self.predict_x0(x, t, eps)
+            if clip:
+                x0 = x0.clamp(-1, 1)
+                eps = (_gather(self.sqrt_recip_abar, t, x) * x - x0) / _gather(self.sqrt_recipm1_abar, t, x)
+            abar = self.alphas_cumprod[i]
+            abar_prev = self.alphas_cumprod[prev] if prev >= 0 else one[0]
+            sigma = eta * ((1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)).sqrt()
+            dir_coef = (1 - abar_prev - sigma**2).clamp(min=0).sqrt()
+            noise = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
+            x = abar_prev.sqrt().item() * x0 + dir_coef.item() * eps + sigma.item() * noise
+            yield i, x
+
+    def sample(
+        self,
+        mask: Tensor,
+        channels: int,
+        sampler: str = "ddpm",
+        steps: int | None = None,
+        eta: float = 0.0,
+        generator: torch.Generator | None = None,
+        clip: bool = True,
+    ) -> Tensor:
+        """Generate images for ``mask`` (N, mask_channels, ...) in [-1, 1]."""
+        if sampler == "ddpm":
+            if steps not in (None, self.num_timesteps):
+                raise ValueError(f"the ddpm sampler runs all {self.num_timesteps} steps; use ddim for fewer")
+            it = self.ddpm_steps(mask, channels, generator, clip)
+        elif sampler == "ddim":
+            it = self.ddim_steps(mask, channels, steps or self.num_timesteps, eta, generator, clip)
+        else:
+            raise ValueError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
+        x = None
+        for _, x in it:
+            pass
+        assert x is not None
+        return x

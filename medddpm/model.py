@@ -1,0 +1,227 @@
+"""The Med-DDPM denoiser: a guided-diffusion style 3D U-Net (paper §2.1, Fig. 3).
+
+Written for this project from the architecture's published description: encoder blocks of
+ResBlocks (+ attention at the configured downsample factors) and stride-2 convolutions, a
+bottleneck ResBlock-attention-ResBlock, a decoder with skip concatenation and trilinear ×2
+upsampling + conv, and a zero-initialized output convolution. Input is the noisy volume
+concatenated with the one-hot mask; output is the predicted noise ε.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from .config import ModelConfig
+
+
+def timestep_embedding(t: Tensor, dim: int, max_period: float = 1000.0) -> Tensor:
+    """Sinusoidal embedding [cos | sin] of (possibly fractional) timesteps, shape (N, dim)."""
+    half = dim // 2
+    exponent = torch.arange(half, dtype=torch.float32, device=t.device) / half
+    freqs = torch.exp(-math.log(max_period) * exponent)
+    angles = t.float()[:, None] * freqs[None, :]
+    emb = torch.cat([angles.cos(), angles.sin()], dim=1)
+    return F.pad(emb, (0, dim % 2))
+
+
+class GroupNorm(nn.GroupNorm):
+    """GroupNorm that optionally computes in fp32 and casts back (the reference's GroupNorm32)."""
+
+    def __init__(self, groups: int, channels: int, fp32: bool) -> None:
+        super().__init__(groups, channels)
+        self.fp32 = fp32
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.fp32:
+            return super().forward(x)
+        return super().forward(x.float()).to(x.dtype)
+
+
+def zeroed(module: nn.Module) -> nn.Module:
+    """Initialise a module's parameters to zero (residual branches start as identity)."""
+    for p in module.parameters():
+        nn.init.zeros_(p)
+    return module
+
+
+class ResBlock(nn.Module):
+    """GroupNorm-SiLU-Conv, + timestep embedding, GroupNorm-SiLU-Dropout-Conv(0), + skip (Fig. 3 ④)."""
+
+    def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.in_layers = nn.Sequential(
+            GroupNorm(cfg.num_groups, cin, cfg.norm_fp32), nn.SiLU(), nn.Conv3d(cin, cout, 3, padding=1)
+        )
+        self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, cout))
+        self.out_layers = nn.Sequential(
+            GroupNorm(cfg.num_groups, cout, cfg.norm_fp32),
+            nn.SiLU(),
+            nn.Dropout(cfg.dropout),
+            zeroed(nn.Conv3d(cout, cout, 3, padding=1)),
+        )
+        self.skip = nn.Identity() if cin == cout else nn.Conv3d(cin, cout, 1)
+
+    def forward(self, x: Tensor, emb: Tensor) -> Tensor:
+        h = self.in_layers(x)
+        h = h + self.emb_layers(emb).to(h.dtype)[:, :, None, None, None]
+        return self.skip(x) + self.out_layers(h)
+
+
+class Attention(nn.Module):
+    """Spatial self-attention over all voxels, legacy head-first qkv split, 1×1 conv projections."""
+
+    def __init__(self, channels: int, cfg: ModelConfig, checkpointed: bool) -> None:
+        super().__init__()
+        self.heads = cfg.num_heads
+        self.checkpointed = checkpointed
+        self.norm = GroupNorm(cfg.num_groups, channels, cfg.norm_fp32)
+        self.qkv = nn.Conv1d(channels, 3 * channels, 1)
+        self.proj_out = zeroed(nn.Conv1d(channels, channels, 1))
+
+    def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        if self.checkpointed and torch.is_grad_enabled():
+            return checkpoint(self._attend, x, use_reentrant=False)
+        return self._attend(x)
+
+    def _attend(self, x: Tensor) -> Tensor:
+        b, c, *spatial = x.shape
+        flat = x.reshape(b, c, -1)
+        qkv = self.qkv(self.norm(flat))
+        n = flat.shape[-1]
+        per_head = c // self.heads
+        # legacy order: heads first, then (q, k, v) inside each head
+        q, k, v = qkv.reshape(b * self.heads, 3 * per_head, n).split(per_head, dim=1)
+        scale = per_head ** -0.25  # applied to q and k separately: steadier in low precision
+        logits = torch.einsum("bct,bcs->bts", q * scale, k * scale)
+        weights = logits.float().softmax(dim=-1).to(logits.dtype)
+        out = torch.einsum("bts,bcs->bct", weights, v).reshape(b, c, n)
+        return (flat + self.proj_out(out)).reshape(b, c, *spatial)
+
+
+class Downsample(nn.Module):
+    """Stride-2 3×3×3 convolution."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.op = nn.Conv3d(channels, channels, 3, stride=2, padding=1)
+
+    def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        return self.op(x)
+
+
+class Upsample(nn.Module):
+    """Trilinear ×2 interpolation followed by a 3×3×3 convolution."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(channels, channels, 3, padding=1)
+
+    def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        d, h, w = x.shape[2:]
+        return self.conv(F.interpolate(x, size=(2 * d, 2 * h, 2 * w), mode="trilinear"))
+
+
+class Block(nn.ModuleList):
+    """A sequence of layers that all receive the timestep embedding."""
+
+    def forward(self, x: Tensor, emb: Tensor) -> Tensor:  # type: ignore[override]
+        for layer in self:
+            x = layer(x, emb)
+        return x
+
+
+class Stem(nn.Module):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(cin, cout, 3, padding=1)
+
+    def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        return self.conv(x)
+
+
+class UNet3D(nn.Module):
+    """Med-DDPM's mask-conditioned 3D U-Net.
+
+    ``forward(x, t)`` takes ``x`` = cat([noisy image, mask], dim=1) of shape
+    (N, in_channels, D, H, W) and integer or fractional timesteps ``t`` of shape (N,), and returns
+    the predicted noise of shape (N, out_channels, D, H, W).
+    """
+
+    def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True) -> None:
+        super().__init__()
+        self.cfg = cfg
+        mc = cfg.model_channels
+        emb_dim = 4 * mc
+        self.time_embed = nn.Sequential(nn.Linear(mc, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
+
+        def attention(ch: int) -> Attention:
+            return Attention(ch, cfg, checkpoint_attention)
+
+        ch = mc * cfg.channel_mult[0]
+        self.input_blocks = nn.ModuleList([Block([Stem(cfg.in_channels, ch)])])
+        skips = [ch]
+        ds = 1
+        for level, mult in enumerate(cfg.channel_mult):
+            for _ in range(cfg.num_res_blocks):
+                layers: list[nn.Module] = [ResBlock(ch, mc * mult, emb_dim, cfg)]
+                ch = mc * mult
+                if ds in cfg.attention_ds:
+                    layers.append(attention(ch))
+                self.input_blocks.append(Block(layers))
+                skips.append(ch)
+            if level < cfg.levels - 1:
+                self.input_blocks.append(Block([Downsample(ch)]))
+                skips.append(ch)
+                ds *= 2
+
+        self.middle_block = Block(
+            [ResBlock(ch, ch, emb_dim, cfg), attention(ch), ResBlock(ch, ch, emb_dim, cfg)]
+        )
+
+        self.output_blocks = nn.ModuleList()
+        for level in reversed(range(cfg.levels)):
+            width = mc * cfg.channel_mult[level]
+            for i in range(cfg.num_res_blocks + 1):
+                layers = [ResBlock(ch + skips.pop(), width, emb_dim, cfg)]
+                ch = width
+                if ds in cfg.attention_ds:
+                    layers.append(attention(ch))
+                if level > 0 and i == cfg.num_res_blocks:
+                    layers.append(Upsample(ch))
+                    ds //= 2
+                self.output_blocks.append(Block(layers))
+
+        self.out = nn.Sequential(
+            GroupNorm(cfg.num_groups, ch, cfg.norm_fp32),
+            nn.SiLU(),
+            zeroed(nn.Conv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
+        )
+
+    def set_attention_checkpointing(self, enabled: bool) -> None:
+        for m in self.modules():
+            if isinstance(m, Attention):
+                m.checkpointed = enabled
+
+    def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        if x.ndim != 5 or x.shape[1] != self.cfg.in_channels:
+            raise ValueError(
+                f"expected input (N, {self.cfg.in_channels}, D, H, W), got {tuple(x.shape)}"
+            )
+        emb = self.time_embed(timestep_embedding(t, self.cfg.model_channels))
+        skips = []
+        h = x
+        for block in self.input_blocks:
+            h = block(h, emb)
+            skips.append(h)
+        h = self.middle_block(h, emb)
+        for block in self.output_blocks:
+            h = block(torch.cat([h, skips.pop()], dim=1), emb)
+        return self.out(h)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

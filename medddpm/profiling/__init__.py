@@ -1,0 +1,1 @@
+"""Profiling Med-DDPM: Nsight Compute wrapper, ncu CSV tidying, torch.profiler step tables."""

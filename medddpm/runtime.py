@@ -1,0 +1,142 @@
+"""Applying run knobs to PyTorch (paper §5, Alg. 1–2) and recording the environment they ran in."""
+from __future__ import annotations
+
+import platform
+import re
+from typing import Any
+
+import torch
+
+from .config import Knobs
+from .errors import InputError
+
+
+def resolve_device(name: str) -> torch.device:
+    """'cpu', 'cuda' or 'cuda:N', checked against the hardware."""
+    if name not in ("cpu", "cuda") and not re.fullmatch(r"cuda:\d+", name):
+        raise InputError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda was asked for, but PyTorch sees no CUDA GPU here")
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise InputError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) visible")
+    return torch.device(name)
+
+
+def _has_new_tf32_api() -> bool:
+    return hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def _resolve(*levels: str) -> str:
+    """First precision among (leaf, parent, …, global) that is not 'none'."""
+    for level in levels:
+        if level != "none":
+            return level
+    return "ieee"
+
+
+def tf32_state() -> dict[str, bool]:
+    """Effective TF32 use of matmul and cuDNN conv, read from whichever API this PyTorch has."""
+    if _has_new_tf32_api():
+        glob = torch.backends.fp32_precision
+        matmul = _resolve(torch.backends.cuda.matmul.fp32_precision, glob)
+        conv = _resolve(torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.fp32_precision, glob)
+        return {"tf32_matmul": matmul == "tf32", "tf32_conv": conv == "tf32"}
+    return {"tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_conv": bool(torch.backends.cudnn.allow_tf32)}
+
+
+def set_tf32(enabled: bool) -> None:
+    """Switch TF32 for matmul and cuDNN convolutions on or off, explicitly (paper Alg. 1)."""
+    if _has_new_tf32_api():
+        value = "tf32" if enabled else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = value
+        torch.backends.cudnn.conv.fp32_precision = value
+        torch.backends.cudnn.rnn.fp32_precision = value
+    else:  # pragma: no cover - PyTorch < 2.9
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+
+
+def _precision_flags() -> dict[str, Any]:
+    if _has_new_tf32_api():
+        return {"matmul": torch.backends.cuda.matmul.fp32_precision,
+                "conv": torch.backends.cudnn.conv.fp32_precision,
+                "rnn": torch.backends.cudnn.rnn.fp32_precision}
+    return {"matmul": torch.backends.cuda.matmul.allow_tf32, "conv": torch.backends.cudnn.allow_tf32}
+
+
+# PyTorch's own defaults, read once at import (before any knob is applied), so that the
+# 'pytorch-default' configuration means the same thing whatever ran before it in this process.
+_DEFAULT_FLAGS = _precision_flags()
+_DEFAULT_BENCHMARK = bool(torch.backends.cudnn.benchmark)
+
+
+def _restore_default_precision() -> None:
+    if _has_new_tf32_api():
+        torch.backends.cuda.matmul.fp32_precision = _DEFAULT_FLAGS["matmul"]
+        torch.backends.cudnn.conv.fp32_precision = _DEFAULT_FLAGS["conv"]
+        torch.backends.cudnn.rnn.fp32_precision = _DEFAULT_FLAGS["rnn"]
+    else:  # pragma: no cover - PyTorch < 2.9
+        torch.backends.cuda.matmul.allow_tf32 = _DEFAULT_FLAGS["matmul"]
+        torch.backends.cudnn.allow_tf32 = _DEFAULT_FLAGS["conv"]
+
+
+def apply_knobs(knobs: Knobs) -> dict[str, Any]:
+    """Set the process-wide backend flags of ``knobs`` (None = PyTorch's default); returns the
+    effective settings."""
+    if knobs.tf32 is None:
+        _restore_default_precision()
+    else:
+        set_tf32(knobs.tf32)
+    torch.backends.cudnn.benchmark = _DEFAULT_BENCHMARK if knobs.cudnn_benchmark is None else knobs.cudnn_benchmark
+    return effective_settings(knobs)
+
+
+def effective_settings(knobs: Knobs) -> dict[str, Any]:
+    return {
+        **tf32_state(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "channels_last": knobs.channels_last,
+        "precision": knobs.precision,
+        "compile": knobs.compile,
+        "checkpoint_attention": knobs.checkpoint_attention,
+    }
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' → 'h200'; 'NVIDIA H100 80GB HBM3' → 'h100-80gb-hbm3'."""
+    name = re.sub(r"^(nvidia|tesla)\s+", "", name.strip(), flags=re.I)
+    name = re.sub(r"^(nvidia|tesla)\s+", "", name, flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def env_info(device: torch.device | None = None) -> dict[str, Any]:
+    """torch/CUDA/cuDNN versions, the GPU's name, SMs, L2 and memory, effective TF32 settings."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cuda_available": torch.cuda.is_available(),
+        **tf32_state(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "gpu": None,
+    }
+    if torch.cuda.is_available():
+        dev = device if device is not None and device.type == "cuda" else torch.device("cuda", 0)
+        p = torch.cuda.get_device_properties(dev)
+        info["gpu"] = p.name
+        info["gpu_slug"] = gpu_slug(p.name)
+        info["sm_count"] = p.multi_processor_count
+        info["compute_capability"] = f"{p.major}.{p.minor}"
+        info["memory_gib"] = round(p.total_memory / 2**30, 2)
+        info["l2_mib"] = round(getattr(p, "L2_cache_size", 0) / 2**20, 2)
+        try:
+            info["driver"] = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+        except Exception:  # pragma: no cover
+            info["driver"] = None
+    else:
+        info["gpu_slug"] = "cpu"
+    return info

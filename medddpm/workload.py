@@ -1,0 +1,85 @@
+"""The profiled workload: N training steps of a model/configuration at a size, with the package's
+NVTX ranges (``train_step`` ⊃ ``forward``/``backward``/``optimizer``), for ncu to attach to.
+
+    python -m medddpm.workload --model whole-head --config baseline --size 128 --steps 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+import torch
+
+from .config import DiffusionConfig, Knobs, ModelConfig, model_preset, run_config
+from .errors import MedddpmError
+from .runtime import effective_settings, resolve_device
+from .train import autocast, build, nvtx, to_device
+
+
+def synthetic_batch(cfg: ModelConfig, size: tuple[int, int, int], knobs: Knobs, device: torch.device,
+                    batch: int = 1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded image in [-1, 1] and a binary one-hot-like mask in {-1, 1} (timing only)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    image = torch.rand((batch, cfg.out_channels, *size), generator=gen) * 2 - 1
+    mask = (torch.rand((batch, cfg.mask_channels, *size), generator=gen) > 0.5).float() * 2 - 1
+    return to_device(image, device, knobs), to_device(mask, device, knobs)
+
+
+class Workload:
+    """Model, optimizer and one fixed batch; ``step()`` runs one NVTX-annotated training step."""
+
+    def __init__(self, cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device) -> None:
+        cfg.check_size(size)
+        torch.manual_seed(0)
+        self.cfg, self.knobs, self.size, self.device = cfg, knobs, size, device
+        self.model, self.diffusion = build(cfg, knobs, device, DiffusionConfig())
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-5)
+        self.image, self.mask = synthetic_batch(cfg, size, knobs, device)
+
+    def step(self, mark: Callable[[], Any] | None = None) -> tuple[float, list[Any]]:
+        """One step; ``mark()`` (a timer) is called at its start, after forward + loss and at its
+        end, and the marks are returned with the loss."""
+        marks = []
+        with nvtx("train_step"):
+            if mark:
+                marks.append(mark())
+            with nvtx("forward"), autocast(self.knobs, self.device):
+                loss = self.diffusion.loss(self.image, self.mask)
+            if mark:
+                marks.append(mark())
+            with nvtx("backward"):
+                loss.backward()
+            with nvtx("optimizer"):
+                self.opt.step()
+                self.opt.zero_grad(set_to_none=True)
+            if mark:
+                marks.append(mark())
+        return loss.detach(), marks
+
+    def settings(self) -> dict:
+        return effective_settings(self.knobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m medddpm.workload")
+    p.add_argument("--model", default="whole-head")
+    p.add_argument("--config", default="baseline")
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--device", default="cuda")
+    a = p.parse_args(argv)
+    try:
+        cfg, knobs = model_preset(a.model), run_config(a.config)
+        w = Workload(cfg, knobs, (a.size,) * 3, resolve_device(a.device))
+        losses = [float(w.step()[0]) for _ in range(a.steps)]
+    except (MedddpmError, ValueError) as exc:
+        print(f"workload: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"config": a.config, "losses": losses, "settings": w.settings()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
