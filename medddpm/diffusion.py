@@ -172,7 +172,7 @@ class GaussianDiffusion(nn.Module):
                 raise ValueError(f"the ddpm sampler runs all {self.num_timesteps} steps; use ddim for fewer")
             it = self.ddpm_steps(mask, channels, generator, clip)
         elif sampler == "ddim":
-            it = self.ddim_steps(mask, channels, steps or self.num_timesteps, eta, generator, clip)
+            it = self.ddim_steps(mask, channels, self.num_timesteps if steps is None else steps, eta, generator, clip)
         else:
             raise ValueError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
         x = None

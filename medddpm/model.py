@@ -38,7 +38,8 @@ class GroupNorm(nn.GroupNorm):
     def forward(self, x: Tensor) -> Tensor:
         if not self.fp32:
             return super().forward(x)
-        return super().forward(x.float()).to(x.dtype)
+        w, b = self.weight.float(), self.bias.float()
+        return F.group_norm(x.float(), self.num_groups, w, b, self.eps).to(x.dtype)
 
 
 def zeroed(module: nn.Module) -> nn.Module:
@@ -211,7 +212,7 @@ class UNet3D(nn.Module):
             raise ValueError(
                 f"expected input (N, {self.cfg.in_channels}, D, H, W), got {tuple(x.shape)}"
             )
-        emb = self.time_embed(timestep_embedding(t, self.cfg.model_channels))
+        emb = self.time_embed(timestep_embedding(t, self.cfg.model_channels).to(self.time_embed[0].weight.dtype))
         skips = []
         h = x
         for block in self.input_blocks:

@@ -112,6 +112,21 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
+def _nvidia_smi(field: str) -> str | None:
+    """One ``nvidia-smi --query-gpu`` field of GPU 0, or None where nvidia-smi is missing."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return out.splitlines()[0].strip() if out.strip() else None
+
+
 def env_info(device: torch.device | None = None) -> dict[str, Any]:
     """torch/CUDA/cuDNN versions, the GPU's name, SMs, L2 and memory, effective TF32 settings."""
     info: dict[str, Any] = {
@@ -133,10 +148,7 @@ def env_info(device: torch.device | None = None) -> dict[str, Any]:
         info["compute_capability"] = f"{p.major}.{p.minor}"
         info["memory_gib"] = round(p.total_memory / 2**30, 2)
         info["l2_mib"] = round(getattr(p, "L2_cache_size", 0) / 2**20, 2)
-        try:
-            info["driver"] = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
-        except Exception:  # pragma: no cover
-            info["driver"] = None
+        info["driver"] = _nvidia_smi("driver_version")
     else:
         info["gpu_slug"] = "cpu"
     return info

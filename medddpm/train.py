@@ -166,7 +166,7 @@ class Trainer:
 
     def resume(self) -> None:
         ckpt = load_checkpoint(self.out / CHECKPOINT)  # CPU: RNG states must stay CPU tensors
-        stored = ckpt["config"]
+        stored = json.loads(json.dumps(ckpt["config"]))  # tuples → lists on both sides
         mine = json.loads(json.dumps(self.config_dict()))
         for key in ("model", "diffusion", "train", "knobs", "size"):
             if stored[key] != mine[key]:

@@ -1,0 +1,22 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from medddpm.config import MODEL_PRESETS
+from medddpm.data import write_phantoms
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def phantoms(tmp_path_factory) -> Path:
+    """Three seeded 16³ phantom pairs: DIR/images, DIR/masks."""
+    out = tmp_path_factory.mktemp("phantoms")
+    write_phantoms(out, n=3, size=16, seed=1)
+    return out
+
+
+@pytest.fixture
+def tiny():
+    return MODEL_PRESETS["tiny"]

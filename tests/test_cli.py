@@ -1,0 +1,133 @@
+import json
+import subprocess
+import sys
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from medddpm.bench import COLUMNS, append_rows
+from medddpm.cli import main
+from medddpm.errors import InputError
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, needle):
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err
+
+
+def test_summary_json(capsys):
+    code, out, _ = run(capsys, "summary", "--model", "whole-head", "--json")
+    s = json.loads(out)
+    assert code == 0 and s["parameters"] == 40_226_433 and s["forward_flops"] == 5_536_663_142_400
+    assert s["input_shape"] == [1, 3, 128, 128, 128]
+    code, out, _ = run(capsys, "summary", "--model", "tiny", "--size", "32", "--json")
+    assert json.loads(out)["output_shape"] == [1, 1, 32, 32, 32]
+
+
+def test_train_sample_end_to_end(capsys, phantoms, tmp_path):
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"),
+                         "--model", "tiny", "--steps", "2", "--out", str(run_dir), "--size", "16", "--quiet")
+    assert code == 0, err
+    assert (run_dir / "checkpoint.pt").exists() and (run_dir / "log.csv").exists()
+    code, out, err = run(capsys, "train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"),
+                         "--model", "tiny", "--steps", "3", "--out", str(run_dir), "--size", "16", "--quiet", "--resume")
+    assert code == 0 and "step 3" in out
+    code, out, err = run(capsys, "sample", "--checkpoint", str(run_dir / "checkpoint.pt"), "--masks",
+                         str(phantoms / "masks"), "--out", str(tmp_path / "s"), "--sampler", "ddim", "--steps", "3", "--quiet")
+    assert code == 0, err
+    for m in sorted((phantoms / "masks").iterdir()):
+        out_img, mask = nib.load(str(tmp_path / "s" / m.name)), nib.load(str(m))
+        assert out_img.shape == mask.shape and np.allclose(out_img.affine, mask.affine)
+        assert out_img.get_data_dtype() == np.float32
+    # a second run into the same folder refuses rather than overwrite
+    code, _, err = run(capsys, "sample", "--checkpoint", str(run_dir / "checkpoint.pt"), "--masks",
+                       str(phantoms / "masks"), "--out", str(tmp_path / "s"), "--sampler", "ddim", "--steps", "3")
+    assert_one_line_error(code, err, "already holds")
+
+
+def test_bad_inputs_give_one_line_and_exit_2(capsys, phantoms, tmp_path):
+    base = ["train", "--model", "tiny", "--steps", "1", "--size", "16", "--quiet"]
+    code, _, err = run(capsys, *base, "--images", str(tmp_path / "missing"), "--masks", str(phantoms / "masks"),
+                       "--out", str(tmp_path / "r"))
+    assert_one_line_error(code, err, "does not exist")
+    code, _, err = run(capsys, *base, "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"),
+                       "--out", str(tmp_path / "r"), "--device", "cuda")
+    assert_one_line_error(code, err, "no CUDA GPU")
+    code, _, err = run(capsys, *base, "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"),
+                       "--out", str(tmp_path / "r"), "--model", "nope")
+    assert_one_line_error(code, err, "unknown model 'nope'")
+    code, _, err = run(capsys, *base, "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"),
+                       "--out", str(tmp_path / "r"), "--size", "15")
+    assert_one_line_error(code, err, "divisible by 2")
+    assert not (tmp_path / "r").exists()  # nothing half-written
+
+
+def test_corrupt_volume_fails_before_training(capsys, phantoms, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(phantoms, data)
+    (data / "images" / "phantom_001.nii.gz").write_bytes(b"garbage")
+    code, _, err = run(capsys, "train", "--images", str(data / "images"), "--masks", str(data / "masks"), "--model",
+                       "tiny", "--steps", "1", "--size", "16", "--out", str(tmp_path / "r"), "--quiet")
+    assert_one_line_error(code, err, "phantom_001")
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()
+
+
+def test_sample_with_bad_mask_writes_nothing(capsys, phantoms, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    assert run(capsys, "train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model",
+               "tiny", "--steps", "1", "--size", "16", "--out", str(run_dir), "--quiet")[0] == 0
+    masks = tmp_path / "masks"
+    shutil.copytree(phantoms / "masks", masks)
+    lab = np.zeros((16, 16, 16), np.uint8)
+    lab[0, 0, 0] = 9
+    nib.save(nib.Nifti1Image(lab, np.eye(4)), str(masks / "zz_bad.nii.gz"))
+    code, _, err = run(capsys, "sample", "--checkpoint", str(run_dir / "checkpoint.pt"), "--masks", str(masks),
+                       "--out", str(tmp_path / "s"), "--sampler", "ddim", "--steps", "2")
+    assert_one_line_error(code, err, "unknown label values [9]")
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+
+
+def test_bench_cpu_rows(capsys, tmp_path):
+    out = tmp_path / "bench.csv"
+    code, stdout, err = run(capsys, "bench", "--model", "tiny", "--size", "16", "--config", "baseline,opt1",
+                            "--steps", "1", "--warmup", "0", "--device", "cpu", "--out", str(out), "--json")
+    assert code == 0, err
+    rows = json.loads(stdout)
+    assert [r["config"] for r in rows] == ["baseline", "opt1"]
+    assert rows[0]["tf32_conv"] is False and rows[1]["tf32_conv"] is True and rows[1]["tf32_matmul"] is True
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",") == COLUMNS and len(lines) == 3
+    code, _, err = run(capsys, "bench", "--model", "tiny", "--size", "16", "--config", "bogus", "--device", "cpu")
+    assert_one_line_error(code, err, "unknown configuration 'bogus'")
+
+
+def test_bench_csv_with_other_columns_is_refused(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="not the bench columns"):
+        append_rows(p, [])
+    assert p.read_text() == "a,b\n1,2\n"
+
+
+def test_info_json(capsys):
+    code, out, _ = run(capsys, "info", "--json")
+    info = json.loads(out)
+    assert code == 0 and {"torch", "cuda", "cudnn", "gpu", "tf32_conv", "tf32_matmul"} <= set(info)
+
+
+def test_console_script_usage_error():
+    p = subprocess.run([sys.executable, "-m", "medddpm", "train"], capture_output=True, text=True)
+    assert p.returncode == 2 and "required" in p.stderr

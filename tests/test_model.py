@@ -1,0 +1,114 @@
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from medddpm.config import MODEL_PRESETS, ModelConfig, replace
+from medddpm.model import UNet3D, count_parameters, timestep_embedding
+from medddpm.summary import summarize
+
+# Fidelity targets measured on the reference Med-DDPM code (issue 2).
+REFERENCE = {
+    "whole-head": ((128, 128, 128), 40_226_433, 5_536_663_142_400),
+    "brats": ((144, 192, 192), 57_562_564, 21_258_180_493_312),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_parameters_and_flops_match_reference(name):
+    size, params, flops = REFERENCE[name]
+    s = summarize(MODEL_PRESETS[name], size)
+    assert s["parameters"] == params
+    assert s["forward_flops"] == flops
+    assert sum(b["params"] for b in s["blocks"]) + s["time_embed_params"] == params
+    assert sum(b["flops"] for b in s["blocks"]) <= flops
+
+
+def test_whole_head_structure():
+    s = summarize(MODEL_PRESETS["whole-head"], (128, 128, 128))
+    layers = [b["layers"] for b in s["blocks"]]
+    # attention at downsample factor 8 (16³ feature maps) and in the middle block only
+    attn = [b for b in s["blocks"] if "Attention" in b["layers"]]
+    assert {tuple(b["in_shape"][2:]) for b in attn} == {(16, 16, 16), (8, 8, 8)}
+    assert s["blocks"][-1]["out_shape"] == [1, 1, 128, 128, 128]
+    assert layers.count("Downsample") == 4 and sum("Upsample" in l for l in layers) == 4
+
+
+def test_forward_shape_and_zero_init(tiny):
+    model = UNet3D(tiny)
+    x = torch.randn(2, tiny.in_channels, 16, 16, 16)
+    out = model(x, torch.tensor([0, 249]))
+    assert out.shape == (2, 1, 16, 16, 16)
+    assert torch.count_nonzero(out) == 0  # zero-initialised output convolution
+
+
+def test_wrong_input_channels_is_clear(tiny):
+    with pytest.raises(ValueError, match=r"expected input \(N, 3"):
+        UNet3D(tiny)(torch.randn(1, 2, 16, 16, 16), torch.zeros(1))
+
+
+def _randomized(cfg, seed=0, **kw):
+    torch.manual_seed(seed)
+    model = UNet3D(cfg, **kw)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.05)
+    return model
+
+
+def test_attention_checkpointing_gives_same_gradients(tiny):
+    x = torch.randn(1, 3, 16, 16, 16)
+    t = torch.tensor([10])
+    grads = []
+    for ckpt in (True, False):
+        m = _randomized(tiny, checkpoint_attention=ckpt)
+        m(x, t).square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_channels_last_matches_contiguous(tiny):
+    m = _randomized(tiny)
+    x = torch.randn(1, 3, 16, 16, 16)
+    t = torch.tensor([3])
+    ref = m(x, t)
+    m_cl = m.to(memory_format=torch.channels_last_3d)
+    out = m_cl(x.contiguous(memory_format=torch.channels_last_3d), t)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_groupnorm_fp32_keeps_dtype(tiny):
+    m = _randomized(tiny).to(torch.bfloat16)
+    out = m(torch.randn(1, 3, 16, 16, 16, dtype=torch.bfloat16), torch.tensor([1]))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_timestep_embedding():
+    e = timestep_embedding(torch.tensor([0.0, 5.0]), 64)
+    assert e.shape == (2, 64)
+    torch.testing.assert_close(e[0, :32], torch.ones(32))  # cos(0)
+    torch.testing.assert_close(e[0, 32:], torch.zeros(32))  # sin(0)
+    assert timestep_embedding(torch.tensor([1.0]), 7).shape == (1, 7)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="in_channels"):
+        ModelConfig(in_channels=4)
+    with pytest.raises(ValueError, match="divisible by num_groups"):
+        replace(MODEL_PRESETS["tiny"], model_channels=12)
+    with pytest.raises(ValueError, match="divisible by 2"):
+        MODEL_PRESETS["tiny"].check_size((16, 16, 15))
+
+
+def test_flop_counter_counts_attention_matmuls(tiny):
+    """Attention einsums are part of the count: removing attention lowers it."""
+    def flops(cfg):
+        with torch.device("meta"):
+            m = UNet3D(cfg)
+            x = torch.empty(1, 3, 16, 16, 16)
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            m(x, torch.zeros(1, dtype=torch.long, device="meta"))
+        return fc.get_total_flops()
+
+    no_attn = replace(tiny, attention_ds=())
+    assert flops(tiny) > flops(no_attn)
+    assert count_parameters(UNet3D(tiny)) > count_parameters(UNet3D(no_attn))
