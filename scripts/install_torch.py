@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 SPEC = os.environ.get("TORCH_SPEC", "torch>=2.4")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -64,7 +66,7 @@ def main() -> int:
         found = candidate(*extra)
         if found and found[1]:
             url = found[0]
-            pip_install(url[len("file://"):] if url.startswith("file://") else SPEC)
+            pip_install(url2pathname(urlparse(url).path) if url.startswith("file://") else SPEC)
             return 0
     pip_install("--index-url", CPU_INDEX, "--extra-index-url", "https://pypi.org/simple", SPEC)
     return 0
