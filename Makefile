@@ -22,7 +22,7 @@ demo: setup
 	$(BIN)/medddpm summary --model whole-head
 	$(BIN)/medddpm demo-data --out $(DEMO)/data --n 4 --size 32
 	$(BIN)/medddpm train --images $(DEMO)/data/images --masks $(DEMO)/data/masks --model tiny \
-	    --size 32 --steps 20 --out $(DEMO)/run --device cpu
+	    --size 32 --steps 10 --out $(DEMO)/run --device cpu
 	$(BIN)/medddpm sample --checkpoint $(DEMO)/run/checkpoint.pt --masks $(DEMO)/data/masks \
 	    --out $(DEMO)/samples --sampler ddim --steps 10
 	$(BIN)/medddpm bench --model tiny --size 32 --config baseline,opt2 --steps 3 --warmup 1 --device cpu
