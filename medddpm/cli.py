@@ -208,7 +208,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 
+def _terminate(signum, frame):  # SIGTERM (e.g. `timeout`) → clean-up paths run as for Ctrl-C
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     p = parser()
     try:
         args = p.parse_args(argv)

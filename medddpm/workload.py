@@ -69,11 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--profile-last", action="store_true",
+                   help="wrap only the last step in cudaProfilerStart/Stop (ncu --profile-from-start off)")
     a = p.parse_args(argv)
     try:
         cfg, knobs = model_preset(a.model), run_config(a.config)
         w = Workload(cfg, knobs, (a.size,) * 3, resolve_device(a.device))
-        losses = [float(w.step()[0]) for _ in range(a.steps)]
+        losses = []
+        for i in range(a.steps):
+            last = a.profile_last and i == a.steps - 1
+            if last:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+            losses.append(float(w.step()[0]))
+            if last:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
     except (MedddpmError, ValueError) as exc:
         print(f"workload: error: {exc}", file=sys.stderr)
         return 2

@@ -1,11 +1,61 @@
-"""Profiling verbs of the ``medddpm`` CLI."""
+"""Profiling verbs of the ``medddpm`` CLI: profile (Nsight Compute), ncu-tidy, torch-kernels."""
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from ..errors import InputError
+
+
+def _configs(text: str) -> list[str]:
+    from ..config import run_config
+
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    for n in names:
+        run_config(n)  # validates
+    if not names:
+        raise InputError("--configs is empty")
+    return names
+
+
+def cmd_profile(a: argparse.Namespace) -> None:
+    from ..config import model_preset
+    from ..runtime import env_info, resolve_device
+    from .ncu import find_ncu, ncu_version, profile_config
+    from .store import update_env
+
+    configs = _configs(a.configs)
+    model_preset(a.model).check_size((a.size,) * 3)
+    if a.mode not in ("paper", "step"):
+        raise InputError(f"--mode must be 'paper' or 'step', got {a.mode!r}")
+    ncu = find_ncu(a.ncu)
+    device = resolve_device("cuda")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = env_info(device)
+    update_env(out, gpu_label=a.gpu_label, gpu=env, ncu=ncu_version(ncu))
+    for name in configs:
+        t0 = time.time()
+        meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout)
+        update_env(out, commands={f"{a.mode}/{name}": meta["command"]}, knobs={name: meta["settings"]})
+        print(f"{name}: {meta['kernels']} kernels profiled ({a.mode} mode) in {time.time() - t0:.0f} s → {out / name}")
+
+
+def cmd_ncu_tidy(a: argparse.Namespace) -> None:
+    from ..io import atomic_path
+    from .tidy import tidy
+
+    tables = tidy(a.raw, a.details, a.instances)
+    out = Path(a.out)
+    for name, df in tables.items():
+        with atomic_path(out / f"{name}.parquet", ".parquet") as tmp:
+            df.to_parquet(tmp, index=False)
+        if a.csv:
+            with atomic_path(out / f"{name}.csv") as tmp:
+                df.to_csv(tmp, index=False)
+    print(", ".join(f"{n}: {len(df)} rows" for n, df in tables.items()) + f" → {out}")
 
 
 def cmd_torch_kernels(a: argparse.Namespace) -> None:
@@ -15,8 +65,9 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
     from .torchprof import step_kernels, window_coverage
 
     cfg = model_preset(a.model)
+    cfg.check_size((a.size,) * 3)
     device = resolve_device("cuda")
-    configs = [run_config(c) for c in a.configs.split(",")]
+    configs = [run_config(c) for c in _configs(a.configs)]
     out = Path(a.out)
     for knobs in configs:
         res = step_kernels(cfg, knobs, (a.size,) * 3, device, a.warmup)
@@ -36,6 +87,27 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
 
 
 def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("profile", help="Nsight Compute profiles of the workload, reduced to tables")
+    s.add_argument("--gpu-label", required=True, help="name recorded in env.json, e.g. h200")
+    s.add_argument("--configs", default="baseline,opt1,opt2,opt12,pytorch-default")
+    s.add_argument("--out", required=True, help="results folder of this GPU, e.g. data/results/h200")
+    s.add_argument("--size", type=int, default=128)
+    s.add_argument("--model", default="whole-head")
+    s.add_argument("--mode", default="step", help="paper (the paper's ncu options) or step (one whole step)")
+    s.add_argument("--warmup", type=int, default=2, help="step mode: steps before the profiled one")
+    s.add_argument("--timeout", type=float, default=None, help="seconds per configuration before ncu is stopped")
+    s.add_argument("--ncu", help="path to ncu (default: $NCU or ncu on PATH)")
+    s.set_defaults(func=cmd_profile)
+
+    s = sub.add_parser("ncu-tidy", help="ncu CSV exports → tidy kernel / rule / instruction tables")
+    s.add_argument("--raw", required=True, help="ncu --import R --csv --page raw --print-units base")
+    s.add_argument("--details", help="ncu --import R --csv --page details")
+    s.add_argument("--instances", help="… --page raw --print-metric-instances details --metrics "
+                                         "sass__inst_executed_per_opcode_category")
+    s.add_argument("--out", required=True)
+    s.add_argument("--csv", action="store_true", help="also write CSV copies")
+    s.set_defaults(func=cmd_ncu_tidy)
+
     s = sub.add_parser("torch-kernels", help="every kernel of a steady-state step (torch.profiler)")
     s.add_argument("--model", default="whole-head")
     s.add_argument("--configs", default="baseline,opt1,opt2,opt12,pytorch-default")

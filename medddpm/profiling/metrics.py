@@ -1,0 +1,128 @@
+"""One function per figure of the paper, each computed from tidy ncu tables (``tidy.py``).
+
+Aggregation rules (the paper does not state them; these are ours, used everywhere):
+
+* Totals (cycles, instructions, stalls) are sums over the kernels of a report.
+* IPC of a report is the geometric mean of per-kernel IPC (paper §3.2).
+* Rates and percentages (pipe utilizations, hit rates, throughputs, active warps) are
+  kernel-duration-weighted means, so a long kernel counts for its time.
+* Normalized values divide each configuration by ``baseline`` on the same GPU (paper §6).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# Fig 13: the paper's three stall counters (§3.2) and the ratios ncu's full set reports instead.
+STALLS = ("long_scoreboard", "math_pipe_throttle", "branch_resolving")
+
+
+def _weighted(df: pd.DataFrame, column: str) -> float:
+    sub = df[[column, "duration_ns"]].dropna()
+    if sub.empty or sub["duration_ns"].sum() == 0:
+        return float("nan")
+    return float(np.average(sub[column], weights=sub["duration_ns"]))
+
+
+def geomean(values: pd.Series) -> float:
+    v = values.dropna()
+    v = v[v > 0]
+    return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
+
+
+def ipc_stack(kernels: pd.DataFrame, instructions: pd.DataFrame, top: int = 5) -> pd.DataFrame:
+    """Fig 4: the ``top`` longest kernels with cycles (gpc__cycles_elapsed.max), IPC
+    (sm__inst_executed.avg.per_cycle_active) and their instruction classes as shares of IPC
+    (sass__inst_executed_per_opcode_category)."""
+    longest = kernels.nlargest(top, "duration_ns")[["id", "short_name", "abbr", "category", "duration_ns", "cycles", "ipc"]]
+    merged = longest.merge(instructions, on="id", how="left")
+    merged["ipc_part"] = merged["ipc"] * merged["share"]
+    return merged[["id", "short_name", "abbr", "category", "duration_ns", "cycles", "ipc", "class", "share", "ipc_part"]]
+
+
+def priority_scores(kernels: pd.DataFrame, rules: pd.DataFrame) -> pd.DataFrame:
+    """Fig 5 / Eq. 1: priority = duration × estimated speedup, clamped to [0, 1], summed per category.
+
+    A kernel has several rule estimates; they overlap (each is an upper bound on one bottleneck),
+    so a kernel's estimated speedup is the **largest** of its OPT rules' estimates, not their sum.
+    """
+    opt = rules[(rules["type"] == "OPT") & rules["speedup_pct"].notna()]
+    best = opt.groupby("id")["speedup_pct"].max().rename("speedup_pct")
+    k = kernels[["id", "category", "duration_ns"]].merge(best, on="id", how="left").fillna({"speedup_pct": 0.0})
+    k["speedup"] = (k["speedup_pct"] / 100).clip(0, 1)
+    k["priority"] = k["duration_ns"] * k["speedup"]
+    out = k.groupby("category", as_index=False)["priority"].sum()
+    out["share"] = out["priority"] / out["priority"].sum() if out["priority"].sum() else np.nan
+    return out.sort_values("priority", ascending=False).reset_index(drop=True)
+
+
+def kernel_mix(kernels: pd.DataFrame, by: str = "category") -> pd.DataFrame:
+    """Figs 6 and 8: share of summed kernel duration per ``by`` ('category', 'abbr' or 'short_name')."""
+    total = kernels["duration_ns"].sum()
+    out = kernels.groupby(by, as_index=False).agg(duration_ns=("duration_ns", "sum"), kernels=("id", "count"))
+    out["share"] = out["duration_ns"] / total
+    return out.sort_values("share", ascending=False).reset_index(drop=True)
+
+
+def instruction_mix(instructions: pd.DataFrame, kernel_ids=None) -> pd.DataFrame:
+    """Figs 7 and 9: instruction classes as shares of executed instructions, summed over kernels
+    (all of them, or ``kernel_ids``)."""
+    ins = instructions if kernel_ids is None else instructions[instructions["id"].isin(list(kernel_ids))]
+    out = ins.groupby("class", as_index=False)["count"].sum()
+    out["share"] = out["count"] / out["count"].sum()
+    return out.sort_values("share", ascending=False).reset_index(drop=True)
+
+
+def stall_totals(kernels: pd.DataFrame) -> dict[str, float]:
+    """Fig 13: total warp stall cycles per reason: the paper's ``smsp__warps_issue_stalled_*.sum``
+    where collected, else the per-issue ratio × ``smsp__inst_issued.sum`` (the same quantity)."""
+    out = {}
+    for s in STALLS:
+        direct = kernels.get(f"stall_{s}")
+        if direct is not None and direct.notna().any():
+            out[s] = float(direct.sum())
+        else:
+            out[s] = float((kernels[f"stall_{s}_ratio"] * kernels["issued_instructions"]).sum())
+    return out
+
+
+def report_summary(kernels: pd.DataFrame) -> dict[str, float]:
+    """Every aggregate the figures need from one report (one GPU × configuration)."""
+    s = {
+        "kernels": int(len(kernels)),
+        "duration_ns": float(kernels["duration_ns"].sum()),
+        "cycles": float(kernels["cycles"].sum()),
+        "instructions": float(kernels["instructions"].sum()),
+        "ipc_geomean": geomean(kernels["ipc"]),
+        # Fig 10
+        "tensor_pipe_pct": _weighted(kernels, "tensor_pipe_pct"),
+        "fma_pipe_pct": _weighted(kernels, "fma_pipe_pct"),
+        "alu_pipe_pct": _weighted(kernels, "alu_pipe_pct"),
+        "sm_throughput_pct": _weighted(kernels, "sm_throughput_pct"),
+        # Fig 11
+        "l1_hit_pct": _weighted(kernels, "l1_hit_pct"),
+        "l2_hit_pct": _weighted(kernels, "l2_hit_pct"),
+        "dram_throughput_pct": _weighted(kernels, "dram_throughput_pct"),
+        # Fig 12
+        "warps_active": _weighted(kernels, "warps_active"),
+    }
+    s.update({f"stall_{k}": v for k, v in stall_totals(kernels).items()})
+    return s
+
+
+def normalized(summaries: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
+    """Each configuration's summary divided by ``baseline``'s on the same GPU (§6: cycles,
+    instructions, IPC, utilizations, warps, stalls). ``summaries`` has columns gpu, config, …"""
+    rows = []
+    for gpu, g in summaries.groupby("gpu"):
+        base = g[g["config"] == baseline]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        for _, r in g.iterrows():
+            row = {"gpu": gpu, "config": r["config"]}
+            for col in g.columns.drop(["gpu", "config"]):
+                if pd.api.types.is_numeric_dtype(g[col]):
+                    row[col] = r[col] / b[col] if b[col] else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
