@@ -8,8 +8,12 @@ Two modes (``medddpm profile --mode``):
            and ``--metrics sass__inst_executed_per_opcode_category`` (adds the per-class instance
            values Figs 7/9 need). The window is counted from process start, as in the paper.
 ``step``   every kernel of one steady-state training step: the workload runs ``warmup`` steps and
-           wraps the last one in cudaProfilerStart/Stop (``--profile-from-start off``), with
-           ``--nvtx --nvtx-include train_step/`` as a second filter. Instead of sections it
+           wraps the last one in cudaProfilerStart/Stop (``--profile-from-start off``) and ncu
+           replays the whole application once per pass (``--replay-mode application``). An NVTX
+           filter is *not* used to select the step: backward kernels are launched from
+           autograd's own thread, outside the main thread's ``train_step`` push/pop range, and
+           ``--nvtx-include train_step/`` drops all of them (seen on an H200: 439 of ~1,300
+           kernels kept). ``--nvtx`` still records ranges where they apply. Instead of sections it
            collects only ``STEP_METRICS`` (the metrics every figure but Fig 5 needs; Fig 5 needs
            the rule estimates of full sections, which only ``paper`` mode has), so a 128³ FP32
            step of ~1,300–1,700 kernels fits in minutes.
@@ -61,8 +65,13 @@ def ncu_command(ncu: str, mode: str, export: Path, workload: list[str], metrics:
     if mode == "paper":
         opts = PAPER_OPTIONS + ["--metrics", INSTANCE_METRIC]
     elif mode == "step":
-        # LaunchStats costs no counter pass and keeps ncu from adding its default set
-        opts = ["--profile-from-start", "off", "--nvtx", "--nvtx-include", "train_step/",
+        # Application replay: every pass re-runs the workload and collects the whole step at
+        # once, far cheaper than replaying ~1,500 kernels one by one. The step is selected with
+        # cudaProfilerStart/Stop, not with an NVTX filter: autograd launches the backward kernels
+        # from its own thread, outside the main thread's push/pop `train_step` range, so
+        # `--nvtx-include train_step/` would silently drop the whole backward pass.
+        # LaunchStats costs no counter pass and keeps ncu from adding its default set.
+        opts = ["--profile-from-start", "off", "--replay-mode", "application", "--nvtx",
                 "--section", "LaunchStats", "--metrics", ",".join(metrics)]
     else:
         raise InputError(f"--mode must be 'paper' or 'step', got {mode!r}")
