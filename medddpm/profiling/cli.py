@@ -38,7 +38,7 @@ def cmd_profile(a: argparse.Namespace) -> None:
     update_env(out, gpu_label=a.gpu_label, gpu=env, ncu=ncu_version(ncu))
     for name in configs:
         t0 = time.time()
-        meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout)
+        meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout, a.replay)
         update_env(out, commands={f"{a.mode}/{name}": meta["command"]}, knobs={name: meta["settings"]})
         print(f"{name}: {meta['kernels']} kernels profiled ({a.mode} mode) in {time.time() - t0:.0f} s → {out / name}")
 
@@ -96,6 +96,7 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--mode", default="step", help="paper (the paper's ncu options) or step (one whole step)")
     s.add_argument("--warmup", type=int, default=2, help="step mode: steps before the profiled one")
     s.add_argument("--timeout", type=float, default=None, help="seconds per configuration before ncu is stopped")
+    s.add_argument("--replay", default="kernel", choices=["kernel", "application"], help="step mode: ncu replay mode")
     s.add_argument("--ncu", help="path to ncu (default: $NCU or ncu on PATH)")
     s.set_defaults(func=cmd_profile)
 

@@ -15,8 +15,11 @@ Two modes (``medddpm profile --mode``):
            ``--nvtx-include train_step/`` drops all of them (seen on an H200: 439 of ~1,300
            kernels kept). ``--nvtx`` still records ranges where they apply. Instead of sections it
            collects only ``STEP_METRICS`` (the metrics every figure but Fig 5 needs; Fig 5 needs
-           the rule estimates of full sections, which only ``paper`` mode has), so a 128³ FP32
-           step of ~1,300–1,700 kernels fits in minutes.
+           the rule estimates of full sections, which only ``paper`` mode has). Measured on an
+           H200 with kernel replay: ~0.5 s per kernel, so a 128³ FP32 step (~1,300 kernels)
+           takes ~11 minutes, over the 8 we aimed for; ``--replay application`` re-runs the
+           workload once per pass instead (ran past 320 s for baseline on an H200: not faster
+           there).
 
 The ``.ncu-rep`` report stays in a temporary folder; what is kept are gzipped CSV exports (raw
 page, instance values, rule rows) and parquet tables, written into ``OUT/<config>/`` only once
@@ -60,18 +63,19 @@ def workload_command(model: str, config: str, size: int, steps: int, profile_las
     return cmd + (["--profile-last"] if profile_last else [])
 
 
-def ncu_command(ncu: str, mode: str, export: Path, workload: list[str], metrics: Sequence[str] = STEP_METRICS) -> list[str]:
-    """The full ncu command line for ``mode`` ('paper' or 'step')."""
+def ncu_command(ncu: str, mode: str, export: Path, workload: list[str], metrics: Sequence[str] = STEP_METRICS,
+                replay: str = "kernel") -> list[str]:
+    """The full ncu command line for ``mode`` ('paper' or 'step'); ``replay`` applies to step mode."""
+    if replay not in ("kernel", "application"):
+        raise InputError(f"replay must be 'kernel' or 'application', got {replay!r}")
     if mode == "paper":
         opts = PAPER_OPTIONS + ["--metrics", INSTANCE_METRIC]
     elif mode == "step":
-        # Application replay: every pass re-runs the workload and collects the whole step at
-        # once, far cheaper than replaying ~1,500 kernels one by one. The step is selected with
-        # cudaProfilerStart/Stop, not with an NVTX filter: autograd launches the backward kernels
-        # from its own thread, outside the main thread's push/pop `train_step` range, so
-        # `--nvtx-include train_step/` would silently drop the whole backward pass.
-        # LaunchStats costs no counter pass and keeps ncu from adding its default set.
-        opts = ["--profile-from-start", "off", "--replay-mode", "application", "--nvtx",
+        # The step is selected with cudaProfilerStart/Stop, not with an NVTX filter: autograd
+        # launches the backward kernels from its own thread, outside the main thread's push/pop
+        # `train_step` range, so `--nvtx-include train_step/` would silently drop the backward
+        # pass. LaunchStats costs no counter pass and keeps ncu from adding its default set.
+        opts = ["--profile-from-start", "off", "--replay-mode", replay, "--nvtx",
                 "--section", "LaunchStats", "--metrics", ",".join(metrics)]
     else:
         raise InputError(f"--mode must be 'paper' or 'step', got {mode!r}")
@@ -120,8 +124,28 @@ def workload_settings(stdout: str) -> dict[str, Any]:
     return {}
 
 
+def run_group(cmd: list[str], timeout_s: float | None, config: str) -> subprocess.CompletedProcess:
+    """Run ncu in its own process group; on time-out or interrupt the whole group (ncu and the
+    profiled workload it started) is killed, so no orphan keeps the GPU's counters busy."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException as exc:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise ProfilerError(f"{config}: ncu ran past {timeout_s:.0f} s and was stopped; nothing was written") from None
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def profile_config(ncu: str, mode: str, model: str, config: str, size: int, warmup: int, out: Path,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+                   timeout_s: float | None = None, replay: str = "kernel") -> dict[str, Any]:
     """Profile one configuration; on success ``out/<config>/ncu_<mode>_*`` exist, else nothing new."""
     steps = 1 if mode == "paper" else warmup + 1
     work = workload_command(model, config, size, steps, profile_last=(mode == "step"))
@@ -129,11 +153,8 @@ def profile_config(ncu: str, mode: str, model: str, config: str, size: int, warm
     final.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".ncu-{config}-", dir=out) as tmp:
         tmp = Path(tmp)
-        cmd = ncu_command(ncu, mode, tmp / "report", work)
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise ProfilerError(f"{config}: ncu ran past {timeout_s:.0f} s and was stopped; nothing was written") from None
+        cmd = ncu_command(ncu, mode, tmp / "report", work, replay=replay)
+        p = run_group(cmd, timeout_s, config)
         check_output(p.stdout + p.stderr, p.returncode)
         report = tmp / "report.ncu-rep"
         if not report.exists():
