@@ -7,16 +7,17 @@ import re
 # Ordered: the first matching pattern wins (layout before convolution: cuDNN's layout kernels
 # live in the cudnn namespace too).
 CATEGORY_PATTERNS: list[tuple[str, str]] = [
-    ("layout transform", r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|transpose|permute|_to_nhwc|_to_nchw|pad"),
+    ("layout transform", r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|transpose|permute|_to_nhwc|_to_nchw|pad|"
+                         r"convertTensor"),
     ("attention/softmax", r"softmax|attention|fmha|flash"),
     ("convolution/GEMM", r"xmma|implicit|conv(?!ert)|gemm|cudnn|cutlass|wgrad|dgrad|fprop|sm\d\d_|scudnn|winograd"),
     ("normalization", r"Moments|group_norm|GroupNorm|batch_norm|layer_norm|ComputeFusedParams|"
-                      r"GammaBeta|norm_backward|NormBackward"),
+                      r"GammaBeta|norm_backward|NormBackward|ComputeInternalGradi|ComputeBackwardFused"),
     ("optimizer", r"adam|multi_tensor_apply|foreach|fused_sgd|lerp"),
     ("upsample", r"upsample|interp|trilinear"),
     ("reduction", r"reduce_kernel|reduction|Reduce"),
     ("copy", r"CatArrayBatchedCopy|copy_kernel|Memcpy|direct_copy|memcpy|cat_"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|distribution|index_"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|distribution|index_|setTensor"),
 ]
 
 # Paper Table 2 (§4): abbreviation → name fragment. KN4 matches the exact function name only.
@@ -35,7 +36,7 @@ PAPER_ABBREVIATIONS: dict[str, str] = {
 def short_name(kernel: str) -> str:
     """The kernel's function name without return type, namespaces, template and call arguments:
     'void at::native::vectorized_elementwise_kernel<4, …>(int, …)' → 'vectorized_elementwise_kernel'."""
-    name = kernel.strip()
+    name = kernel.strip().replace("(anonymous namespace)", "anonymous")
     if name.startswith("void "):
         name = name[5:]
     out, depth = [], 0

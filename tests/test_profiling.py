@@ -1,0 +1,256 @@
+"""Profiling: parsers and figure metrics on real ncu exports (tests/fixtures/ncu, captured on an
+H200) and on the committed results, plus the ncu wrapper's error paths with a fake ncu."""
+import gzip
+import json
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medddpm.cli import main
+from medddpm.profiling import metrics as M
+from medddpm.profiling.categories import abbreviation, category, short_name
+from medddpm.profiling.ncu import ProfilerError, check_output, ncu_command, profile_config
+from medddpm.profiling.store import gpus, load_bench, load_table, update_env
+from medddpm.profiling.tidy import METRICS, nvtx_path, parse_raw, tidy, to_number
+from medddpm.profiling.torchprof import window_coverage
+
+FIX = Path(__file__).parent / "fixtures" / "ncu"
+RESULTS = Path(__file__).parents[1] / "data" / "results"
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return tidy(FIX / "tiny_raw.csv.gz", FIX / "tiny_details.csv.gz", FIX / "tiny_instances.csv.gz")
+
+
+def test_numbers_and_nvtx():
+    assert to_number("7,863") == 7863 and to_number("44,500,000,000") == 4.45e10
+    assert np.isnan(to_number("")) and np.isnan(to_number("n/a")) and np.isnan(to_number("nan"))
+    cell = '695  "<default domain>:train_step:none:none"  "<default domain>:forward:none:none" '
+    assert nvtx_path(cell) == "train_step/forward"
+
+
+def test_raw_page_of_a_real_export(tables):
+    k = tables["kernels"]
+    assert len(k) == 8 and list(k["id"]) == list(range(8))
+    assert (k["nvtx"] == "train_step/forward").all()
+    assert k["duration_ns"].tolist()[:2] == [2560.0, 2464.0]  # values as exported, commas removed
+    assert k["instructions"].iloc[0] == 1988 and k["cycles"].iloc[0] == 5047
+    # IPC ≈ instructions / (active cycles × SMs) is not exact, but must be positive and finite
+    assert (k["ipc"] > 0).all() and k["l2_hit_pct"].between(0, 100).all()
+    assert k["l1_hit_pct"].notna().all()  # the section-prefixed empty copy does not win
+    for ours in METRICS:
+        assert ours in k
+
+
+def test_missing_nvtx_columns_and_units_row(tmp_path):
+    rows = ['"ID","Kernel Name","gpu__time_duration.sum","smsp__inst_executed.sum"',
+            '"","","ns","inst"', '"0","void k<int>(int)","1,024","2,000"']
+    p = tmp_path / "raw.csv"
+    p.write_text("==PROF== noise before the table\n" + "\n".join(rows) + "\n")
+    k = parse_raw(p)
+    assert k.loc[0, "duration_ns"] == 1024 and k.loc[0, "nvtx"] == "" and k.loc[0, "short_name"] == "k"
+    assert np.isnan(k.loc[0, "ipc"])  # not collected → NaN, not an error
+
+
+def test_zero_kernel_and_wrong_files_are_clear_errors(tmp_path):
+    p = tmp_path / "empty.csv"
+    p.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"","","ns"\n')
+    with pytest.raises(ValueError, match="zero kernels"):
+        parse_raw(p)
+    q = tmp_path / "x.csv"
+    q.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not an ncu CSV"):
+        parse_raw(q)
+
+
+def test_rules_and_instances(tables):
+    rules = tables["rules"]
+    assert {"id", "rule", "type", "speedup_pct"} <= set(rules.columns)
+    assert rules["speedup_pct"].dropna().between(0, 100).all()
+    assert not rules.duplicated().any()
+    ins = tables["instructions"]
+    assert set(ins["class"]) >= {"Integer", "Floating Point", "Control", "Load/Store"}
+    per_kernel = ins.groupby("id")
+    np.testing.assert_allclose(per_kernel["share"].sum(), 1.0)
+    # the class counts add up to the kernel's executed instructions
+    totals = per_kernel["count"].sum()
+    k = tables["kernels"].set_index("id")
+    np.testing.assert_allclose(totals, k.loc[totals.index, "instructions"])
+
+
+@pytest.mark.parametrize("name,short,cat,abbr", [
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize256x64x8_execute_kernel__5x_cudnn",
+     None, "convolution/GEMM", "KN1"),
+    ("sm90_xmma_fprop_implicit_gemm_tf32f32_nhwc_execute_kernel", None, "convolution/GEMM", "KN2"),
+    ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>(long, float, const T1 *, T2 *, T2 *)",
+     "RowwiseMomentsCUDAKernel", "normalization", "KN3"),
+    ("void at::native::elementwise_kernel<128, 2, lambda>(int, T3)", "elementwise_kernel", "elementwise", "KN4"),
+    ("void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false>(cudnn::ops::nhwc2nchw_params_t<T3>, const T1 *, T2 *)",
+     "nhwcToNchwKernel", "layout transform", "KN5"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, T2, T3)",
+     "vectorized_elementwise_kernel", "elementwise", None),
+    ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda lambda>(int)", None, "copy", None),
+    ("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>(long)", None, "normalization", None),
+    ("void at::native::reduce_kernel<512, 1, ReduceOp<float>>(T3)", "reduce_kernel", "reduction", None),
+])
+def test_categories_and_abbreviations(name, short, cat, abbr):
+    if short:
+        assert short_name(name) == short
+    assert category(name) == cat
+    got = abbreviation(name)
+    if abbr:
+        assert got == abbr
+    else:
+        assert got.startswith("KX-") and got == abbreviation(name)  # stable
+
+
+def test_figure_metrics_on_real_export(tables):
+    k, r, ins = tables["kernels"], tables["rules"], tables["instructions"]
+    mix = M.kernel_mix(k)
+    assert mix["share"].sum() == pytest.approx(1.0)
+    pr = M.priority_scores(k, r)
+    assert (pr["priority"] >= 0).all()
+    assert pr["priority"].sum() <= k["duration_ns"].sum()  # speedups are clamped to [0, 1]
+    stack = M.ipc_stack(k, ins, top=3)
+    assert stack["id"].nunique() == 3
+    np.testing.assert_allclose(stack.groupby("id")["ipc_part"].sum(), stack.groupby("id")["ipc"].first())
+    s = M.report_summary(k)
+    assert s["kernels"] == 8 and s["ipc_geomean"] > 0 and s["stall_long_scoreboard"] > 0
+    assert M.instruction_mix(ins)["share"].sum() == pytest.approx(1.0)
+
+
+def test_priority_takes_the_largest_rule_not_the_sum():
+    k = pd.DataFrame({"id": [0, 1], "category": ["a", "b"], "duration_ns": [100.0, 100.0]})
+    r = pd.DataFrame({"id": [0, 0, 1, 1], "type": ["OPT", "OPT", "OPT", "INF"], "speedup_pct": [30, 50, 250, 90.0]})
+    out = M.priority_scores(k, r).set_index("category")["priority"]
+    assert out["a"] == 50 and out["b"] == 100  # max(30, 50) %; 250 % clamped to 1; INF ignored
+
+
+def test_normalization_and_geomean():
+    s = pd.DataFrame({"gpu": ["g", "g"], "config": ["baseline", "opt1"], "cycles": [10.0, 4.0], "ipc_geomean": [2.0, 1.0]})
+    n = M.normalized(s).set_index("config")
+    assert n.loc["opt1", "cycles"] == pytest.approx(0.4) and n.loc["baseline", "ipc_geomean"] == 1
+    assert M.geomean(pd.Series([1.0, 4.0, np.nan, 0.0])) == pytest.approx(2.0)
+
+
+def test_window_coverage():
+    first = pd.DataFrame({"duration_us": [1.0] * 200})
+    step = pd.DataFrame({"duration_us": [2.0] * 150})
+    c = window_coverage(first, step)
+    assert c["window_kernels"] == 100 and c["coverage"] == pytest.approx(100 / 300)
+
+
+def test_results_store_loads_every_gpu():
+    found = gpus(RESULTS)
+    assert {"h200", "h100-80gb-hbm3"} <= set(found)
+    bench = load_bench(RESULTS)
+    assert set(bench["config"]) == {"baseline", "opt1", "opt2", "opt12", "pytorch-default"}
+    step = load_table("torch_step_kernels", RESULTS)
+    assert set(step["gpu_slug"]) >= {"h200", "h100-80gb-hbm3"} and (step["duration_us"] > 0).all()
+    with pytest.raises(ValueError, match="no results for GPU"):
+        load_bench(RESULTS, only=["v100"])
+
+
+def test_committed_paper_mode_reports_are_the_papers_window():
+    """The committed ncu exports re-tidy to the committed tables (no GPU needed)."""
+    for g in ("h200", "h100-80gb-hbm3"):
+        folder = RESULTS / g / "baseline"
+        k = parse_raw(folder / "ncu_paper_ncu_raw.csv.gz")
+        assert len(k) == 100  # --launch-skip 10 --launch-count 100
+        stored = pd.read_parquet(folder / "ncu_paper_kernels.parquet")
+        np.testing.assert_allclose(k["duration_ns"], stored["duration_ns"])
+        meta = json.loads((folder / "ncu_paper_meta.json").read_text())
+        assert "--launch-skip 10 --launch-count 100" in meta["command"] and "--clock-control none" in meta["command"]
+        assert meta["settings"]["tf32_conv"] is False
+
+
+def test_update_env_merges(tmp_path):
+    update_env(tmp_path, commands={"a": "x"}, ncu="1")
+    env = update_env(tmp_path, commands={"b": "y"})
+    assert env == {"commands": {"a": "x", "b": "y"}, "ncu": "1"}
+
+
+def test_ncu_command_lines():
+    paper = ncu_command("ncu", "paper", Path("r"), ["python", "w"])
+    s = " ".join(paper)
+    for opt in ("--set full", "--call-stack", "--nvtx", "--launch-skip 10", "--launch-count 100",
+                "--target-processes all", "--clock-control none", "--export r"):
+        assert opt in s
+    step = " ".join(ncu_command("ncu", "step", Path("r"), ["python"]))
+    assert "--profile-from-start off" in step and "--nvtx-include" not in step and "gpu__time_duration.sum" in step
+    with pytest.raises(ValueError, match="--mode"):
+        ncu_command("ncu", "bogus", Path("r"), [])
+
+
+@pytest.mark.parametrize("text,code,needle", [
+    ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1, "ERR_NVGPUCTRPERM"),
+    ("==WARNING== No kernels were profiled.", 0, "zero kernels"),
+    ("==ERROR== something broke", 9, "exit code 9"),
+])
+def test_ncu_failures_are_named(text, code, needle):
+    with pytest.raises(ProfilerError, match=needle):
+        check_output(text, code)
+
+
+def _fake_ncu(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "ncu"
+    p.write_text("#!/usr/bin/env bash\n" + body)
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return p
+
+
+def test_profile_failure_leaves_nothing_behind(tmp_path):
+    ncu = _fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM" >&2; exit 1\n')
+    out = tmp_path / "res"
+    out.mkdir()
+    with pytest.raises(ProfilerError, match="ERR_NVGPUCTRPERM"):
+        profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out)
+    assert [p.name for p in (out / "baseline").iterdir()] == [] and not list(out.glob(".ncu-*"))
+
+
+def test_profile_with_a_fake_ncu_that_replays_real_exports(tmp_path):
+    """The whole path (run, export, tidy, move into place) with an ncu that returns our fixtures."""
+    body = f'''
+if [ "$1" = "--import" ]; then
+  case "$*" in
+    *print-metric-instances*) zcat {FIX}/tiny_instances.csv.gz;;
+    *details*) zcat {FIX}/tiny_details.csv.gz;;
+    *) zcat {FIX}/tiny_raw.csv.gz;;
+  esac
+  exit 0
+fi
+while [ $# -gt 0 ]; do if [ "$1" = "--export" ]; then touch "$2.ncu-rep"; fi; shift; done
+echo '{{"config": "baseline", "settings": {{"tf32_conv": false}}}}'
+'''
+    ncu = _fake_ncu(tmp_path, body)
+    out = tmp_path / "res"
+    out.mkdir()
+    meta = profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out)
+    assert meta["kernels"] == 8 and meta["settings"] == {"tf32_conv": False}
+    names = sorted(p.name for p in (out / "baseline").iterdir())
+    assert "ncu_step_kernels.parquet" in names and "ncu_step_ncu_raw.csv.gz" in names
+    assert not list(out.glob(".ncu-*"))
+
+
+def test_profile_cli_without_ncu(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("NCU", raising=False)
+    code = main(["profile", "--gpu-label", "x", "--out", str(tmp_path / "r"), "--configs", "baseline", "--model", "tiny", "--size", "16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "ncu (Nsight Compute CLI) was not found" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_ncu_tidy_cli(capsys, tmp_path):
+    code = main(["ncu-tidy", "--raw", str(FIX / "tiny_raw.csv.gz"), "--details", str(FIX / "tiny_details.csv.gz"),
+                 "--instances", str(FIX / "tiny_instances.csv.gz"), "--out", str(tmp_path), "--csv"])
+    assert code == 0
+    assert pd.read_parquet(tmp_path / "kernels.parquet").shape[0] == 8
+    assert (tmp_path / "rules.csv").exists()
+    code = main(["ncu-tidy", "--raw", str(tmp_path / "nope.csv"), "--out", str(tmp_path)])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
