@@ -1,11 +1,12 @@
-# medddpm task runner. `make demo` (the main job) and `make test` do all set-up themselves.
+# medddpm task runner. `make book` (the main job) and `make test` do all set-up themselves.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BOOK_STAMP := $(VENV)/.book-installed
 DEMO   ?= _demo
 
-.PHONY: setup demo test gpu-measure clean
+.PHONY: setup setup-book chromium render book book-check nbmake test demo gpu-measure clean
 
 setup: $(STAMP)
 
@@ -16,7 +17,43 @@ $(STAMP): pyproject.toml scripts/install_torch.py
 	$(BIN)/python -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
-## The main job until the book lands: a full CPU demo of the CLI on MNI152-based data.
+setup-book: $(BOOK_STAMP)
+
+$(BOOK_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,plot,book]"
+	touch $(BOOK_STAMP)
+
+## Headless Chromium for the rendered-book check (Debian's package; installed when missing).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+## Execute every notebook (papermill, measure=False) into book/chapters/.
+render: setup-book
+	$(BIN)/python -m medddpm.report.notebook --src notebooks --out book/chapters
+
+## The main job: render the notebooks from the committed results, then build the book (warnings = errors).
+book: render
+	$(BIN)/jupyter-book build book/ -W
+	@echo "book: _build/html/index.html"
+
+## Open every page of the built book in headless Chromium: pages load, images have a size.
+book-check: chromium
+	$(BIN)/python scripts/check_book_html.py _build/html --toc _toc.yml
+
+## nbmake on every notebook (converted from its jupytext source; default, quick parameters).
+nbmake: setup-book
+	rm -rf build/nbmake && mkdir -p build/nbmake
+	for f in notebooks/[0-9]*.py; do \
+	  $(BIN)/jupytext --quiet --to ipynb -o build/nbmake/$$(basename $${f%.py}).ipynb $$f || exit 1; done
+	$(BIN)/python -m pytest --nbmake build/nbmake -p no:cacheprovider
+
+test: setup-book chromium
+	$(BIN)/python -m pytest
+	$(MAKE) nbmake
+	$(MAKE) book
+	$(MAKE) book-check
+
+## A CPU demo of the CLI: MNI152-based data → train → sample → bench.
 demo: setup
 	rm -rf $(DEMO)
 	$(BIN)/medddpm summary --model whole-head
@@ -28,12 +65,9 @@ demo: setup
 	$(BIN)/medddpm bench --model tiny --size 32 --config baseline,opt2 --steps 3 --warmup 1 --device cpu
 	@echo "demo outputs under $(DEMO)/ (data, run/checkpoint.pt, run/log.csv, samples/)"
 
-test: setup
-	$(BIN)/python -m pytest
-
 ## On a machine with an NVIDIA GPU: bench + torch.profiler tables into data/results/<gpu>/.
 gpu-measure: setup
 	PYTHON=$(BIN)/python scripts/measure_gpu.sh
 
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache
+	rm -rf $(VENV) $(DEMO) .pytest_cache _build build book/chapters

@@ -1,0 +1,159 @@
+"""Tables for the book, built from the results store (``data/results``) and the paper's numbers.
+Each returns a tidy DataFrame; the notebooks only display or plot them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..profiling import metrics as M
+from ..profiling import store
+from ..profiling.categories import PAPER_ABBREVIATIONS, category, short_name
+from . import paper
+
+CONFIG_ORDER = ["baseline", "opt1", "opt2", "opt12", "pytorch-default"]
+
+
+def select_gpus(root: Path, gpus: list[str] | str | None) -> list[str]:
+    """``None`` or 'all' → every GPU under ``root``; a comma-separated string or list otherwise."""
+    if gpus in (None, "", "all"):
+        return store.gpus(root)
+    wanted = gpus.split(",") if isinstance(gpus, str) else list(gpus)
+    return [g.strip() for g in wanted]
+
+
+def gpu_properties(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Table 1, measured side: one row per GPU from info.json / env.json / nvidia-smi.csv."""
+    rows = []
+    for g in gpus:
+        info = store.load_json("info.json", root, [g]).get(g, {})
+        env = store.load_json("env.json", root, [g]).get(g, {})
+        smi_path = root / g / "nvidia-smi.csv"
+        smi = pd.read_csv(smi_path, skipinitialspace=True).iloc[0].to_dict() if smi_path.exists() else {}
+        rows.append({
+            "gpu": g, "name": info.get("gpu"), "paper GPU": paper.paper_gpu(g) or "—",
+            "SMs": info.get("sm_count"), "memory (GiB)": info.get("memory_gib"), "L2 (MiB)": info.get("l2_mib"),
+            "max SM clock": smi.get("clocks.max.sm [MHz]"), "max memory clock": smi.get("clocks.max.memory [MHz]"),
+            "driver": smi.get("driver_version") or env.get("gpu", {}).get("driver"),
+            "torch": info.get("torch"), "CUDA": info.get("cuda"), "cuDNN": info.get("cudnn"),
+            "ncu": env.get("ncu", "—"), "bandwidth measured": "not measured",
+        })
+    return pd.DataFrame(rows)
+
+
+def bench(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Step time, forward time and peak memory per GPU × configuration, in CONFIG_ORDER."""
+    b = store.load_bench(root, gpus)
+    if b.empty:
+        return b
+    b["config"] = pd.Categorical(b["config"], CONFIG_ORDER, ordered=True)
+    base = b[b["config"] == "baseline"].set_index("gpu_slug")["step_ms_median"]
+    b["speedup_vs_baseline"] = b["gpu_slug"].map(base) / b["step_ms_median"]
+    return b.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
+
+
+def torch_step_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
+    t = store.load_table("torch_step_kernels", root, gpus)
+    if not t.empty:
+        t["category"] = t["name"].map(category)
+        t["short_name"] = t["name"].map(short_name)
+    return t
+
+
+def mix(kernels: pd.DataFrame, by: str, duration: str, group: list[str]) -> pd.DataFrame:
+    """Share of kernel time per ``by`` within each ``group`` (e.g. gpu_slug, config)."""
+    tot = kernels.groupby(group)[duration].transform("sum")
+    out = kernels.assign(share=kernels[duration] / tot).groupby(group + [by], as_index=False)["share"].sum()
+    return out.sort_values(group + ["share"], ascending=[True] * len(group) + [False]).reset_index(drop=True)
+
+
+def coverage(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """How much of a steady-state step the paper's 100-kernel ncu window covers (torch.profiler)."""
+    rows = []
+    for g in gpus:
+        for f in sorted((root / g).glob("*/torch_kernels.json")):
+            import json
+
+            c = json.loads(f.read_text())["coverage"]
+            rows.append({"gpu_slug": g, "config": f.parent.name, **c})
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["config"] = pd.Categorical(df["config"], CONFIG_ORDER, ordered=True)
+        df = df.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
+    return df
+
+
+def window_vs_step(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Kernel mix by category of the paper's window (kernels 10–109 from process start) and of a
+    whole steady-state step, both from torch.profiler."""
+    first = store.load_table("torch_first_kernels", root, gpus)
+    step = store.load_table("torch_step_kernels", root, gpus)
+    if first.empty or step.empty:
+        return pd.DataFrame()
+    window = first[(first["launch"] >= 10) & (first["launch"] < 110)]
+    both = pd.concat([window.assign(scope="paper window (100 kernels)"), step.assign(scope="whole step")])
+    both["category"] = both["name"].map(category)
+    return mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"])
+
+
+def ncu_kernels(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
+    return store.load_table(f"ncu_{mode}_kernels", root, gpus)
+
+
+def ncu_summaries(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
+    """``metrics.report_summary`` per GPU × configuration of the ncu reports found."""
+    k = ncu_kernels(root, gpus, mode)
+    if k.empty:
+        return pd.DataFrame()
+    rows = [{"gpu": g, "config": c, **M.report_summary(d)} for (g, c), d in k.groupby(["gpu_slug", "config"])]
+    return pd.DataFrame(rows)
+
+
+def normalized_vs_paper(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
+    """Cycles, instructions and IPC normalized to baseline (§6.1), ours next to the paper's."""
+    s = ncu_summaries(root, gpus, mode)
+    if s.empty:
+        return s
+    n = M.normalized(s)
+    rows = []
+    ref = paper.values(figure="§6.1")
+    for _, r in n.iterrows():
+        pg = paper.paper_gpu(r["gpu"])
+        for metric, ours in (("norm_cycles", "cycles"), ("norm_instructions", "instructions"), ("norm_ipc", "ipc_geomean")):
+            p = ref[(ref["gpu"] == pg) & (ref["config"] == r["config"]) & (ref["metric"] == metric)]
+            rows.append({"gpu": r["gpu"], "config": r["config"], "metric": metric.replace("norm_", ""),
+                         "measured": r[ours], "paper GPU": pg or "—",
+                         "paper": p["value"].iloc[0] if len(p) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def abbreviations(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: the paper's abbreviations, plus the stable ones we assign, with measured time."""
+    paper_rows = pd.DataFrame({"abbr": list(PAPER_ABBREVIATIONS), "paper kernel": list(PAPER_ABBREVIATIONS.values())})
+    if kernels.empty:
+        return paper_rows
+    seen = kernels.groupby("abbr", as_index=False).agg(example=("short_name", "first"), kernels=("id", "count"),
+                                                       duration_ms=("duration_ns", lambda s: s.sum() / 1e6))
+    out = paper_rows.merge(seen, on="abbr", how="outer")
+    return out.sort_values("duration_ms", ascending=False, na_position="last").reset_index(drop=True)
+
+
+def metric_vs_paper(summaries: pd.DataFrame, metrics: list[str], figure: str) -> pd.DataFrame:
+    """Long table of ``metrics`` per GPU × configuration, ours and the paper's where it gives one.
+    Relative metrics (rel_*) are ours divided by baseline on the same GPU."""
+    if summaries.empty:
+        return pd.DataFrame()
+    ref = paper.values(figure=figure)
+    rows = []
+    norm = M.normalized(summaries)
+    for _, r in summaries.iterrows():
+        pg = paper.paper_gpu(r["gpu"])
+        for m in metrics:
+            rel = m.startswith("rel_")
+            base = m[4:] if rel else m
+            value = norm[(norm["gpu"] == r["gpu"]) & (norm["config"] == r["config"])][base].iloc[0] if rel else r[base]
+            p = ref[(ref["gpu"] == pg) & (ref["config"] == r["config"]) & (ref["metric"] == m)]
+            rows.append({"gpu": r["gpu"], "config": r["config"], "metric": m, "measured": value,
+                         "paper GPU": pg or "—", "paper": p["value"].iloc[0] if len(p) else np.nan})
+    return pd.DataFrame(rows)

@@ -1,0 +1,75 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The model (Fig. 3)
+#
+# Med-DDPM's denoiser is a guided-diffusion style 3D U-Net conditioned on a one-hot mask that is
+# concatenated with the noisy volume (§2.1). The diagram below is drawn from the model object in
+# `medddpm.model`, not by hand; parameter and FLOP counts come from `torch.utils.flop_counter` on
+# PyTorch's meta device.
+
+# %% tags=["parameters"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # True: measure this machine's GPU through the package first, then render
+size = 128  # volume side for measure=True (the paper: 128)
+configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measure=True
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from medddpm.config import MODEL_PRESETS
+from medddpm.report import plots
+from medddpm.report.notebook import glue
+from medddpm.summary import summarize
+
+s = summarize(MODEL_PRESETS["whole-head"], (size, size, size))
+glue("params", f"{s['parameters']:,}")
+glue("tflops", f"{s['forward_flops'] / 1e12:.2f}")
+glue("input_shape", str(s["input_shape"]))
+
+# %% [markdown]
+# At the paper's size the whole-head model has {glue:text}`params` parameters and needs
+# {glue:text}`tflops` TFLOP for one forward pass at input {glue:text}`input_shape`.
+
+# %%
+fig, ax = plt.subplots(figsize=(14, 5.5))
+plots.unet_diagram(s, ax)
+plots.finish(fig)
+
+# %% [markdown]
+# ## Parameters and FLOPs per block
+
+# %%
+blocks = pd.DataFrame(s["blocks"])
+blocks["GFLOP"] = blocks["flops"] / 1e9
+blocks["share of FLOPs (%)"] = 100 * blocks["flops"] / s["forward_flops"]
+blocks[["block", "layers", "out_shape", "params", "GFLOP", "share of FLOPs (%)"]].round(2)
+
+# %%
+fig, ax = plt.subplots(figsize=(12, 3.5))
+ax.bar(blocks["block"], blocks["GFLOP"], color="#4c72b0")
+ax.set_ylabel("forward GFLOP")
+ax.set_title(f"Forward FLOPs per block at {size}³")
+ax.tick_params(axis="x", rotation=90, labelsize=7)
+plots.finish(fig)
+glue("top_block", blocks.nlargest(1, "flops")["block"].iloc[0])
+glue("top_block_share", f"{blocks['share of FLOPs (%)'].max():.0f} %")
+
+# %% [markdown]
+# The most expensive block is {glue:text}`top_block` ({glue:text}`top_block_share` of the
+# forward FLOPs): the full-resolution levels dominate, which is why 3D convolutions at 128³ set
+# the step time.

@@ -1,0 +1,92 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # End to end: step time, and what the paper's window sees
+#
+# The paper measures kernels, not training steps. Here: the median time of a whole training step
+# (forward + L1 loss + backward + Adam, batch 1, 128³; CUDA events after warm-up), its forward
+# part and peak memory, per configuration and GPU — and how much of such a step the paper's
+# 100-kernel ncu window covers.
+
+# %% tags=["parameters"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # True: measure this machine's GPU through the package first, then render
+size = 128  # volume side for measure=True (the paper: 128)
+configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measure=True
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from medddpm.report import measure as measure_
+from medddpm.report import paper, plots, tables
+from medddpm.report.notebook import glue
+
+root = paper.results_dir(results_dir)
+if measure:
+    measure_.end_to_end(root, size, configs)
+G = tables.select_gpus(root, gpus)
+B = tables.bench(root, G)
+B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
+   "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]]
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), ("fwd_ms_median", "forward ms"),
+                                   ("peak_mem_gib", "peak allocated GiB")]):
+    plots.bars(B.assign(series=B["gpu_slug"]), "config", col, label, label, ax, order=tables.CONFIG_ORDER)
+    ax.tick_params(axis="x", rotation=25)
+fig.suptitle("Training step at 128³, batch 1 (measured; the paper reports no step times)")
+plots.finish(fig)
+for _, r in B.iterrows():
+    glue(f"{r['gpu_slug']}_{r['config']}_step_ms", f"{r['step_ms_median']:.0f}")
+    glue(f"{r['gpu_slug']}_{r['config']}_speedup", f"{r['speedup_vs_baseline']:.1f}")
+ms = B.set_index(["gpu_slug", "config"])["step_ms_median"]
+if "h200" in G:
+    glue("h200_opt2_vs_baseline", "slower" if ms["h200", "opt2"] > ms["h200", "baseline"] else "faster")
+    glue("h200_opt12_vs_opt1", "slower" if ms["h200", "opt12"] > ms["h200", "opt1"] else "faster")
+
+# %% [markdown]
+# On the H200 a true-FP32 step takes {glue:text}`h200_baseline_step_ms` ms; TF32 (`opt1`) makes it
+# {glue:text}`h200_opt1_speedup`× faster ({glue:text}`h200_opt1_step_ms` ms), while channels-last
+# alone (`opt2`, {glue:text}`h200_opt2_step_ms` ms) is {glue:text}`h200_opt2_vs_baseline` than the
+# baseline, and `opt12` ({glue:text}`h200_opt12_step_ms` ms) is {glue:text}`h200_opt12_vs_opt1`
+# than TF32 alone. PyTorch's own defaults
+# (`pytorch-default`, {glue:text}`h200_pytorch-default_step_ms` ms) already use TF32 for
+# convolutions.
+#
+# ## How much of a step does the paper's window cover?
+#
+# ncu's `--launch-skip 10 --launch-count 100` counts kernels from process start, so the window is
+# the 11th–110th kernel of the first training step. torch.profiler recorded every kernel of that
+# first step and of a steady-state step; coverage = window kernel time / steady-step kernel time.
+
+# %%
+C = tables.coverage(root, G)
+for _, r in C.iterrows():
+    glue(f"{r['gpu_slug']}_{r['config']}_coverage", f"{100 * r['coverage']:.1f} %")
+C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "step_kernel_us", "coverage"]]
+
+# %% [markdown]
+# The window covers {glue:text}`h200_baseline_coverage` of a baseline step on the H200 and
+# {glue:text}`h100-80gb-hbm3_baseline_coverage` on the H100: conclusions about "the training step"
+# drawn from it rest on a few percent of the work. Its kernel mix differs from the whole step's:
+
+# %%
+W = tables.window_vs_step(root, G)
+fig, ax = plt.subplots(figsize=(10, 0.35 * W.groupby(["gpu_slug", "config", "scope"]).ngroups + 1.5))
+plots.stacked_shares(W, ["gpu_slug", "config", "scope"], "category", "Kernel mix: the paper's window vs a whole step (measured)", ax=ax)
+plots.finish(fig)

@@ -1,0 +1,132 @@
+"""The book's data layer: the paper's transcribed numbers, tables from the committed results,
+the notebook runner and the rendered-HTML check."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medddpm.report import paper, tables
+
+ROOT = Path(__file__).parents[1]
+RESULTS = ROOT / "data" / "results"
+
+
+def test_paper_values_are_tidy_and_sourced():
+    v = paper.values(ROOT)
+    assert list(v.columns) == ["figure", "gpu", "config", "subject", "metric", "value", "value_high", "qualifier",
+                               "unit", "source"]
+    assert v["source"].str.contains("§").all()
+    assert pd.to_numeric(v["value"], errors="coerce").notna().all()
+    assert set(v["gpu"]) <= {"V100", "A100", "H100", "all"}
+    assert set(v["config"]) <= {"baseline", "opt1", "opt2", "opt12"}
+    assert not v.duplicated(["figure", "gpu", "config", "subject", "metric"]).any()
+    # the §6.1 numbers the issues quote
+    n = paper.values(ROOT, figure="§6.1", gpu="H100", config="opt1").set_index("metric")["value"]
+    assert n.to_dict() == {"norm_cycles": 0.39, "norm_instructions": 0.18, "norm_ipc": 0.95}
+
+
+def test_paper_tables():
+    t1 = paper.table("table1", ROOT)
+    assert list(t1.columns) == ["feature", "H100", "A100", "V100"]
+    assert t1.set_index("feature").loc["L2 Cache", "H100"] == "50 MB"
+    assert len(paper.table("table2", ROOT)) == 8
+
+
+@pytest.mark.parametrize("slug,gpu", [("h100-80gb-hbm3", "H100"), ("a100-sxm4-40gb", "A100"), ("h200", None)])
+def test_paper_gpu(slug, gpu):
+    assert paper.paper_gpu(slug) == gpu
+
+
+def test_repo_root_is_found_from_a_subfolder(monkeypatch):
+    monkeypatch.chdir(ROOT / "notebooks")
+    assert paper.results_dir() == ROOT / "data" / "results"
+
+
+def test_tables_from_committed_results():
+    G = tables.select_gpus(RESULTS, None)
+    assert G == sorted(G) and "h200" in G
+    assert tables.select_gpus(RESULTS, "h200") == ["h200"]
+    b = tables.bench(RESULTS, G)
+    base = b[b["config"] == "baseline"]
+    assert (base["speedup_vs_baseline"] == 1).all()
+    c = tables.coverage(RESULTS, G)
+    assert c["coverage"].between(0, 1).all() and (c["window_kernels"] == 100).all()
+    w = tables.window_vs_step(RESULTS, ["h200"])
+    sums = w.groupby(["gpu_slug", "config", "scope"])["share"].sum()
+    np.testing.assert_allclose(sums, 1.0)
+    props = tables.gpu_properties(RESULTS, G)
+    assert props.set_index("gpu").loc["h200", "SMs"] == 132
+
+
+def test_normalized_vs_paper_pairs_the_right_gpu():
+    n = tables.normalized_vs_paper(RESULTS, ["h200", "h100-80gb-hbm3"])
+    h200 = n[(n["gpu"] == "h200") & (n["config"] == "opt1")]
+    assert set(h200["metric"]) == {"cycles", "instructions", "ipc"}
+    assert h200["paper"].isna().all()  # the paper has no H200
+    h100_base = n[(n["gpu"] == "h100-80gb-hbm3") & (n["config"] == "baseline")]
+    assert (h100_base["measured"] == 1).all()
+
+
+def test_abbreviations_cover_the_paper_table():
+    k = tables.ncu_kernels(RESULTS, ["h200"])
+    ab = tables.abbreviations(k[k["config"] == "baseline"])
+    assert set(paper.table("table2", ROOT)["abbr"]) <= set(ab["abbr"])
+    assert ab.loc[ab["abbr"] == "KN1", "duration_ms"].iloc[0] > 0  # sm80_xmma_fprop_implicit is measured
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and not os.environ.get("CI"), reason="Debian chromium not installed")
+def test_html_check_catches_a_broken_image(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(next((ROOT / "tests" / "fixtures").glob("*.png"), None) or _png(tmp_path), site / "ok.png")
+    (site / "intro.html").write_text('<html><body><img src="ok.png"></body></html>')
+    (site / "bad.html").write_text('<html><body><img src="missing.png"></body></html>')
+    toc = tmp_path / "_toc.yml"
+    toc.write_text("format: jb-book\nroot: intro\nchapters:\n  - file: bad\n  - file: gone\n")
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_book_html.py"), str(site), "--toc", str(toc)],
+                       capture_output=True, text=True)
+    assert p.returncode == 1
+    assert "bad: image missing.png has natural size 0×0" in p.stderr and "gone: page missing" in p.stderr
+    assert "book: 1 passed, 2 failed" in p.stdout
+
+
+def _png(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = tmp_path / "dot.png"
+    plt.figure(figsize=(1, 1)).savefig(path)
+    return path
+
+
+def test_notebooks_have_jupytext_headers_and_parameters():
+    for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
+        text = nb.read_text()
+        assert "kernelspec:" in text and "format_name: percent" in text, nb
+        assert '# %% tags=["parameters"]' in text, nb
+        for name in ("results_dir", "gpus", "measure", "size", "configs"):
+            assert f"\n{name} = " in text, (nb, name)
+
+
+def test_notebook_runner_hides_parameter_cells(tmp_path):
+    import nbformat
+
+    from medddpm.report.notebook import execute
+
+    src = tmp_path / "01_x.py"
+    src.write_text((ROOT / "notebooks" / "01_setup.py").read_text().split("# %% [markdown]")[0]
+                   + '# %% tags=["parameters"]\nvalue = 1\n\n# %%\nprint(value * 2)\n')
+    out = execute(src, tmp_path / "out" / "01_x.ipynb", {"value": 21})
+    nb = nbformat.read(out, 4)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert any("injected-parameters" in t and "remove-cell" in t for t in tags)
+    assert any("parameters" in t and "remove-cell" in t for t in tags)
+    assert nb.cells[-1].outputs[0]["text"].strip() == "42"
