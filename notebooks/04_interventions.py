@@ -66,11 +66,14 @@ for (g, c), v in conv.items():
     glue(f"{g}_{c}_conv_share", f"{100 * v:.0f} %")
 
 # %%
-paper.values(figure="Fig 8")[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]]
+fig8 = paper.values(figure="Fig 8")
+opt2_ref = fig8[(fig8["config"] == "opt2") & (fig8["subject"] == "elementwise")].iloc[0]
+glue("paper_opt2_elementwise", f"{opt2_ref['value']:.0f}–{opt2_ref['value_high']:.0f} %")
+fig8[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]]
 
 # %% [markdown]
 # The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step
-# to elementwise kernels (~73–80 %). In our whole-step measurements convolutions still take
+# to elementwise kernels (~{glue:text}`paper_opt2_elementwise`). In our whole-step measurements convolutions still take
 # {glue:text}`h200_opt2_conv_share` of `opt2` on the H200 (baseline: {glue:text}`h200_baseline_conv_share`),
 # while TF32 (`opt1`) brings them to {glue:text}`h200_opt1_conv_share`. With both (`opt12`), layout
 # copies (category *copy*: elementwise kernels that copy between memory formats) take a large

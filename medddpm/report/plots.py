@@ -36,8 +36,8 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     # legend from the styled bars themselves, so paper entries show their hatching
-    ax.legend([c.patches[0] for c in ax.containers], present, title="measured GPU / (paper)", fontsize=7,
-              title_fontsize=7)
+    title_ = "measured GPU / (paper)" if any(p.endswith("(paper)") for p in present) else "measured GPU"
+    ax.legend([c.patches[0] for c in ax.containers], present, title=title_, fontsize=7, title_fontsize=7)
     return ax
 
 

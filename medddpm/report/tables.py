@@ -63,8 +63,9 @@ def torch_step_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 def mix(kernels: pd.DataFrame, by: str, duration: str, group: list[str]) -> pd.DataFrame:
     """Share of kernel time per ``by`` within each ``group`` (e.g. gpu_slug, config)."""
-    tot = kernels.groupby(group)[duration].transform("sum")
-    out = kernels.assign(share=kernels[duration] / tot).groupby(group + [by], as_index=False)["share"].sum()
+    tot = kernels.groupby(group, observed=True)[duration].transform("sum")
+    out = (kernels.assign(share=kernels[duration] / tot)
+           .groupby(group + [by], as_index=False, observed=True)["share"].sum())
     return out.sort_values(group + ["share"], ascending=[True] * len(group) + [False]).reset_index(drop=True)
 
 
@@ -94,7 +95,9 @@ def window_vs_step(root: Path, gpus: list[str]) -> pd.DataFrame:
     window = first[(first["launch"] >= 10) & (first["launch"] < 110)]
     both = pd.concat([window.assign(scope="paper window (100 kernels)"), step.assign(scope="whole step")])
     both["category"] = both["name"].map(category)
-    return mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"])
+    both["config"] = pd.Categorical(both["config"], CONFIG_ORDER, ordered=True)
+    out = mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"])
+    return out[out.groupby(["gpu_slug", "config", "scope"], observed=True)["share"].transform("sum") > 0]
 
 
 def ncu_kernels(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
