@@ -208,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 
-def _terminate(signum, frame):  # SIGTERM (e.g. `timeout`) → clean-up paths run as for Ctrl-C
+def _terminate(_signum, _frame):  # SIGTERM (e.g. `timeout`) → clean-up paths run as for Ctrl-C
     raise KeyboardInterrupt
 
 

@@ -5,7 +5,7 @@ from that dict (``from_dict``), so a number on disk always says which configurat
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
@@ -175,5 +175,5 @@ def run_config(name: str) -> Knobs:
 
 __all__ = [
     "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS",
-    "model_preset", "run_config", "from_dict", "asdict", "replace", "field",
+    "model_preset", "run_config", "from_dict", "asdict", "replace",
 ]

@@ -202,11 +202,6 @@ class UNet3D(nn.Module):
             zeroed(nn.Conv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
         )
 
-    def set_attention_checkpointing(self, enabled: bool) -> None:
-        for m in self.modules():
-            if isinstance(m, Attention):
-                m.checkpointed = enabled
-
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
         if x.ndim != 5 or x.shape[1] != self.cfg.in_channels:
             raise ValueError(

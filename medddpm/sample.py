@@ -34,8 +34,9 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     if existing:
         raise InputError(f"{out} already holds {', '.join(existing)}; choose another --out")
     # read every mask first: a bad one fails before any output is written
-    conds = [load_mask_tensor(f, model_cfg.name if model_cfg.name in MASK_LABELS else "whole-head", size)
-             for f in files]
+    if model_cfg.name not in MASK_LABELS:
+        raise InputError(f"the checkpoint's model {model_cfg.name!r} has no mask labels defined")
+    conds = [load_mask_tensor(f, model_cfg.name, size) for f in files]
     model = UNet3D(model_cfg, checkpoint_attention=False)
     model.load_state_dict(ckpt[weights])
     model.to(device).eval()

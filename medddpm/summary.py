@@ -30,7 +30,7 @@ def summarize(cfg: ModelConfig, size: tuple[int, int, int], batch: int = 1) -> d
     shapes: dict[str, tuple[list[int], list[int]]] = {}
     hooks = []
     for name, block in _blocks(model):
-        def hook(mod, args, out, name=name):
+        def hook(_module, args, out, name=name):
             shapes[name] = (list(args[0].shape), list(out.shape))
         hooks.append(block.register_forward_hook(hook))
     counter = FlopCounterMode(display=False)

@@ -101,7 +101,7 @@ def parse_raw(path: str | Path) -> pd.DataFrame:
     rows = read_csv_rows(path)
     if len(rows) < 2:
         raise InputError(f"{path}: no header/units rows")
-    header, units, data = rows[0], rows[1], rows[2:]
+    header, data = rows[0], rows[2:]  # rows[1] holds the units (base units: --print-units base)
     if ID not in header or NAME not in header:
         raise InputError(f"{path}: missing the {ID!r} or {NAME!r} column")
     if not data:
@@ -119,7 +119,7 @@ def parse_raw(path: str | Path) -> pd.DataFrame:
             "block": cells.get("Block Size", ""),
             "grid": cells.get("Grid Size", ""),
         }
-        for col, unit in zip(header, units):
+        for col in header:
             if col in fixed or col == nvtx_col or col.startswith("Id:Domain"):
                 continue
             name = metric_name(col)

@@ -43,10 +43,6 @@ def execute(source: str | Path, target: str | Path, parameters: dict[str, Any] |
     return target
 
 
-def execute_all(sources: list[Path], out: Path, parameters: dict[str, Any] | None = None) -> list[Path]:
-    return [execute(s, out / f"{s.stem}.ipynb", parameters) for s in sources]
-
-
 def main(argv: list[str] | None = None) -> int:
     """python -m medddpm.report.notebook [--src notebooks] [--out book/chapters] [-p name value]…"""
     import argparse

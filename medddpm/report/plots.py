@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -94,6 +93,3 @@ def finish(fig=None) -> None:
     (fig or plt.gcf()).tight_layout()
     plt.show()
 
-
-def percent(x: float) -> str:
-    return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.1f} %"
