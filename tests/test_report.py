@@ -130,3 +130,10 @@ def test_notebook_runner_hides_parameter_cells(tmp_path):
     assert any("injected-parameters" in t and "remove-cell" in t for t in tags)
     assert any("parameters" in t and "remove-cell" in t for t in tags)
     assert nb.cells[-1].outputs[0]["text"].strip() == "42"
+
+
+def test_measuring_without_a_gpu_is_one_clear_error(tmp_path):
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "measure_gpu.sh"), str(tmp_path / "out"), "16"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr
+    assert not (tmp_path / "out").exists()

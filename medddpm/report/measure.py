@@ -1,10 +1,23 @@
-"""``measure=True`` in the notebooks: measure this machine's GPU through the package first, so
-the same notebook is a per-GPU papermill run on a GPU machine and a pure renderer on a laptop."""
+"""Measuring the local GPU through the package: the one path behind ``make gpu-measure``
+(``scripts/measure_gpu.sh``) and ``measure=True`` in the notebooks, so the same notebook is a
+per-GPU papermill run on a GPU machine and a pure renderer on a laptop.
+
+    python -m medddpm.report.measure [--out data/results/<gpu-slug>] [--size 128] [--configs …]
+"""
 from __future__ import annotations
 
+import argparse
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from ..errors import InputError
+from ..io import write_text_atomic
+
+ALL_CONFIGS = "baseline,opt1,opt2,opt12,pytorch-default"
+SMI_FIELDS = "name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit,pcie.link.gen.max"
 
 
 def local_gpu_folder(root: Path) -> Path:
@@ -13,7 +26,7 @@ def local_gpu_folder(root: Path) -> Path:
     from ..runtime import env_info
 
     if not torch.cuda.is_available():
-        raise InputError("measure=True needs a CUDA GPU; this machine has none (use measure=False to render)")
+        raise InputError("measuring needs a CUDA GPU; this machine has none (use measure=False to render)")
     return root / env_info()["gpu_slug"]
 
 
@@ -24,16 +37,26 @@ def _run(argv: list[str]) -> None:
         raise InputError(f"medddpm {' '.join(argv)} failed (see the message above)")
 
 
-def end_to_end(root: Path, size: int, configs: str) -> Path:
-    """bench.csv, info.json and torch.profiler tables of every configuration for the local GPU."""
-    import json
+def _nvidia_smi_csv(folder: Path) -> None:
+    if not shutil.which("nvidia-smi"):
+        return
+    p = subprocess.run(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv"], capture_output=True, text=True)
+    if p.returncode == 0:
+        write_text_atomic(folder / "nvidia-smi.csv", p.stdout)
 
+
+def end_to_end(root: Path, size: int = 128, configs: str = ALL_CONFIGS, folder: Path | None = None) -> Path:
+    """info.json, nvidia-smi.csv, bench.csv and torch.profiler tables of every configuration for the
+    local GPU, in ``folder`` (default ``root/<gpu-slug>``)."""
     from ..runtime import env_info
 
-    folder = local_gpu_folder(root)
+    folder = folder or local_gpu_folder(root)
+    local_gpu_folder(root)  # a GPU is required even when the folder is given
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "info.json").write_text(json.dumps(env_info(), indent=2, default=str))
-    _run(["bench", "--model", "whole-head", "--size", str(size), "--config", configs, "--out", str(folder / "bench.csv")])
+    write_text_atomic(folder / "info.json", json.dumps(env_info(), indent=2, default=str))
+    _nvidia_smi_csv(folder)
+    _run(["bench", "--model", "whole-head", "--size", str(size), "--config", configs, "--steps", "10",
+          "--warmup", "3", "--device", "cuda", "--out", str(folder / "bench.csv")])
     _run(["torch-kernels", "--model", "whole-head", "--size", str(size), "--configs", configs, "--out", str(folder)])
     return folder
 
@@ -44,3 +67,22 @@ def ncu_paper_mode(root: Path, size: int, configs: str) -> Path:
     _run(["profile", "--gpu-label", folder.name, "--out", str(folder), "--mode", "paper", "--configs", configs,
           "--size", str(size)])
     return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m medddpm.report.measure")
+    p.add_argument("--out", help="results folder (default: data/results/<gpu-slug>)")
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--configs", default=ALL_CONFIGS)
+    a = p.parse_args(argv)
+    try:
+        folder = end_to_end(Path("data/results"), a.size, a.configs, Path(a.out) if a.out else None)
+    except InputError as exc:
+        print(f"measure: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"measurements in {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
