@@ -56,7 +56,7 @@ def cmd_demo_data(a: argparse.Namespace) -> None:
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    from .config import TrainConfig, model_preset, replace, run_config
+    from .config import TrainConfig, model_preset, run_config
     from .data import VolumeDataset, pair_files
     from .runtime import resolve_device
     from .train import CHECKPOINT, Trainer

@@ -27,16 +27,12 @@ size = 128  # volume side for measure=True (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measure=True
 
 # %%
-import pandas as pd
 
-from medddpm.report import measure as measure_
+from medddpm.report.measure import prepare
 from medddpm.report import paper, tables
 from medddpm.report.notebook import glue
 
-root = paper.results_dir(results_dir)
-if measure:
-    measure_.end_to_end(root, size, configs)
-G = tables.select_gpus(root, gpus)
+root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 glue("n_gpus", len(G))
 glue("gpu_list", ", ".join(G))
 

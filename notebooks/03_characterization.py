@@ -34,14 +34,11 @@ import pandas as pd
 
 from medddpm.profiling import metrics as M
 from medddpm.profiling import store
-from medddpm.report import measure as measure_
+from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
 
-root = paper.results_dir(results_dir)
-if measure:
-    measure_.ncu_paper_mode(root, size, "baseline")
-G = tables.select_gpus(root, gpus)
+root, G = prepare(results_dir, gpus, measure, "ncu", size, "baseline")
 K = tables.ncu_kernels(root, G, "paper")
 base = K[K["config"] == "baseline"] if not K.empty else K
 R = store.load_table("ncu_paper_rules", root, G)

@@ -32,16 +32,12 @@ configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measu
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from medddpm.profiling import metrics as M
 from medddpm.profiling import store
-from medddpm.report import measure as measure_
+from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
 
-root = paper.results_dir(results_dir)
-if measure:
-    measure_.ncu_paper_mode(root, size, configs)
-G = tables.select_gpus(root, gpus)
+root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
 T = tables.torch_step_kernels(root, G)
 S = tables.ncu_summaries(root, G, "paper")
 have = (S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not S.empty

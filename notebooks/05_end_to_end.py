@@ -29,16 +29,12 @@ configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measu
 
 # %%
 import matplotlib.pyplot as plt
-import pandas as pd
 
-from medddpm.report import measure as measure_
-from medddpm.report import paper, plots, tables
+from medddpm.report.measure import prepare
+from medddpm.report import plots, tables
 from medddpm.report.notebook import glue
 
-root = paper.results_dir(results_dir)
-if measure:
-    measure_.end_to_end(root, size, configs)
-G = tables.select_gpus(root, gpus)
+root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 B = tables.bench(root, G)
 B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
    "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]]

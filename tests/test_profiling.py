@@ -1,8 +1,6 @@
 """Profiling: parsers and figure metrics on real ncu exports (tests/fixtures/ncu, captured on an
 H200) and on the committed results, plus the ncu wrapper's error paths with a fake ncu."""
-import gzip
 import json
-import os
 import stat
 from pathlib import Path
 

@@ -1,6 +1,5 @@
 """The book's data layer: the paper's transcribed numbers, tables from the committed results,
 the notebook runner and the rendered-HTML check."""
-import json
 import os
 import shutil
 import subprocess

@@ -69,6 +69,19 @@ def ncu_paper_mode(root: Path, size: int, configs: str) -> Path:
     return folder
 
 
+def prepare(results_dir, gpus, measure: bool, what: str, size: int, configs: str) -> tuple[Path, list[str]]:
+    """A notebook's first step: measure the local GPU if asked (``what``: 'end_to_end' or
+    'ncu'), then return the results folder and the GPUs to render."""
+    from . import paper, tables
+
+    if what not in ("end_to_end", "ncu"):
+        raise ValueError(f"what must be 'end_to_end' or 'ncu', got {what!r}")
+    root = paper.results_dir(results_dir)
+    if measure:
+        (end_to_end if what == "end_to_end" else ncu_paper_mode)(root, size, configs)
+    return root, tables.select_gpus(root, gpus)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m medddpm.report.measure")
     p.add_argument("--out", help="results folder (default: data/results/<gpu-slug>)")
