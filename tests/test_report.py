@@ -133,6 +133,6 @@ def test_notebook_runner_hides_parameter_cells(tmp_path):
 
 def test_measuring_without_a_gpu_is_one_clear_error(tmp_path):
     p = subprocess.run(["bash", str(ROOT / "scripts" / "measure_gpu.sh"), str(tmp_path / "out"), "16"],
-                       capture_output=True, text=True, cwd=ROOT)
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr
     assert not (tmp_path / "out").exists()
