@@ -78,25 +78,61 @@ fig8[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]]
 #
 # ## Normalized cycles, instructions and IPC (§6.1)
 #
-# Sums over the kernels of the ncu report, divided by `baseline` on the same GPU; IPC is the
-# geometric mean of per-kernel IPC (§3.2).
+# Sums over the kernels of an ncu report, divided by `baseline` on the same GPU; IPC is the
+# geometric mean of per-kernel IPC (§3.2). Two scopes: the paper's window (paper mode: the 11th–110th
+# kernel from process start, `--set full`) and a whole steady-state training step (step mode: every
+# kernel between cudaProfilerStart/Stop, the one-pass `core` metric set).
 
 # %%
-norm = tables.normalized_vs_paper(root, G, "paper")
-ref61 = paper.values(figure="§6.1", gpu="H100", config="opt1").set_index("metric")["value"]
-for metric in ("cycles", "instructions", "ipc"):
-    glue(f"paper_h100_opt1_norm_{metric}", f"{ref61['norm_' + metric]:.2f}")
+norm = tables.normalized_scopes(root, G)
+ref61 = paper.values(figure="§6.1")
+for _, r in ref61.iterrows():
+    high = f"–{r['value_high']:.2f}" if pd.notna(r["value_high"]) else ""
+    glue(f"paper_{r['gpu']}_{r['config']}_norm_{r['metric'].replace('norm_', '')}", f"{r['value']:.2f}{high}")
+short = {"paper window (100 kernels)": "window", "whole step": "step"}
+for _, r in norm.iterrows():
+    glue(f"{r['gpu']}_{r['config']}_{short[r['scope']]}_norm_{r['metric']}", f"{r['measured']:.2f}")
+norm_table = tables.scope_pivot(norm)
+norm_table
+
+# %%
 if not norm.empty:
-    for _, r in norm[norm["config"] == "opt1"].iterrows():
-        glue(f"{r['gpu']}_opt1_norm_{r['metric']}", f"{r['measured']:.2f}")
-norm.pivot_table(index=["gpu", "config", "paper GPU"], columns="metric", values=["measured", "paper"]).round(3) if not norm.empty else norm
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, metric in zip(axes, ("cycles", "instructions", "ipc")):
+        m = norm[(norm["metric"] == metric) & (norm["config"] != "baseline")]
+        meas = m.assign(gpu=m["gpu"] + " · " + m["scope"].map(short), value=m["measured"])
+        ref = ref61[ref61["metric"] == f"norm_{metric}"]
+        data = plots.with_paper(meas, ref.assign(value=ref["value"]), "config")
+        data["config"] = data["config"].astype(str)
+        plots.bars(data, "config", "value", f"{metric} × baseline", "× baseline", ax,
+                   order=[c for c in tables.CONFIG_ORDER[1:] if c in set(data["config"])])
+        ax.axhline(1, color="0.3", lw=0.8)
+    fig.suptitle("§6.1 — normalized to baseline: the paper's window vs a whole step (measured) and the paper")
+    plots.finish(fig)
 
 # %% [markdown]
-# On the H200, TF32 gives {glue:text}`h200_opt1_norm_cycles`× the cycles,
-# {glue:text}`h200_opt1_norm_instructions`× the instructions and {glue:text}`h200_opt1_norm_ipc`×
-# the IPC of the baseline window; the paper's H100 numbers are
-# {glue:text}`paper_h100_opt1_norm_cycles`×, {glue:text}`paper_h100_opt1_norm_instructions`× and
-# {glue:text}`paper_h100_opt1_norm_ipc`×.
+# **TF32 (`opt1`).** Over the paper's window on the H100 we measure
+# {glue:text}`h100-80gb-hbm3_opt1_window_norm_cycles`× the cycles,
+# {glue:text}`h100-80gb-hbm3_opt1_window_norm_instructions`× the instructions and
+# {glue:text}`h100-80gb-hbm3_opt1_window_norm_ipc`× the IPC of the baseline; the paper reports
+# {glue:text}`paper_H100_opt1_norm_cycles`×, {glue:text}`paper_H100_opt1_norm_instructions`× and
+# {glue:text}`paper_H100_opt1_norm_ipc`× (A100: {glue:text}`paper_A100_opt1_norm_cycles`×,
+# {glue:text}`paper_A100_opt1_norm_instructions`×, {glue:text}`paper_A100_opt1_norm_ipc`×).
+# Over a whole step the cut is deeper: {glue:text}`h100-80gb-hbm3_opt1_step_norm_cycles`× cycles and
+# {glue:text}`h100-80gb-hbm3_opt1_step_norm_instructions`× instructions on the H100
+# ({glue:text}`h200_opt1_step_norm_cycles`× and {glue:text}`h200_opt1_step_norm_instructions`× on
+# the H200): convolutions, which TF32 moves to tensor cores, take a smaller share of the window's
+# kernel time than of a whole step's (end-to-end chapter), so the window understates what TF32 saves.
+#
+# **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to
+# {glue:text}`paper_H100_opt2_norm_cycles`× and instructions to
+# {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100. We do not see this in
+# either scope: `opt2` gives {glue:text}`h100-80gb-hbm3_opt2_window_norm_cycles`× the cycles in the
+# window and {glue:text}`h100-80gb-hbm3_opt2_step_norm_cycles`× over a whole step on the H100
+# ({glue:text}`h200_opt2_step_norm_cycles`× on the H200), in line with its slower step time in the
+# end-to-end chapter; `opt12` gives {glue:text}`h100-80gb-hbm3_opt12_step_norm_cycles`× over a step,
+# i.e. more than TF32 alone. Channels-last did not remove the convolutions' work here; it added
+# layout copies.
 #
 # ## Fig. 9 — instruction mix per configuration
 
@@ -147,6 +183,8 @@ fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_s
             "Fig. 13 — warp stalls relative to baseline", "× baseline")
 
 # %% [markdown]
-# What could not be compared: the paper's V100 and A100 values (we had neither GPU), and every
-# counter-based value for `opt2`, `opt12` and `pytorch-default`, for which no ncu report was
-# captured yet (device time). The H200 is not in the paper at all; its bars stand alone.
+# Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter
+# pass so a whole 128³ step profiles in about a minute), so they show the paper's window. What could
+# not be compared: the paper's V100 and A100 values (we had neither GPU), and every counter-based
+# value for `pytorch-default` in the window (no paper-mode report yet: device time). The H200 is
+# not in the paper at all; its bars stand alone.

@@ -11,10 +11,11 @@ import pytest
 from medddpm.cli import main
 from medddpm.profiling import metrics as M
 from medddpm.profiling.categories import abbreviation, category, short_name
-from medddpm.profiling.ncu import ProfilerError, check_output, ncu_command, profile_config
+from medddpm.profiling.ncu import (STEP_SETS, ProfilerError, check_output, ncu_command, profile_config, progress,
+                                   step_metrics)
 from medddpm.profiling.store import gpus, load_bench, load_table, update_env
 from medddpm.profiling.tidy import METRICS, nvtx_path, parse_raw, tidy, to_number
-from medddpm.profiling.torchprof import window_coverage
+from medddpm.profiling.torchprof import kernels_only, window_coverage
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"
 RESULTS = Path(__file__).parents[1] / "data" / "results"
@@ -143,6 +144,12 @@ def test_window_coverage():
     assert c["window_kernels"] == 100 and c["coverage"] == pytest.approx(100 / 300)
 
 
+def test_user_annotations_are_not_kernels():
+    names = ["void f<4>(x)::{lambda()#1}", "Optimizer.step#Adam.step", "sm90_xmma_fprop", "Optimizer.zero_grad#SGD.zero_grad"]
+    k = kernels_only(pd.DataFrame({"name": names, "duration_us": [1.0, 9.0, 2.0, 3.0], "launch": range(4)}))
+    assert k["name"].tolist() == [names[0], names[2]] and k["launch"].tolist() == [0, 1]
+
+
 def test_results_store_loads_every_gpu():
     found = gpus(RESULTS)
     assert {"h200", "h100-80gb-hbm3"} <= set(found)
@@ -155,16 +162,33 @@ def test_results_store_loads_every_gpu():
 
 
 def test_committed_paper_mode_reports_are_the_papers_window():
-    """The committed ncu exports re-tidy to the committed tables (no GPU needed)."""
-    for g in ("h200", "h100-80gb-hbm3"):
-        folder = RESULTS / g / "baseline"
+    """The committed ncu exports re-tidy to the committed tables (no GPU needed), and each ran
+    with the paper's options and the configuration's own TF32 setting."""
+    metas = sorted(RESULTS.glob("*/*/ncu_paper_meta.json"))
+    assert len(metas) >= 8
+    for path in metas:
+        folder, config = path.parent, path.parent.name
         k = parse_raw(folder / "ncu_paper_ncu_raw.csv.gz")
-        assert len(k) == 100  # --launch-skip 10 --launch-count 100
+        assert len(k) == 100, path  # --launch-skip 10 --launch-count 100
         stored = pd.read_parquet(folder / "ncu_paper_kernels.parquet")
         np.testing.assert_allclose(k["duration_ns"], stored["duration_ns"])
-        meta = json.loads((folder / "ncu_paper_meta.json").read_text())
+        meta = json.loads(path.read_text())
         assert "--launch-skip 10 --launch-count 100" in meta["command"] and "--clock-control none" in meta["command"]
-        assert meta["settings"]["tf32_conv"] is False
+        assert meta["config"] == config and meta["settings"]["tf32_conv"] is (config in ("opt1", "opt12", "pytorch-default"))
+
+
+def test_committed_step_reports_see_the_step_torch_profiler_sees():
+    """ncu step mode (kernel replay) and torch.profiler recorded the same steady-state step: the
+    same kernels in number and, within 5 %, the same summed kernel time — on every GPU × config."""
+    from medddpm.report.tables import step_agreement
+
+    a = step_agreement(RESULTS, gpus(RESULTS))
+    assert len(a) >= 10
+    assert (a["ncu_kernels"] == a["torch_kernels"]).all()
+    assert a["time_ratio"].between(0.95, 1.05).all()
+    for path in RESULTS.glob("*/*/ncu_step_meta.json"):
+        meta = json.loads(path.read_text())
+        assert meta["passes_max"] == 1 and "--profile-from-start off" in meta["command"] and meta["kernels"] > 1000
 
 
 def test_update_env_merges(tmp_path):
@@ -183,6 +207,31 @@ def test_ncu_command_lines():
     assert "--profile-from-start off" in step and "--nvtx-include" not in step and "gpu__time_duration.sum" in step
     with pytest.raises(ValueError, match="--mode"):
         ncu_command("ncu", "bogus", Path("r"), [])
+    few = ncu_command("ncu", "step", Path("r"), ["python"], max_kernels=30)
+    assert few[few.index("--launch-count") + 1] == "30"
+    with pytest.raises(ValueError, match="--max-kernels"):
+        ncu_command("ncu", "step", Path("r"), ["python"], max_kernels=0)
+
+
+def test_step_sets_grow_and_carry_what_the_figures_need():
+    sizes = [len(step_metrics(n)) for n in ("core", "lean", "standard", "full")]
+    assert sizes == sorted(sizes) and len(set(sizes)) == 4
+    assert "sass__inst_executed_per_opcode_category" in step_metrics("full")
+    assert "sass__inst_executed_per_opcode_category" not in step_metrics("lean")
+    assert {"gpu__time_duration.sum", "smsp__inst_executed.sum", "gpc__cycles_elapsed.max"} <= set(step_metrics("lean"))
+    assert set(STEP_SETS) == {"core", "lean", "standard", "full"}
+    with pytest.raises(ValueError, match="--step-set"):
+        step_metrics("everything")
+
+
+def test_progress_counts_kernels_and_passes():
+    log = """==PROF== Connected to process 1 (python3)
+==PROF== Profiling "void at::native::vectorized_elementwise_kernel<4, ..." - 0: 0%....50%....100% - 9 passes
+==PROF== Profiling "sm90_xmma_fprop" - 1: 0%....50%....100% - 12 passes
+==PROF== Profiling "k" - 2: 0%....50%....100% - 1 pass
+==PROF== Profiling "k" - 3: 0%....50"""
+    assert progress(log) == {"kernels_logged": 4, "passes_min": 1, "passes_max": 12}
+    assert progress("") == {"kernels_logged": 0, "passes_min": None, "passes_max": None}
 
 
 @pytest.mark.parametrize("text,code,needle", [
@@ -228,11 +277,16 @@ echo '{{"config": "baseline", "settings": {{"tf32_conv": false}}}}'
     ncu = _fake_ncu(tmp_path, body)
     out = tmp_path / "res"
     out.mkdir()
-    meta = profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out)
+    meta = profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out, step_set="full")
     assert meta["kernels"] == 8 and meta["settings"] == {"tf32_conv": False}
     names = sorted(p.name for p in (out / "baseline").iterdir())
-    assert "ncu_step_kernels.parquet" in names and "ncu_step_ncu_raw.csv.gz" in names
+    assert "ncu_step_kernels.parquet" in names and "ncu_step_instructions.parquet" in names
     assert not list(out.glob(".ncu-*"))
+    # A leaner set afterwards: the instruction-class table of the earlier run must not linger.
+    meta = profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out, step_set="lean")
+    names = sorted(p.name for p in (out / "baseline").iterdir())
+    assert meta["step_set"]["name"] == "lean" and "ncu_step_kernels.parquet" in names
+    assert "ncu_step_instructions.parquet" not in names and "ncu_step_ncu_instances.csv.gz" not in names
 
 
 def test_profile_cli_without_ncu(capsys, tmp_path, monkeypatch):
@@ -252,3 +306,13 @@ def test_ncu_tidy_cli(capsys, tmp_path):
     assert (tmp_path / "rules.csv").exists()
     code = main(["ncu-tidy", "--raw", str(tmp_path / "nope.csv"), "--out", str(tmp_path)])
     assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_timeout_kills_ncu_says_how_far_it_got_and_writes_nothing(tmp_path):
+    ncu = _fake_ncu(tmp_path, 'echo "==PROF== Profiling \\"a\\" - 0: 0%....100% - 3 passes"\n'
+                              'echo "==PROF== Profiling \\"b\\" - 1: 0%....100% - 3 passes"\nsleep 30\n')
+    out = tmp_path / "res"
+    out.mkdir()
+    with pytest.raises(ProfilerError, match="ran past 1 s after 2 kernels"):
+        profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out, timeout_s=1)
+    assert [p.name for p in (out / "baseline").iterdir()] == [] and not list(out.glob(".ncu-*"))

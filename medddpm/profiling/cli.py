@@ -38,9 +38,12 @@ def cmd_profile(a: argparse.Namespace) -> None:
     update_env(out, gpu_label=a.gpu_label, gpu=env, ncu=ncu_version(ncu))
     for name in configs:
         t0 = time.time()
-        meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout, a.replay)
+        meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout, a.replay, a.step_set,
+                             a.max_kernels)
         update_env(out, commands={f"{a.mode}/{name}": meta["command"]}, knobs={name: meta["settings"]})
-        print(f"{name}: {meta['kernels']} kernels profiled ({a.mode} mode) in {time.time() - t0:.0f} s → {out / name}")
+        passes = f", {meta['passes_min']}–{meta['passes_max']} passes a kernel" if meta["passes_max"] else ""
+        print(f"{name}: {meta['kernels']} kernels profiled ({a.mode} mode{passes}) in {time.time() - t0:.0f} s "
+              f"→ {out / name}", flush=True)
 
 
 def cmd_ncu_tidy(a: argparse.Namespace) -> None:
@@ -87,6 +90,8 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
 
 
 def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
+    from .ncu import DEFAULT_STEP_SET, STEP_SETS
+
     s = sub.add_parser("profile", help="Nsight Compute profiles of the workload, reduced to tables")
     s.add_argument("--gpu-label", required=True, help="name recorded in env.json, e.g. h200")
     s.add_argument("--configs", default="baseline,opt1,opt2,opt12,pytorch-default")
@@ -97,6 +102,9 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--warmup", type=int, default=2, help="step mode: steps before the profiled one")
     s.add_argument("--timeout", type=float, default=None, help="seconds per configuration before ncu is stopped")
     s.add_argument("--replay", default="kernel", choices=["kernel", "application"], help="step mode: ncu replay mode")
+    s.add_argument("--step-set", default=DEFAULT_STEP_SET, choices=sorted(STEP_SETS),
+                   help="step mode: metric groups (lean: core+pipes; standard: +memory+stalls; full: +instruction classes)")
+    s.add_argument("--max-kernels", type=int, help="step mode: profile only the first N kernels of the step")
     s.add_argument("--ncu", help="path to ncu (default: $NCU or ncu on PATH)")
     s.set_defaults(func=cmd_profile)
 

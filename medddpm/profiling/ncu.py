@@ -8,18 +8,24 @@ Two modes (``medddpm profile --mode``):
            and ``--metrics sass__inst_executed_per_opcode_category`` (adds the per-class instance
            values Figs 7/9 need). The window is counted from process start, as in the paper.
 ``step``   every kernel of one steady-state training step: the workload runs ``warmup`` steps and
-           wraps the last one in cudaProfilerStart/Stop (``--profile-from-start off``) and ncu
-           replays the whole application once per pass (``--replay-mode application``). An NVTX
-           filter is *not* used to select the step: backward kernels are launched from
-           autograd's own thread, outside the main thread's ``train_step`` push/pop range, and
-           ``--nvtx-include train_step/`` drops all of them (seen on an H200: 439 of ~1,300
-           kernels kept). ``--nvtx`` still records ranges where they apply. Instead of sections it
-           collects only ``STEP_METRICS`` (the metrics every figure but Fig 5 needs; Fig 5 needs
-           the rule estimates of full sections, which only ``paper`` mode has). Measured on an
-           H200 with kernel replay: ~0.5 s per kernel, so a 128³ FP32 step (~1,300 kernels)
-           takes ~11 minutes, over the 8 we aimed for; ``--replay application`` re-runs the
-           workload once per pass instead (ran past 320 s for baseline on an H200: not faster
-           there).
+           wraps the last one in cudaProfilerStart/Stop (``--profile-from-start off``); ncu replays
+           each kernel once per counter pass (``--replay-mode kernel``, or ``application`` to re-run
+           the workload once per pass). An NVTX filter is *not* used to select the step: backward
+           kernels are launched from autograd's own thread, outside the main thread's
+           ``train_step`` push/pop range, and ``--nvtx-include train_step/`` drops all of them (seen
+           on an H200: 439 of ~1,300 kernels kept). ``--nvtx`` still records ranges where they
+           apply. Instead of sections it collects one of ``STEP_SETS`` (``--step-set``): metric
+           groups chosen by what each costs in counter passes, since a 128³ FP32 step has ~1,300
+           kernels and every pass replays each of them. Fig 5 needs the rule estimates of full
+           sections, which only ``paper`` mode has.
+
+           Measured on an H100 (ncu 2025.3.1, ``data/results/h100-80gb-hbm3/queue_log.jsonl``):
+           ``core`` takes 1 counter pass a kernel, ``lean`` 10, ``standard`` 11, ``full`` 12 (the
+           pipe-utilization and SM-throughput metrics cost the passes). A pass costs ~45 ms a
+           kernel at 128³, so ``core`` profiles a whole step (1,304–1,726 kernels) in 52–77 s on an
+           H100 or H200, while ``lean`` reached 525 kernels in 230 s (a step would take ~10 min).
+           ``core`` is the default; the larger sets are there for smaller volumes or partial steps
+           (``--max-kernels``).
 
 The ``.ncu-rep`` report stays in a temporary folder; what is kept are gzipped CSV exports (raw
 page, instance values, rule rows) and parquet tables, written into ``OUT/<config>/`` only once
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,8 +49,37 @@ from .tidy import INSTANCE_METRIC, METRICS, tidy
 PAPER_OPTIONS = ["--set", "full", "--call-stack", "--nvtx", "--launch-skip", "10", "--launch-count", "100",
                  "--target-processes", "all"]
 CLOCK = ["--clock-control", "none"]
-STEP_METRICS = sorted(set(METRICS.values()) | {INSTANCE_METRIC, "launch__grid_size", "launch__block_size",
-                                                "launch__registers_per_thread"})
+# Step-mode metric groups (names from tidy.METRICS) and the figures each one feeds.
+STEP_GROUPS: dict[str, list[str]] = {
+    # Figs 4, 6/8, normalized table (cycles, instructions, IPC), Fig 12.
+    "core": [METRICS[k] for k in ("duration_ns", "cycles", "sm_active_cycles", "instructions", "ipc",
+                                  "issued_instructions", "warps_active")],
+    # Fig 10: tensor / FMA / ALU pipe utilization, SM throughput.
+    "pipes": [METRICS[k] for k in ("tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct")],
+    # Fig 11: L1 / L2 hit rate, DRAM throughput.
+    "memory": [METRICS[k] for k in ("l1_hit_pct", "l2_hit_pct", "dram_throughput_pct")],
+    # Fig 13: the three stall reasons, as sums and per issue.
+    "stalls": [v for k, v in METRICS.items() if k.startswith("stall_")],
+    # Figs 7/9: instruction classes (SASS-patched: an instrumented pass, the costliest).
+    "classes": [INSTANCE_METRIC],
+}
+# Named step sets: cumulative groups. `lean` keeps the counter passes low enough for a whole
+# 128³ FP32 step in minutes; `full` has every step metric the figures use.
+STEP_SETS: dict[str, tuple[str, ...]] = {
+    "core": ("core",),
+    "lean": ("core", "pipes"),
+    "standard": ("core", "pipes", "memory", "stalls"),
+    "full": ("core", "pipes", "memory", "stalls", "classes"),
+}
+DEFAULT_STEP_SET = "core"
+LAUNCH = ["launch__grid_size", "launch__block_size", "launch__registers_per_thread"]
+
+
+def step_metrics(step_set: str = DEFAULT_STEP_SET) -> list[str]:
+    """The ncu metric names of a named step set (see ``STEP_SETS``)."""
+    if step_set not in STEP_SETS:
+        raise InputError(f"--step-set must be one of {sorted(STEP_SETS)}, got {step_set!r}")
+    return sorted({m for g in STEP_SETS[step_set] for m in STEP_GROUPS[g]} | set(LAUNCH))
 
 
 class ProfilerError(MedddpmError, RuntimeError):
@@ -63,9 +99,10 @@ def workload_command(model: str, config: str, size: int, steps: int, profile_las
     return cmd + (["--profile-last"] if profile_last else [])
 
 
-def ncu_command(ncu: str, mode: str, export: Path, workload: list[str], metrics: Sequence[str] = STEP_METRICS,
-                replay: str = "kernel") -> list[str]:
-    """The full ncu command line for ``mode`` ('paper' or 'step'); ``replay`` applies to step mode."""
+def ncu_command(ncu: str, mode: str, export: Path, workload: list[str], metrics: Sequence[str] | None = None,
+                replay: str = "kernel", max_kernels: int | None = None) -> list[str]:
+    """The full ncu command line for ``mode`` ('paper' or 'step'); ``replay`` and ``max_kernels``
+    (the first N kernels of the step only) apply to step mode."""
     if replay not in ("kernel", "application"):
         raise InputError(f"replay must be 'kernel' or 'application', got {replay!r}")
     if mode == "paper":
@@ -76,7 +113,11 @@ def ncu_command(ncu: str, mode: str, export: Path, workload: list[str], metrics:
         # `train_step` range, so `--nvtx-include train_step/` would silently drop the backward
         # pass. LaunchStats costs no counter pass and keeps ncu from adding its default set.
         opts = ["--profile-from-start", "off", "--replay-mode", replay, "--nvtx",
-                "--section", "LaunchStats", "--metrics", ",".join(metrics)]
+                "--section", "LaunchStats", "--metrics", ",".join(metrics or step_metrics())]
+        if max_kernels is not None:
+            if max_kernels < 1:
+                raise InputError(f"--max-kernels must be ≥ 1, got {max_kernels}")
+            opts += ["--launch-count", str(max_kernels)]
     else:
         raise InputError(f"--mode must be 'paper' or 'step', got {mode!r}")
     return [ncu, *CLOCK, *opts, "--export", str(export), "--force-overwrite", *workload]
@@ -94,16 +135,18 @@ def check_output(text: str, returncode: int) -> None:
         raise ProfilerError(f"ncu failed with exit code {returncode}: {tail}")
 
 
-def export_csvs(ncu: str, report: Path, folder: Path) -> dict[str, Path]:
-    """raw / details / instances CSVs of a report, gzipped, in ``folder``."""
+def export_csvs(ncu: str, report: Path, folder: Path, instances: bool = True) -> dict[str, Path]:
+    """raw / details (/ instances, when the report has the instruction-class metric) CSVs of a
+    report, gzipped, in ``folder``."""
     import gzip
 
     pages = {
         "raw": ["--page", "raw", "--print-units", "base"],
         "details": ["--page", "details", "--print-units", "base"],
-        "instances": ["--page", "raw", "--print-units", "base", "--print-metric-instances", "details",
-                      "--metrics", INSTANCE_METRIC],
     }
+    if instances:
+        pages["instances"] = ["--page", "raw", "--print-units", "base", "--print-metric-instances", "details",
+                              "--metrics", INSTANCE_METRIC]
     out = {}
     for name, args in pages.items():
         p = subprocess.run([ncu, "--import", str(report), "--csv", *args], capture_output=True, text=True)
@@ -124,55 +167,83 @@ def workload_settings(stdout: str) -> dict[str, Any]:
     return {}
 
 
-def run_group(cmd: list[str], timeout_s: float | None, config: str) -> subprocess.CompletedProcess:
-    """Run ncu in its own process group; on time-out or interrupt the whole group (ncu and the
-    profiled workload it started) is killed, so no orphan keeps the GPU's counters busy."""
+PROFILED = re.compile(r"^==PROF== Profiling \"(?P<name>.*)\".*?(?: - (?P<passes>\d+) pass(?:es)?)?\s*$")
+
+
+def progress(log: str) -> dict[str, Any]:
+    """Kernels ncu reported profiling in its log, and the counter passes each took
+    (``==PROF== Profiling "kernel" - 0: 0%....50%....100% - 9 passes``)."""
+    passes = [int(m["passes"]) for line in log.splitlines() if (m := PROFILED.match(line.strip())) and m["passes"]]
+    kernels = sum(1 for line in log.splitlines() if line.startswith("==PROF== Profiling "))
+    return {"kernels_logged": kernels, "passes_min": min(passes, default=None), "passes_max": max(passes, default=None)}
+
+
+def run_group(cmd: list[str], timeout_s: float | None, config: str, log: Path) -> subprocess.CompletedProcess:
+    """Run ncu in its own process group, its stdout and stderr into ``log``; on time-out or
+    interrupt the whole group (ncu and the profiled workload it started) is killed, so no orphan
+    keeps the GPU's counters busy, and the error says how far it got."""
     import signal
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except BaseException as exc:
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        if isinstance(exc, subprocess.TimeoutExpired):
-            raise ProfilerError(f"{config}: ncu ran past {timeout_s:.0f} s and was stopped; nothing was written") from None
-        raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+            proc.wait(timeout=timeout_s)
+        except BaseException as exc:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                done = progress(log.read_text(errors="replace"))["kernels_logged"]
+                raise ProfilerError(f"{config}: ncu ran past {timeout_s:.0f} s after {done} kernels and was stopped; "
+                                    "nothing was written") from None
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, log.read_text(errors="replace"), "")
 
 
 def profile_config(ncu: str, mode: str, model: str, config: str, size: int, warmup: int, out: Path,
-                   timeout_s: float | None = None, replay: str = "kernel") -> dict[str, Any]:
+                   timeout_s: float | None = None, replay: str = "kernel",
+                   step_set: str = DEFAULT_STEP_SET, max_kernels: int | None = None) -> dict[str, Any]:
     """Profile one configuration; on success ``out/<config>/ncu_<mode>_*`` exist, else nothing new."""
+    import time
+
     steps = 1 if mode == "paper" else warmup + 1
+    metrics = step_metrics(step_set) if mode == "step" else None
     work = workload_command(model, config, size, steps, profile_last=(mode == "step"))
     final = out / config
     final.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".ncu-{config}-", dir=out) as tmp:
         tmp = Path(tmp)
-        cmd = ncu_command(ncu, mode, tmp / "report", work, replay=replay)
-        p = run_group(cmd, timeout_s, config)
-        check_output(p.stdout + p.stderr, p.returncode)
+        cmd = ncu_command(ncu, mode, tmp / "report", work, metrics=metrics, replay=replay, max_kernels=max_kernels)
+        t0 = time.monotonic()
+        p = run_group(cmd, timeout_s, config, tmp / "ncu.log")
+        seconds = time.monotonic() - t0
+        check_output(p.stdout, p.returncode)
         report = tmp / "report.ncu-rep"
         if not report.exists():
-            raise ProfilerError(f"{config}: ncu wrote no report; last output: {(p.stdout + p.stderr)[-300:]}")
+            raise ProfilerError(f"{config}: ncu wrote no report; last output: {p.stdout[-300:]}")
         staged = tmp / "staged"
         staged.mkdir()
-        csvs = export_csvs(ncu, report, staged)
-        tables = tidy(csvs["raw"], csvs["details"], csvs["instances"])
+        csvs = export_csvs(ncu, report, staged, instances=metrics is None or INSTANCE_METRIC in metrics)
+        tables = tidy(csvs["raw"], csvs["details"], csvs.get("instances"))
         if tables["kernels"].empty:
             raise ProfilerError(f"{config}: the report holds zero kernels")
         for name, df in tables.items():
             df.to_parquet(staged / f"{name}.parquet", index=False)
         meta = {"mode": mode, "config": config, "model": model, "size": size, "warmup": warmup if mode == "step" else 0,
-                "kernels": int(len(tables["kernels"])), "command": " ".join(cmd),
-                "settings": workload_settings(p.stdout)}
+                "kernels": int(len(tables["kernels"])), "seconds": round(seconds, 1), **progress(p.stdout),
+                "step_set": {"name": step_set, "groups": list(STEP_SETS[step_set])} if mode == "step" else None,
+                "replay": replay if mode == "step" else "kernel", "max_kernels": max_kernels,
+                "command": " ".join(cmd), "settings": workload_settings(p.stdout)}
         (staged / "meta.json").write_text(json.dumps(meta, indent=2))
+        kept = set()
         for f in staged.iterdir():  # all succeeded: move into place, one rename each
             os.replace(f, final / f"ncu_{mode}_{f.name}")
+            kept.add(f"ncu_{mode}_{f.name}")
+        for old in final.glob(f"ncu_{mode}_*"):  # a table an earlier, larger metric set left behind
+            if old.name not in kept:
+                old.unlink()
     return meta
 
 

@@ -3,6 +3,7 @@ ncu needed): the ground truth for the kernel mix and for how much of a step the 
 window (``--launch-skip 10 --launch-count 100`` from process start, §3.2) covers."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
@@ -13,17 +14,30 @@ from ..config import Knobs, ModelConfig
 from ..workload import Workload
 
 PAPER_SKIP, PAPER_COUNT = 10, 100  # paper §3.2: --launch-skip 10 --launch-count 100
+# A GPU-side user annotation such as "Optimizer.step#Adam.step" (PyTorch's optimizers wrap their
+# step in record_function, and the profiler draws that range on the GPU track too): a span over
+# kernels, not a kernel. Kernel names never look like this (demangled lambdas carry '#' but also
+# parentheses or braces).
+ANNOTATION = re.compile(r"^[\w.]+#[\w.]+$")
+
+
+def kernels_only(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop user-annotation rows (see ``ANNOTATION``) from a kernel table and renumber ``launch``.
+    Tables recorded before this filter existed carry one such row per optimizer step."""
+    out = df[~df["name"].str.match(ANNOTATION)].reset_index(drop=True)
+    out["launch"] = range(len(out))
+    return out
 
 
 def _kernels(prof) -> pd.DataFrame:
     rows = []
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and not ev.name.startswith(("Memcpy", "Memset")):
+        if (ev.device_type == torch.autograd.DeviceType.CUDA and not ev.name.startswith(("Memcpy", "Memset"))
+                and not getattr(ev, "is_user_annotation", False)):
             rows.append({"name": ev.name, "start_us": ev.time_range.start, "duration_us": ev.time_range.elapsed_us()})
     df = pd.DataFrame(rows, columns=["name", "start_us", "duration_us"])
     df = df.sort_values("start_us", kind="stable").reset_index(drop=True)
-    df["launch"] = range(len(df))
-    return df
+    return kernels_only(df)
 
 
 def step_kernels(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,

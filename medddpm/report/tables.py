@@ -10,9 +10,11 @@ import pandas as pd
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import PAPER_ABBREVIATIONS, category, short_name
+from ..profiling.torchprof import PAPER_COUNT, PAPER_SKIP, kernels_only, window_coverage
 from . import paper
 
 CONFIG_ORDER = ["baseline", "opt1", "opt2", "opt12", "pytorch-default"]
+SCOPES = {"paper": "paper window (100 kernels)", "step": "whole step"}
 
 
 def select_gpus(root: Path, gpus: list[str] | str | None) -> list[str]:
@@ -53,12 +55,20 @@ def bench(root: Path, gpus: list[str]) -> pd.DataFrame:
     return b.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
 
 
-def torch_step_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
-    t = store.load_table("torch_step_kernels", root, gpus)
-    if not t.empty:
-        t["category"] = t["name"].map(category)
-        t["short_name"] = t["name"].map(short_name)
+def torch_kernels(root: Path, gpus: list[str], which: str = "step") -> pd.DataFrame:
+    """torch.profiler kernel tables ('first' step from process start or a steady 'step'), kernels
+    only (``torchprof.kernels_only`` per GPU × configuration), with category and short name."""
+    t = store.load_table(f"torch_{which}_kernels", root, gpus)
+    if t.empty:
+        return t
+    t = pd.concat([kernels_only(d) for _, d in t.groupby(["gpu_slug", "config"], sort=True)], ignore_index=True)
+    t["category"] = t["name"].map(category)
+    t["short_name"] = t["name"].map(short_name)
     return t
+
+
+def torch_step_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
+    return torch_kernels(root, gpus, "step")
 
 
 def mix(kernels: pd.DataFrame, by: str, duration: str, group: list[str]) -> pd.DataFrame:
@@ -70,31 +80,27 @@ def mix(kernels: pd.DataFrame, by: str, duration: str, group: list[str]) -> pd.D
 
 
 def coverage(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """How much of a steady-state step the paper's 100-kernel ncu window covers (torch.profiler)."""
-    rows = []
-    for g in gpus:
-        for f in sorted((root / g).glob("*/torch_kernels.json")):
-            import json
-
-            c = json.loads(f.read_text())["coverage"]
-            rows.append({"gpu_slug": g, "config": f.parent.name, **c})
+    """How much of a steady-state step the paper's 100-kernel ncu window covers (torch.profiler),
+    recomputed from the kernel tables."""
+    first, step = torch_kernels(root, gpus, "first"), torch_kernels(root, gpus, "step")
+    if first.empty or step.empty:
+        return pd.DataFrame()
+    steps = dict(list(step.groupby(["gpu_slug", "config"])))
+    rows = [{"gpu_slug": g, "config": c, **window_coverage(f, steps[g, c])}
+            for (g, c), f in first.groupby(["gpu_slug", "config"]) if (g, c) in steps]
     df = pd.DataFrame(rows)
-    if not df.empty:
-        df["config"] = pd.Categorical(df["config"], CONFIG_ORDER, ordered=True)
-        df = df.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
-    return df
+    df["config"] = pd.Categorical(df["config"], CONFIG_ORDER, ordered=True)
+    return df.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
 
 
 def window_vs_step(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Kernel mix by category of the paper's window (kernels 10–109 from process start) and of a
     whole steady-state step, both from torch.profiler."""
-    first = store.load_table("torch_first_kernels", root, gpus)
-    step = store.load_table("torch_step_kernels", root, gpus)
+    first, step = torch_kernels(root, gpus, "first"), torch_kernels(root, gpus, "step")
     if first.empty or step.empty:
         return pd.DataFrame()
-    window = first[(first["launch"] >= 10) & (first["launch"] < 110)]
-    both = pd.concat([window.assign(scope="paper window (100 kernels)"), step.assign(scope="whole step")])
-    both["category"] = both["name"].map(category)
+    window = first[(first["launch"] >= PAPER_SKIP) & (first["launch"] < PAPER_SKIP + PAPER_COUNT)]
+    both = pd.concat([window.assign(scope=SCOPES["paper"]), step.assign(scope=SCOPES["step"])])
     both["config"] = pd.Categorical(both["config"], CONFIG_ORDER, ordered=True)
     out = mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"])
     return out[out.groupby(["gpu_slug", "config", "scope"], observed=True)["share"].transform("sum") > 0]
@@ -160,3 +166,40 @@ def metric_vs_paper(summaries: pd.DataFrame, metrics: list[str], figure: str) ->
             rows.append({"gpu": r["gpu"], "config": r["config"], "metric": m, "measured": value,
                          "paper GPU": pg or "—", "paper": p["value"].iloc[0] if len(p) else np.nan})
     return pd.DataFrame(rows)
+
+
+def normalized_scopes(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``normalized_vs_paper`` for the paper's window (ncu paper mode) and for a whole steady-state
+    step (ncu step mode), one ``scope`` column telling them apart."""
+    frames = [normalized_vs_paper(root, gpus, mode).assign(scope=scope) for mode, scope in SCOPES.items()]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    out["config"] = pd.Categorical(out["config"], CONFIG_ORDER, ordered=True)
+    return out.sort_values(["gpu", "config", "metric", "scope"]).reset_index(drop=True)
+
+
+def scope_pivot(norm: pd.DataFrame) -> pd.DataFrame:
+    """``normalized_scopes`` as one wide table: (metric, scope) columns of ours, (metric, 'paper')."""
+    if norm.empty:
+        return norm
+    measured = norm.pivot_table(index=["gpu", "config"], columns=["metric", "scope"], values="measured", observed=True)
+    ref = norm.pivot_table(index=["gpu", "config"], columns="metric", values="paper", observed=True)
+    ref.columns = pd.MultiIndex.from_tuples([(m, "paper") for m in ref.columns])
+    return measured.join(ref).sort_index(axis=1).round(3)
+
+
+def step_agreement(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """One steady-state step seen two ways: ncu step mode (kernel replay, one counter pass) and
+    torch.profiler (no replay), with kernel counts and summed kernel time side by side."""
+    n = ncu_kernels(root, gpus, "step")
+    t = torch_kernels(root, gpus, "step")
+    if n.empty or t.empty:
+        return pd.DataFrame()
+    a = n.groupby(["gpu_slug", "config"]).agg(ncu_kernels=("id", "count"), ncu_ms=("duration_ns", lambda s: s.sum() / 1e6))
+    b = t.groupby(["gpu_slug", "config"]).agg(torch_kernels=("name", "count"), torch_ms=("duration_us", lambda s: s.sum() / 1e3))
+    out = a.join(b, how="inner").reset_index()
+    out["time_ratio"] = out["ncu_ms"] / out["torch_ms"]
+    out["config"] = pd.Categorical(out["config"], CONFIG_ORDER, ordered=True)
+    return out.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
