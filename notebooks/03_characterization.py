@@ -119,7 +119,7 @@ paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]]
 # of a step the window is).
 
 # %%
-T = tables.torch_step_kernels(root, G)
+T = tables.torch_kernels(root, G, "step")
 parts = []
 if not base.empty:
     parts.append(tables.mix(base, "category", "duration_ns", ["gpu_slug"]).assign(scope="ncu window"))

@@ -38,7 +38,7 @@ from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
-T = tables.torch_step_kernels(root, G)
+T = tables.torch_kernels(root, G, "step")
 S = tables.ncu_summaries(root, G, "paper")
 have = (S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not S.empty
         else pd.DataFrame(columns=["gpu", "config"]))
@@ -51,9 +51,7 @@ have
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
 # %%
-m8 = tables.mix(T, "category", "duration_us", ["gpu_slug", "config"])
-m8["config"] = pd.Categorical(m8["config"], tables.CONFIG_ORDER, ordered=True)
-m8 = m8.sort_values(["gpu_slug", "config"])
+m8 = tables.ordered(tables.mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
 fig, ax = plt.subplots(figsize=(10, 5))
 plots.stacked_shares(m8, ["gpu_slug", "config"], "category", "Fig. 8 — kernel mix of a whole training step (measured)", ax=ax)
 plots.finish(fig)
@@ -89,32 +87,22 @@ ref61 = paper.values(figure="§6.1")
 for _, r in ref61.iterrows():
     high = f"–{r['value_high']:.2f}" if pd.notna(r["value_high"]) else ""
     glue(f"paper_{r['gpu']}_{r['config']}_norm_{r['metric'].replace('norm_', '')}", f"{r['value']:.2f}{high}")
-short = {"paper window (100 kernels)": "window", "whole step": "step"}
 for _, r in norm.iterrows():
-    glue(f"{r['gpu']}_{r['config']}_{short[r['scope']]}_norm_{r['metric']}", f"{r['measured']:.2f}")
+    glue(f"{r['gpu']}_{r['config']}_{r['mode']}_norm_{r['metric']}", f"{r['measured']:.2f}")
 norm_table = tables.scope_pivot(norm)
 norm_table
 
 # %%
 if not norm.empty:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, metric in zip(axes, ("cycles", "instructions", "ipc")):
-        m = norm[(norm["metric"] == metric) & (norm["config"] != "baseline")]
-        meas = m.assign(gpu=m["gpu"] + " · " + m["scope"].map(short), value=m["measured"])
-        ref = ref61[ref61["metric"] == f"norm_{metric}"]
-        data = plots.with_paper(meas, ref.assign(value=ref["value"]), "config")
-        data["config"] = data["config"].astype(str)
-        plots.bars(data, "config", "value", f"{metric} × baseline", "× baseline", ax,
-                   order=[c for c in tables.CONFIG_ORDER[1:] if c in set(data["config"])])
-        ax.axhline(1, color="0.3", lw=0.8)
-    fig.suptitle("§6.1 — normalized to baseline: the paper's window vs a whole step (measured) and the paper")
+    fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER)
+    fig.suptitle("§6.1 — normalized to baseline: the paper's window vs a whole step (measured), and the paper's values")
     plots.finish(fig)
 
 # %% [markdown]
 # **TF32 (`opt1`).** Over the paper's window on the H100 we measure
-# {glue:text}`h100-80gb-hbm3_opt1_window_norm_cycles`× the cycles,
-# {glue:text}`h100-80gb-hbm3_opt1_window_norm_instructions`× the instructions and
-# {glue:text}`h100-80gb-hbm3_opt1_window_norm_ipc`× the IPC of the baseline; the paper reports
+# {glue:text}`h100-80gb-hbm3_opt1_paper_norm_cycles`× the cycles,
+# {glue:text}`h100-80gb-hbm3_opt1_paper_norm_instructions`× the instructions and
+# {glue:text}`h100-80gb-hbm3_opt1_paper_norm_ipc`× the IPC of the baseline; the paper reports
 # {glue:text}`paper_H100_opt1_norm_cycles`×, {glue:text}`paper_H100_opt1_norm_instructions`× and
 # {glue:text}`paper_H100_opt1_norm_ipc`× (A100: {glue:text}`paper_A100_opt1_norm_cycles`×,
 # {glue:text}`paper_A100_opt1_norm_instructions`×, {glue:text}`paper_A100_opt1_norm_ipc`×).
@@ -127,7 +115,7 @@ if not norm.empty:
 # **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to
 # {glue:text}`paper_H100_opt2_norm_cycles`× and instructions to
 # {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100. We do not see this in
-# either scope: `opt2` gives {glue:text}`h100-80gb-hbm3_opt2_window_norm_cycles`× the cycles in the
+# either scope: `opt2` gives {glue:text}`h100-80gb-hbm3_opt2_paper_norm_cycles`× the cycles in the
 # window and {glue:text}`h100-80gb-hbm3_opt2_step_norm_cycles`× over a whole step on the H100
 # ({glue:text}`h200_opt2_step_norm_cycles`× on the H200), in line with its slower step time in the
 # end-to-end chapter; `opt12` gives {glue:text}`h100-80gb-hbm3_opt12_step_norm_cycles`× over a step,

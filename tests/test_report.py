@@ -136,3 +136,38 @@ def test_measuring_without_a_gpu_is_one_clear_error(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_ordered_puts_configs_in_the_papers_order():
+    df = pd.DataFrame({"gpu": ["b", "a", "a", "a"], "config": ["opt1", "opt12", "baseline", "opt1"], "v": [1, 2, 3, 4]})
+    out = tables.ordered(df, ["gpu", "config"])
+    assert list(zip(out["gpu"], out["config"].astype(str))) == [("a", "baseline"), ("a", "opt1"), ("a", "opt12"), ("b", "opt1")]
+
+
+def test_normalized_scopes_holds_window_and_whole_step():
+    n = tables.normalized_scopes(RESULTS, ["h100-80gb-hbm3"])
+    assert set(n["mode"]) == {"paper", "step"} and set(n["scope"]) == set(tables.SCOPES.values())
+    base = n[n["config"] == "baseline"]
+    np.testing.assert_allclose(base["measured"], 1.0)
+    wide = tables.scope_pivot(n)
+    assert ("cycles", "paper") in wide.columns and ("cycles", "whole step") in wide.columns
+    assert wide.loc[("h100-80gb-hbm3", "opt1"), ("cycles", "paper")] == 0.39  # the paper's H100 value
+
+
+def test_torch_kernels_drop_the_optimizer_annotation():
+    t = tables.torch_kernels(RESULTS, ["h200"], "step")
+    assert not t["name"].str.contains("Optimizer.step#", regex=False).any()
+    b = t[t["config"] == "baseline"]
+    assert b["launch"].tolist() == list(range(len(b)))
+
+
+def test_measuring_ncu_runs_the_papers_window_and_a_whole_step(monkeypatch, tmp_path):
+    from medddpm.report import measure
+
+    calls = []
+    monkeypatch.setattr(measure, "local_gpu_folder", lambda root: tmp_path / "gpu-x")
+    monkeypatch.setattr(measure, "_run", calls.append)
+    root, _ = measure.prepare(tmp_path, None, True, "ncu", 32, "baseline")
+    modes = [argv[argv.index("--mode") + 1] for argv in calls]
+    assert root == tmp_path and modes == ["paper", "step"]
+    assert all(argv[argv.index("--size") + 1] == "32" for argv in calls)

@@ -33,13 +33,16 @@ everything for that configuration succeeded.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,11 +63,11 @@ STEP_GROUPS: dict[str, list[str]] = {
     "memory": [METRICS[k] for k in ("l1_hit_pct", "l2_hit_pct", "dram_throughput_pct")],
     # Fig 13: the three stall reasons, as sums and per issue.
     "stalls": [v for k, v in METRICS.items() if k.startswith("stall_")],
-    # Figs 7/9: instruction classes (SASS-patched: an instrumented pass, the costliest).
+    # Figs 7/9: instruction classes (SASS-patched; one more pass on the H100).
     "classes": [INSTANCE_METRIC],
 }
-# Named step sets: cumulative groups. `lean` keeps the counter passes low enough for a whole
-# 128³ FP32 step in minutes; `full` has every step metric the figures use.
+# Named step sets: cumulative groups. Only `core` (1 counter pass) profiles a whole 128³ FP32 step
+# in about a minute; `full` has every step metric the figures use (12 passes on the H100).
 STEP_SETS: dict[str, tuple[str, ...]] = {
     "core": ("core",),
     "lean": ("core", "pipes"),
@@ -138,8 +141,6 @@ def check_output(text: str, returncode: int) -> None:
 def export_csvs(ncu: str, report: Path, folder: Path, instances: bool = True) -> dict[str, Path]:
     """raw / details (/ instances, when the report has the instruction-class metric) CSVs of a
     report, gzipped, in ``folder``."""
-    import gzip
-
     pages = {
         "raw": ["--page", "raw", "--print-units", "base"],
         "details": ["--page", "details", "--print-units", "base"],
@@ -167,23 +168,21 @@ def workload_settings(stdout: str) -> dict[str, Any]:
     return {}
 
 
-PROFILED = re.compile(r"^==PROF== Profiling \"(?P<name>.*)\".*?(?: - (?P<passes>\d+) pass(?:es)?)?\s*$")
+PASSES = re.compile(r" - (\d+) pass(?:es)?\s*$")
 
 
 def progress(log: str) -> dict[str, Any]:
     """Kernels ncu reported profiling in its log, and the counter passes each took
     (``==PROF== Profiling "kernel" - 0: 0%....50%....100% - 9 passes``)."""
-    passes = [int(m["passes"]) for line in log.splitlines() if (m := PROFILED.match(line.strip())) and m["passes"]]
-    kernels = sum(1 for line in log.splitlines() if line.startswith("==PROF== Profiling "))
-    return {"kernels_logged": kernels, "passes_min": min(passes, default=None), "passes_max": max(passes, default=None)}
+    lines = [line.strip() for line in log.splitlines() if line.startswith("==PROF== Profiling ")]
+    passes = [int(m[1]) for line in lines if (m := PASSES.search(line))]
+    return {"kernels_logged": len(lines), "passes_min": min(passes, default=None), "passes_max": max(passes, default=None)}
 
 
 def run_group(cmd: list[str], timeout_s: float | None, config: str, log: Path) -> subprocess.CompletedProcess:
     """Run ncu in its own process group, its stdout and stderr into ``log``; on time-out or
     interrupt the whole group (ncu and the profiled workload it started) is killed, so no orphan
     keeps the GPU's counters busy, and the error says how far it got."""
-    import signal
-
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
@@ -206,8 +205,6 @@ def profile_config(ncu: str, mode: str, model: str, config: str, size: int, warm
                    timeout_s: float | None = None, replay: str = "kernel",
                    step_set: str = DEFAULT_STEP_SET, max_kernels: int | None = None) -> dict[str, Any]:
     """Profile one configuration; on success ``out/<config>/ncu_<mode>_*`` exist, else nothing new."""
-    import time
-
     steps = 1 if mode == "paper" else warmup + 1
     metrics = step_metrics(step_set) if mode == "step" else None
     work = workload_command(model, config, size, steps, profile_last=(mode == "step"))

@@ -32,8 +32,7 @@ def kernels_only(df: pd.DataFrame) -> pd.DataFrame:
 def _kernels(prof) -> pd.DataFrame:
     rows = []
     for ev in prof.events():
-        if (ev.device_type == torch.autograd.DeviceType.CUDA and not ev.name.startswith(("Memcpy", "Memset"))
-                and not getattr(ev, "is_user_annotation", False)):
+        if ev.device_type == torch.autograd.DeviceType.CUDA and not ev.name.startswith(("Memcpy", "Memset")):
             rows.append({"name": ev.name, "start_us": ev.time_range.start, "duration_us": ev.time_range.elapsed_us()})
     df = pd.DataFrame(rows, columns=["name", "start_us", "duration_us"])
     df = df.sort_values("start_us", kind="stable").reset_index(drop=True)

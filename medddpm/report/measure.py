@@ -61,11 +61,13 @@ def end_to_end(root: Path, size: int = 128, configs: str = ALL_CONFIGS, folder: 
     return folder
 
 
-def ncu_paper_mode(root: Path, size: int, configs: str) -> Path:
-    """The paper's ncu options for every configuration on the local GPU (minutes per configuration)."""
+def ncu_modes(root: Path, size: int, configs: str) -> Path:
+    """Nsight Compute on the local GPU for every configuration: the paper's options (the window,
+    ~4 min each at 128³) and one whole step with the default step set (~1 min each)."""
     folder = local_gpu_folder(root)
-    _run(["profile", "--gpu-label", folder.name, "--out", str(folder), "--mode", "paper", "--configs", configs,
-          "--size", str(size)])
+    for mode in ("paper", "step"):
+        _run(["profile", "--gpu-label", folder.name, "--out", str(folder), "--mode", mode, "--configs", configs,
+              "--size", str(size)])
     return folder
 
 
@@ -78,7 +80,7 @@ def prepare(results_dir, gpus, measure: bool, what: str, size: int, configs: str
         raise ValueError(f"what must be 'end_to_end' or 'ncu', got {what!r}")
     root = paper.results_dir(results_dir)
     if measure:
-        (end_to_end if what == "end_to_end" else ncu_paper_mode)(root, size, configs)
+        (end_to_end if what == "end_to_end" else ncu_modes)(root, size, configs)
     return root, tables.select_gpus(root, gpus)
 
 

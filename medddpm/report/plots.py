@@ -40,6 +40,22 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
     return ax
 
 
+def normalized_bars(norm: pd.DataFrame, ref: pd.DataFrame, order: list[str],
+                    metrics: tuple[str, ...] = ("cycles", "instructions", "ipc")):
+    """§6.1: one panel per metric, bars per configuration for each GPU · scope of ``norm``
+    (``tables.normalized_scopes``) and the paper's ``norm_<metric>`` rows, with a line at 1×."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        m = norm[(norm["metric"] == metric) & (norm["config"] != "baseline")]
+        meas = m.assign(gpu=m["gpu"] + " · " + m["scope"], value=m["measured"])
+        data = with_paper(meas, ref[ref["metric"] == f"norm_{metric}"], "config")
+        data["config"] = data["config"].astype(str)
+        bars(data, "config", "value", f"{metric} × baseline", "× baseline", ax,
+             order=[c for c in order if c in set(data["config"])])
+        ax.axhline(1, color="0.3", lw=0.8)
+    return fig
+
+
 def stacked_shares(shares: pd.DataFrame, index: list[str], column: str, title: str, top: int = 8, ax=None):
     """Stacked 100 % bars: one bar per ``index`` combination, segments = ``column`` (top N + other)."""
     keep = shares.groupby(column)["share"].sum().nlargest(top).index

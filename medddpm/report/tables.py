@@ -17,6 +17,12 @@ CONFIG_ORDER = ["baseline", "opt1", "opt2", "opt12", "pytorch-default"]
 SCOPES = {"paper": "paper window (100 kernels)", "step": "whole step"}
 
 
+def ordered(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``df`` with ``config`` in CONFIG_ORDER (an ordered categorical), stably sorted by ``keys``."""
+    df = df.assign(config=pd.Categorical(df["config"], CONFIG_ORDER, ordered=True))
+    return df.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
 def select_gpus(root: Path, gpus: list[str] | str | None) -> list[str]:
     """``None`` or 'all' → every GPU under ``root``; a comma-separated string or list otherwise."""
     if gpus in (None, "", "all"):
@@ -49,10 +55,9 @@ def bench(root: Path, gpus: list[str]) -> pd.DataFrame:
     b = store.load_bench(root, gpus)
     if b.empty:
         return b
-    b["config"] = pd.Categorical(b["config"], CONFIG_ORDER, ordered=True)
     base = b[b["config"] == "baseline"].set_index("gpu_slug")["step_ms_median"]
     b["speedup_vs_baseline"] = b["gpu_slug"].map(base) / b["step_ms_median"]
-    return b.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
+    return ordered(b, ["gpu_slug", "config"])
 
 
 def torch_kernels(root: Path, gpus: list[str], which: str = "step") -> pd.DataFrame:
@@ -65,10 +70,6 @@ def torch_kernels(root: Path, gpus: list[str], which: str = "step") -> pd.DataFr
     t["category"] = t["name"].map(category)
     t["short_name"] = t["name"].map(short_name)
     return t
-
-
-def torch_step_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
-    return torch_kernels(root, gpus, "step")
 
 
 def mix(kernels: pd.DataFrame, by: str, duration: str, group: list[str]) -> pd.DataFrame:
@@ -88,9 +89,7 @@ def coverage(root: Path, gpus: list[str]) -> pd.DataFrame:
     steps = dict(list(step.groupby(["gpu_slug", "config"])))
     rows = [{"gpu_slug": g, "config": c, **window_coverage(f, steps[g, c])}
             for (g, c), f in first.groupby(["gpu_slug", "config"]) if (g, c) in steps]
-    df = pd.DataFrame(rows)
-    df["config"] = pd.Categorical(df["config"], CONFIG_ORDER, ordered=True)
-    return df.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
+    return ordered(pd.DataFrame(rows), ["gpu_slug", "config"])
 
 
 def window_vs_step(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -101,9 +100,7 @@ def window_vs_step(root: Path, gpus: list[str]) -> pd.DataFrame:
         return pd.DataFrame()
     window = first[(first["launch"] >= PAPER_SKIP) & (first["launch"] < PAPER_SKIP + PAPER_COUNT)]
     both = pd.concat([window.assign(scope=SCOPES["paper"]), step.assign(scope=SCOPES["step"])])
-    both["config"] = pd.Categorical(both["config"], CONFIG_ORDER, ordered=True)
-    out = mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"])
-    return out[out.groupby(["gpu_slug", "config", "scope"], observed=True)["share"].transform("sum") > 0]
+    return ordered(mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"]), ["gpu_slug", "config", "scope"])
 
 
 def ncu_kernels(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
@@ -171,13 +168,11 @@ def metric_vs_paper(summaries: pd.DataFrame, metrics: list[str], figure: str) ->
 def normalized_scopes(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``normalized_vs_paper`` for the paper's window (ncu paper mode) and for a whole steady-state
     step (ncu step mode), one ``scope`` column telling them apart."""
-    frames = [normalized_vs_paper(root, gpus, mode).assign(scope=scope) for mode, scope in SCOPES.items()]
+    frames = [normalized_vs_paper(root, gpus, mode).assign(mode=mode, scope=scope) for mode, scope in SCOPES.items()]
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame()
-    out = pd.concat(frames, ignore_index=True)
-    out["config"] = pd.Categorical(out["config"], CONFIG_ORDER, ordered=True)
-    return out.sort_values(["gpu", "config", "metric", "scope"]).reset_index(drop=True)
+    return ordered(pd.concat(frames, ignore_index=True), ["gpu", "config", "metric", "scope"])
 
 
 def scope_pivot(norm: pd.DataFrame) -> pd.DataFrame:
@@ -201,5 +196,4 @@ def step_agreement(root: Path, gpus: list[str]) -> pd.DataFrame:
     b = t.groupby(["gpu_slug", "config"]).agg(torch_kernels=("name", "count"), torch_ms=("duration_us", lambda s: s.sum() / 1e3))
     out = a.join(b, how="inner").reset_index()
     out["time_ratio"] = out["ncu_ms"] / out["torch_ms"]
-    out["config"] = pd.Categorical(out["config"], CONFIG_ORDER, ordered=True)
-    return out.sort_values(["gpu_slug", "config"]).reset_index(drop=True)
+    return ordered(out, ["gpu_slug", "config"])
