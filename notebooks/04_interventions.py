@@ -111,6 +111,12 @@ if not norm.empty:
 # ({glue:text}`h200_opt1_step_norm_cycles`× and {glue:text}`h200_opt1_step_norm_instructions`× on
 # the H200): convolutions, which TF32 moves to tensor cores, take a smaller share of the window's
 # kernel time than of a whole step's (end-to-end chapter), so the window understates what TF32 saves.
+# PyTorch's own default (`pytorch-default`: TF32 for cuDNN convolutions, not for matmuls) lands on
+# `opt1` in both scopes: {glue:text}`h100-80gb-hbm3_pytorch-default_paper_norm_cycles`× cycles in the
+# window and {glue:text}`h100-80gb-hbm3_pytorch-default_step_norm_cycles`× over a step on the H100
+# ({glue:text}`h200_pytorch-default_paper_norm_cycles`× and
+# {glue:text}`h200_pytorch-default_step_norm_cycles`× on the H200). A run that forgets to switch TF32
+# off measures a TF32 run: a baseline that keeps PyTorch's defaults already has TF32 convolutions.
 #
 # **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to
 # {glue:text}`paper_H100_opt2_norm_cycles`× and instructions to
@@ -173,6 +179,6 @@ fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_s
 # %% [markdown]
 # Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter
 # pass so a whole 128³ step profiles in about a minute), so they show the paper's window. What could
-# not be compared: the paper's V100 and A100 values (we had neither GPU), and every counter-based
-# value for `pytorch-default` in the window (no paper-mode report yet: device time). The H200 is
-# not in the paper at all; its bars stand alone.
+# not be compared: the paper's V100 and A100 values (we had neither GPU). `pytorch-default` has no
+# counterpart in the paper; its bars are ours. The H200 is not in the paper at all; its bars stand
+# alone.
