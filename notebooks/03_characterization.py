@@ -25,8 +25,8 @@
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
-size = 128  # volume side for measure=True (the paper: 128)
-configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measure=True
+size = 128  # volume side when measuring (the paper: 128)
+configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
 # %%
 import matplotlib.pyplot as plt

@@ -24,8 +24,8 @@
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
-size = 128  # volume side for measure=True (the paper: 128)
-configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations for measure=True
+size = 128  # volume side when measuring (the paper: 128)
+configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
 # %%
 import matplotlib.pyplot as plt
@@ -45,7 +45,8 @@ for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), (
                                    ("peak_mem_gib", "peak allocated GiB")]):
     plots.bars(B.assign(series=B["gpu_slug"]), "config", col, label, label, ax, order=tables.CONFIG_ORDER)
     ax.tick_params(axis="x", rotation=25)
-fig.suptitle("Training step at 128³, batch 1 (measured; the paper reports no step times)")
+fig.suptitle(f"Training step at {', '.join(B['size'].unique())}, batch {', '.join(map(str, B['batch'].unique()))} "
+             "(measured; the paper reports no step times)")
 plots.finish(fig)
 for _, r in B.iterrows():
     glue(f"{r['gpu_slug']}_{r['config']}_step_ms", f"{r['step_ms_median']:.0f}")

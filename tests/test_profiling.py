@@ -13,7 +13,8 @@ from medddpm.profiling import metrics as M
 from medddpm.profiling.categories import abbreviation, category, short_name
 from medddpm.profiling.ncu import (STEP_SETS, ProfilerError, check_output, ncu_command, profile_config, progress,
                                    step_metrics)
-from medddpm.profiling.store import gpus, load_bench, load_table, update_env
+from medddpm.errors import InputError
+from medddpm.profiling.store import check_one_setup, gpus, load_bench, load_table, setups_held, update_env
 from medddpm.profiling.tidy import METRICS, nvtx_path, parse_raw, tidy, to_number
 from medddpm.profiling.torchprof import kernels_only, window_coverage
 
@@ -316,3 +317,47 @@ def test_timeout_kills_ncu_says_how_far_it_got_and_writes_nothing(tmp_path):
     with pytest.raises(ProfilerError, match="ran past 1 s after 2 kernels"):
         profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out, timeout_s=1)
     assert [p.name for p in (out / "baseline").iterdir()] == [] and not list(out.glob(".ncu-*"))
+
+
+def _folder_at_128(tmp_path):
+    folder = tmp_path / "gpu-x"
+    (folder / "baseline").mkdir(parents=True)
+    pd.DataFrame([{"gpu": "X", "config": "baseline", "model": "tiny", "size": "128x128x128", "batch": 1,
+                   "step_ms_median": 10.0}]).to_csv(folder / "bench.csv", index=False)
+    (folder / "baseline" / "ncu_paper_meta.json").write_text(json.dumps({"model": "tiny", "size": 128}))
+    return folder
+
+
+def test_a_gpu_folder_holds_one_model_and_size(tmp_path):
+    folder = _folder_at_128(tmp_path)
+    assert setups_held(folder) == {"tiny at 128x128x128"}
+    check_one_setup(folder, "tiny", 128)  # the same setup: fine
+    check_one_setup(tmp_path / "new", "tiny", 16)  # an empty or missing folder: fine
+    for model, size in [("tiny", 16), ("whole-head", 128)]:
+        with pytest.raises(InputError, match="would mix them"):
+            check_one_setup(folder, model, size)
+
+
+def test_profile_cli_refuses_to_mix_sizes_before_writing(capsys, tmp_path):
+    folder = _folder_at_128(tmp_path)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    code = main(["profile", "--gpu-label", "x", "--out", str(folder), "--configs", "baseline", "--model", "tiny",
+                 "--size", "16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "tiny at 128x128x128" in err and len(err.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def test_bench_rerun_replaces_and_speedups_compare_like_with_like(tmp_path):
+    from medddpm.report.tables import bench
+
+    folder = tmp_path / "gpu-x"
+    folder.mkdir()
+    rows = [("baseline", "128x128x128", 100.0), ("opt1", "128x128x128", 25.0), ("baseline", "128x128x128", 80.0),
+            ("baseline", "32x32x32", 10.0), ("opt1", "32x32x32", 10.0)]
+    pd.DataFrame([{"gpu": "X", "config": c, "model": "m", "size": s, "batch": 1, "step_ms_median": ms}
+                  for c, s, ms in rows]).to_csv(folder / "bench.csv", index=False)
+    b = bench(tmp_path, ["gpu-x"]).set_index(["config", "size"])
+    assert len(b) == 4 and b.loc[("baseline", "128x128x128"), "step_ms_median"] == 80.0  # the rerun wins
+    assert b.loc[("opt1", "128x128x128"), "speedup_vs_baseline"] == 80.0 / 25.0
+    assert b.loc[("opt1", "32x32x32"), "speedup_vs_baseline"] == 1.0

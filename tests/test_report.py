@@ -115,6 +115,19 @@ def test_notebooks_have_jupytext_headers_and_parameters():
             assert f"\n{name} = " in text, (nb, name)
 
 
+def test_papermill_reads_every_notebook_parameter():
+    """papermill's own parser sees all five parameters with their defaults (an '=' inside a
+    comment makes it skip the line, and then it warns 'unknown parameter' on every run)."""
+    import jupytext
+    from papermill.translators import PythonTranslator
+
+    for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
+        cell = next(c for c in jupytext.read(nb).cells if "parameters" in c.metadata.get("tags", []))
+        params = {p.name: p.default for p in PythonTranslator.inspect(cell)}
+        assert set(params) == {"results_dir", "gpus", "measure", "size", "configs"}, nb
+        assert params["size"] == "128" and params["measure"] == "False", nb
+
+
 def test_notebook_runner_hides_parameter_cells(tmp_path):
     import nbformat
 
@@ -171,3 +184,27 @@ def test_measuring_ncu_runs_the_papers_window_and_a_whole_step(monkeypatch, tmp_
     modes = [argv[argv.index("--mode") + 1] for argv in calls]
     assert root == tmp_path and modes == ["paper", "step"]
     assert all(argv[argv.index("--size") + 1] == "32" for argv in calls)
+
+
+def test_measuring_into_a_folder_of_another_size_stops_before_running(monkeypatch, tmp_path):
+    from medddpm.errors import InputError
+    from medddpm.report import measure
+
+    folder = tmp_path / "gpu-x"
+    folder.mkdir()
+    (folder / "bench.csv").write_text("gpu,config,model,size,batch,step_ms_median\nX,baseline,whole-head,128x128x128,1,9\n")
+    calls = []
+    monkeypatch.setattr(measure, "local_gpu_folder", lambda root: folder)
+    monkeypatch.setattr(measure, "_run", calls.append)
+    for what in ("ncu", "end_to_end"):
+        with pytest.raises(InputError, match="whole-head at 128x128x128"):
+            measure.prepare(tmp_path, None, True, what, 32, "baseline")
+    assert calls == []
+    measure.prepare(tmp_path, None, True, "ncu", 128, "baseline")  # the size it holds: runs
+    assert len(calls) == 2
+
+
+def test_scope_pivot_for_a_gpu_the_paper_never_ran():
+    wide = tables.scope_pivot(tables.normalized_scopes(RESULTS, ["h200"]))
+    assert ("cycles", "paper") in wide.columns and wide[("cycles", "paper")].isna().all()
+    assert wide.loc[("h200", "baseline"), ("cycles", "whole step")] == 1.0

@@ -24,15 +24,16 @@ def cmd_profile(a: argparse.Namespace) -> None:
     from ..config import model_preset
     from ..runtime import env_info, resolve_device
     from .ncu import find_ncu, ncu_version, profile_config
-    from .store import update_env
+    from .store import check_one_setup, update_env
 
     configs = _configs(a.configs)
     model_preset(a.model).check_size((a.size,) * 3)
     if a.mode not in ("paper", "step"):
         raise InputError(f"--mode must be 'paper' or 'step', got {a.mode!r}")
+    out = Path(a.out)
+    check_one_setup(out, a.model, a.size)
     ncu = find_ncu(a.ncu)
     device = resolve_device("cuda")
-    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     env = env_info(device)
     update_env(out, gpu_label=a.gpu_label, gpu=env, ncu=ncu_version(ncu))
@@ -65,13 +66,15 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
     from ..config import model_preset, run_config
     from ..io import atomic_path, write_text_atomic
     from ..runtime import env_info, resolve_device
+    from .store import check_one_setup
     from .torchprof import step_kernels, window_coverage
 
     cfg = model_preset(a.model)
     cfg.check_size((a.size,) * 3)
-    device = resolve_device("cuda")
     configs = [run_config(c) for c in _configs(a.configs)]
     out = Path(a.out)
+    check_one_setup(out, cfg.name, a.size)
+    device = resolve_device("cuda")
     for knobs in configs:
         res = step_kernels(cfg, knobs, (a.size,) * 3, device, a.warmup)
         if res["step"].empty:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import InputError
 from ..io import write_text_atomic
 
 RESULTS = Path("data/results")
@@ -33,11 +34,42 @@ def _select(root: Path, only: list[str] | None) -> list[str]:
     return list(only)
 
 
+def _setup(model: str, size: int | str) -> str:
+    cube = f"{size}x{size}x{size}" if isinstance(size, int) or str(size).isdigit() else str(size)
+    return f"{model} at {cube}"
+
+
+def setups_held(folder: str | Path) -> set[str]:
+    """Model and volume size ('whole-head at 128x128x128') of each measurement already in one GPU
+    folder: bench.csv rows, torch.profiler and ncu metadata."""
+    folder = Path(folder)
+    held = set()
+    if (folder / "bench.csv").exists():
+        held |= {_setup(m, s) for m, s in pd.read_csv(folder / "bench.csv")[["model", "size"]].itertuples(index=False)}
+    for path in [*folder.glob("*/torch_kernels.json"), *folder.glob("*/ncu_*_meta.json")]:
+        meta = json.loads(path.read_text())
+        held.add(_setup(meta.get("model"), meta.get("size")))
+    return held
+
+
+def check_one_setup(folder: str | Path, model: str, size: int) -> None:
+    """A GPU folder holds one model at one volume size, since its tables are compared configuration
+    against configuration (speed-ups, normalized counters). Raise before anything is written."""
+    other = setups_held(folder) - {_setup(model, size)}
+    if other:
+        raise InputError(f"{folder} already holds measurements of {', '.join(sorted(other))}; measuring "
+                         f"{_setup(model, size)} into it would mix them in one GPU's tables. Measure into "
+                         f"another results folder (--out / results_dir), or with the model and size it holds.")
+
+
 def load_bench(root: str | Path = RESULTS, only: list[str] | None = None) -> pd.DataFrame:
     root = Path(root)
     frames = [pd.read_csv(root / g / "bench.csv").assign(gpu_slug=g) for g in _select(root, only)
               if (root / g / "bench.csv").exists()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not frames:
+        return pd.DataFrame()
+    b = pd.concat(frames, ignore_index=True)  # bench appends: a rerun's row replaces the earlier one
+    return b.drop_duplicates(["gpu_slug", "config", "model", "size", "batch"], keep="last").reset_index(drop=True)
 
 
 def load_table(name: str, root: str | Path = RESULTS, only: list[str] | None = None) -> pd.DataFrame:

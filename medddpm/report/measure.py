@@ -15,8 +15,10 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..io import write_text_atomic
+from ..profiling.store import check_one_setup
 
 ALL_CONFIGS = "baseline,opt1,opt2,opt12,pytorch-default"
+MODEL = "whole-head"  # the paper's model (the book's figures are of it)
 SMI_FIELDS = "name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit,pcie.link.gen.max"
 
 
@@ -52,12 +54,13 @@ def end_to_end(root: Path, size: int = 128, configs: str = ALL_CONFIGS, folder: 
 
     folder = folder or local_gpu_folder(root)
     local_gpu_folder(root)  # a GPU is required even when the folder is given
+    check_one_setup(folder, MODEL, size)
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "info.json", json.dumps(env_info(), indent=2, default=str))
     _nvidia_smi_csv(folder)
-    _run(["bench", "--model", "whole-head", "--size", str(size), "--config", configs, "--steps", "10",
+    _run(["bench", "--model", MODEL, "--size", str(size), "--config", configs, "--steps", "10",
           "--warmup", "3", "--device", "cuda", "--out", str(folder / "bench.csv")])
-    _run(["torch-kernels", "--model", "whole-head", "--size", str(size), "--configs", configs, "--out", str(folder)])
+    _run(["torch-kernels", "--model", MODEL, "--size", str(size), "--configs", configs, "--out", str(folder)])
     return folder
 
 
@@ -65,6 +68,7 @@ def ncu_modes(root: Path, size: int, configs: str) -> Path:
     """Nsight Compute on the local GPU for every configuration: the paper's options (the window,
     ~4 min each at 128³) and one whole step with the default step set (~1 min each)."""
     folder = local_gpu_folder(root)
+    check_one_setup(folder, MODEL, size)  # before the first of several runs, not after it
     for mode in ("paper", "step"):
         _run(["profile", "--gpu-label", folder.name, "--out", str(folder), "--mode", mode, "--configs", configs,
               "--size", str(size)])

@@ -55,8 +55,9 @@ def bench(root: Path, gpus: list[str]) -> pd.DataFrame:
     b = store.load_bench(root, gpus)
     if b.empty:
         return b
-    base = b[b["config"] == "baseline"].set_index("gpu_slug")["step_ms_median"]
-    b["speedup_vs_baseline"] = b["gpu_slug"].map(base) / b["step_ms_median"]
+    setup = ["gpu_slug", "model", "size", "batch"]  # a speed-up compares like with like
+    base = b[b["config"] == "baseline"].set_index(setup)["step_ms_median"].rename("baseline_ms")
+    b["speedup_vs_baseline"] = b.join(base, on=setup)["baseline_ms"] / b["step_ms_median"]
     return ordered(b, ["gpu_slug", "config"])
 
 
@@ -180,7 +181,8 @@ def scope_pivot(norm: pd.DataFrame) -> pd.DataFrame:
     if norm.empty:
         return norm
     measured = norm.pivot_table(index=["gpu", "config"], columns=["metric", "scope"], values="measured", observed=True)
-    ref = norm.pivot_table(index=["gpu", "config"], columns="metric", values="paper", observed=True)
+    # groupby keeps all-NaN columns (pivot_table drops them): a GPU the paper never ran has no paper values
+    ref = norm.groupby(["gpu", "config", "metric"], observed=True)["paper"].first().unstack("metric")
     ref.columns = pd.MultiIndex.from_tuples([(m, "paper") for m in ref.columns])
     return measured.join(ref).sort_index(axis=1).round(3)
 
