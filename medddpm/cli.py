@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from .config import CONFIGS
 from .errors import InputError, MedddpmError
 
 
@@ -158,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--images", required=True)
     s.add_argument("--masks", required=True)
     s.add_argument("--model", default="whole-head")
-    s.add_argument("--config", default="baseline", help="baseline|opt1|opt2|opt12|pytorch-default")
+    s.add_argument("--config", default="baseline", help="|".join(CONFIGS))
     s.add_argument("--steps", type=int, required=True, help="total optimizer steps to reach")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt, log.csv)")
     s.add_argument("--size", type=int, nargs="+", metavar="N")

@@ -167,6 +167,9 @@ CONFIGS: dict[str, Knobs] = {
 }
 
 
+ALL_CONFIGS = ",".join(CONFIGS)  # the default --configs: every configuration, in the paper's order
+
+
 def run_config(name: str) -> Knobs:
     if name not in CONFIGS:
         raise ValueError(f"unknown configuration {name!r}; choose one of {sorted(CONFIGS)}")
@@ -174,6 +177,6 @@ def run_config(name: str) -> Knobs:
 
 
 __all__ = [
-    "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS",
+    "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "ALL_CONFIGS",
     "model_preset", "run_config", "from_dict", "asdict", "replace",
 ]

@@ -56,8 +56,8 @@ glue("ncu_gpus", ", ".join(have) if have else "none")
 # (`gpc__cycles_elapsed.max`).
 
 # %%
-for g in have:
-    stack = M.ipc_stack(base[base["gpu_slug"] == g], I[(I["gpu_slug"] == g) & (I["config"] == "baseline")], top=5)
+stacks = tables.per_gpu(M.ipc_stack, K, I, top=5)
+for g, stack in (stacks.groupby("gpu") if not stacks.empty else []):
     wide = stack.pivot_table(index=["abbr", "id"], columns="class", values="ipc_part", aggfunc="sum").fillna(0)
     fig, ax = plt.subplots(figsize=(9, 3.5))
     wide.plot.bar(stacked=True, ax=ax, colormap="tab10")
@@ -93,11 +93,7 @@ longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instruction
 # OPT-rule estimate per kernel (not their sum), then sum priorities per category.
 
 # %%
-rows = []
-for g in have:
-    pr = M.priority_scores(base[base["gpu_slug"] == g], R[(R["gpu_slug"] == g) & (R["config"] == "baseline")])
-    rows.append(pr.assign(gpu=g))
-prio = pd.concat(rows) if rows else pd.DataFrame(columns=["gpu", "category", "priority", "share"])
+prio = tables.per_gpu(M.priority_scores, K, R)
 if not prio.empty:
     fig, ax = plt.subplots(figsize=(9, 3.5))
     plots.bars(prio.assign(series=prio["gpu"], ms=prio["priority"] / 1e6), "category", "ms",
@@ -122,17 +118,17 @@ paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]]
 T = tables.torch_kernels(root, G, "step")
 parts = []
 if not base.empty:
-    parts.append(tables.mix(base, "category", "duration_ns", ["gpu_slug"]).assign(scope="ncu window"))
+    parts.append(M.kernel_mix(base, "category", "duration_ns", ["gpu_slug"]).assign(scope="ncu window"))
 if not T.empty:
     tb = T[T["config"] == "baseline"]
-    parts.append(tables.mix(tb, "category", "duration_us", ["gpu_slug"]).assign(scope="whole step"))
+    parts.append(M.kernel_mix(tb, "category", "duration_us", ["gpu_slug"]).assign(scope="whole step"))
 mix6 = pd.concat(parts, ignore_index=True)
 fig, ax = plt.subplots(figsize=(10, 3.2))
 plots.stacked_shares(mix6, ["gpu_slug", "scope"], "category", "Fig. 6 — kernel mix, baseline (measured)", ax=ax)
 plots.finish(fig)
 
 # %%
-dom = (tables.mix(base, "short_name", "duration_ns", ["gpu_slug"]).groupby("gpu_slug").head(1)
+dom = (M.kernel_mix(base, "short_name", "duration_ns", ["gpu_slug"]).groupby("gpu_slug").head(1)
        if not base.empty else pd.DataFrame())
 for _, r in dom.iterrows():
     glue(f"{r['gpu_slug']}_dominant_share", f"{100 * r['share']:.0f} %")
@@ -145,14 +141,7 @@ paper.values(figure="Fig 6")[["gpu", "subject", "qualifier", "value", "source"]]
 # ## Fig. 7 — instruction mix of the dominant kernel
 
 # %%
-rows = []
-for g in have:
-    kb = base[base["gpu_slug"] == g]
-    dom_id = kb.groupby("short_name")["duration_ns"].sum().idxmax()
-    ids = kb[kb["short_name"] == dom_id]["id"]
-    mixi = M.instruction_mix(I[(I["gpu_slug"] == g) & (I["config"] == "baseline")], ids)
-    rows.append(mixi.assign(gpu=g))
-imix = pd.concat(rows) if rows else pd.DataFrame()
+imix = tables.per_gpu(M.dominant_instruction_mix, K, I)
 if not imix.empty:
     fig, ax = plt.subplots(figsize=(9, 3.5))
     plots.bars(imix.assign(series=imix["gpu"], pct=100 * imix["share"]), "class", "pct",

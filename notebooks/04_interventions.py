@@ -32,6 +32,7 @@ configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measur
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from medddpm.profiling import metrics as M
 from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
@@ -51,7 +52,7 @@ have
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
 # %%
-m8 = tables.ordered(tables.mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
+m8 = tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
 fig, ax = plt.subplots(figsize=(10, 5))
 plots.stacked_shares(m8, ["gpu_slug", "config"], "category", "Fig. 8 — kernel mix of a whole training step (measured)", ax=ax)
 plots.finish(fig)
@@ -133,8 +134,7 @@ if not norm.empty:
 # %%
 I = store.load_table("ncu_paper_instructions", root, G)
 if not I.empty:
-    im = I.groupby(["gpu_slug", "config", "class"], as_index=False)["count"].sum()
-    im["share"] = im["count"] / im.groupby(["gpu_slug", "config"])["count"].transform("sum")
+    im = M.instruction_mix(I, group=["gpu_slug", "config"])
     fig, ax = plt.subplots(figsize=(10, 2.8))
     plots.stacked_shares(im, ["gpu_slug", "config"], "class", "Fig. 9 — instruction mix of the ncu window (measured)", ax=ax)
     plots.finish(fig)

@@ -5,6 +5,7 @@
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-args=(--size "${2:-128}" --configs "${CONFIGS:-baseline,opt1,opt2,opt12,pytorch-default}")
+args=(--size "${2:-128}")
+[ -n "${CONFIGS:-}" ] && args+=(--configs "$CONFIGS")   # default: every configuration
 [ -n "${1:-}" ] && args+=(--out "$1")
 exec "$PY" -m medddpm.report.measure "${args[@]}"

@@ -8,7 +8,8 @@ A job is ``MODE:CONFIG[:STEP_SET]``; ``probe:SET`` profiles the first 30 kernels
 ``--need`` seconds remain (paper: 300 by default, step: 120) and is given the time left as its
 ``--timeout`` (at most its ``--cap``); a job that does not fit is skipped and reported. Each finished job lands in the
 results folder on its own (``medddpm profile`` stages and moves), so a later failure loses nothing.
-One JSON line a job is appended to ``<out>/queue_log.jsonl``.
+One JSON line a job is appended to ``<out>/queue_log.jsonl``; the exit code is 1 when any job
+failed or was skipped.
 """
 from __future__ import annotations
 
@@ -22,11 +23,29 @@ from pathlib import Path
 NEED = {"paper": 300.0, "step": 120.0, "probe": 20.0}
 
 
+def check_job(job: str) -> str:
+    """``job`` if it is MODE:CONFIG[:SET] with a known mode (argparse type: a bad job stops the queue
+    before the first one runs, not minutes into it)."""
+    parts = job.split(":")
+    if parts[0] not in NEED or len(parts) < 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"bad job {job!r}; use paper:CONFIG, step:CONFIG[:SET] or probe:SET")
+    return job
+
+
+def mode_seconds(text: str) -> tuple[str, float]:
+    """'paper=240' → ('paper', 240.0), for --need and --cap."""
+    mode, _, seconds = text.partition("=")
+    try:
+        if mode in NEED:
+            return mode, float(seconds)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected MODE=SECONDS with MODE one of {sorted(NEED)}, got {text!r}")
+
+
 def job_command(job: str, label: str, out: Path, size: int, timeout: float) -> list[str]:
     parts = job.split(":")
     mode = parts[0]
-    if mode not in NEED or len(parts) < 2:
-        raise SystemExit(f"profile_queue: bad job {job!r}; use paper:CONFIG, step:CONFIG[:SET] or probe:SET")
     cmd = [sys.executable, "-m", "medddpm", "profile", "--gpu-label", label, "--timeout", f"{timeout:.0f}"]
     if mode == "probe":
         return cmd + ["--mode", "step", "--model", "tiny", "--size", "16", "--configs", "baseline",
@@ -35,18 +54,20 @@ def job_command(job: str, label: str, out: Path, size: int, timeout: float) -> l
     return cmd + (["--step-set", parts[2]] if mode == "step" and len(parts) > 2 else [])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu-label", required=True)
     p.add_argument("--out", help="results folder (default data/results/<gpu-label>)")
     p.add_argument("--budget", type=float, default=560, help="seconds for all jobs together")
     p.add_argument("--size", type=int, default=128)
-    p.add_argument("--need", action="append", default=[], help="MODE=SECONDS: least time a job of MODE needs")
-    p.add_argument("--cap", action="append", default=[], help="MODE=SECONDS: most time one job of MODE may take")
-    p.add_argument("jobs", nargs="+")
-    a = p.parse_args()
-    need = dict(NEED, **{k: float(v) for k, v in (n.split("=") for n in a.need)})
-    cap = {k: float(v) for k, v in (c.split("=") for c in a.cap)}
+    p.add_argument("--need", action="append", default=[], type=mode_seconds,
+                   help="MODE=SECONDS: least time a job of MODE needs")
+    p.add_argument("--cap", action="append", default=[], type=mode_seconds,
+                   help="MODE=SECONDS: most time one job of MODE may take")
+    p.add_argument("jobs", nargs="+", type=check_job)
+    a = p.parse_args(argv)
+    need = dict(NEED, **dict(a.need))
+    cap = dict(a.cap)
     out = Path(a.out or f"data/results/{a.gpu_label}")
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -56,6 +77,7 @@ def main() -> int:
         record = {"job": job, "left_s": round(left)}
         if left < need.get(job.split(":")[0], 0):
             record["result"] = "skipped: not enough time left"
+            failed += 1
         else:
             t0 = time.monotonic()
             timeout = min(left, cap.get(job.split(":")[0], left))

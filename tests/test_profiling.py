@@ -361,3 +361,38 @@ def test_bench_rerun_replaces_and_speedups_compare_like_with_like(tmp_path):
     assert len(b) == 4 and b.loc[("baseline", "128x128x128"), "step_ms_median"] == 80.0  # the rerun wins
     assert b.loc[("opt1", "128x128x128"), "speedup_vs_baseline"] == 80.0 / 25.0
     assert b.loc[("opt1", "32x32x32"), "speedup_vs_baseline"] == 1.0
+
+
+def test_mixes_share_out_within_each_group():
+    k = pd.DataFrame({"gpu_slug": ["a", "a", "a", "b"], "category": ["conv", "conv", "norm", "norm"],
+                      "duration_ns": [2.0, 4.0, 2.0, 5.0]})
+    m = M.kernel_mix(k, group=["gpu_slug"]).set_index(["gpu_slug", "category"])["share"]
+    assert m["a", "conv"] == 0.75 and m["a", "norm"] == 0.25 and m["b", "norm"] == 1.0
+    assert M.kernel_mix(k)["category"].tolist() == ["norm", "conv"]  # 7 vs 6 ns over all: largest first
+    ins = pd.DataFrame({"gpu_slug": ["a", "a", "b"], "id": [0, 1, 0], "class": ["FP", "INT", "FP"], "count": [1.0, 3.0, 2.0]})
+    im = M.instruction_mix(ins, group=["gpu_slug"])
+    assert im.groupby("gpu_slug")["share"].sum().tolist() == [1.0, 1.0]
+    assert M.instruction_mix(ins, kernel_ids=[1])["class"].tolist() == ["INT"]
+
+
+def test_dominant_instruction_mix_is_the_kernel_with_most_time():
+    k = pd.DataFrame({"id": [0, 1, 2], "short_name": ["conv", "norm", "conv"], "duration_ns": [3.0, 5.0, 3.0]})
+    ins = pd.DataFrame({"id": [0, 1, 2], "class": ["FP", "INT", "UD"], "count": [1.0, 9.0, 3.0]})
+    d = M.dominant_instruction_mix(k, ins)
+    assert set(d["kernel"]) == {"conv"} and d.set_index("class")["share"].to_dict() == {"UD": 0.75, "FP": 0.25}
+
+
+def test_profile_queue_checks_every_job_first_and_reports_skips(tmp_path):
+    import subprocess
+    import sys
+
+    script = [sys.executable, str(Path(__file__).parents[1] / "scripts" / "profile_queue.py"), "--gpu-label", "x",
+              "--out", str(tmp_path / "r")]
+    bad = subprocess.run(script + ["paper:opt1", "bogus:opt1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "bad job 'bogus:opt1'" in bad.stderr and not (tmp_path / "r").exists()
+    bad = subprocess.run(script + ["--need", "paper240", "paper:opt1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "MODE=SECONDS" in bad.stderr
+    skipped = subprocess.run(script + ["--budget", "0", "paper:opt1"], capture_output=True, text=True)
+    assert skipped.returncode == 1
+    log = [json.loads(line) for line in (tmp_path / "r" / "queue_log.jsonl").read_text().splitlines()]
+    assert log == [{"job": "paper:opt1", "left_s": 0, "result": "skipped: not enough time left"}]

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from medddpm.profiling import metrics as M
+from medddpm.profiling.store import load_table
 from medddpm.report import paper, tables
 
 ROOT = Path(__file__).parents[1]
@@ -208,3 +210,24 @@ def test_scope_pivot_for_a_gpu_the_paper_never_ran():
     wide = tables.scope_pivot(tables.normalized_scopes(RESULTS, ["h200"]))
     assert ("cycles", "paper") in wide.columns and wide[("cycles", "paper")].isna().all()
     assert wide.loc[("h200", "baseline"), ("cycles", "whole step")] == 1.0
+
+
+def test_per_gpu_runs_a_figure_function_on_each_gpus_report():
+    k = tables.ncu_kernels(RESULTS, ["h200", "h100-80gb-hbm3"])
+    r = load_table("ncu_paper_rules", RESULTS, ["h200", "h100-80gb-hbm3"])
+    prio = tables.per_gpu(M.priority_scores, k, r)
+    assert set(prio["gpu"]) == {"h200", "h100-80gb-hbm3"}
+    np.testing.assert_allclose(prio.groupby("gpu")["share"].sum(), 1.0)
+    one = M.priority_scores(k[(k["gpu_slug"] == "h200") & (k["config"] == "baseline")],
+                            r[(r["gpu_slug"] == "h200") & (r["config"] == "baseline")])
+    pd.testing.assert_frame_equal(prio[prio["gpu"] == "h200"].drop(columns="gpu").reset_index(drop=True), one)
+    assert tables.per_gpu(M.priority_scores, k, r.iloc[0:0]).empty
+
+
+def test_metric_vs_paper_skips_relative_values_of_a_gpu_without_baseline():
+    s = pd.DataFrame({"gpu": ["h100-x", "h100-x", "z"], "config": ["baseline", "opt1", "opt1"],
+                      "warps_active": [4.0, 2.0, 3.0]})
+    t = tables.metric_vs_paper(s, ["warps_active", "rel_warps_active"], "Fig 12")
+    rel = t[t["metric"] == "rel_warps_active"].set_index("config")["measured"]
+    assert rel.to_dict() == {"baseline": 1.0, "opt1": 0.5}  # 'z' has no baseline: no relative row
+    assert len(t[t["metric"] == "warps_active"]) == 3 and set(t["paper GPU"]) == {"H100", "—"}

@@ -28,8 +28,6 @@ def cmd_profile(a: argparse.Namespace) -> None:
 
     configs = _configs(a.configs)
     model_preset(a.model).check_size((a.size,) * 3)
-    if a.mode not in ("paper", "step"):
-        raise InputError(f"--mode must be 'paper' or 'step', got {a.mode!r}")
     out = Path(a.out)
     check_one_setup(out, a.model, a.size)
     ncu = find_ncu(a.ncu)
@@ -94,15 +92,17 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
 
 
 def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
+    from ..config import ALL_CONFIGS
     from .ncu import DEFAULT_STEP_SET, STEP_SETS
 
     s = sub.add_parser("profile", help="Nsight Compute profiles of the workload, reduced to tables")
     s.add_argument("--gpu-label", required=True, help="name recorded in env.json, e.g. h200")
-    s.add_argument("--configs", default="baseline,opt1,opt2,opt12,pytorch-default")
+    s.add_argument("--configs", default=ALL_CONFIGS)
     s.add_argument("--out", required=True, help="results folder of this GPU, e.g. data/results/h200")
     s.add_argument("--size", type=int, default=128)
     s.add_argument("--model", default="whole-head")
-    s.add_argument("--mode", default="step", help="paper (the paper's ncu options) or step (one whole step)")
+    s.add_argument("--mode", default="step", choices=["paper", "step"],
+                   help="paper (the paper's ncu options) or step (one whole step)")
     s.add_argument("--warmup", type=int, default=2, help="step mode: steps before the profiled one")
     s.add_argument("--timeout", type=float, default=None, help="seconds per configuration before ncu is stopped")
     s.add_argument("--replay", default="kernel", choices=["kernel", "application"], help="step mode: ncu replay mode")
@@ -123,7 +123,7 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("torch-kernels", help="every kernel of a steady-state step (torch.profiler)")
     s.add_argument("--model", default="whole-head")
-    s.add_argument("--configs", default="baseline,opt1,opt2,opt12,pytorch-default")
+    s.add_argument("--configs", default=ALL_CONFIGS)
     s.add_argument("--size", type=int, default=128)
     s.add_argument("--warmup", type=int, default=2)
     s.add_argument("--out", required=True, help="results folder of one GPU, e.g. data/results/h200")

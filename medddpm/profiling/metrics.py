@@ -56,21 +56,35 @@ def priority_scores(kernels: pd.DataFrame, rules: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("priority", ascending=False).reset_index(drop=True)
 
 
-def kernel_mix(kernels: pd.DataFrame, by: str = "category") -> pd.DataFrame:
-    """Figs 6 and 8: share of summed kernel duration per ``by`` ('category', 'abbr' or 'short_name')."""
-    total = kernels["duration_ns"].sum()
-    out = kernels.groupby(by, as_index=False).agg(duration_ns=("duration_ns", "sum"), kernels=("id", "count"))
-    out["share"] = out["duration_ns"] / total
-    return out.sort_values("share", ascending=False).reset_index(drop=True)
+def kernel_mix(kernels: pd.DataFrame, by: str = "category", duration: str = "duration_ns",
+               group: list[str] | None = None) -> pd.DataFrame:
+    """Figs 6 and 8: share of summed kernel time per ``by`` ('category', 'abbr', 'short_name')
+    within each ``group`` (e.g. gpu_slug, config; none: the whole table), largest first.
+    ``duration``: 'duration_ns' for ncu tables, 'duration_us' for torch.profiler's."""
+    group = list(group or [])
+    total = kernels.groupby(group, observed=True)[duration].transform("sum") if group else kernels[duration].sum()
+    out = (kernels.assign(share=kernels[duration] / total)
+           .groupby(group + [by], as_index=False, observed=True)["share"].sum())
+    return out.sort_values(group + ["share"], ascending=[True] * len(group) + [False]).reset_index(drop=True)
 
 
-def instruction_mix(instructions: pd.DataFrame, kernel_ids=None) -> pd.DataFrame:
+def instruction_mix(instructions: pd.DataFrame, kernel_ids=None, group: list[str] | None = None) -> pd.DataFrame:
     """Figs 7 and 9: instruction classes as shares of executed instructions, summed over kernels
-    (all of them, or ``kernel_ids``)."""
+    (all of them, or ``kernel_ids``) within each ``group`` (e.g. gpu_slug, config), largest first."""
     ins = instructions if kernel_ids is None else instructions[instructions["id"].isin(list(kernel_ids))]
-    out = ins.groupby("class", as_index=False)["count"].sum()
-    out["share"] = out["count"] / out["count"].sum()
-    return out.sort_values("share", ascending=False).reset_index(drop=True)
+    group = list(group or [])
+    out = ins.groupby(group + ["class"], as_index=False, observed=True)["count"].sum()
+    total = out.groupby(group, observed=True)["count"].transform("sum") if group else out["count"].sum()
+    out["share"] = out["count"] / total
+    return out.sort_values(group + ["share"], ascending=[True] * len(group) + [False]).reset_index(drop=True)
+
+
+def dominant_instruction_mix(kernels: pd.DataFrame, instructions: pd.DataFrame) -> pd.DataFrame:
+    """Fig 7: ``instruction_mix`` of the kernel function (``short_name``) with the most summed
+    time in the report, over all its launches; its name in column ``kernel``."""
+    dominant = kernels.groupby("short_name")["duration_ns"].sum().idxmax()
+    ids = kernels.loc[kernels["short_name"] == dominant, "id"]
+    return instruction_mix(instructions, ids).assign(kernel=dominant)
 
 
 def stall_totals(kernels: pd.DataFrame) -> dict[str, float]:
@@ -112,7 +126,10 @@ def report_summary(kernels: pd.DataFrame) -> dict[str, float]:
 
 def normalized(summaries: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     """Each configuration's summary divided by ``baseline``'s on the same GPU (§6: cycles,
-    instructions, IPC, utilizations, warps, stalls). ``summaries`` has columns gpu, config, …"""
+    instructions, IPC, utilizations, warps, stalls). ``summaries`` has columns gpu, config, …;
+    a GPU without a ``baseline`` row is left out."""
+    if summaries.empty:
+        return pd.DataFrame()
     rows = []
     for gpu, g in summaries.groupby("gpu"):
         base = g[g["config"] == baseline]

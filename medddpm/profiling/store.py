@@ -1,6 +1,6 @@
 """The results store: ``data/results/<gpu-slug>/`` with ``bench.csv``, ``env.json``,
 ``provenance.json`` and ``<config>/`` folders of kernel tables. Loaders return one DataFrame
-across every GPU found, with a ``gpu`` column (the folder name)."""
+across every GPU found, with a ``gpu_slug`` column (the folder name)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ RESULTS = Path("data/results")
 
 
 def gpus(root: str | Path = RESULTS) -> list[str]:
-    """GPU folders under ``root`` (those holding a bench.csv or env.json), sorted."""
+    """GPU folders under ``root`` (those holding a bench.csv, env.json or info.json), sorted."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -63,6 +63,7 @@ def check_one_setup(folder: str | Path, model: str, size: int) -> None:
 
 
 def load_bench(root: str | Path = RESULTS, only: list[str] | None = None) -> pd.DataFrame:
+    """Every GPU's ``bench.csv``, one row per GPU × configuration × model × size × batch."""
     root = Path(root)
     frames = [pd.read_csv(root / g / "bench.csv").assign(gpu_slug=g) for g in _select(root, only)
               if (root / g / "bench.csv").exists()]

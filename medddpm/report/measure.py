@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..config import ALL_CONFIGS
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..profiling.store import check_one_setup
 
-ALL_CONFIGS = "baseline,opt1,opt2,opt12,pytorch-default"
 MODEL = "whole-head"  # the paper's model (the book's figures are of it)
 SMI_FIELDS = "name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit,pcie.link.gen.max"
 

@@ -7,13 +7,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..config import CONFIGS
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import PAPER_ABBREVIATIONS, category, short_name
 from ..profiling.torchprof import PAPER_COUNT, PAPER_SKIP, kernels_only, window_coverage
 from . import paper
 
-CONFIG_ORDER = ["baseline", "opt1", "opt2", "opt12", "pytorch-default"]
+CONFIG_ORDER = list(CONFIGS)
 SCOPES = {"paper": "paper window (100 kernels)", "step": "whole step"}
 
 
@@ -73,14 +74,6 @@ def torch_kernels(root: Path, gpus: list[str], which: str = "step") -> pd.DataFr
     return t
 
 
-def mix(kernels: pd.DataFrame, by: str, duration: str, group: list[str]) -> pd.DataFrame:
-    """Share of kernel time per ``by`` within each ``group`` (e.g. gpu_slug, config)."""
-    tot = kernels.groupby(group, observed=True)[duration].transform("sum")
-    out = (kernels.assign(share=kernels[duration] / tot)
-           .groupby(group + [by], as_index=False, observed=True)["share"].sum())
-    return out.sort_values(group + ["share"], ascending=[True] * len(group) + [False]).reset_index(drop=True)
-
-
 def coverage(root: Path, gpus: list[str]) -> pd.DataFrame:
     """How much of a steady-state step the paper's 100-kernel ncu window covers (torch.profiler),
     recomputed from the kernel tables."""
@@ -101,7 +94,8 @@ def window_vs_step(root: Path, gpus: list[str]) -> pd.DataFrame:
         return pd.DataFrame()
     window = first[(first["launch"] >= PAPER_SKIP) & (first["launch"] < PAPER_SKIP + PAPER_COUNT)]
     both = pd.concat([window.assign(scope=SCOPES["paper"]), step.assign(scope=SCOPES["step"])])
-    return ordered(mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"]), ["gpu_slug", "config", "scope"])
+    return ordered(M.kernel_mix(both, "category", "duration_us", ["gpu_slug", "config", "scope"]),
+                   ["gpu_slug", "config", "scope"])
 
 
 def ncu_kernels(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
@@ -117,22 +111,37 @@ def ncu_summaries(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def per_gpu(fn, kernels: pd.DataFrame, other: pd.DataFrame, config: str = "baseline", **kw) -> pd.DataFrame:
+    """``fn(kernels, other, **kw)`` on each GPU's report of ``config`` (both tables as loaded from
+    the store), stacked with a ``gpu`` column: e.g. ``metrics.priority_scores`` with the rules,
+    ``metrics.ipc_stack`` or ``metrics.dominant_instruction_mix`` with the instruction classes."""
+    if kernels.empty or other.empty:
+        return pd.DataFrame()
+    k, o = kernels[kernels["config"] == config], other[other["config"] == config]
+    parts = [fn(d, o[o["gpu_slug"] == g], **kw).assign(gpu=g) for g, d in k.groupby("gpu_slug")
+             if (o["gpu_slug"] == g).any()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _beside_paper(long: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """``long`` (gpu, config, metric, measured) with the paper's GPU for each of ours ('—' if none)
+    and the paper's value for the same figure, GPU, configuration and metric (NaN where it gives none)."""
+    ref = (paper.values(figure=figure)[["gpu", "config", "metric", "value"]]
+           .drop_duplicates(["gpu", "config", "metric"])
+           .rename(columns={"gpu": "paper GPU", "value": "paper"}))
+    long = long.assign(**{"paper GPU": long["gpu"].map(lambda g: paper.paper_gpu(g) or "—")})
+    return long.merge(ref, on=["paper GPU", "config", "metric"], how="left")
+
+
 def normalized_vs_paper(root: Path, gpus: list[str], mode: str = "paper") -> pd.DataFrame:
     """Cycles, instructions and IPC normalized to baseline (§6.1), ours next to the paper's."""
-    s = ncu_summaries(root, gpus, mode)
-    if s.empty:
-        return s
-    n = M.normalized(s)
-    rows = []
-    ref = paper.values(figure="§6.1")
-    for _, r in n.iterrows():
-        pg = paper.paper_gpu(r["gpu"])
-        for metric, ours in (("norm_cycles", "cycles"), ("norm_instructions", "instructions"), ("norm_ipc", "ipc_geomean")):
-            p = ref[(ref["gpu"] == pg) & (ref["config"] == r["config"]) & (ref["metric"] == metric)]
-            rows.append({"gpu": r["gpu"], "config": r["config"], "metric": metric.replace("norm_", ""),
-                         "measured": r[ours], "paper GPU": pg or "—",
-                         "paper": p["value"].iloc[0] if len(p) else np.nan})
-    return pd.DataFrame(rows)
+    n = M.normalized(ncu_summaries(root, gpus, mode))
+    if n.empty:
+        return n
+    ours = {"cycles": "norm_cycles", "instructions": "norm_instructions", "ipc_geomean": "norm_ipc"}
+    long = n.rename(columns=ours).melt(["gpu", "config"], list(ours.values()), var_name="metric", value_name="measured")
+    out = _beside_paper(long, "§6.1")
+    return out.assign(metric=out["metric"].str.removeprefix("norm_"))
 
 
 def abbreviations(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -149,21 +158,16 @@ def abbreviations(kernels: pd.DataFrame) -> pd.DataFrame:
 def metric_vs_paper(summaries: pd.DataFrame, metrics: list[str], figure: str) -> pd.DataFrame:
     """Long table of ``metrics`` per GPU × configuration, ours and the paper's where it gives one.
     Relative metrics (rel_*) are ours divided by baseline on the same GPU."""
-    if summaries.empty:
-        return pd.DataFrame()
-    ref = paper.values(figure=figure)
-    rows = []
-    norm = M.normalized(summaries)
-    for _, r in summaries.iterrows():
-        pg = paper.paper_gpu(r["gpu"])
-        for m in metrics:
-            rel = m.startswith("rel_")
-            base = m[4:] if rel else m
-            value = norm[(norm["gpu"] == r["gpu"]) & (norm["config"] == r["config"])][base].iloc[0] if rel else r[base]
-            p = ref[(ref["gpu"] == pg) & (ref["config"] == r["config"]) & (ref["metric"] == m)]
-            rows.append({"gpu": r["gpu"], "config": r["config"], "metric": m, "measured": value,
-                         "paper GPU": pg or "—", "paper": p["value"].iloc[0] if len(p) else np.nan})
-    return pd.DataFrame(rows)
+    plain = [m for m in metrics if not m.startswith("rel_")]
+    rel = [m.removeprefix("rel_") for m in metrics if m.startswith("rel_")]
+    parts = []
+    if plain and not summaries.empty:
+        parts.append(summaries.melt(["gpu", "config"], plain, var_name="metric", value_name="measured"))
+    norm = M.normalized(summaries) if rel else pd.DataFrame()
+    if not norm.empty:
+        long = norm.melt(["gpu", "config"], rel, var_name="metric", value_name="measured")
+        parts.append(long.assign(metric="rel_" + long["metric"]))
+    return _beside_paper(pd.concat(parts, ignore_index=True), figure) if parts else pd.DataFrame()
 
 
 def normalized_scopes(root: Path, gpus: list[str]) -> pd.DataFrame:
