@@ -48,12 +48,14 @@ class Timer:
 
 
 def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
-          steps: int = 10, warmup: int = 3) -> dict[str, Any]:
-    """Time ``warmup`` + ``steps`` training steps at batch 1; one CSV row (``COLUMNS``) plus the
-    raw per-step times, the effective settings and the environment."""
-    if steps < 1 or warmup < 0:
-        raise InputError(f"--steps must be >= 1 and --warmup >= 0, got {steps} and {warmup}")
-    work = Workload(model_cfg, knobs, size, device)
+          steps: int = 10, warmup: int = 3, batch: int = 1) -> dict[str, Any]:
+    """Time ``warmup`` + ``steps`` training steps at ``batch`` volumes; one CSV row (``COLUMNS``)
+    plus the raw per-step times, the effective settings and the environment. The forward time is
+    NaN where the step is one CUDA graph (forward and backward are not separable there); a
+    configuration with CUDA graphs needs ``warmup`` > ``engine.GRAPH_WARMUP`` to time replays."""
+    if steps < 1 or warmup < 0 or batch < 1:
+        raise InputError(f"--steps and --batch must be >= 1 and --warmup >= 0, got {steps}, {batch} and {warmup}")
+    work = Workload(model_cfg, knobs, size, device, batch)
     timer = Timer(device)
     step_ms, fwd_ms = [], []
     for i in range(warmup + steps):
@@ -63,13 +65,13 @@ def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
         _, (t0, t1, t2) = work.step(timer.mark)
         if i >= warmup:
             step_ms.append(timer.ms(t0, t2))
-            fwd_ms.append(timer.ms(t0, t1))
+            fwd_ms.append(float("nan") if t1 is None else timer.ms(t0, t1))
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     env = env_info(device)
     eff = work.settings()
     row = {
         "gpu": env["gpu"] or "cpu", "config": knobs.name, "model": model_cfg.name,
-        "size": "x".join(map(str, size)), "batch": 1,
+        "size": "x".join(map(str, size)), "batch": batch,
         "step_ms_median": round(statistics.median(step_ms), 3),
         "step_ms_min": round(min(step_ms), 3), "step_ms_max": round(max(step_ms), 3),
         "fwd_ms_median": round(statistics.median(fwd_ms), 3),

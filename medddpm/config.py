@@ -125,9 +125,10 @@ class TrainConfig:
     ema_every: int = 10  # EMA updated every this many optimizer steps
     save_every: int = 1000  # checkpoint period in optimizer steps
     seed: int = 0  # seeds torch, numpy and python's RNGs
+    log_every: int = 50  # steps between loss read-backs (NaN check, progress): the loop's only syncs
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "grad_accum", "ema_every", "save_every"):
+        for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.ema_decay < 1:
@@ -136,9 +137,18 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DATA_CACHES = ("none", "host", "device")
+
+
 @dataclass(frozen=True)
 class Knobs:
-    """Run knobs of the paper's interventions (§5) and beyond; recorded in every result."""
+    """Run knobs of the paper's interventions (§5) and beyond; recorded in every result.
+
+    ``medddpm.engine`` is the one place that applies them. Knobs that need a GPU (CUDA graphs,
+    the fused Adam, cuDNN's autotuner, a device-side data cache) fall back to the PyTorch
+    reference path on a machine without one, so every configuration runs everywhere.
+    """
 
     name: str = "baseline"  # configuration name
     tf32: bool | None = False  # TF32 for matmul AND cuDNN conv; None = leave PyTorch's default
@@ -146,14 +156,30 @@ class Knobs:
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast around forward + loss
     cudnn_benchmark: bool | None = False  # cuDNN autotuner; None = leave PyTorch's default
     compile: bool = False  # torch.compile the model
+    compile_mode: str = "default"  # torch.compile mode, one of COMPILE_MODES (used when compile)
     checkpoint_attention: bool = True  # recompute attention in backward (reference behaviour)
+    fused_ops: bool = False  # layout-preserving GroupNorm+SiLU and x2 upsampling (medddpm/ndhwc.py)
+    sdpa: bool = False  # attention through F.scaled_dot_product_attention (same maths)
+    fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
+    cuda_graphs: bool = False  # capture the whole training step as one CUDA graph, replay it
+    data_cache: str = "none"  # decoded volumes kept in: none (re-read), host (pinned) or device memory
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        if self.data_cache not in DATA_CACHES:
+            raise ValueError(f"data_cache must be one of {DATA_CACHES}, got {self.data_cache!r}")
+        if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
+            raise ValueError(f"cuda_graphs captures the whole step itself; compile_mode {self.compile_mode!r} "
+                             "captures graphs too: use 'default' or 'max-autotune-no-cudagraphs'")
+        if self.cuda_graphs and self.checkpoint_attention:
+            raise ValueError("cuda_graphs needs checkpoint_attention=False (recomputation reads the RNG state)")
 
 
-CONFIGS: dict[str, Knobs] = {
+# The paper's five configurations, in the paper's order (the reproduction's figures use these).
+PAPER_CONFIGS: dict[str, Knobs] = {
     # True FP32: TF32 off in matmul and cuDNN conv, explicitly (paper "Baseline").
     "baseline": Knobs(name="baseline"),
     # Paper OPT1 (Alg. 1): TF32 tensor cores.
@@ -167,7 +193,23 @@ CONFIGS: dict[str, Knobs] = {
 }
 
 
-ALL_CONFIGS = ",".join(CONFIGS)  # the default --configs: every configuration, in the paper's order
+def _rung(previous: Knobs, name: str, **changes: Any) -> Knobs:
+    return replace(previous, name=name, **changes)
+
+
+# Beyond the paper: the ladder from opt1 to ``fast``; each rung adds one thing to the one before.
+_BF16 = _rung(PAPER_CONFIGS["opt1"], "bf16", precision="bf16")  # bf16 autocast, TF32 for the rest
+_COMPILED = _rung(_BF16, "bf16-compile", compile=True)  # + torch.compile (Inductor fuses norm/SiLU)
+_TUNED = _rung(_COMPILED, "bf16-compile-tuned", cudnn_benchmark=True)  # + cuDNN autotuner
+_NDHWC = _rung(_TUNED, "bf16-ndhwc", channels_last=True, fused_ops=True)  # NDHWC end to end
+_LEAN = _rung(_NDHWC, "bf16-ndhwc-sdpa", sdpa=True, checkpoint_attention=False, fused_adam=True)
+_FAST = _rung(_LEAN, "fast", cuda_graphs=True, data_cache="device")  # + one CUDA graph per step
+LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)))
+
+CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)}}
+
+
+ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order
 
 
 def run_config(name: str) -> Knobs:
@@ -177,6 +219,7 @@ def run_config(name: str) -> Knobs:
 
 
 __all__ = [
-    "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "ALL_CONFIGS",
+    "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
+    "LADDER", "ALL_CONFIGS", "COMPILE_MODES",
     "model_preset", "run_config", "from_dict", "asdict", "replace",
 ]

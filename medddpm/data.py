@@ -190,19 +190,33 @@ def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None) -> tor
 
 
 class VolumeDataset(Dataset):
-    """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``."""
+    """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``.
 
-    def __init__(self, pairs: list[Pair], preset: str, image_channels: int, size: Sequence[int]) -> None:
+    With ``keep`` every pair is decoded once and kept (``validate`` then fills the memo), which is
+    what a data cache (``Knobs.data_cache``) stacks onto the GPU or into pinned memory.
+    """
+
+    def __init__(self, pairs: list[Pair], preset: str, image_channels: int, size: Sequence[int],
+                 keep: bool = False) -> None:
         if not pairs:
             raise InputError("no image/mask pairs to train on")
         if preset not in MASK_LABELS:
             raise ValueError(f"no mask labels defined for preset {preset!r}")
         self.pairs, self.preset, self.channels, self.size = pairs, preset, image_channels, tuple(size)
+        self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = {} if keep else None
 
     def __len__(self) -> int:
         return len(self.pairs)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._kept is not None and i in self._kept:
+            return self._kept[i]
+        item = self._read(i)
+        if self._kept is not None:
+            self._kept[i] = item
+        return item
+
+    def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self.pairs[i]
         image = resize(torch.from_numpy(read_image(pair.image, self.channels)), self.size, "trilinear")
         mask = load_mask_tensor(pair.mask, self.preset, self.size)

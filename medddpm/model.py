@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
+from .ndhwc import group_norm_silu, upsample2x
 
 
 def timestep_embedding(t: Tensor, dim: int, max_period: float = 1000.0) -> Tensor:
@@ -29,17 +30,30 @@ def timestep_embedding(t: Tensor, dim: int, max_period: float = 1000.0) -> Tenso
 
 
 class GroupNorm(nn.GroupNorm):
-    """GroupNorm that optionally computes in fp32 and casts back (the reference's GroupNorm32)."""
+    """GroupNorm that optionally computes in fp32 and casts back (the reference's GroupNorm32).
 
-    def __init__(self, groups: int, channels: int, fp32: bool) -> None:
+    With ``fused`` it runs ``ndhwc.group_norm_silu`` instead (always fp32 statistics, layout kept),
+    applying the SiLU that follows it when ``silu`` is set; the parameters are the same.
+    """
+
+    def __init__(self, groups: int, channels: int, fp32: bool, fused: bool = False, silu: bool = False) -> None:
         super().__init__(groups, channels)
-        self.fp32 = fp32
+        self.fp32, self.fused, self.silu = fp32, fused, silu
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.fused:
+            return group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu)
         if not self.fp32:
             return super().forward(x)
         w, b = self.weight.float(), self.bias.float()
         return F.group_norm(x.float(), self.num_groups, w, b, self.eps).to(x.dtype)
+
+
+def norm_act(cfg: ModelConfig, channels: int, fused: bool) -> list[nn.Module]:
+    """GroupNorm then SiLU as two modules (indices 0 and 1 of a Sequential, so state-dict keys do
+    not depend on ``fused``); fused, the norm applies the SiLU and the second module is Identity."""
+    return [GroupNorm(cfg.num_groups, channels, cfg.norm_fp32, fused, silu=fused),
+            nn.Identity() if fused else nn.SiLU()]
 
 
 def zeroed(module: nn.Module) -> nn.Module:
@@ -52,15 +66,12 @@ def zeroed(module: nn.Module) -> nn.Module:
 class ResBlock(nn.Module):
     """GroupNorm-SiLU-Conv, + timestep embedding, GroupNorm-SiLU-Dropout-Conv(0), + skip (Fig. 3 ④)."""
 
-    def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig) -> None:
+    def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig, fused: bool = False) -> None:
         super().__init__()
-        self.in_layers = nn.Sequential(
-            GroupNorm(cfg.num_groups, cin, cfg.norm_fp32), nn.SiLU(), nn.Conv3d(cin, cout, 3, padding=1)
-        )
+        self.in_layers = nn.Sequential(*norm_act(cfg, cin, fused), nn.Conv3d(cin, cout, 3, padding=1))
         self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, cout))
         self.out_layers = nn.Sequential(
-            GroupNorm(cfg.num_groups, cout, cfg.norm_fp32),
-            nn.SiLU(),
+            *norm_act(cfg, cout, fused),
             nn.Dropout(cfg.dropout),
             zeroed(nn.Conv3d(cout, cout, 3, padding=1)),
         )
@@ -73,13 +84,20 @@ class ResBlock(nn.Module):
 
 
 class Attention(nn.Module):
-    """Spatial self-attention over all voxels, legacy head-first qkv split, 1×1 conv projections."""
+    """Spatial self-attention over all voxels, legacy head-first qkv split, 1×1 conv projections.
 
-    def __init__(self, channels: int, cfg: ModelConfig, checkpointed: bool) -> None:
+    With ``sdpa`` the same maths runs on a (N, voxels, C) view through
+    ``F.scaled_dot_product_attention`` (flash/efficient kernels on a GPU); the parameters are the
+    same, so checkpoints move freely between the two paths.
+    """
+
+    def __init__(self, channels: int, cfg: ModelConfig, checkpointed: bool, fused: bool = False,
+                 sdpa: bool = False) -> None:
         super().__init__()
         self.heads = cfg.num_heads
         self.checkpointed = checkpointed
-        self.norm = GroupNorm(cfg.num_groups, channels, cfg.norm_fp32)
+        self.sdpa = sdpa
+        self.norm = GroupNorm(cfg.num_groups, channels, cfg.norm_fp32, fused)
         self.qkv = nn.Conv1d(channels, 3 * channels, 1)
         self.proj_out = zeroed(nn.Conv1d(channels, channels, 1))
 
@@ -89,6 +107,8 @@ class Attention(nn.Module):
         return self._attend(x)
 
     def _attend(self, x: Tensor) -> Tensor:
+        if self.sdpa:
+            return self._attend_sdpa(x)
         b, c, *spatial = x.shape
         flat = x.reshape(b, c, -1)
         qkv = self.qkv(self.norm(flat))
@@ -101,6 +121,18 @@ class Attention(nn.Module):
         weights = logits.float().softmax(dim=-1).to(logits.dtype)
         out = torch.einsum("bts,bcs->bct", weights, v).reshape(b, c, n)
         return (flat + self.proj_out(out)).reshape(b, c, *spatial)
+
+    def _attend_sdpa(self, x: Tensor) -> Tensor:
+        b, c, *spatial = x.shape
+        tokens = self.norm(x).flatten(2).transpose(1, 2)  # (N, S, C); a free view for NDHWC storage
+        qkv = F.linear(tokens, self.qkv.weight[..., 0], self.qkv.bias)
+        per_head = c // self.heads
+        # legacy order: heads first, then (q, k, v) inside each head → (3, N, heads, S, per_head)
+        qkv = qkv.unflatten(-1, (self.heads, 3, per_head)).permute(3, 0, 2, 1, 4)
+        out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])  # softmax(qkᵀ/√d) v
+        out = out.transpose(1, 2).flatten(2)  # (N, S, C), channel = head · per_head + d
+        out = F.linear(out, self.proj_out.weight[..., 0], self.proj_out.bias)
+        return x + out.transpose(1, 2).unflatten(2, spatial)
 
 
 class Downsample(nn.Module):
@@ -117,11 +149,14 @@ class Downsample(nn.Module):
 class Upsample(nn.Module):
     """Trilinear ×2 interpolation followed by a 3×3×3 convolution."""
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, fused: bool = False) -> None:
         super().__init__()
+        self.fused = fused
         self.conv = nn.Conv3d(channels, channels, 3, padding=1)
 
     def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        if self.fused:
+            return self.conv(upsample2x(x))
         d, h, w = x.shape[2:]
         return self.conv(F.interpolate(x, size=(2 * d, 2 * h, 2 * w), mode="trilinear"))
 
@@ -150,9 +185,13 @@ class UNet3D(nn.Module):
     ``forward(x, t)`` takes ``x`` = cat([noisy image, mask], dim=1) of shape
     (N, in_channels, D, H, W) and integer or fractional timesteps ``t`` of shape (N,), and returns
     the predicted noise of shape (N, out_channels, D, H, W).
+
+    ``fused_ops`` and ``sdpa`` choose the fast-path implementations (``Knobs``); they change no
+    parameter, so a state dict loads into the model built either way.
     """
 
-    def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True) -> None:
+    def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
+                 sdpa: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         mc = cfg.model_channels
@@ -160,7 +199,10 @@ class UNet3D(nn.Module):
         self.time_embed = nn.Sequential(nn.Linear(mc, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
 
         def attention(ch: int) -> Attention:
-            return Attention(ch, cfg, checkpoint_attention)
+            return Attention(ch, cfg, checkpoint_attention, fused_ops, sdpa)
+
+        def resblock(cin: int, cout: int) -> ResBlock:
+            return ResBlock(cin, cout, emb_dim, cfg, fused_ops)
 
         ch = mc * cfg.channel_mult[0]
         self.input_blocks = nn.ModuleList([Block([Stem(cfg.in_channels, ch)])])
@@ -168,7 +210,7 @@ class UNet3D(nn.Module):
         ds = 1
         for level, mult in enumerate(cfg.channel_mult):
             for _ in range(cfg.num_res_blocks):
-                layers: list[nn.Module] = [ResBlock(ch, mc * mult, emb_dim, cfg)]
+                layers: list[nn.Module] = [resblock(ch, mc * mult)]
                 ch = mc * mult
                 if ds in cfg.attention_ds:
                     layers.append(attention(ch))
@@ -180,25 +222,24 @@ class UNet3D(nn.Module):
                 ds *= 2
 
         self.middle_block = Block(
-            [ResBlock(ch, ch, emb_dim, cfg), attention(ch), ResBlock(ch, ch, emb_dim, cfg)]
+            [resblock(ch, ch), attention(ch), resblock(ch, ch)]
         )
 
         self.output_blocks = nn.ModuleList()
         for level in reversed(range(cfg.levels)):
             width = mc * cfg.channel_mult[level]
             for i in range(cfg.num_res_blocks + 1):
-                layers = [ResBlock(ch + skips.pop(), width, emb_dim, cfg)]
+                layers = [resblock(ch + skips.pop(), width)]
                 ch = width
                 if ds in cfg.attention_ds:
                     layers.append(attention(ch))
                 if level > 0 and i == cfg.num_res_blocks:
-                    layers.append(Upsample(ch))
+                    layers.append(Upsample(ch, fused_ops))
                     ds //= 2
                 self.output_blocks.append(Block(layers))
 
         self.out = nn.Sequential(
-            GroupNorm(cfg.num_groups, ch, cfg.norm_fp32),
-            nn.SiLU(),
+            *norm_act(cfg, ch, fused_ops),
             zeroed(nn.Conv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
         )
 

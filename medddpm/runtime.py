@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from .config import Knobs
 from .errors import InputError
 
 
@@ -24,85 +23,39 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _has_new_tf32_api() -> bool:
-    return hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cuda.matmul, "fp32_precision")
-
-
-def _resolve(*levels: str) -> str:
-    """First precision among (leaf, parent, …, global) that is not 'none'."""
-    for level in levels:
-        if level != "none":
-            return level
-    return "ieee"
+# TF32 is read and written through ONE API, the legacy ``allow_tf32`` flags: Inductor (torch 2.11)
+# reads the legacy getters while it compiles, and those raise once the newer per-backend
+# ``fp32_precision`` setters have been used ("mix of the legacy and new APIs"), which broke
+# ``torch.compile(mode="max-autotune")``. The legacy setters keep both views consistent.
 
 
 def tf32_state() -> dict[str, bool]:
-    """Effective TF32 use of matmul and cuDNN conv, read from whichever API this PyTorch has."""
-    if _has_new_tf32_api():
-        glob = torch.backends.fp32_precision
-        matmul = _resolve(torch.backends.cuda.matmul.fp32_precision, glob)
-        conv = _resolve(torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.fp32_precision, glob)
-        return {"tf32_matmul": matmul == "tf32", "tf32_conv": conv == "tf32"}
+    """Effective TF32 use of matmul and cuDNN convolutions."""
     return {"tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
             "tf32_conv": bool(torch.backends.cudnn.allow_tf32)}
 
 
 def set_tf32(enabled: bool) -> None:
     """Switch TF32 for matmul and cuDNN convolutions on or off, explicitly (paper Alg. 1)."""
-    if _has_new_tf32_api():
-        value = "tf32" if enabled else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = value
-        torch.backends.cudnn.conv.fp32_precision = value
-        torch.backends.cudnn.rnn.fp32_precision = value
-    else:  # pragma: no cover - PyTorch < 2.9
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
-
-
-def _precision_flags() -> dict[str, Any]:
-    if _has_new_tf32_api():
-        return {"matmul": torch.backends.cuda.matmul.fp32_precision,
-                "conv": torch.backends.cudnn.conv.fp32_precision,
-                "rnn": torch.backends.cudnn.rnn.fp32_precision}
-    return {"matmul": torch.backends.cuda.matmul.allow_tf32, "conv": torch.backends.cudnn.allow_tf32}
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 # PyTorch's own defaults, read once at import (before any knob is applied), so that the
 # 'pytorch-default' configuration means the same thing whatever ran before it in this process.
-_DEFAULT_FLAGS = _precision_flags()
+_DEFAULT_TF32 = tf32_state()
 _DEFAULT_BENCHMARK = bool(torch.backends.cudnn.benchmark)
 
 
-def _restore_default_precision() -> None:
-    if _has_new_tf32_api():
-        torch.backends.cuda.matmul.fp32_precision = _DEFAULT_FLAGS["matmul"]
-        torch.backends.cudnn.conv.fp32_precision = _DEFAULT_FLAGS["conv"]
-        torch.backends.cudnn.rnn.fp32_precision = _DEFAULT_FLAGS["rnn"]
-    else:  # pragma: no cover - PyTorch < 2.9
-        torch.backends.cuda.matmul.allow_tf32 = _DEFAULT_FLAGS["matmul"]
-        torch.backends.cudnn.allow_tf32 = _DEFAULT_FLAGS["conv"]
-
-
-def apply_knobs(knobs: Knobs) -> dict[str, Any]:
-    """Set the process-wide backend flags of ``knobs`` (None = PyTorch's default); returns the
-    effective settings."""
-    if knobs.tf32 is None:
-        _restore_default_precision()
+def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None) -> None:
+    """Process-wide TF32 and cuDNN-autotuner flags; None = PyTorch's import-time default.
+    Called by ``medddpm.engine`` only, the one place that applies a configuration."""
+    if tf32 is None:
+        torch.backends.cuda.matmul.allow_tf32 = _DEFAULT_TF32["tf32_matmul"]
+        torch.backends.cudnn.allow_tf32 = _DEFAULT_TF32["tf32_conv"]
     else:
-        set_tf32(knobs.tf32)
-    torch.backends.cudnn.benchmark = _DEFAULT_BENCHMARK if knobs.cudnn_benchmark is None else knobs.cudnn_benchmark
-    return effective_settings(knobs)
-
-
-def effective_settings(knobs: Knobs) -> dict[str, Any]:
-    return {
-        **tf32_state(),
-        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-        "channels_last": knobs.channels_last,
-        "precision": knobs.precision,
-        "compile": knobs.compile,
-        "checkpoint_attention": knobs.checkpoint_attention,
-    }
+        set_tf32(tf32)
+    torch.backends.cudnn.benchmark = _DEFAULT_BENCHMARK if cudnn_benchmark is None else cudnn_benchmark
 
 
 def gpu_slug(name: str) -> str:

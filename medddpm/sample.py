@@ -6,9 +6,8 @@ from pathlib import Path
 import torch
 
 from .data import MASK_LABELS, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
-from .diffusion import GaussianDiffusion
+from .engine import autocast, inference
 from .errors import InputError
-from .model import UNet3D
 from .train import configs_from_checkpoint, load_checkpoint
 
 
@@ -21,7 +20,7 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     if sampler not in ("ddpm", "ddim"):
         raise InputError(f"--sampler must be 'ddpm' or 'ddim', got {sampler!r}")
     ckpt = load_checkpoint(checkpoint)
-    model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
+    model_cfg, diff_cfg, _, knobs = configs_from_checkpoint(ckpt)
     size = tuple(ckpt["config"]["size"])
     if sampler == "ddpm" and steps not in (None, diff_cfg.timesteps):
         raise InputError(f"the ddpm sampler runs all {diff_cfg.timesteps} steps; use --sampler ddim for {steps}")
@@ -37,16 +36,14 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     if model_cfg.name not in MASK_LABELS:
         raise InputError(f"the checkpoint's model {model_cfg.name!r} has no mask labels defined")
     conds = [load_mask_tensor(f, model_cfg.name, size) for f in files]
-    model = UNet3D(model_cfg, checkpoint_attention=False)
-    model.load_state_dict(ckpt[weights])
-    model.to(device).eval()
-    diffusion = GaussianDiffusion(model, diff_cfg).to(device)
+    _, diffusion, knobs = inference(model_cfg, knobs, device, diff_cfg, ckpt[weights])
     gen = torch.Generator(device=device).manual_seed(seed)
     from tqdm.auto import tqdm
 
     written = []
     for f, cond, target in tqdm(list(zip(files, conds, targets)), disable=not progress, desc="sample"):
-        x = diffusion.sample(cond[None].to(device), model_cfg.out_channels, sampler, steps, eta, gen)
+        with autocast(knobs, device):
+            x = diffusion.sample(cond[None].to(device), model_cfg.out_channels, sampler, steps, eta, gen)
         write_like_mask(x[0].float().cpu().numpy(), f, target)
         written.append(target)
     return written

@@ -1,8 +1,10 @@
 """Training Med-DDPM (paper §3.2): Adam, gradient accumulation, EMA, atomic checkpoints, exact
-resume, NVTX ranges ``train_step`` ⊃ ``forward`` / ``backward`` / ``optimizer`` for profiling."""
+resume. The step itself (and every speed knob) comes from ``medddpm.engine``.
+
+The loop never waits for the GPU inside a step: losses stay in a device buffer and are read back
+every ``TrainConfig.log_every`` steps and before each checkpoint, when the NaN check runs."""
 from __future__ import annotations
 
-import contextlib
 import copy
 import csv
 import io
@@ -11,73 +13,24 @@ import math
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .config import DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
-from .diffusion import GaussianDiffusion
+from .engine import Engine
 from .errors import DivergedError, InputError
 from .io import atomic_path, write_text_atomic
-from .model import UNet3D
-from .runtime import apply_knobs
 
 CHECKPOINT = "checkpoint.pt"
 
 
-@contextlib.contextmanager
-def nvtx(name: str) -> Iterator[None]:
-    """An NVTX push/pop range on CUDA builds with a GPU; nothing elsewhere."""
-    active = torch.cuda.is_available()
-    if active:
-        torch.cuda.nvtx.range_push(name)
-    try:
-        yield
-    finally:
-        if active:
-            torch.cuda.nvtx.range_pop()
-
-
-def memory_format(knobs: Knobs) -> torch.memory_format:
-    return torch.channels_last_3d if knobs.channels_last else torch.contiguous_format
-
-
-def build(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
-          diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[UNet3D, GaussianDiffusion]:
-    """The model (in ``knobs``' layout) and a diffusion wrapper that runs it (compiled if asked)."""
-    apply_knobs(knobs)
-    model = UNet3D(model_cfg, checkpoint_attention=knobs.checkpoint_attention)
-    model = model.to(device=device, memory_format=memory_format(knobs))
-    runner: nn.Module = torch.compile(model) if knobs.compile else model
-    return model, GaussianDiffusion(runner, diffusion_cfg).to(device)
-
-
-def autocast(knobs: Knobs, device: torch.device) -> contextlib.AbstractContextManager:
-    if knobs.precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def to_device(t: Tensor, device: torch.device, knobs: Knobs) -> Tensor:
-    return t.to(device, non_blocking=True).contiguous(memory_format=memory_format(knobs))
-
-
-def micro_step(diffusion: GaussianDiffusion, image: Tensor, mask: Tensor, knobs: Knobs,
-               scale: float = 1.0) -> Tensor:
-    """Forward + L1 loss + backward of one micro-batch; returns the unscaled loss (detached)."""
-    with nvtx("forward"), autocast(knobs, image.device):
-        loss = diffusion.loss(image, mask)
-    with nvtx("backward"):
-        (loss * scale).backward()
-    return loss.detach()
-
-
 @torch.no_grad()
-def ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters()):
-        e.lerp_(p, 1 - decay)
+def ema_update(ema: list[Tensor], params: list[Tensor], decay: float) -> None:
+    """ema ← decay·ema + (1 − decay)·params, one fused multi-tensor op (no host loop)."""
+    torch._foreach_lerp_(ema, params, 1 - decay)
 
 
 def rng_state() -> dict[str, Any]:
@@ -121,11 +74,20 @@ def configs_from_checkpoint(ckpt: dict[str, Any]) -> tuple[ModelConfig, Diffusio
             from_dict(TrainConfig, c["train"]), from_dict(Knobs, c["knobs"]))
 
 
-class Trainer:
-    """Optimises a ``GaussianDiffusion`` on a dataset of (image, mask) pairs, batch 1 per draw.
+def _normalized(config: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config with today's defaults for fields it predates, JSON-comparable."""
+    kinds = {"model": ModelConfig, "diffusion": DiffusionConfig, "train": TrainConfig, "knobs": Knobs}
+    out = {k: asdict(from_dict(cls, config[k])) for k, cls in kinds.items()}
+    return json.loads(json.dumps({**out, "size": list(config["size"])}))
 
-    One *step* is one optimizer step over ``grad_accum`` micro-batches (paper §3.2).
-    Checkpoints hold ``{step, model, ema, optimizer, config, rng, losses, size}``.
+
+class Trainer:
+    """Optimises a ``GaussianDiffusion`` on a dataset of (image, mask) pairs.
+
+    One *step* is one optimizer step over ``grad_accum`` micro-batches of ``batch_size`` volumes
+    (paper §3.2). Checkpoints hold ``{step, model, ema, optimizer, config, rng, losses, size}``.
+    ``knobs.data_cache`` keeps the decoded volumes in pinned host or GPU memory, so the input
+    pipeline is an index, not a NIfTI decode, on the critical path.
     """
 
     def __init__(self, dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, knobs: Knobs,
@@ -138,11 +100,25 @@ class Trainer:
         torch.manual_seed(train_cfg.seed)
         np.random.seed(train_cfg.seed)
         random.seed(train_cfg.seed)
-        self.model, self.diffusion = build(model_cfg, knobs, device, diffusion_cfg)
+        self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr)
+        self.model, self.diffusion, self.optimizer = self.engine.model, self.engine.diffusion, self.engine.optimizer
         self.ema = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=train_cfg.lr)
+        self._params = list(self.model.parameters())
+        self._ema_params = list(self.ema.parameters())
         self.step = 0
-        self.losses: list[float] = []
+        self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
+        self._pending: list[Tensor] = []
+        self._volumes = self._cache() if self.engine.knobs.data_cache != "none" else None
+
+    def _cache(self) -> tuple[Tensor, Tensor]:
+        """Every (image, mask) decoded once, stacked, in pinned host memory or on the GPU."""
+        images = torch.stack([self.dataset[i][0] for i in range(len(self.dataset))])
+        masks = torch.stack([self.dataset[i][1] for i in range(len(self.dataset))])
+        if self.engine.knobs.data_cache == "device":
+            return self.engine.to_device(images), self.engine.to_device(masks)
+        if self.device.type == "cuda":
+            return images.pin_memory(), masks.pin_memory()
+        return images, masks
 
     # ---- persistence --------------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
@@ -150,7 +126,9 @@ class Trainer:
                 "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size)}
 
     def save(self) -> Path:
-        """Write ``checkpoint.pt`` and ``log.csv`` atomically (temp file + rename)."""
+        """Write ``checkpoint.pt`` and ``log.csv`` atomically (temp file + rename), after the
+        pending losses passed the NaN check."""
+        self.flush()
         ckpt = {"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
                 "rng": rng_state(), "losses": list(self.losses)}
@@ -158,7 +136,7 @@ class Trainer:
         with atomic_path(path) as tmp:
             torch.save(ckpt, tmp)
         buf = io.StringIO()
-        writer = csv.writer(buf)
+        writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(["step", "loss"])
         writer.writerows((i + 1, f"{loss:.8g}") for i, loss in enumerate(self.losses))
         write_text_atomic(self.out / "log.csv", buf.getvalue())
@@ -166,8 +144,7 @@ class Trainer:
 
     def resume(self) -> None:
         ckpt = load_checkpoint(self.out / CHECKPOINT)  # CPU: RNG states must stay CPU tensors
-        stored = json.loads(json.dumps(ckpt["config"]))  # tuples → lists on both sides
-        mine = json.loads(json.dumps(self.config_dict()))
+        stored, mine = _normalized(ckpt["config"]), _normalized(self.config_dict())
         for key in ("model", "diffusion", "train", "knobs", "size"):
             if stored[key] != mine[key]:
                 raise InputError(f"cannot resume {self.out}: its {key} config {stored[key]} differs from {mine[key]}")
@@ -181,52 +158,65 @@ class Trainer:
     # ---- training -----------------------------------------------------------------------------
     def batch(self, micro_batch: int) -> tuple[Tensor, Tensor]:
         b = self.train_cfg.batch_size
-        items = [self.dataset[sample_order(len(self.dataset), self.train_cfg.seed, micro_batch * b + k)]
-                 for k in range(b)]
-        image = torch.stack([i for i, _ in items])
-        mask = torch.stack([m for _, m in items])
-        return to_device(image, self.device, self.knobs), to_device(mask, self.device, self.knobs)
+        idx = [sample_order(len(self.dataset), self.train_cfg.seed, micro_batch * b + k) for k in range(b)]
+        if self._volumes is not None:
+            image = torch.stack([self._volumes[0][i] for i in idx])
+            mask = torch.stack([self._volumes[1][i] for i in idx])
+        else:
+            items = [self.dataset[i] for i in idx]
+            image = torch.stack([i for i, _ in items])
+            mask = torch.stack([m for _, m in items])
+        return self.engine.to_device(image), self.engine.to_device(mask)
 
-    def train_step(self) -> float:
-        """One optimizer step (``grad_accum`` micro-batches); raises DivergedError on NaN/inf."""
+    def train_step(self) -> Tensor:
+        """One optimizer step (``grad_accum`` micro-batches); returns the mean loss on the device
+        (no host synchronisation) and queues it for the next ``flush``."""
         accum = self.train_cfg.grad_accum
-        total = 0.0
-        with nvtx("train_step"):
-            for k in range(accum):
-                image, mask = self.batch(self.step * accum + k)
-                loss = float(micro_step(self.diffusion, image, mask, self.knobs, 1.0 / accum))
-                if not math.isfinite(loss):
-                    raise DivergedError(
-                        f"loss became {loss} at step {self.step + 1}; the last good checkpoint "
-                        f"({self.out / CHECKPOINT}) is left as it was")
-                total += loss / accum
-            with nvtx("optimizer"):
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+        pairs = [self.batch(self.step * accum + k) for k in range(accum)]
+        loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs])
+        self._pending.append(loss.clone())  # the graph's loss buffer is reused by the next step
         self.step += 1
         cfg = self.train_cfg
         if self.step % cfg.ema_every == 0:
             if self.step < cfg.ema_start_step:
-                self.ema.load_state_dict(self.model.state_dict())
+                torch._foreach_copy_(self._ema_params, self._params)
             else:
-                ema_update(self.ema, self.model, cfg.ema_decay)
-        self.losses.append(total)
-        return total
+                ema_update(self._ema_params, self._params, cfg.ema_decay)
+        return loss
+
+    def flush(self) -> None:
+        """Read the pending losses back (one synchronisation); raise DivergedError on NaN/inf."""
+        if not self._pending:
+            return
+        values = torch.stack(self._pending).tolist()
+        first = self.step - len(values) + 1
+        self._pending = []
+        for k, loss in enumerate(values):
+            if not math.isfinite(loss):
+                raise DivergedError(
+                    f"loss became {loss} at step {first + k}; the last good checkpoint "
+                    f"({self.out / CHECKPOINT}) is left as it was")
+        self.losses.extend(values)
 
     def fit(self, steps: int, progress: bool = True) -> list[float]:
-        """Train until ``steps`` optimizer steps in total; checkpoint every ``save_every`` and at the end."""
+        """Train until ``steps`` optimizer steps in total; checkpoint every ``save_every`` and at the
+        end; losses are read back every ``log_every`` steps."""
         if steps < self.step:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
         from tqdm.auto import tqdm
 
+        cfg = self.train_cfg
         bar = tqdm(total=steps, initial=self.step, disable=not progress, desc="train", unit="step")
         try:
             while self.step < steps:
-                loss = self.train_step()
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}")
-                if self.step % self.train_cfg.save_every == 0:
+                self.train_step()
+                if self.step % cfg.log_every == 0 or self.step % cfg.save_every == 0:
+                    self.flush()
+                    bar.update(self.step - bar.n)
+                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}")
+                if self.step % cfg.save_every == 0:
                     self.save()
+            bar.update(self.step - bar.n)
         finally:
             bar.close()
         self.save()

@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 import torch
 
-from .config import DiffusionConfig, Knobs, ModelConfig, model_preset, run_config
+from .config import Knobs, ModelConfig, model_preset, run_config
+from .engine import Engine, to_device
 from .errors import MedddpmError
-from .runtime import effective_settings, resolve_device
-from .train import autocast, build, nvtx, to_device
+from .runtime import resolve_device
 
 
 def synthetic_batch(cfg: ModelConfig, size: tuple[int, int, int], knobs: Knobs, device: torch.device,
@@ -28,38 +28,27 @@ def synthetic_batch(cfg: ModelConfig, size: tuple[int, int, int], knobs: Knobs, 
 
 
 class Workload:
-    """Model, optimizer and one fixed batch; ``step()`` runs one NVTX-annotated training step."""
+    """An engine and one fixed batch; ``step()`` runs one NVTX-annotated training step
+    (forward + L1 loss + backward + Adam) exactly as ``medddpm train`` does."""
 
-    def __init__(self, cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device) -> None:
+    def __init__(self, cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
+                 batch: int = 1) -> None:
         cfg.check_size(size)
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
         torch.manual_seed(0)
-        self.cfg, self.knobs, self.size, self.device = cfg, knobs, size, device
-        self.model, self.diffusion = build(cfg, knobs, device, DiffusionConfig())
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-5)
-        self.image, self.mask = synthetic_batch(cfg, size, knobs, device)
+        self.cfg, self.size, self.device, self.batch = cfg, size, device, batch
+        self.engine = Engine(cfg, knobs, device)
+        self.knobs = self.engine.knobs
+        self.image, self.mask = synthetic_batch(cfg, size, self.knobs, device, batch)
 
-    def step(self, mark: Callable[[], Any] | None = None) -> tuple[float, list[Any]]:
-        """One step; ``mark()`` (a timer) is called at its start, after forward + loss and at its
-        end, and the marks are returned with the loss."""
-        marks = []
-        with nvtx("train_step"):
-            if mark:
-                marks.append(mark())
-            with nvtx("forward"), autocast(self.knobs, self.device):
-                loss = self.diffusion.loss(self.image, self.mask)
-            if mark:
-                marks.append(mark())
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                self.opt.step()
-                self.opt.zero_grad(set_to_none=True)
-            if mark:
-                marks.append(mark())
-        return loss.detach(), marks
+    def step(self, mark: Callable[[], Any] | None = None) -> tuple[torch.Tensor, list[Any]]:
+        """One step; ``mark()`` (a timer) is called at its start, after forward + loss (None
+        inside a CUDA graph) and at its end; returns the loss (a device tensor) and the marks."""
+        return self.engine.train_step([self.image], [self.mask], mark)
 
     def settings(self) -> dict:
-        return effective_settings(self.knobs)
+        return self.engine.settings()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="baseline")
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--batch", type=int, default=1)
     p.add_argument("--device", default="cuda")
     p.add_argument("--profile-last", action="store_true",
                    help="wrap only the last step in cudaProfilerStart/Stop (ncu --profile-from-start off)")
     a = p.parse_args(argv)
     try:
         cfg, knobs = model_preset(a.model), run_config(a.config)
-        w = Workload(cfg, knobs, (a.size,) * 3, resolve_device(a.device))
+        w = Workload(cfg, knobs, (a.size,) * 3, resolve_device(a.device), a.batch)
         losses = []
         for i in range(a.steps):
             last = a.profile_last and i == a.steps - 1

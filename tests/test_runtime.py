@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from medddpm.config import CONFIGS, Knobs, run_config
-from medddpm.runtime import apply_knobs, gpu_slug, tf32_state
+from medddpm.engine import Engine
+from medddpm.runtime import gpu_slug, set_backend_flags, tf32_state
 
 
 @pytest.mark.parametrize("name,slug", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"),
@@ -20,23 +21,35 @@ def _fresh_process_state() -> dict:
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
-def test_configurations_set_tf32_explicitly():
+def test_configurations_set_tf32_explicitly(tiny):
+    cpu = torch.device("cpu")
     default = _fresh_process_state()
-    assert apply_knobs(run_config("baseline"))["tf32_conv"] is False
+    assert Engine(tiny, run_config("baseline"), cpu).settings()["tf32_conv"] is False
     assert tf32_state() == {"tf32_matmul": False, "tf32_conv": False}
-    apply_knobs(run_config("opt12"))
+    Engine(tiny, run_config("opt12"), cpu)
     assert tf32_state() == {"tf32_matmul": True, "tf32_conv": True}
     # 'pytorch-default' means PyTorch's own defaults, whatever ran before
-    apply_knobs(run_config("pytorch-default"))
+    Engine(tiny, run_config("pytorch-default"), cpu)
     assert tf32_state() == default
     assert torch.backends.cudnn.benchmark is False
-    apply_knobs(Knobs(cudnn_benchmark=True))
+    set_backend_flags(None, True)
     assert torch.backends.cudnn.benchmark is True
-    apply_knobs(run_config("pytorch-default"))
+    set_backend_flags(None, None)
+    assert torch.backends.cudnn.benchmark is False
+
+
+def test_one_tf32_api_only():
+    """Inductor reads the legacy getters; they raise once the per-backend setters were used, so
+    applying every configuration must leave the legacy getters readable."""
+    code = ("import torch; from medddpm.runtime import set_backend_flags\n"
+            "for v in (True, False, None): set_backend_flags(v, None); torch.get_float32_matmul_precision();"
+            " torch.backends.cuda.matmul.allow_tf32; torch.backends.cudnn.allow_tf32\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_named_configurations():
-    assert set(CONFIGS) == {"baseline", "opt1", "opt2", "opt12", "pytorch-default"}
+    assert {"baseline", "opt1", "opt2", "opt12", "pytorch-default"} <= set(CONFIGS)
     assert CONFIGS["opt2"].channels_last and not CONFIGS["opt2"].tf32
     with pytest.raises(ValueError, match="precision"):
         Knobs(precision="fp16")

@@ -97,10 +97,10 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("profile", help="Nsight Compute profiles of the workload, reduced to tables")
     s.add_argument("--gpu-label", required=True, help="name recorded in env.json, e.g. h200")
-    s.add_argument("--configs", default=ALL_CONFIGS)
+    s.add_argument("--configs", default=ALL_CONFIGS, help="comma-separated configurations")
     s.add_argument("--out", required=True, help="results folder of this GPU, e.g. data/results/h200")
-    s.add_argument("--size", type=int, default=128)
-    s.add_argument("--model", default="whole-head")
+    s.add_argument("--size", type=int, default=128, help="side of the cubic volume")
+    s.add_argument("--model", default="whole-head", help="model preset")
     s.add_argument("--mode", default="step", choices=["paper", "step"],
                    help="paper (the paper's ncu options) or step (one whole step)")
     s.add_argument("--warmup", type=int, default=2, help="step mode: steps before the profiled one")
@@ -117,14 +117,14 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--details", help="ncu --import R --csv --page details")
     s.add_argument("--instances", help="… --page raw --print-metric-instances details --metrics "
                                          "sass__inst_executed_per_opcode_category")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, help="folder for the parquet tables")
     s.add_argument("--csv", action="store_true", help="also write CSV copies")
     s.set_defaults(func=cmd_ncu_tidy)
 
     s = sub.add_parser("torch-kernels", help="every kernel of a steady-state step (torch.profiler)")
-    s.add_argument("--model", default="whole-head")
-    s.add_argument("--configs", default=ALL_CONFIGS)
-    s.add_argument("--size", type=int, default=128)
-    s.add_argument("--warmup", type=int, default=2)
+    s.add_argument("--model", default="whole-head", help="model preset")
+    s.add_argument("--configs", default=ALL_CONFIGS, help="comma-separated configurations")
+    s.add_argument("--size", type=int, default=128, help="side of the cubic volume")
+    s.add_argument("--warmup", type=int, default=2, help="steps before the recorded one")
     s.add_argument("--out", required=True, help="results folder of one GPU, e.g. data/results/h200")
     s.set_defaults(func=cmd_torch_kernels)

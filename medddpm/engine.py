@@ -1,0 +1,214 @@
+"""The one place that applies a run configuration (``config.Knobs``).
+
+TF32 and cuDNN-autotuner flags, memory layout, bf16 autocast, the model's fast-path operators
+(``ndhwc``, SDPA attention), ``torch.compile``, the optimizer and the training step itself — eager,
+or captured once as a CUDA graph and replayed. ``train``, ``bench``, ``sample`` and ``workload``
+call this module and nothing else to set a configuration up.
+
+Without a GPU, the knobs that need one fall back to the PyTorch reference path
+(``effective_knobs``); what actually ran is what ``effective_settings`` records.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, replace
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .config import DiffusionConfig, Knobs, ModelConfig
+from .diffusion import GaussianDiffusion
+from .model import UNet3D
+from .runtime import set_backend_flags, tf32_state
+
+GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
+
+
+@contextlib.contextmanager
+def nvtx(name: str) -> Iterator[None]:
+    """An NVTX push/pop range on CUDA builds with a GPU; nothing elsewhere."""
+    active = torch.cuda.is_available()
+    if active:
+        torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        if active:
+            torch.cuda.nvtx.range_pop()
+
+
+def effective_knobs(knobs: Knobs, device: torch.device) -> Knobs:
+    """The knobs that run on ``device``: on a CPU, compile, CUDA graphs, the fused Adam and a
+    device-side data cache fall back to eager PyTorch, the reference path."""
+    if device.type == "cuda":
+        return knobs
+    return replace(knobs, compile=False, cuda_graphs=False, fused_adam=False,
+                   data_cache="host" if knobs.data_cache == "device" else knobs.data_cache)
+
+
+def effective_settings(knobs: Knobs) -> dict[str, Any]:
+    """Every knob plus the TF32 and autotuner flags as PyTorch reports them now."""
+    return {**asdict(knobs), **tf32_state(), "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+
+
+def memory_format(knobs: Knobs) -> torch.memory_format:
+    return torch.channels_last_3d if knobs.channels_last else torch.contiguous_format
+
+
+def to_device(t: Tensor, device: torch.device, knobs: Knobs) -> Tensor:
+    return t.to(device, non_blocking=True).contiguous(memory_format=memory_format(knobs))
+
+
+def autocast(knobs: Knobs, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast for forward + loss (the weight-cast cache is off under CUDA graphs)."""
+    if knobs.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=not knobs.cuda_graphs)
+    return contextlib.nullcontext()
+
+
+def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> UNet3D:
+    """The U-Net with the knobs' operator choices, on ``device`` in the knobs' layout."""
+    model = UNet3D(model_cfg, checkpoint_attention=knobs.checkpoint_attention, fused_ops=knobs.fused_ops,
+                   sdpa=knobs.sdpa)
+    return model.to(device=device, memory_format=memory_format(knobs))
+
+
+def compiled(model: nn.Module, knobs: Knobs) -> nn.Module | Callable:
+    """``torch.compile(model, mode=knobs.compile_mode)`` when asked for, else the model itself."""
+    if not knobs.compile:
+        return model
+    return torch.compile(model, mode=None if knobs.compile_mode == "default" else knobs.compile_mode)
+
+
+def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> torch.optim.Adam:
+    """Adam (paper §3.2); fused on CUDA when asked, capturable when the step is a CUDA graph."""
+    cuda = device.type == "cuda"
+    return torch.optim.Adam(params, lr=lr, fused=bool(knobs.fused_adam and cuda) or None,
+                            capturable=bool(knobs.cuda_graphs and cuda))
+
+
+def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
+              diffusion_cfg: DiffusionConfig = DiffusionConfig(),
+              state: dict[str, Tensor] | None = None) -> tuple[UNet3D, GaussianDiffusion, Knobs]:
+    """An eval-mode model (weights from ``state``) and the diffusion that samples with it, under
+    ``knobs`` made effective for ``device``; run its calls inside ``autocast(knobs, device)``."""
+    knobs = replace(effective_knobs(knobs, device), checkpoint_attention=False, cuda_graphs=False)
+    set_backend_flags(knobs.tf32, knobs.cudnn_benchmark)
+    model = build_model(model_cfg, knobs, device)
+    if state is not None:
+        model.load_state_dict(state)
+    model.eval().requires_grad_(False)
+    return model, GaussianDiffusion(compiled(model, knobs), diffusion_cfg).to(device), knobs
+
+
+class Engine:
+    """A model, its diffusion wrapper, optimizer and training step under one configuration.
+
+    ``knobs`` are made effective for ``device`` and the process-wide backend flags are set here.
+    """
+
+    def __init__(self, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
+                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), lr: float = 1e-5) -> None:
+        self.requested = knobs
+        self.knobs = effective_knobs(knobs, device)
+        self.device = device
+        set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
+        self.model = build_model(model_cfg, self.knobs, device)
+        self.diffusion = GaussianDiffusion(compiled(self.model, self.knobs), diffusion_cfg).to(device)
+        self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)
+        self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device)
+
+    def settings(self) -> dict[str, Any]:
+        return effective_settings(self.knobs)
+
+    def to_device(self, t: Tensor) -> Tensor:
+        return to_device(t, self.device, self.knobs)
+
+
+class TrainStep:
+    """One optimizer step (paper §3.2): forward + L1 loss + backward per micro-batch, gradients
+    averaged over the micro-batches, then Adam. Returns the mean loss as a device tensor, so the
+    caller decides when to synchronise.
+
+    With ``cuda_graphs`` on a GPU, the first ``GRAPH_WARMUP`` calls run eagerly on a side stream
+    (they are real steps), the next captures the whole step — every micro-batch and the optimizer —
+    as one CUDA graph, and every call from then on copies its inputs into the graph's static
+    buffers and replays it. The returned loss tensor is then the graph's own: read or copy it
+    before the next call.
+    """
+
+    def __init__(self, diffusion: GaussianDiffusion, optimizer: torch.optim.Optimizer, knobs: Knobs,
+                 device: torch.device) -> None:
+        self.diffusion, self.optimizer, self.knobs, self.device = diffusion, optimizer, knobs, device
+        self.graphed = knobs.cuda_graphs and device.type == "cuda"
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: list[Tensor] = []
+        self.static_loss: Tensor | None = None
+
+    def _run(self, images: Sequence[Tensor], masks: Sequence[Tensor], mark: Callable[[], Any] | None,
+             marks: list[Any]) -> Tensor:
+        scale = 1.0 / len(images)
+        total = torch.zeros((), device=self.device)
+        for k, (image, mask) in enumerate(zip(images, masks)):
+            with nvtx("forward"), autocast(self.knobs, self.device):
+                loss = self.diffusion.loss(image, mask)
+            if mark is not None and k == 0:
+                marks.append(mark())
+            with nvtx("backward"):
+                (loss * scale).backward()
+            total += loss.detach() * scale
+        with nvtx("optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=not self.graphed)  # graphs keep static .grad buffers
+        return total
+
+    def __call__(self, images: Sequence[Tensor], masks: Sequence[Tensor],
+                 mark: Callable[[], Any] | None = None) -> tuple[Tensor, list[Any]]:
+        """Run one step on ``len(images)`` micro-batches; ``mark()`` (a timer) is called at the
+        start, after the first forward + loss (None when that moment is inside a graph) and at
+        the end. Returns (mean loss, marks)."""
+        if len(images) != len(masks) or not images:
+            raise ValueError("a step needs as many masks as images, and at least one of each")
+        marks: list[Any] = []
+        with nvtx("train_step"):
+            if mark is not None:
+                marks.append(mark())
+            if not self.graphed:
+                loss = self._run(images, masks, mark, marks)
+            elif self.graph is None and self.calls < GRAPH_WARMUP:
+                loss = self._warmup(images, masks, mark, marks)
+            else:
+                loss = self._replay(images, masks, mark, marks)
+            if mark is not None:
+                marks.append(mark())
+        self.calls += 1
+        return loss, marks
+
+    def _warmup(self, images, masks, mark, marks) -> Tensor:
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            loss = self._run(images, masks, mark, marks)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        return loss
+
+    def _replay(self, images, masks, mark, marks) -> Tensor:
+        inputs = [*images, *masks]
+        if self.graph is None:
+            self.static = [t.detach().clone() for t in inputs]
+            n = len(images)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.static_loss = self._run(self.static[:n], self.static[n:], None, [])
+        elif [t.shape for t in inputs] != [t.shape for t in self.static]:
+            raise ValueError("a CUDA-graph step replays one input shape; got "
+                             f"{[tuple(t.shape) for t in inputs]}, captured {[tuple(t.shape) for t in self.static]}")
+        for dst, src in zip(self.static, inputs):
+            dst.copy_(src, non_blocking=True)
+        if mark is not None:
+            marks.append(None)
+        self.graph.replay()
+        assert self.static_loss is not None
+        return self.static_loss
