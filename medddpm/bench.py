@@ -18,6 +18,7 @@ from .config import Knobs, ModelConfig
 from .errors import InputError
 from .io import write_text_atomic
 from .runtime import env_info
+from .engine import GRAPH_WARMUP
 from .workload import Workload
 
 COLUMNS = [
@@ -57,9 +58,16 @@ def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
         raise InputError(f"--steps and --batch must be >= 1 and --warmup >= 0, got {steps}, {batch} and {warmup}")
     work = Workload(model_cfg, knobs, size, device, batch)
     timer = Timer(device)
+    graphed = work.engine.train_step.graphed
+    if graphed and warmup <= GRAPH_WARMUP:
+        raise InputError(f"{knobs.name} captures a CUDA graph after {GRAPH_WARMUP} steps: --warmup must be "
+                         f"above {GRAPH_WARMUP} so that only replays are timed")
+    # peak memory from the step that captures the graph (its memory stays reserved for replays),
+    # else from the first timed step
+    reset_at = GRAPH_WARMUP if graphed else warmup
     step_ms, fwd_ms = [], []
     for i in range(warmup + steps):
-        if i == warmup and device.type == "cuda":
+        if i == reset_at and device.type == "cuda":
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         _, (t0, t1, t2) = work.step(timer.mark)
@@ -84,6 +92,37 @@ def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
         torch.cuda.empty_cache()
     return {"row": row, "raw": {"step_ms": step_ms, "fwd_ms": fwd_ms}, "settings": eff, "env": env,
             "steps": steps, "warmup": warmup}
+
+
+def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, reps: int = 10) -> dict[str, float]:
+    """The GPU's own ceilings, measured now: dense bf16 matmul TFLOP/s (n×n×n) and device-to-device
+    copy bandwidth in GB/s (bytes read + written), each the median of ``reps`` after warm-up."""
+    if device.type != "cuda":
+        raise InputError("measuring the GPU's peaks needs a CUDA device")
+    timer = Timer(device)
+
+    def median_ms(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            a = timer.mark()
+            fn()
+            times.append(timer.ms(a, timer.mark()))
+        return statistics.median(times)
+
+    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    y = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    mm_ms = median_ms(lambda: x @ y)
+    del x, y
+    src = torch.empty(int(copy_gib * 2**30) // 4, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src))
+    nbytes = 2 * src.numel() * 4
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"bf16_matmul_tflops": 2 * n**3 / (mm_ms * 1e-3) / 1e12, "matmul_n": n,
+            "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
 
 
 def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:

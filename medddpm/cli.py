@@ -85,6 +85,10 @@ def cmd_train(a: argparse.Namespace) -> None:
         trainer.resume()
     losses = trainer.fit(a.steps, progress=not a.quiet)
     print(f"trained to step {trainer.step}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}")
+    steady = trainer.timing()["ms_per_step"].iloc[1:]
+    if len(steady):
+        print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
+              f"after the first; {out / 'timing.csv'})")
 
 
 def cmd_sample(a: argparse.Namespace) -> None:

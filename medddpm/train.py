@@ -11,11 +11,13 @@ import io
 import json
 import math
 import random
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -108,6 +110,7 @@ class Trainer:
         self.step = 0
         self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
         self._pending: list[Tensor] = []
+        self._clock: list[tuple[int, float]] = []  # (step, seconds) at each read-back: a synced clock
         self._volumes = self._cache() if self.engine.knobs.data_cache != "none" else None
 
     def _cache(self) -> tuple[Tensor, Tensor]:
@@ -140,7 +143,15 @@ class Trainer:
         writer.writerow(["step", "loss"])
         writer.writerows((i + 1, f"{loss:.8g}") for i, loss in enumerate(self.losses))
         write_text_atomic(self.out / "log.csv", buf.getvalue())
+        write_text_atomic(self.out / "timing.csv", self.timing().to_csv(index=False, lineterminator="\n"))
         return path
+
+    def timing(self) -> pd.DataFrame:
+        """Wall-clock ms/step between consecutive loss read-backs of this process (each one waits
+        for the GPU, so an interval times whole steps); the first interval holds compilation."""
+        rows = [{"step_from": a, "step_to": b, "ms_per_step": (tb - ta) * 1e3 / (b - a)}
+                for (a, ta), (b, tb) in zip(self._clock, self._clock[1:]) if b > a]
+        return pd.DataFrame(rows, columns=["step_from", "step_to", "ms_per_step"])
 
     def resume(self) -> None:
         ckpt = load_checkpoint(self.out / CHECKPOINT)  # CPU: RNG states must stay CPU tensors
@@ -189,6 +200,7 @@ class Trainer:
         if not self._pending:
             return
         values = torch.stack(self._pending).tolist()
+        self._clock.append((self.step, time.perf_counter()))
         first = self.step - len(values) + 1
         self._pending = []
         for k, loss in enumerate(values):
@@ -203,6 +215,7 @@ class Trainer:
         end; losses are read back every ``log_every`` steps."""
         if steps < self.step:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
+        self._clock = [(self.step, time.perf_counter())]
         from tqdm.auto import tqdm
 
         cfg = self.train_cfg

@@ -32,10 +32,11 @@ import matplotlib.pyplot as plt
 
 from medddpm.report.measure import prepare
 from medddpm.report import plots, tables
+from medddpm.config import PAPER_CONFIGS
 from medddpm.report.notebook import glue
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
-B = tables.bench(root, G)
+B = tables.bench(root, G, list(PAPER_CONFIGS))
 B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
    "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]]
 

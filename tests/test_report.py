@@ -231,3 +231,21 @@ def test_metric_vs_paper_skips_relative_values_of_a_gpu_without_baseline():
     rel = t[t["metric"] == "rel_warps_active"].set_index("config")["measured"]
     assert rel.to_dict() == {"baseline": 1.0, "opt1": 0.5}  # 'z' has no baseline: no relative row
     assert len(t[t["metric"] == "warps_active"]) == 3 and set(t["paper GPU"]) == {"H100", "—"}
+
+
+def test_ladder_from_committed_results():
+    from medddpm.config import LADDER
+
+    lad = tables.ladder(RESULTS, ["h200"])
+    assert list(lad["config"]) == [c for c in LADDER if c in set(lad["config"])]
+    base = lad.set_index("config").loc["baseline"]
+    assert base["speedup_vs_baseline"] == 1 and np.isnan(base["speedup_vs_previous"])
+    # TFLOP/s = 3 × forward FLOPs (5.54 TFLOP at 128³) ÷ step time, and below the measured peak
+    r = lad.set_index("config").loc["opt1"]
+    assert r["tflops"] == pytest.approx(3 * 5_536_663_142_400 / (r["step_ms_median"] * 1e-3) / 1e12)
+    assert (lad["peak_fraction"] < 1).all() and (lad["batch"] == 1).all()
+    # the reproduction's tables keep the paper's five configurations only
+    assert set(tables.bench(RESULTS, ["h200"], ["baseline", "opt1"])["config"]) == {"baseline", "opt1"}
+    every_batch = tables.bench(RESULTS, ["h200"], ["fast"], batch=None)
+    assert sorted(every_batch["batch"]) == [1, 2, 4]
+    assert set(tables.torch_kernels(RESULTS, ["h200"])["config"]) <= {"baseline", "opt1", "opt2", "opt12", "pytorch-default"}

@@ -109,3 +109,28 @@ def finish(fig=None) -> None:
     (fig or plt.gcf()).tight_layout()
     plt.show()
 
+
+
+def ladder(lad: pd.DataFrame, ax=None):
+    """Issue 9's waterfall: ms/step per rung, one bar per GPU, each labelled with its speed-up over
+    the rung before and over baseline (log scale: baseline is ~20× the fastest rung)."""
+    ax = ax or plt.subplots(figsize=(10, 4.5))[1]
+    order = list(dict.fromkeys(lad["config"]))
+    sns.barplot(data=lad, x="config", y="step_ms_median", hue="gpu_slug", order=order, ax=ax, errorbar=None)
+    for container, (_, d) in zip(ax.containers, lad.groupby("gpu_slug", sort=True)):
+        d = d.set_index("config")
+        labels = []
+        for bar, cfg in zip(container, [c for c in order]):
+            if cfg not in d.index or math.isnan(bar.get_height()):
+                labels.append("")
+                continue
+            r = d.loc[cfg]
+            prev = "" if math.isnan(r["speedup_vs_previous"]) else f"×{r['speedup_vs_previous']:.2f}\n"
+            labels.append(f"{prev}({r['speedup_vs_baseline']:.1f}×)")
+        ax.bar_label(container, labels=labels, fontsize=6, padding=2)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per training step (log)")
+    ax.set_xlabel("rung (each adds one thing to the one before)")
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(title="measured GPU", fontsize=7, title_fontsize=7)
+    return ax

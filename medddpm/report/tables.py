@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import CONFIGS
+from ..config import CONFIGS, PAPER_CONFIGS
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import PAPER_ABBREVIATIONS, category, short_name
@@ -51,21 +51,31 @@ def gpu_properties(root: Path, gpus: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def bench(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Step time, forward time and peak memory per GPU × configuration, in CONFIG_ORDER."""
+def bench(root: Path, gpus: list[str], configs: list[str] | None = None, batch: int | None = 1) -> pd.DataFrame:
+    """Step time, forward time and peak memory per GPU × configuration (``configs``, default all)
+    at ``batch`` volumes (None: every batch), in CONFIG_ORDER."""
     b = store.load_bench(root, gpus)
     if b.empty:
         return b
+    if configs is not None:
+        b = b[b["config"].isin(configs)]
+    if batch is not None:
+        b = b[b["batch"] == batch]
+    b = b.copy()
     setup = ["gpu_slug", "model", "size", "batch"]  # a speed-up compares like with like
     base = b[b["config"] == "baseline"].set_index(setup)["step_ms_median"].rename("baseline_ms")
     b["speedup_vs_baseline"] = b.join(base, on=setup)["baseline_ms"] / b["step_ms_median"]
     return ordered(b, ["gpu_slug", "config"])
 
 
-def torch_kernels(root: Path, gpus: list[str], which: str = "step") -> pd.DataFrame:
+def torch_kernels(root: Path, gpus: list[str], which: str = "step", configs: list[str] | None = None) -> pd.DataFrame:
     """torch.profiler kernel tables ('first' step from process start or a steady 'step'), kernels
-    only (``torchprof.kernels_only`` per GPU × configuration), with category and short name."""
+    only (``torchprof.kernels_only`` per GPU × configuration), with category and short name.
+    ``configs`` defaults to the paper's five (the reproduction's chapters)."""
     t = store.load_table(f"torch_{which}_kernels", root, gpus)
+    if t.empty:
+        return t
+    t = t[t["config"].isin(configs or list(PAPER_CONFIGS))]
     if t.empty:
         return t
     t = pd.concat([kernels_only(d) for _, d in t.groupby(["gpu_slug", "config"], sort=True)], ignore_index=True)
@@ -203,3 +213,35 @@ def step_agreement(root: Path, gpus: list[str]) -> pd.DataFrame:
     out = a.join(b, how="inner").reset_index()
     out["time_ratio"] = out["ncu_ms"] / out["torch_ms"]
     return ordered(out, ["gpu_slug", "config"])
+
+
+def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """The fast-path ladder (``config.LADDER``) at batch 1: ms/step, speed-up over the rung before
+    and over baseline, achieved TFLOP/s (3 × forward FLOPs ÷ step time) and its share of the
+    GPU's measured bf16 matmul peak (``peaks.json``, where measured)."""
+    from ..config import LADDER, model_preset
+    from ..summary import summarize
+
+    b = bench(root, gpus, list(LADDER))
+    if b.empty:
+        return b
+    peaks = store.load_json("peaks.json", root, gpus)
+    rows = []
+    for g, d in b.groupby("gpu_slug", sort=True):
+        d = d.set_index("config").reindex([c for c in LADDER if c in set(d["config"])]).reset_index()
+        prev = d["step_ms_median"].shift(1)
+        d["speedup_vs_previous"] = prev / d["step_ms_median"]
+        sides = [tuple(int(v) for v in s.split("x")) for s in d["size"]]
+        flops = [3 * summarize(model_preset(m), sz)["forward_flops"] * bt for m, sz, bt in zip(d["model"], sides, d["batch"])]
+        d["tflops"] = [f / (ms * 1e-3) / 1e12 for f, ms in zip(flops, d["step_ms_median"])]
+        peak = peaks.get(g, {}).get("bf16_matmul_tflops", float("nan"))
+        d["peak_fraction"] = d["tflops"] / peak
+        rows.append(d)
+    return pd.concat(rows, ignore_index=True)
+
+
+def fast_path_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
+    """``<gpu>/fast_path/<name>.csv`` of every GPU that has one (agreement, train_timing…)."""
+    frames = [pd.read_csv(root / g / "fast_path" / f"{name}.csv").assign(gpu_slug=g) for g in gpus
+              if (root / g / "fast_path" / f"{name}.csv").exists()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

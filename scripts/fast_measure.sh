@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The fast-path measurements of one GPU (issue 9), in stages that fit separate 10-minute commands.
+#
+#   scripts/fast_measure.sh OUT STAGE...
+#
+# Stages: env (info.json, nvidia-smi.csv) · peaks (bf16 matmul + copy ceilings) · ladder (bench of
+# every rung, 128³, batch 1; LADDER_CONFIGS=… to choose) · batches (fast at batch 1, 2 and 4; BATCHES=…) ·
+# agree (ε of every rung vs FP32 baseline) · loss (50 steps: baseline seeds 0-2, rungs seed 0) ·
+# train (medddpm train --config fast on 128³ phantom NIfTIs, timed) · kernels (torch.profiler
+# tables; KERNEL_CONFIGS=…). Each step has a time limit and a failure does not stop
+# the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
+set -uo pipefail
+OUT=${1:?usage: fast_measure.sh OUT STAGE...}; shift
+PY=${PYTHON:-python3}
+SIZE=${SIZE:-128}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+ALL=$($PY -c "from medddpm.config import LADDER; print(' '.join(reversed(LADDER)))")
+RUNGS=${LADDER_CONFIGS:-$ALL}
+
+run() {  # run SECONDS CMD...: logged, time-limited, never fatal
+  local limit=$1; shift
+  echo "+ $*" >>"$OUT/commands.log"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -4
+  local rc=${PIPESTATUS[0]}
+  echo "  [rc=$rc, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
+}
+
+for stage in "$@"; do
+  case $stage in
+    env)
+      $PY -m medddpm info --json >"$OUT/info.json"
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit \
+        --format=csv >"$OUT/nvidia-smi.csv" ;;
+    peaks) run 120 $PY scripts/fast_path.py peaks --out "$OUT" ;;
+    ladder)
+      for c in $RUNGS; do
+        run "${BENCH_LIMIT:-200}" $PY -m medddpm bench --model whole-head --size "$SIZE" --config "$c" --steps 10 \
+          --warmup 5 --device cuda --out "$OUT/bench.csv"
+      done ;;
+    batches)
+      for b in ${BATCHES:-1 2 4}; do
+        run 200 $PY -m medddpm bench --model whole-head --size "$SIZE" --config fast --batch $b --steps 10 --warmup 5 \
+          --device cuda --out "$OUT/bench.csv"
+      done ;;
+    agree) run 400 $PY scripts/fast_path.py agree --out "$OUT" --size "$SIZE" --configs "$(echo $ALL | tr ' ' ,)" ;;
+    loss)
+      run 300 $PY scripts/fast_path.py loss --out "$OUT" --size "$SIZE" --configs baseline --seeds 0,1,2
+      run 400 $PY scripts/fast_path.py loss --out "$OUT" --size "$SIZE" --configs "${LOSS_CONFIGS:-opt1,bf16,bf16-ndhwc,fast}" --seeds 0 ;;
+    train)
+      data=$(mktemp -d)
+      run 120 $PY -m medddpm phantom --out "$data" --n 8 --size "$SIZE"
+      run 300 $PY -m medddpm train --images "$data/images" --masks "$data/masks" --model whole-head --config fast \
+        --size "$SIZE" --steps "${TRAIN_STEPS:-300}" --grad-accum 1 --log-every 25 --save-every 100000 \
+        --device cuda --out "$data/run" --quiet
+      cp "$data/run/timing.csv" "$OUT/train_timing.csv" 2>/dev/null
+      cp "$data/run/log.csv" "$OUT/train_log.csv" 2>/dev/null ;;
+    kernels)
+      run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" --configs "${KERNEL_CONFIGS:-bf16-compile-tuned,fast}" \
+        --warmup 4 --out "$OUT" ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+done
