@@ -155,7 +155,10 @@ def test_results_store_loads_every_gpu():
     found = gpus(RESULTS)
     assert {"h200", "h100-80gb-hbm3"} <= set(found)
     bench = load_bench(RESULTS)
-    assert set(bench["config"]) == {"baseline", "opt1", "opt2", "opt12", "pytorch-default"}
+    from medddpm.config import CONFIGS, LADDER, PAPER_CONFIGS
+
+    assert set(PAPER_CONFIGS) <= set(bench["config"]) <= set(CONFIGS)
+    assert set(LADDER) <= set(bench[bench["gpu_slug"] == "h200"]["config"])
     step = load_table("torch_step_kernels", RESULTS)
     assert set(step["gpu_slug"]) >= {"h200", "h100-80gb-hbm3"} and (step["duration_us"] > 0).all()
     with pytest.raises(ValueError, match="no results for GPU"):
