@@ -115,12 +115,15 @@ def ladder(lad: pd.DataFrame, ax=None):
     """Issue 9's waterfall: ms/step per rung, one bar per GPU, each labelled with its speed-up over
     the rung before and over baseline (log scale: baseline is ~20× the fastest rung)."""
     ax = ax or plt.subplots(figsize=(10, 4.5))[1]
-    order = list(dict.fromkeys(lad["config"]))
+    from ..config import LADDER
+
+    order = [c for c in LADDER if c in set(lad["config"])]  # rung order, whichever GPU lacks a rung
     sns.barplot(data=lad, x="config", y="step_ms_median", hue="gpu_slug", order=order, ax=ax, errorbar=None)
     for container, (_, d) in zip(ax.containers, lad.groupby("gpu_slug", sort=True)):
         d = d.set_index("config")
         labels = []
-        for bar, cfg in zip(container, [c for c in order]):
+        for bar in container:  # a GPU without some rung has fewer bars: find each bar's rung by position
+            cfg = order[round(bar.get_x() + bar.get_width() / 2)]
             if cfg not in d.index or math.isnan(bar.get_height()):
                 labels.append("")
                 continue
