@@ -111,16 +111,12 @@ def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, re
             times.append(timer.ms(a, timer.mark()))
         return statistics.median(times)
 
-    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    y = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    mm_ms = median_ms(lambda: x @ y)
-    del x, y
+    lhs, rhs = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    mm_ms = median_ms(lambda: lhs @ rhs)
     src = torch.empty(int(copy_gib * 2**30) // 4, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
     copy_ms = median_ms(lambda: dst.copy_(src))
     nbytes = 2 * src.numel() * 4
-    del src, dst
-    torch.cuda.empty_cache()
     return {"bf16_matmul_tflops": 2 * n**3 / (mm_ms * 1e-3) / 1e12, "matmul_n": n,
             "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
 

@@ -110,7 +110,6 @@ class Engine:
 
     def __init__(self, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
                  diffusion_cfg: DiffusionConfig = DiffusionConfig(), lr: float = 1e-5) -> None:
-        self.requested = knobs
         self.knobs = effective_knobs(knobs, device)
         self.device = device
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
