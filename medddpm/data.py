@@ -119,8 +119,16 @@ def canonical(img: nib.Nifti1Image) -> nib.Nifti1Image:
     return nib.as_closest_canonical(img)
 
 
+def squeeze_singleton(arr: np.ndarray) -> np.ndarray:
+    """Drop a 4th axis of length 1, common in real exports ((I, J, K, 1) → (I, J, K)); real 4-D
+    data, and every other shape, pass through unchanged for the callers to judge."""
+    return arr[..., 0] if arr.ndim == 4 and arr.shape[3] == 1 else arr
+
+
 def _check_volume(arr: np.ndarray, path: Path, channels: int) -> np.ndarray:
     """Return (C, I, J, K): 3-D for one channel, 4-D with the last axis = channels otherwise."""
+    if channels == 1:
+        arr = squeeze_singleton(arr)
     if arr.ndim == 3 and channels == 1:
         return arr[None]
     if arr.ndim == 4 and channels > 1 and arr.shape[3] == channels:
@@ -155,6 +163,7 @@ def read_labels(path: Path, labels: tuple[tuple[int, ...], ...]) -> np.ndarray:
         raise
     except Exception as exc:
         raise InputError(f"cannot read label data of {path}: {exc}") from None
+    raw = squeeze_singleton(raw)
     if raw.ndim != 3:
         raise InputError(f"{path.name}: expected a 3-D label map, got shape {raw.shape}")
     if not np.issubdtype(raw.dtype, np.integer):
@@ -189,6 +198,31 @@ def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None) -> tor
     return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset]))
 
 
+# Largest difference between an image's and its mask's affine entries (mm, or mm per voxel) that
+# still counts as the same voxel grid: far above float32 header round-off, far below a voxel.
+AFFINE_TOLERANCE = 1e-3
+
+
+def check_same_space(image: Path, mask: Path, tol: float = AFFINE_TOLERANCE) -> None:
+    """Refuse an image/mask pair whose voxel grids differ (shape, or affine beyond ``tol``).
+
+    Each file is reoriented to RAS on its own, so a pair stored with different affines over the
+    same array (an LPS image with a RAS mask, say) would otherwise train with anatomy that no longer
+    lines up. Reads headers only.
+    """
+    a, b = load_nifti(image), load_nifti(mask)
+    shape_a, shape_b = tuple(a.shape[:3]), tuple(b.shape[:3])
+    if shape_a != shape_b:
+        raise InputError(f"{image.name} and its mask {mask.name} differ in voxel grid: "
+                         f"image shape {shape_a}, mask shape {shape_b}")
+    diff = float(np.abs(a.affine - b.affine).max())
+    if not diff <= tol:
+        axes_a, axes_b = "".join(nib.aff2axcodes(a.affine)), "".join(nib.aff2axcodes(b.affine))
+        raise InputError(f"{image.name} and its mask {mask.name} are not in the same space: their affines "
+                         f"differ by up to {diff:.4g} (tolerance {tol:g}); image axes {axes_a}, mask axes "
+                         f"{axes_b}. Resample or re-save one of them onto the other's grid")
+
+
 class VolumeDataset(Dataset):
     """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``.
 
@@ -218,11 +252,9 @@ class VolumeDataset(Dataset):
 
     def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self.pairs[i]
+        check_same_space(pair.image, pair.mask)
         image = resize(torch.from_numpy(read_image(pair.image, self.channels)), self.size, "trilinear")
         mask = load_mask_tensor(pair.mask, self.preset, self.size)
-        if image.shape[1:] != mask.shape[1:]:
-            raise InputError(f"subject {pair.subject}: image {tuple(image.shape[1:])} and mask "
-                             f"{tuple(mask.shape[1:])} differ in shape")
         return image, mask
 
     def validate(self) -> None:

@@ -14,4 +14,6 @@ ncu --import "$TMP/tiny.ncu-rep" --csv --page raw --print-units base > "$OUT/tin
 ncu --import "$TMP/tiny.ncu-rep" --csv --page details --print-units base > "$OUT/tiny_details.csv" 2>>"$OUT/ncu_probe.log"
 ncu --import "$TMP/tiny.ncu-rep" --csv --page raw --print-units base --print-metric-instances details \
   --metrics sass__inst_executed_per_opcode_category > "$OUT/tiny_instances.csv" 2>>"$OUT/ncu_probe.log"
-gzip -f "$OUT/tiny_raw.csv" "$OUT/tiny_details.csv"
+# the same kernels in ncu's default (auto) units, for the parser's units test
+ncu --import "$TMP/tiny.ncu-rep" --csv --page raw > "$OUT/tiny_raw_auto.csv" 2>>"$OUT/ncu_probe.log"
+gzip -f "$OUT/tiny_raw.csv" "$OUT/tiny_details.csv" "$OUT/tiny_raw_auto.csv"

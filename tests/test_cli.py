@@ -83,6 +83,21 @@ def test_corrupt_volume_fails_before_training(capsys, phantoms, tmp_path):
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
 
 
+def test_image_and_mask_in_different_spaces_fail_before_training(capsys, phantoms, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(phantoms, data)
+    path = data / "images" / "phantom_001.nii.gz"
+    img = nib.load(str(path))
+    lps = np.diag([-1.0, -1.0, 1.0, 1.0]) @ img.affine  # same voxels, now claimed to be LPS
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj), lps), str(path))
+    code, _, err = run(capsys, "train", "--images", str(data / "images"), "--masks", str(data / "masks"), "--model",
+                       "tiny", "--steps", "1", "--size", "16", "--out", str(tmp_path / "r"), "--quiet")
+    assert_one_line_error(code, err, "not in the same space")
+    assert not (tmp_path / "r").exists()
+
+
 def test_sample_with_bad_mask_writes_nothing(capsys, phantoms, tmp_path):
     import shutil
 

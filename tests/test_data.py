@@ -146,3 +146,39 @@ def test_mni_demo_has_real_anatomy(tmp_path):
     assert (lab == 1).sum() > 0.1 * lab.size and (lab == 2).sum() > 0
     data = img.get_fdata()
     assert data[lab >= 1].mean() > 3 * data[lab == 0].mean()  # brain brighter than background
+
+
+def test_singleton_fourth_axis_is_squeezed_real_4d_refused(tmp_path):
+    arr = np.arange(64, dtype=np.float32).reshape(4, 4, 4)
+    img = read_image(_save(tmp_path / "a.nii.gz", arr[..., None]))
+    np.testing.assert_array_equal(img, read_image(_save(tmp_path / "b.nii.gz", arr)))
+    lab = np.zeros((4, 4, 4, 1), np.uint8)
+    lab[1, 1, 1, 0] = 2
+    assert read_labels(_save(tmp_path / "m.nii.gz", lab), MASK_LABELS["whole-head"]).shape == (4, 4, 4)
+    with pytest.raises(InputError, match=r"got shape \(4, 4, 4, 2\)"):
+        read_labels(_save(tmp_path / "m2.nii.gz", np.zeros((4, 4, 4, 2), np.uint8)), MASK_LABELS["whole-head"])
+
+
+def _pair_with_affines(root: Path, image_affine, mask_affine, mask_shape=(8, 8, 8)):
+    rng = np.random.default_rng(0)
+    _save(root / "images" / "s1.nii.gz", rng.random((8, 8, 8)).astype(np.float32), image_affine)
+    lab = np.zeros(mask_shape, np.uint8)
+    lab[2:5, 2:5, 2:5] = 1
+    _save(root / "masks" / "s1.nii.gz", lab, mask_affine)
+    return VolumeDataset(pair_files(root / "images", root / "masks"), "whole-head", 1, (8, 8, 8))
+
+
+def test_image_and_mask_in_different_spaces_are_refused(tmp_path):
+    ras = np.eye(4)
+    lps = np.diag([-1.0, -1.0, 1.0, 1.0])  # the same voxel array, read as LPS
+    with pytest.raises(InputError) as e:
+        _pair_with_affines(tmp_path / "a", lps, ras).validate()
+    msg = str(e.value)
+    assert "s1.nii.gz" in msg and "not in the same space" in msg and "LPS" in msg and "RAS" in msg
+    with pytest.raises(InputError, match=r"image shape \(8, 8, 8\), mask shape \(8, 8, 6\)"):
+        _pair_with_affines(tmp_path / "b", ras, ras, (8, 8, 6)).validate()
+    # header round-off below the tolerance is the same space
+    nearly = ras.copy()
+    nearly[0, 3] += 1e-5
+    image, mask = _pair_with_affines(tmp_path / "c", ras, nearly)[0]
+    assert image.shape == (1, 8, 8, 8) and mask.shape == (2, 8, 8, 8)

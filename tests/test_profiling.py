@@ -57,6 +57,37 @@ def test_missing_nvtx_columns_and_units_row(tmp_path):
     assert np.isnan(k.loc[0, "ipc"])  # not collected → NaN, not an error
 
 
+def _raw(tmp_path, name, units, values):
+    rows = ['"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_read.sum.per_second",'
+            '"sm__cycles_elapsed.avg.per_second"', ",".join(f'"{u}"' for u in ["", "", *units])]
+    rows += [",".join(f'"{c}"' for c in [str(i), "void k<int>(int)", *v]) for i, v in enumerate(values)]
+    p = tmp_path / name
+    p.write_text("\n".join(rows) + "\n")
+    return p
+
+
+def test_units_row_is_honoured(tmp_path):
+    """ncu's default --print-units auto: us/ms, Kbyte/Mbyte, Gbyte/second, Ghz all become base units."""
+    durations_us = ["100.00", "120.00", "111.44", "110.00", "120.00"]  # 561.44 us in all
+    auto = _raw(tmp_path, "auto.csv", ["us", "Mbyte", "Gbyte/second", "Ghz"],
+                [[d, "1.50", "2.25", "1.98"] for d in durations_us])
+    base = _raw(tmp_path, "base.csv", ["ns", "byte", "byte/s", "hz"],
+                [[f"{float(d) * 1e3:,.0f}", "1,500,000", "2,250,000,000", "1,980,000,000"] for d in durations_us])
+    a, b = parse_raw(auto), parse_raw(base)
+    assert a["duration_ns"].sum() == pytest.approx(561_440)
+    pd.testing.assert_frame_equal(a, b)
+    mixed = _raw(tmp_path, "ms.csv", ["ms", "Kbyte", "byte/usecond", "cycle/nsecond"], [["0.5", "2", "3", "1.5"]])
+    k = parse_raw(mixed).iloc[0]
+    assert (k["duration_ns"], k["dram__bytes_read.sum"]) == (500_000, 2000)
+    assert (k["dram__bytes_read.sum.per_second"], k["sm__cycles_elapsed.avg.per_second"]) == (3e6, 1.5e9)
+
+
+def test_unknown_unit_is_refused_not_guessed(tmp_path):
+    p = _raw(tmp_path, "odd.csv", ["us", "furlong", "byte/s", "hz"], [["1", "2", "3", "4"]])
+    with pytest.raises(InputError, match=r"unknown unit.*'furlong' \(column 'dram__bytes_read.sum'\)"):
+        parse_raw(p)
+
+
 def test_zero_kernel_and_wrong_files_are_clear_errors(tmp_path):
     p = tmp_path / "empty.csv"
     p.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"","","ns"\n')

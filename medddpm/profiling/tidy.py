@@ -2,8 +2,10 @@
 
 Inputs are what ``ncu --import REPORT --csv`` prints:
 
-* ``--page raw --print-units base``: row 1 = header, row 2 = units, then one row per kernel;
-  numbers may carry thousands separators; the two NVTX columns exist only with ``--nvtx``.
+* ``--page raw``: row 1 = header, row 2 = units, then one row per kernel; numbers may carry
+  thousands separators; the two NVTX columns exist only with ``--nvtx``. Any ``--print-units``
+  works: every value is converted through the units row to the base units that
+  ``--print-units base`` prints (ns, byte, byte/s, hz, cycle, …); an unknown unit is an error.
 * ``--page details``: one row per (kernel, section, metric), with rule rows carrying
   ``Rule Name``, ``Rule Type``, ``Estimated Speedup Type`` and ``Estimated Speedup`` (percent).
 * ``--page raw --print-metric-instances details --metrics sass__inst_executed_per_opcode_category``:
@@ -80,6 +82,57 @@ def to_number(value: str) -> float:
         return float("nan")
 
 
+# Units of a raw export: SI prefixes on countable units, and time (ncu's base unit for a time on
+# its own is ns, for the denominator of a rate it is s). Nothing outside these tables is guessed.
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+_PER_S = {unit: 1e9 / ns for unit, ns in _NS.items()}  # "x per <unit>" → x per second (exact)
+_COUNTABLE = frozenset("byte bit cycle sector sectors inst warp thread request block branches pass "
+                       "register cluster SM sample hz".split())
+
+
+def _count_factor(token: str) -> float | None:
+    """'Kbyte' → 1e3, 'cycle' → 1, 'Ghz' → 1e9, '%' → 1; None where the token is unknown."""
+    if token in ("%", ""):
+        return 1.0
+    for prefix in sorted(_PREFIX, key=len, reverse=True):
+        rest = token[len(prefix):]
+        if token.startswith(prefix) and (rest in _COUNTABLE or rest.lower() == "hz"):
+            return _PREFIX[prefix]
+    return None
+
+
+def unit_factor(unit: str) -> float | None:
+    """Factor that turns a value printed in ``unit`` into ncu's base unit for it: 'us' → 1e3 (ns),
+    'Mbyte' → 1e6, 'Gbyte/second' → 1e9 (byte/s), 'cycle/usecond' → 1e6; None if unknown."""
+    unit = unit.strip()
+    if unit in _NS:
+        return _NS[unit]
+    num, _, den = unit.partition("/")
+    top = _count_factor(num)
+    if not den or top is None:
+        return top
+    if den in _PER_S:
+        return top * _PER_S[den]
+    bottom = _count_factor(den)
+    return None if bottom is None else top / bottom
+
+
+def unit_factors(header: list[str], units: list[str], path: str | Path) -> dict[str, float]:
+    """Per column, the factor to base units; one error naming every unknown unit."""
+    factors, unknown = {}, {}
+    for col, unit in zip(header, units):
+        f = unit_factor(unit)
+        if f is None:
+            unknown.setdefault(unit, col)
+        else:
+            factors[col] = f
+    if unknown:
+        listed = ", ".join(f"{u!r} (column {c!r})" for u, c in sorted(unknown.items()))
+        raise InputError(f"{path}: unknown unit(s) in the units row: {listed}; export with --print-units base")
+    return factors
+
+
 def nvtx_path(cell: str) -> str:
     """'695 "<default domain>:train_step:none…" "<default domain>:forward:none…"' → 'train_step/forward'."""
     names = re.findall(r'"<[^>]*>:([^:"]*)', cell or "")
@@ -101,9 +154,12 @@ def parse_raw(path: str | Path) -> pd.DataFrame:
     rows = read_csv_rows(path)
     if len(rows) < 2:
         raise InputError(f"{path}: no header/units rows")
-    header, data = rows[0], rows[2:]  # rows[1] holds the units (base units: --print-units base)
+    header, data = rows[0], rows[2:]
     if ID not in header or NAME not in header:
         raise InputError(f"{path}: missing the {ID!r} or {NAME!r} column")
+    if rows[1][header.index(ID)].strip().isdigit():
+        raise InputError(f"{path}: no units row under the header (export with ncu's --page raw)")
+    factors = unit_factors(header, rows[1], path)
     if not data:
         raise InputError(f"{path}: the report holds zero kernels")
     nvtx_col = next((c for c in header if c.startswith(NVTX_PREFIX)), None)
@@ -125,7 +181,7 @@ def parse_raw(path: str | Path) -> pd.DataFrame:
             name = metric_name(col)
             if name == INSTANCE_METRIC:
                 continue
-            value = to_number(cells.get(col, ""))
+            value = to_number(cells.get(col, "")) * factors.get(col, 1.0)
             # the same metric may stand twice (a section-prefixed copy); keep the one with a value
             if name not in rec or (np.isnan(rec[name]) and not np.isnan(value)):  # type: ignore[arg-type]
                 rec[name] = value
@@ -175,6 +231,8 @@ def parse_instances(path: str | Path) -> pd.DataFrame:
     col = next((c for c in header if metric_name(c) == INSTANCE_METRIC), None)
     if col is None:
         raise InputError(f"{path}: no {INSTANCE_METRIC} column (export with --print-metric-instances details)")
+    units = next((r for r in data if not r[header.index(ID)].strip().isdigit()), None)
+    scale = unit_factors([col], [dict(zip(header, units)).get(col, "")], path)[col] if units else 1.0
     out = []
     for r in data:
         c = dict(zip(header, r))
@@ -182,7 +240,7 @@ def parse_instances(path: str | Path) -> pd.DataFrame:
         if not c.get(ID, "").strip().isdigit() or "(" not in cell:
             continue
         kid = int(c[ID])
-        pairs = [(name.strip(), to_number(n)) for name, n in _CLASS.findall(cell[cell.index("("):])]
+        pairs = [(name.strip(), to_number(n) * scale) for name, n in _CLASS.findall(cell[cell.index("("):])]
         total = sum(n for _, n in pairs)
         for name, n in pairs:
             out.append({"id": kid, "class": name, "count": n, "share": n / total if total else np.nan})
