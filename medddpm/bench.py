@@ -121,17 +121,18 @@ def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, re
             "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
 
 
-def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
+def append_rows(path: str | Path, rows: list[dict[str, Any]], columns: list[str] = COLUMNS,
+                what: str = "bench") -> None:
     """Append rows to ``path`` (created with a header if new); written atomically."""
     path = Path(path)
     old = ""
     if path.exists():
         old = path.read_text()
         header = old.splitlines()[0].split(",") if old.strip() else []
-        if header and header != COLUMNS:
-            raise InputError(f"{path} has columns {header}, not the bench columns; choose another --out")
+        if header and header != columns:
+            raise InputError(f"{path} has columns {header}, not the {what} columns; choose another --out")
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     if not old.strip():
         writer.writeheader()
     writer.writerows(rows)

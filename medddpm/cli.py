@@ -56,14 +56,21 @@ def cmd_demo_data(a: argparse.Namespace) -> None:
     print(f"wrote {len(names)} MNI152 demo pairs to {a.out}/images and {a.out}/masks")
 
 
-def cmd_train(a: argparse.Namespace) -> None:
+class Exit(Exception):
+    """Leave ``main`` with this exit code, printing nothing more (the cause is already printed)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _train_inputs(a: argparse.Namespace):
+    """Everything ``train`` can check without decoding volumes: config, size, steps, folders."""
     from .config import TrainConfig, model_preset, run_config
-    from .data import VolumeDataset, pair_files
-    from .runtime import resolve_device
-    from .train import CHECKPOINT, Trainer
+    from .data import pair_files
+    from .train import CHECKPOINT
 
     cfg, knobs = model_preset(a.model), run_config(a.config)
-    device = resolve_device(a.device)
     size = _size(a.size, cfg.native_size)
     cfg.check_size(size)
     if a.steps < 1:
@@ -77,14 +84,78 @@ def cmd_train(a: argparse.Namespace) -> None:
         raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     if a.resume and not (out / CHECKPOINT).exists():
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist")
-    dataset = VolumeDataset(pair_files(a.images, a.masks, a.id_regex), cfg.name, cfg.out_channels, size,
-                            keep=knobs.data_cache != "none")
-    dataset.validate()
-    trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size)
-    if a.resume:
-        trainer.resume()
-    losses = trainer.fit(a.steps, progress=not a.quiet)
-    print(f"trained to step {trainer.step}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}")
+    return cfg, knobs, size, train_cfg, out, pair_files(a.images, a.masks, a.id_regex)
+
+
+def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
+    """``--nproc N``: check the inputs here, then run this command under torchrun with N ranks."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    from .distributed import NO_MULTICAST, torchrun_args
+
+    if a.nproc < 1:
+        raise InputError(f"--nproc must be >= 1, got {a.nproc}")
+    if a.device.startswith("cuda:"):
+        raise InputError(f"--device {a.device}: with --nproc use --device cuda; rank r takes GPU r")
+    if a.device == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < a.nproc:
+            raise InputError(f"--nproc {a.nproc} needs {a.nproc} GPUs; this machine has {torch.cuda.device_count()}")
+    if a.command == "train":
+        _train_inputs(a)
+    for key, value in NO_MULTICAST.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // a.nproc)))  # CPU threads per rank
+    args = torchrun_args(a.nproc, list(argv))
+    if not a.quiet:
+        print("running: torchrun " + " ".join(args), file=sys.stderr, flush=True)
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # ranks print their own errors
+    try:
+        run(parse_args(args))
+    except ChildFailedError as exc:
+        codes = [f.exitcode for f in exc.failures.values()]
+        raise Exit(next((c for c in codes if c > 0), 1)) from None
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    from .data import VolumeDataset
+    from .distributed import World
+    from .runtime import resolve_device
+    from .train import CHECKPOINT, Trainer
+
+    if a.nproc is not None:
+        return _launch(a, a.argv)
+    world = World.from_env()
+    device = resolve_device(world.device(a.device))
+    world.init(device)
+    try:
+        error = None
+        try:  # every rank checks the same inputs; a failure on any rank stops them all
+            cfg, knobs, size, train_cfg, out, pairs = _train_inputs(a)
+            dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=knobs.data_cache != "none")
+            dataset.validate()
+        except (MedddpmError, ValueError) as exc:
+            error = exc
+        world.agree(error)
+        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world)
+        if a.resume:
+            error = None
+            try:
+                trainer.resume()
+            except MedddpmError as exc:
+                error = exc
+            world.agree(error)
+        losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
+    finally:
+        world.close()
+    if not world.main:
+        return
+    ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
+    print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}")
     steady = trainer.timing()["ms_per_step"].iloc[1:]
     if len(steady):
         print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
@@ -92,12 +163,28 @@ def cmd_train(a: argparse.Namespace) -> None:
 
 
 def cmd_sample(a: argparse.Namespace) -> None:
+    from .distributed import World
     from .runtime import resolve_device
     from .sample import sample_masks
 
-    written = sample_masks(a.checkpoint, a.masks, a.out, resolve_device(a.device), a.sampler, a.steps,
-                           a.eta, a.seed, a.weights, progress=not a.quiet)
-    print(f"wrote {len(written)} samples to {a.out}")
+    if a.nproc is not None:
+        return _launch(a, a.argv)
+    world = World.from_env()
+    device = resolve_device(world.device(a.device))
+    world.init(device)
+    try:
+        written, error = [], None
+        try:
+            written = sample_masks(a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed,
+                                   a.weights, progress=not a.quiet and world.main, config=a.config,
+                                   batch=a.batch, world=world)
+        except (MedddpmError, ValueError) as exc:
+            error = exc
+        world.agree(error)
+    finally:
+        world.close()
+    ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
+    print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
 
 def cmd_bench(a: argparse.Namespace) -> None:
@@ -123,6 +210,32 @@ def cmd_bench(a: argparse.Namespace) -> None:
                   f"{row['fwd_ms_median']:.1f} ms, peak {row['peak_mem_gib']:.2f} GiB")
     if a.json:
         _print_json([{**r["row"], "step_ms": r["raw"]["step_ms"], "settings": r["settings"]} for r in results])
+
+
+def cmd_bench_sample(a: argparse.Namespace) -> None:
+    from . import sample_bench
+    from .bench import append_rows
+    from .config import model_preset, run_config
+    from .runtime import resolve_device
+
+    cfg = model_preset(a.model)
+    configs = [run_config(c) for c in a.config.split(",")]
+    device = resolve_device(a.device or ("cuda" if _cuda() else "cpu"))
+    size = _size(a.size, cfg.native_size)
+    cfg.check_size(size)
+    results = []
+    for knobs in configs:
+        r = sample_bench.bench_sample(cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed)
+        results.append(r)
+        if a.out:
+            append_rows(a.out, [r["row"]], sample_bench.COLUMNS, "sample_bench")
+        if not a.json:
+            row = r["row"]
+            print(f"{row['gpu']} {row['config']:<16} {row['size']} {row['sampler']} {row['steps']} steps, batch "
+                  f"{row['batch']}: {row['s_per_volume_median']:.3f} s/volume (min {row['s_per_volume_min']:.3f}, "
+                  f"max {row['s_per_volume_max']:.3f}), peak {row['peak_mem_gib']:.2f} GiB")
+    if a.json:
+        _print_json([{**r["row"], "s_per_volume": r["raw"]["s_per_volume"]} for r in results])
 
 
 def _cuda() -> bool:
@@ -181,6 +294,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="random seed (default 0)")
     s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--nproc", type=int, help="launch N ranks with torchrun + DDP on this machine "
+                   "(the same as `torchrun --standalone --nproc-per-node N -m medddpm train …`)")
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sample", help="generate one image per mask with a checkpoint")
@@ -193,7 +308,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
     s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast on a GPU, baseline on a CPU), one of: {configs}")
+    s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
     s.set_defaults(func=cmd_sample)
 
     s = sub.add_parser("bench", help="time training steps per configuration")
@@ -207,6 +325,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON rows with every step time")
     s.add_argument("--out", help="CSV to append rows to, e.g. data/results/<gpu>/bench.csv")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("bench-sample", help="time the sampling of whole volumes per configuration")
+    s.add_argument("--model", default="whole-head", help=model_help)
+    s.add_argument("--config", default="fast", help=f"one or more, comma-separated, of: {configs}")
+    s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides (default: the preset's)")
+    s.add_argument("--sampler", default="ddim", choices=["ddpm", "ddim"], help="ancestral DDPM (all T steps) or DDIM")
+    s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")
+    s.add_argument("--batch", type=int, default=1, help="volumes sampled together; times are per volume")
+    s.add_argument("--repeats", type=int, default=3, help="timed runs after one untimed warm-up run")
+    s.add_argument("--seed", type=int, default=0, help="seed of the weights, masks and noise")
+    s.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when there is a GPU)")
+    s.add_argument("--json", action="store_true", help="print JSON rows with every repeat's time")
+    s.add_argument("--out", help="CSV to append rows to, e.g. data/results/<gpu>/sample_bench.csv")
+    s.set_defaults(func=cmd_bench_sample)
 
     s = sub.add_parser("info", help="torch/CUDA/cuDNN versions, GPU properties, TF32 settings")
     s.add_argument("--json", action="store_true", help="print JSON")
@@ -228,16 +360,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _terminate)
     p = parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:  # argparse already printed one usage line; keep its exit code 2
         return int(exc.code or 0)
+    args.argv = argv
     try:
         args.func(args)
+    except Exit as exc:
+        return exc.code
     except (MedddpmError, ValueError, FileNotFoundError, PermissionError) as exc:
         if os.environ.get("MEDDDPM_DEBUG"):
             raise
-        print(f"medddpm {args.command}: error: {exc}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every rank
+            print(f"medddpm {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"medddpm {args.command}: interrupted", file=sys.stderr)

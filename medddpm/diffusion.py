@@ -6,7 +6,7 @@ Equation numbers refer to Ho et al. (2020) "DDPM" and Song et al. (2021) "DDIM".
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +15,17 @@ from torch import Tensor, nn
 from .config import DiffusionConfig
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
+Generators = torch.Generator | Sequence[torch.Generator] | None  # one for the batch, or one per volume
+
+
+def randn(shape: Sequence[int], generator: Generators, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """N(0, I) noise of ``shape``; with one generator per volume, volume i draws from its own,
+    so a volume's noise does not depend on which batch (or rank) it is sampled in."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.randn(tuple(shape), generator=generator, device=device, dtype=dtype)
+    if len(generator) != shape[0]:
+        raise ValueError(f"{len(generator)} generators for a batch of {shape[0]}")
+    return torch.cat([torch.randn((1, *shape[1:]), generator=g, device=device, dtype=dtype) for g in generator])
 
 
 def cosine_betas(timesteps: int, s: float = 0.008, max_beta: float = 0.999) -> Tensor:
@@ -108,16 +119,16 @@ class GaussianDiffusion(nn.Module):
 
     @torch.no_grad()
     def ddpm_steps(
-        self, mask: Tensor, channels: int, generator: torch.Generator | None = None, clip: bool = True
+        self, mask: Tensor, channels: int, generator: Generators = None, clip: bool = True
     ) -> Iterator[tuple[int, Tensor]]:
         """Ancestral sampling x_T → x_0 (DDPM Alg. 2), yielding (t, x_{t}) after each step."""
         self._check_mask(mask, channels)
         shape = (mask.shape[0], channels, *mask.shape[2:])
-        x = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
+        x = randn(shape, generator, mask.device, mask.dtype)
         for i in reversed(range(self.num_timesteps)):
             t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
             mean, log_var = self.p_mean_variance(x, mask, t, clip)
-            noise = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
+            noise = randn(shape, generator, mask.device, mask.dtype)
             x = mean + (i > 0) * (0.5 * log_var).exp() * noise
             yield i, x
 
@@ -128,7 +139,7 @@ class GaussianDiffusion(nn.Module):
         channels: int,
         steps: int,
         eta: float = 0.0,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
         clip: bool = True,
     ) -> Iterator[tuple[int, Tensor]]:
         """DDIM (Song et al. 2021, eq. 12) over ``steps`` evenly spaced timesteps; η=1 ≈ DDPM."""
@@ -139,8 +150,8 @@ class GaussianDiffusion(nn.Module):
             raise ValueError(f"eta must be >= 0, got {eta}")
         seq = torch.linspace(0, self.num_timesteps - 1, steps).round().long().unique().tolist()
         shape = (mask.shape[0], channels, *mask.shape[2:])
-        x = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
-        one = torch.ones(1, dtype=torch.float64)
+        x = randn(shape, generator, mask.device, mask.dtype)
+        abars = self.alphas_cumprod.tolist()  # host copies: no synchronisation inside the loop
         for i, prev in zip(reversed(seq), reversed([-1] + seq[:-1])):
             t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
             eps = self.eps(x, mask, t)
@@ -148,12 +159,13 @@ class GaussianDiffusion(nn.Module):
             if clip:
                 x0 = x0.clamp(-1, 1)
                 eps = (_gather(self.sqrt_recip_abar, t, x) * x - x0) / _gather(self.sqrt_recipm1_abar, t, x)
-            abar = self.alphas_cumprod[i]
-            abar_prev = self.alphas_cumprod[prev] if prev >= 0 else one[0]
-            sigma = eta * ((1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)).sqrt()
-            dir_coef = (1 - abar_prev - sigma**2).clamp(min=0).sqrt()
-            noise = torch.randn(shape, generator=generator, device=mask.device, dtype=mask.dtype)
-            x = abar_prev.sqrt().item() * x0 + dir_coef.item() * eps + sigma.item() * noise
+            abar = abars[i]
+            abar_prev = abars[prev] if prev >= 0 else 1.0
+            sigma = eta * math.sqrt((1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev))
+            dir_coef = math.sqrt(max(1 - abar_prev - sigma**2, 0.0))
+            x = math.sqrt(abar_prev) * x0 + dir_coef * eps
+            if sigma > 0:  # η = 0 is deterministic: no noise drawn
+                x = x + sigma * randn(shape, generator, mask.device, mask.dtype)
             yield i, x
 
     def sample(
@@ -163,10 +175,12 @@ class GaussianDiffusion(nn.Module):
         sampler: str = "ddpm",
         steps: int | None = None,
         eta: float = 0.0,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
         clip: bool = True,
+        on_step: Callable[[], object] | None = None,
     ) -> Tensor:
-        """Generate images for ``mask`` (N, mask_channels, ...) in [-1, 1]."""
+        """Generate images for ``mask`` (N, mask_channels, ...) in [-1, 1]; ``on_step()`` is
+        called after every denoising step (a progress bar)."""
         if sampler == "ddpm":
             if steps not in (None, self.num_timesteps):
                 raise ValueError(f"the ddpm sampler runs all {self.num_timesteps} steps; use ddim for fewer")
@@ -177,6 +191,7 @@ class GaussianDiffusion(nn.Module):
             raise ValueError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
         x = None
         for _, x in it:
-            pass
+            if on_step is not None:
+                on_step()
         assert x is not None
         return x

@@ -23,6 +23,12 @@ from .model import UNet3D
 from .runtime import set_backend_flags, tf32_state
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
+# DistributedDataParallel's gradient bucket size (MB): PyTorch's default, 25 MB, i.e. about seven
+# all-reduces for the whole-head model's 160 MB of fp32 gradients, each started as soon as its
+# bucket is full, so they overlap the rest of the backward pass.
+DDP_BUCKET_MB = 25
+
+Draw = tuple[Tensor, Tensor]  # (t, noise) of one micro-batch
 
 
 @contextlib.contextmanager
@@ -38,11 +44,12 @@ def nvtx(name: str) -> Iterator[None]:
             torch.cuda.nvtx.range_pop()
 
 
-def effective_knobs(knobs: Knobs, device: torch.device) -> Knobs:
+def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> Knobs:
     """The knobs that run on ``device``: on a CPU, compile, CUDA graphs, the fused Adam and a
-    device-side data cache fall back to eager PyTorch, the reference path."""
+    device-side data cache fall back to eager PyTorch, the reference path. With several ranks the
+    step is not captured as a CUDA graph (DDP's all-reduces stay eager)."""
     if device.type == "cuda":
-        return knobs
+        return knobs if world_size == 1 else replace(knobs, cuda_graphs=False)
     return replace(knobs, compile=False, cuda_graphs=False, fused_adam=False,
                    data_cache="host" if knobs.data_cache == "device" else knobs.data_cache)
 
@@ -88,35 +95,92 @@ def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> tor
                             capturable=bool(knobs.cuda_graphs and cuda))
 
 
+class GraphedDenoiser:
+    """The denoiser ε_θ(cat[x_t, mask], t) of one sampling step, captured as a CUDA graph per input
+    shape and replayed. A shape not seen before is captured anew, never replayed into a graph of
+    another shape. Call it inside ``autocast`` and inference mode."""
+
+    WARMUP = 2  # eager calls on a side stream before a shape is captured (compile, autotune)
+
+    def __init__(self, net: nn.Module | Callable, device: torch.device) -> None:
+        self.net, self.device = net, device
+        self.graphs: dict[tuple, tuple[list[Tensor], Tensor, torch.cuda.CUDAGraph]] = {}
+
+    def __call__(self, *inputs: Tensor) -> Tensor:
+        key = tuple((tuple(a.shape), a.dtype, a.stride()) for a in inputs)
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(inputs)
+        static, out, graph = self.graphs[key]
+        for dst, src in zip(static, inputs):
+            dst.copy_(src, non_blocking=True)
+        graph.replay()
+        return out.clone()  # the graph's output buffer is overwritten by the next replay
+
+    def _capture(self, inputs: Sequence[Tensor]):
+        static = [a.clone() for a in inputs]
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP):
+                self.net(*static)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self.net(*static)
+        return static, out, graph
+
+
 def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
               diffusion_cfg: DiffusionConfig = DiffusionConfig(),
               state: dict[str, Tensor] | None = None) -> tuple[UNet3D, GaussianDiffusion, Knobs]:
     """An eval-mode model (weights from ``state``) and the diffusion that samples with it, under
-    ``knobs`` made effective for ``device``; run its calls inside ``autocast(knobs, device)``."""
-    knobs = replace(effective_knobs(knobs, device), checkpoint_attention=False, cuda_graphs=False)
+    ``knobs`` made effective for ``device``: compiled where asked, and with ``cuda_graphs`` each
+    denoising step replayed as a CUDA graph (``GraphedDenoiser``). Run its calls inside
+    ``torch.inference_mode()`` and ``autocast(knobs, device)``."""
+    knobs = replace(effective_knobs(knobs, device), checkpoint_attention=False)
     set_backend_flags(knobs.tf32, knobs.cudnn_benchmark)
     model = build_model(model_cfg, knobs, device)
     if state is not None:
         model.load_state_dict(state)
     model.eval().requires_grad_(False)
-    return model, GaussianDiffusion(compiled(model, knobs), diffusion_cfg).to(device), knobs
+    net = compiled(model, knobs)
+    if knobs.cuda_graphs:
+        net = GraphedDenoiser(net, device)
+    return model, GaussianDiffusion(net, diffusion_cfg).to(device), knobs
+
+
+def data_parallel(model: nn.Module, device: torch.device) -> nn.Module:
+    """``DistributedDataParallel`` around ``model`` in the current process group (gradients are
+    averaged over the ranks; buckets of ``DDP_BUCKET_MB`` with gradients as views into them)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=DDP_BUCKET_MB, gradient_as_bucket_view=True)
 
 
 class Engine:
     """A model, its diffusion wrapper, optimizer and training step under one configuration.
 
     ``knobs`` are made effective for ``device`` and the process-wide backend flags are set here.
+    With ``world_size`` > 1 (a process group must exist) the network is wrapped in
+    ``DistributedDataParallel`` before it is compiled; ``model`` stays the bare U-Net, whose
+    state dict is the same in every configuration.
     """
 
     def __init__(self, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
-                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), lr: float = 1e-5) -> None:
-        self.knobs = effective_knobs(knobs, device)
+                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), lr: float = 1e-5,
+                 world_size: int = 1) -> None:
+        self.knobs = effective_knobs(knobs, device, world_size)
         self.device = device
+        self.memory_format = memory_format(self.knobs)
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
         self.model = build_model(model_cfg, self.knobs, device)
-        self.diffusion = GaussianDiffusion(compiled(self.model, self.knobs), diffusion_cfg).to(device)
+        self.ddp = data_parallel(self.model, device) if world_size > 1 else None
+        net = self.ddp if self.ddp is not None else self.model
+        self.diffusion = GaussianDiffusion(compiled(net, self.knobs), diffusion_cfg).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)
-        self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device)
+        self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device,
+                                    self.ddp.no_sync if self.ddp is not None else None)
 
     def settings(self) -> dict[str, Any]:
         return effective_settings(self.knobs)
@@ -130,6 +194,10 @@ class TrainStep:
     averaged over the micro-batches, then Adam. Returns the mean loss as a device tensor, so the
     caller decides when to synchronise.
 
+    ``draws`` gives each micro-batch's diffusion time and noise (else they are drawn inside the
+    step from the default generator). ``no_sync`` (DDP's) skips the gradient all-reduce on every
+    micro-batch but the last.
+
     With ``cuda_graphs`` on a GPU, the first ``GRAPH_WARMUP`` calls run eagerly on a side stream
     (they are real steps), the next captures the whole step — every micro-batch and the optimizer —
     as one CUDA graph, and every call from then on copies its inputs into the graph's static
@@ -138,25 +206,30 @@ class TrainStep:
     """
 
     def __init__(self, diffusion: GaussianDiffusion, optimizer: torch.optim.Optimizer, knobs: Knobs,
-                 device: torch.device) -> None:
+                 device: torch.device, no_sync: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
         self.diffusion, self.optimizer, self.knobs, self.device = diffusion, optimizer, knobs, device
+        self.no_sync = no_sync
         self.graphed = knobs.cuda_graphs and device.type == "cuda"
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[Tensor] = []
         self.static_loss: Tensor | None = None
 
-    def _run(self, images: Sequence[Tensor], masks: Sequence[Tensor], mark: Callable[[], Any] | None,
-             marks: list[Any]) -> Tensor:
-        scale = 1.0 / len(images)
+    def _run(self, images: Sequence[Tensor], masks: Sequence[Tensor], draws: Sequence[Draw] | None,
+             mark: Callable[[], Any] | None, marks: list[Any]) -> Tensor:
+        n = len(images)
+        scale = 1.0 / n
         total = torch.zeros((), device=self.device)
         for k, (image, mask) in enumerate(zip(images, masks)):
-            with nvtx("forward"), autocast(self.knobs, self.device):
-                loss = self.diffusion.loss(image, mask)
-            if mark is not None and k == 0:
-                marks.append(mark())
-            with nvtx("backward"):
-                (loss * scale).backward()
+            t, noise = draws[k] if draws is not None else (None, None)
+            sync = self.no_sync is None or k == n - 1
+            with contextlib.nullcontext() if sync else self.no_sync():
+                with nvtx("forward"), autocast(self.knobs, self.device):
+                    loss = self.diffusion.loss(image, mask, t, noise)
+                if mark is not None and k == 0:
+                    marks.append(mark())
+                with nvtx("backward"):
+                    (loss * scale).backward()
             total += loss.detach() * scale
         with nvtx("optimizer"):
             self.optimizer.step()
@@ -164,43 +237,46 @@ class TrainStep:
         return total
 
     def __call__(self, images: Sequence[Tensor], masks: Sequence[Tensor],
-                 mark: Callable[[], Any] | None = None) -> tuple[Tensor, list[Any]]:
+                 mark: Callable[[], Any] | None = None,
+                 draws: Sequence[Draw] | None = None) -> tuple[Tensor, list[Any]]:
         """Run one step on ``len(images)`` micro-batches; ``mark()`` (a timer) is called at the
         start, after the first forward + loss (None when that moment is inside a graph) and at
         the end. Returns (mean loss, marks)."""
-        if len(images) != len(masks) or not images:
-            raise ValueError("a step needs as many masks as images, and at least one of each")
+        if len(images) != len(masks) or not images or (draws is not None and len(draws) != len(images)):
+            raise ValueError("a step needs as many masks (and draws) as images, and at least one of each")
         marks: list[Any] = []
         with nvtx("train_step"):
             if mark is not None:
                 marks.append(mark())
             if not self.graphed:
-                loss = self._run(images, masks, mark, marks)
+                loss = self._run(images, masks, draws, mark, marks)
             elif self.graph is None and self.calls < GRAPH_WARMUP:
-                loss = self._warmup(images, masks, mark, marks)
+                loss = self._warmup(images, masks, draws, mark, marks)
             else:
-                loss = self._replay(images, masks, mark, marks)
+                loss = self._replay(images, masks, draws, mark, marks)
             if mark is not None:
                 marks.append(mark())
         self.calls += 1
         return loss, marks
 
-    def _warmup(self, images, masks, mark, marks) -> Tensor:
+    def _warmup(self, images, masks, draws, mark, marks) -> Tensor:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            loss = self._run(images, masks, mark, marks)
+            loss = self._run(images, masks, draws, mark, marks)
         torch.cuda.current_stream(self.device).wait_stream(side)
         return loss
 
-    def _replay(self, images, masks, mark, marks) -> Tensor:
-        inputs = [*images, *masks]
+    def _replay(self, images, masks, draws, mark, marks) -> Tensor:
+        flat = [x for d in draws for x in d] if draws is not None else []
+        inputs = [*images, *masks, *flat]
         if self.graph is None:
             self.static = [t.detach().clone() for t in inputs]
             n = len(images)
+            static_draws = list(zip(self.static[2 * n::2], self.static[2 * n + 1::2])) if draws is not None else None
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
-                self.static_loss = self._run(self.static[:n], self.static[n:], None, [])
+                self.static_loss = self._run(self.static[:n], self.static[n:2 * n], static_draws, None, [])
         elif [t.shape for t in inputs] != [t.shape for t in self.static]:
             raise ValueError("a CUDA-graph step replays one input shape; got "
                              f"{[tuple(t.shape) for t in inputs]}, captured {[tuple(t.shape) for t in self.static]}")

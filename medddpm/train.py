@@ -1,8 +1,16 @@
 """Training Med-DDPM (paper §3.2): Adam, gradient accumulation, EMA, atomic checkpoints, exact
-resume. The step itself (and every speed knob) comes from ``medddpm.engine``.
+resume, one process or several (torchrun + DDP). The step itself (and every speed knob) comes
+from ``medddpm.engine``.
 
 The loop never waits for the GPU inside a step: losses stay in a device buffer and are read back
-every ``TrainConfig.log_every`` steps and before each checkpoint, when the NaN check runs."""
+every ``TrainConfig.log_every`` steps and before each checkpoint, when the NaN check runs.
+
+Every micro-batch is a numbered *draw* (``distributed.World.draw``): the draw number picks the
+subject (a seeded permutation per epoch) and seeds the generator of its diffusion time and noise.
+So the run does not depend on how draws are split over processes: two ranks with
+``grad_accum`` 1 train exactly what one process with ``grad_accum`` 2 trains. With several ranks
+the model, optimizer and EMA are identical on every rank (DDP averages the gradients; every rank
+updates its own EMA from the same weights); rank 0 alone writes files."""
 from __future__ import annotations
 
 import copy
@@ -22,6 +30,7 @@ import torch
 from torch import Tensor
 
 from .config import DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
+from .distributed import World, draw_seed
 from .engine import Engine
 from .errors import DivergedError, InputError
 from .io import atomic_path, write_text_atomic
@@ -80,7 +89,7 @@ def _normalized(config: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's config with today's defaults for fields it predates, JSON-comparable."""
     kinds = {"model": ModelConfig, "diffusion": DiffusionConfig, "train": TrainConfig, "knobs": Knobs}
     out = {k: asdict(from_dict(cls, config[k])) for k, cls in kinds.items()}
-    return json.loads(json.dumps({**out, "size": list(config["size"])}))
+    return json.loads(json.dumps({**out, "size": list(config["size"])}))  # world_size: checked apart
 
 
 class Trainer:
@@ -94,15 +103,15 @@ class Trainer:
 
     def __init__(self, dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, knobs: Knobs,
                  device: torch.device, out: str | Path, size: tuple[int, int, int],
-                 diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> None:
-        self.dataset, self.device, self.out = dataset, device, Path(out)
+                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), world: World = World()) -> None:
+        self.dataset, self.device, self.out, self.world = dataset, device, Path(out), world
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
         self.size = tuple(size)
         model_cfg.check_size(self.size)
         torch.manual_seed(train_cfg.seed)
         np.random.seed(train_cfg.seed)
         random.seed(train_cfg.seed)
-        self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr)
+        self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr, world_size=world.size)
         self.model, self.diffusion, self.optimizer = self.engine.model, self.engine.diffusion, self.engine.optimizer
         self.ema = copy.deepcopy(self.model).requires_grad_(False)
         self._params = list(self.model.parameters())
@@ -112,6 +121,7 @@ class Trainer:
         self._pending: list[Tensor] = []
         self._clock: list[tuple[int, float]] = []  # (step, seconds) at each read-back: a synced clock
         self._volumes = self._cache() if self.engine.knobs.data_cache != "none" else None
+        self._gen = torch.Generator(device)
 
     def _cache(self) -> tuple[Tensor, Tensor]:
         """Every (image, mask) decoded once, stacked, in pinned host memory or on the GPU."""
@@ -124,24 +134,32 @@ class Trainer:
         return images, masks
 
     # ---- persistence --------------------------------------------------------------------------
+    @property
+    def global_batch(self) -> int:
+        """Volumes per optimizer step over all ranks: world × micro-batch × grad-accum."""
+        return self.world.size * self.train_cfg.batch_size * self.train_cfg.grad_accum
+
     def config_dict(self) -> dict[str, Any]:
         return {"model": asdict(self.model_cfg), "diffusion": asdict(self.diffusion_cfg),
-                "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size)}
+                "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size),
+                "world_size": self.world.size, "global_batch": self.global_batch}
 
     def save(self) -> Path:
         """Write ``checkpoint.pt`` and ``log.csv`` atomically (temp file + rename), after the
-        pending losses passed the NaN check."""
+        pending losses passed the NaN check; every rank calls this, rank 0 alone writes."""
         self.flush()
+        path = self.out / CHECKPOINT
+        if not self.world.main:
+            return path
         ckpt = {"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
                 "rng": rng_state(), "losses": list(self.losses)}
-        path = self.out / CHECKPOINT
         with atomic_path(path) as tmp:
             torch.save(ckpt, tmp)
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["step", "loss"])
-        writer.writerows((i + 1, f"{loss:.8g}") for i, loss in enumerate(self.losses))
+        writer.writerow(["step", "loss", "global_batch"])
+        writer.writerows((i + 1, f"{loss:.8g}", self.global_batch) for i, loss in enumerate(self.losses))
         write_text_atomic(self.out / "log.csv", buf.getvalue())
         write_text_atomic(self.out / "timing.csv", self.timing().to_csv(index=False, lineterminator="\n"))
         return path
@@ -155,6 +173,10 @@ class Trainer:
 
     def resume(self) -> None:
         ckpt = load_checkpoint(self.out / CHECKPOINT)  # CPU: RNG states must stay CPU tensors
+        ranks = int(ckpt["config"].get("world_size", 1))
+        if ranks != self.world.size:
+            raise InputError(f"cannot resume {self.out} with {self.world.size} process(es): it was trained with "
+                             f"{ranks}; resume with the same number of ranks")
         stored, mine = _normalized(ckpt["config"]), _normalized(self.config_dict())
         for key in ("model", "diffusion", "train", "knobs", "size"):
             if stored[key] != mine[key]:
@@ -167,9 +189,10 @@ class Trainer:
         self.losses = list(ckpt.get("losses", []))
 
     # ---- training -----------------------------------------------------------------------------
-    def batch(self, micro_batch: int) -> tuple[Tensor, Tensor]:
+    def batch(self, draw: int) -> tuple[Tensor, Tensor]:
+        """The (image, mask) micro-batch of draw number ``draw``, on the device."""
         b = self.train_cfg.batch_size
-        idx = [sample_order(len(self.dataset), self.train_cfg.seed, micro_batch * b + k) for k in range(b)]
+        idx = [sample_order(len(self.dataset), self.train_cfg.seed, draw * b + k) for k in range(b)]
         if self._volumes is not None:
             image = torch.stack([self._volumes[0][i] for i in idx])
             mask = torch.stack([self._volumes[1][i] for i in idx])
@@ -179,12 +202,23 @@ class Trainer:
             mask = torch.stack([m for _, m in items])
         return self.engine.to_device(image), self.engine.to_device(mask)
 
+    def noise(self, draw: int, image: Tensor) -> tuple[Tensor, Tensor]:
+        """Diffusion time t ~ U{0..T−1} and noise ε ~ N(0, I) of draw ``draw``, from a generator
+        seeded by (seed, draw) on the device: no host synchronisation, no dependence on ranks."""
+        self._gen.manual_seed(draw_seed(self.train_cfg.seed, draw))
+        t = torch.randint(0, self.engine.diffusion.num_timesteps, (image.shape[0],), generator=self._gen,
+                          device=self.device)
+        eps = torch.randn(image.shape, generator=self._gen, device=self.device, dtype=image.dtype)
+        return t, eps.contiguous(memory_format=self.engine.memory_format)
+
     def train_step(self) -> Tensor:
-        """One optimizer step (``grad_accum`` micro-batches); returns the mean loss on the device
-        (no host synchronisation) and queues it for the next ``flush``."""
+        """One optimizer step (``grad_accum`` micro-batches on each rank); returns this rank's
+        mean loss on the device (no host synchronisation) and queues it for the next ``flush``."""
         accum = self.train_cfg.grad_accum
-        pairs = [self.batch(self.step * accum + k) for k in range(accum)]
-        loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs])
+        draws = [self.world.draw(self.step, accum, k) for k in range(accum)]
+        pairs = [self.batch(d) for d in draws]
+        noises = [self.noise(d, image) for d, (image, _) in zip(draws, pairs)]
+        loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs], draws=noises)
         self._pending.append(loss.clone())  # the graph's loss buffer is reused by the next step
         self.step += 1
         cfg = self.train_cfg
@@ -199,7 +233,7 @@ class Trainer:
         """Read the pending losses back (one synchronisation); raise DivergedError on NaN/inf."""
         if not self._pending:
             return
-        values = torch.stack(self._pending).tolist()
+        values = self.world.mean(torch.stack(self._pending)).tolist()  # the global mean loss
         self._clock.append((self.step, time.perf_counter()))
         first = self.step - len(values) + 1
         self._pending = []

@@ -1,0 +1,72 @@
+"""Timing the sampling of whole volumes (DDPM or DDIM) per run configuration.
+
+Seeded weights and phantom masks, so no checkpoint or data is needed. One untimed short run
+(DDIM, ``WARMUP_STEPS`` steps) per shape compiles, autotunes and captures the denoiser's CUDA
+graph; then every timed repeat samples the whole chain, timed with CUDA events (wall clock on a
+CPU). Rows append to ``sample_bench.csv`` (``COLUMNS``).
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import torch
+
+from .bench import Timer
+from .config import DiffusionConfig, Knobs, ModelConfig
+from .data import resize
+from .engine import autocast, inference
+from .errors import InputError
+from .quality import phantom_batch, seeded_weights
+from .runtime import env_info
+
+COLUMNS = [
+    "gpu", "config", "model", "size", "batch", "sampler", "steps", "s_per_volume_median", "s_per_volume_min",
+    "s_per_volume_max", "peak_mem_gib", "torch", "cuda", "cudnn",
+]
+WARMUP_STEPS = 3  # DDIM steps of the untimed run: enough to compile and capture every call shape
+
+
+def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
+                 sampler: str = "ddim", steps: int | None = 50, batch: int = 1, repeats: int = 3,
+                 seed: int = 0, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> dict[str, Any]:
+    """Seconds per volume to sample ``batch`` volumes with ``sampler`` (``steps`` DDIM steps, or all
+    T for DDPM), median/min/max over ``repeats`` warm runs; one CSV row plus the raw times."""
+    if sampler not in ("ddpm", "ddim"):
+        raise InputError(f"--sampler must be 'ddpm' or 'ddim', got {sampler!r}")
+    if sampler == "ddpm" and steps not in (None, diffusion_cfg.timesteps):
+        raise InputError(f"the ddpm sampler runs all {diffusion_cfg.timesteps} steps; use --sampler ddim for {steps}")
+    steps = diffusion_cfg.timesteps if steps is None else steps
+    if not 1 <= steps <= diffusion_cfg.timesteps or batch < 1 or repeats < 1:
+        raise InputError(f"--steps must be in [1, {diffusion_cfg.timesteps}], --batch and --repeats >= 1; "
+                         f"got {steps}, {batch}, {repeats}")
+    model_cfg.check_size(size)
+    _, masks = phantom_batch(model_cfg, max(size), batch, seed)
+    masks = torch.stack([resize(m, size, "nearest") for m in masks]).to(device)
+    _, diffusion, eff = inference(model_cfg, knobs, device, diffusion_cfg, seeded_weights(model_cfg, seed))
+    timer = Timer(device)
+    gen = torch.Generator(device).manual_seed(seed)
+    channels = model_cfg.out_channels
+    times = []
+    with torch.inference_mode(), autocast(eff, device):
+        diffusion.sample(masks, channels, "ddim", min(WARMUP_STEPS, diffusion_cfg.timesteps), 0.0, gen)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(repeats):
+            a = timer.mark()
+            diffusion.sample(masks, channels, sampler, steps, 0.0, gen)
+            times.append(timer.ms(a, timer.mark()) / 1e3 / batch)
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    env = env_info(device)
+    row = {
+        "gpu": env["gpu"] or "cpu", "config": knobs.name, "model": model_cfg.name,
+        "size": "x".join(map(str, size)), "batch": batch, "sampler": sampler, "steps": steps,
+        "s_per_volume_median": round(statistics.median(times), 4), "s_per_volume_min": round(min(times), 4),
+        "s_per_volume_max": round(max(times), 4), "peak_mem_gib": round(peak, 3),
+        "torch": env["torch"], "cuda": env["cuda"], "cudnn": env["cudnn"],
+    }
+    del diffusion
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"row": row, "raw": {"s_per_volume": times}, "env": env}
