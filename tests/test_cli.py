@@ -115,6 +115,52 @@ def test_sample_with_bad_mask_writes_nothing(capsys, phantoms, tmp_path):
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
 
 
+def test_sample_config_and_batch(capsys, phantoms, tmp_path):
+    run_dir = tmp_path / "run"
+    assert run(capsys, "train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model",
+               "tiny", "--steps", "1", "--size", "16", "--out", str(run_dir), "--quiet")[0] == 0
+    base = ["sample", "--checkpoint", str(run_dir / "checkpoint.pt"), "--masks", str(phantoms / "masks"),
+            "--sampler", "ddim", "--steps", "2", "--quiet", "--eta", "1"]
+    for extra, needle in ((["--batch", "4"], "--batch 4 is larger than the 3 mask(s)"),
+                          (["--config", "nope"], "--config 'nope' is not a run configuration"),
+                          (["--batch", "0"], "--batch must be >= 1"),
+                          (["--device", "cuda"], "no CUDA GPU")):
+        code, _, err = run(capsys, *base, "--out", str(tmp_path / "bad"), *extra)
+        assert_one_line_error(code, err, needle)
+        assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+    # a batch of 3 and one mask at a time give the same volumes (per-mask seeds), in any configuration
+    assert run(capsys, *base, "--out", str(tmp_path / "b3"), "--batch", "3")[0] == 0
+    assert run(capsys, *base, "--out", str(tmp_path / "b1"), "--config", "opt12")[0] == 0
+    for f in sorted((tmp_path / "b3").iterdir()):
+        a, b = (nib.load(str(d / f.name)).get_fdata() for d in (tmp_path / "b3", tmp_path / "b1"))
+        np.testing.assert_allclose(a, b, atol=1e-4)
+        assert a.dtype == np.float64 and nib.load(str(f)).get_data_dtype() == np.float32
+
+
+def test_bench_sample_cpu_rows(capsys, tmp_path):
+    from medddpm.sample_bench import COLUMNS as SAMPLE_COLUMNS
+
+    out = tmp_path / "sample_bench.csv"
+    code, stdout, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--config", "baseline",
+                            "--sampler", "ddim", "--steps", "2", "--repeats", "2", "--batch", "2", "--device", "cpu",
+                            "--out", str(out), "--json")
+    assert code == 0, err
+    rows = json.loads(stdout)
+    assert rows[0]["steps"] == 2 and rows[0]["batch"] == 2 and len(rows[0]["s_per_volume"]) == 2
+    assert rows[0]["s_per_volume_min"] <= rows[0]["s_per_volume_median"] <= rows[0]["s_per_volume_max"]
+    assert out.read_text().splitlines()[0].split(",") == SAMPLE_COLUMNS
+    code, _, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--sampler", "ddpm", "--steps", "5",
+                       "--device", "cpu")
+    assert_one_line_error(code, err, "runs all 250 steps")
+    code, _, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--device", "cpu", "--config",
+                       "baseline", "--out", str(tmp_path / "other.csv"), "--steps", "1", "--repeats", "1")
+    assert code == 0
+    append_rows(tmp_path / "bench.csv", [], COLUMNS)
+    code, _, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--device", "cpu", "--config",
+                       "baseline", "--out", str(tmp_path / "bench.csv"), "--steps", "1", "--repeats", "1")
+    assert_one_line_error(code, err, "not the sample_bench columns")
+
+
 def test_bench_cpu_rows(capsys, tmp_path):
     out = tmp_path / "bench.csv"
     code, stdout, err = run(capsys, "bench", "--model", "tiny", "--size", "16", "--config", "baseline,opt1",

@@ -1,0 +1,156 @@
+"""Multi-GPU scaling of the training loop (torchrun + DDP): how much of the gradient all-reduce
+the backward pass hides, and the scaling table (``data/results/<gpu>-x<N>/scaling.csv``).
+
+``python -m medddpm.scaling profile …`` runs under torchrun: the real ``Trainer`` on NIfTI data,
+``warmup`` steps, then ``steps`` steps under torch.profiler; rank 0 writes the NCCL kernel time
+per step and the part of it during which no other kernel ran (exposed communication).
+``python -m medddpm.scaling table RUN…`` turns timed ``train`` runs into ``scaling.csv`` rows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+
+COLUMNS = ["gpu", "world_size", "config", "size", "micro_batch", "grad_accum", "step_ms_median", "volumes_per_s",
+           "scaling_efficiency", "allreduce_ms", "torch", "cuda", "nccl"]
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def exposed_comm(kernels: pd.DataFrame, is_comm=lambda name: "nccl" in name.lower()) -> dict[str, float]:
+    """From a kernel table (name, start_us, duration_us): total communication kernel time, and the
+    part of it not overlapped by any other kernel (µs)."""
+    flag = kernels["name"].map(is_comm).astype(bool)
+    comm, other = kernels[flag], kernels[~flag]
+    busy = _union([(s, s + d) for s, d in zip(other["start_us"], other["duration_us"])])
+    total = exposed = 0.0
+    for a, b in _union([(s, s + d) for s, d in zip(comm["start_us"], comm["duration_us"])]):
+        total += b - a
+        covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy if y > a and x < b)
+        exposed += (b - a) - covered
+    return {"comm_us": total, "exposed_us": exposed}
+
+
+def profile(images: str, masks: str, config: str, size: int, steps: int, warmup: int, out: str,
+            grad_accum: int = 1, model: str = "whole-head") -> dict[str, Any] | None:
+    """Under torchrun: time ``steps`` profiled training steps; rank 0 writes and returns the summary."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    from .config import TrainConfig, model_preset, run_config
+    from .data import VolumeDataset, pair_files
+    from .distributed import World
+    from .profiling.torchprof import _kernels
+    from .runtime import env_info, resolve_device
+    from .train import Trainer
+
+    world = World.from_env()
+    device = resolve_device(world.device("cuda" if torch.cuda.is_available() else "cpu"))
+    world.init(device)
+    cfg, knobs = model_preset(model), run_config(config)
+    shape = (size,) * 3
+    dataset = VolumeDataset(pair_files(images, masks), cfg.name, cfg.out_channels, shape, keep=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(dataset, cfg, TrainConfig(grad_accum=grad_accum, log_every=10**9, save_every=10**9),
+                          knobs, device, tmp, shape, world=world)
+        for _ in range(warmup):
+            trainer.train_step()
+        trainer.flush()
+        cuda = device.type == "cuda"
+        with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            for _ in range(steps):
+                trainer.train_step()
+            trainer.flush()
+            if cuda:
+                torch.cuda.synchronize(device)
+        kernels = _kernels(prof)
+        effective = trainer.engine.settings()
+    world.close()
+    if not world.main:
+        return None
+    c = exposed_comm(kernels)
+    summary = {"config": config, "world_size": world.size, "size": size, "grad_accum": grad_accum, "steps": steps,
+               "allreduce_ms_per_step": c["comm_us"] / steps / 1e3,
+               "exposed_ms_per_step": c["exposed_us"] / steps / 1e3,
+               "kernel_ms_per_step": float(kernels["duration_us"].sum()) / steps / 1e3,
+               "hidden_share": 1 - c["exposed_us"] / c["comm_us"] if c["comm_us"] else float("nan"),
+               "effective_knobs": effective, "env": env_info(device)}
+    Path(out).write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] = ()) -> pd.DataFrame:
+    """Scaling rows from timed ``train`` runs (their checkpoint config and ``timing.csv``): step time
+    = median of the read-back intervals after the first; efficiency = T(1 GPU) / T(N GPUs) of the
+    same configuration at the same micro-batch (weak scaling: every GPU keeps its batch)."""
+    from .runtime import env_info
+
+    prof = {}
+    for p in profiles:
+        s = json.loads(Path(p).read_text())
+        prof[(s["config"], s["world_size"])] = s["allreduce_ms_per_step"]
+    env = env_info()
+    rows = []
+    for run in map(Path, runs):
+        ckpt = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
+        c = ckpt["config"]
+        timing = pd.read_csv(run / "timing.csv")["ms_per_step"].iloc[1:]
+        ms = statistics.median(timing)
+        world, b, accum = int(c.get("world_size", 1)), c["train"]["batch_size"], c["train"]["grad_accum"]
+        rows.append({"gpu": gpu, "world_size": world, "config": c["knobs"]["name"], "size": "x".join(map(str, c["size"])),
+                     "micro_batch": b, "grad_accum": accum, "step_ms_median": round(ms, 2),
+                     "volumes_per_s": round(world * b * accum / (ms / 1e3), 3),
+                     "allreduce_ms": round(prof.get((c["knobs"]["name"], world), float("nan")), 3),
+                     "torch": env["torch"], "cuda": env["cuda"],
+                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else ""})
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "scaling_efficiency"])
+    one = df[df["world_size"] == 1].set_index(["config", "size", "micro_batch", "grad_accum"])["step_ms_median"]
+    key = list(zip(df["config"], df["size"], df["micro_batch"], df["grad_accum"]))
+    df["scaling_efficiency"] = [round(one.get(k, float("nan")) / ms, 4) for k, ms in zip(key, df["step_ms_median"])]
+    return df[COLUMNS].sort_values(["config", "world_size"]).reset_index(drop=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m medddpm.scaling")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("profile", help="under torchrun: profile DDP training steps (rank 0 writes JSON)")
+    s.add_argument("--images", required=True, help="image folder")
+    s.add_argument("--masks", required=True, help="mask folder")
+    s.add_argument("--config", required=True, help="run configuration")
+    s.add_argument("--size", type=int, default=128, help="cubic volume side")
+    s.add_argument("--steps", type=int, default=5, help="profiled steps")
+    s.add_argument("--warmup", type=int, default=10, help="steps before profiling (compile, buckets)")
+    s.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step on each rank")
+    s.add_argument("--model", default="whole-head", help="model preset")
+    s.add_argument("--out", required=True, help="summary JSON (rank 0)")
+    s = sub.add_parser("table", help="scaling.csv from timed train runs")
+    s.add_argument("runs", nargs="+", help="train run folders")
+    s.add_argument("--gpu", required=True, help="GPU label of the rows, e.g. h200-x2")
+    s.add_argument("--profiles", nargs="*", default=[], help="profile JSONs (allreduce ms per step)")
+    s.add_argument("--out", required=True, help="CSV to write")
+    a = p.parse_args(argv)
+    if a.cmd == "profile":
+        profile(a.images, a.masks, a.config, a.size, a.steps, a.warmup, a.out, a.grad_accum, a.model)
+    else:
+        table(a.runs, a.gpu, a.profiles).to_csv(a.out, index=False, lineterminator="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Scaling of the real training loop from 1 to N GPUs (issue 11), on 128³ phantom NIfTIs:
+#
+#   scripts/ddp_scaling.sh OUT GPU_LABEL [CONFIG...]      (default configs: opt1 fast)
+#
+# Per config: `medddpm train --nproc 1` and `--nproc N` (N = every GPU here), micro-batch 1,
+# grad-accum 1, timed by the loop's own read-backs; then a torch.profiler run of N ranks for the
+# all-reduce time and how much of it the backward pass hides. Writes OUT/scaling.csv,
+# OUT/profile-<config>-<N>.json, the runs' timing/log CSVs, OUT/commands.log and OUT/log.txt.
+# NVLink multicast stays off in every process.
+set -uo pipefail
+OUT=${1:?usage: ddp_scaling.sh OUT GPU_LABEL [CONFIG...]}; GPU=${2:?GPU label}; shift 2
+CONFIGS=${*:-opt1 fast}
+PY=${PYTHON:-python3}
+SIZE=${SIZE:-128}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+N=$(nvidia-smi -L | wc -l)
+mkdir -p "$OUT"; DATA=$(mktemp -d)
+run() {  # run SECONDS CMD...: logged, time-limited, never fatal
+  local limit=$1; shift
+  echo "+ $*" >>"$OUT/commands.log"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -3
+  echo "  [rc=${PIPESTATUS[0]}, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
+}
+$PY -m medddpm info --json >"$OUT/info.json"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,power.limit \
+  --format=csv >"$OUT/nvidia-smi.csv"
+nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
+run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
+for cfg in $CONFIGS; do
+  steps=${STEPS:-60}; every=10
+  [ "$cfg" = fast ] && steps=${FAST_STEPS:-200} && every=20
+  for n in 1 $N; do
+    run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
+      --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum 1 --log-every $every \
+      --save-every 100000 --device cuda --nproc "$n" --out "$DATA/run-$cfg-$n" --quiet
+    cp "$DATA/run-$cfg-$n/timing.csv" "$OUT/timing-$cfg-$n.csv" 2>/dev/null
+    cp "$DATA/run-$cfg-$n/log.csv" "$OUT/log-$cfg-$n.csv" 2>/dev/null
+  done
+  run "${PROFILE_LIMIT:-200}" $PY -m torch.distributed.run --standalone --nproc-per-node "$N" -m medddpm.scaling profile \
+    --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" --size "$SIZE" --steps 5 --warmup 10 \
+    --out "$OUT/profile-$cfg-$N.json"
+done
+run 60 $PY -m medddpm.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "$OUT"/profile-*.json --out "$OUT/scaling.csv"
+cat "$OUT/scaling.csv"

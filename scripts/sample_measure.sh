@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sampling speed of one GPU (issue 10): whole-head 128³, seconds per volume, per configuration.
+#
+#   scripts/sample_measure.sh OUT [CONFIG...]      (default: fast opt1 baseline)
+#
+# DDPM (all 250 steps) and DDIM 50 per configuration; repeats fall with the configuration's cost.
+# Rows append to OUT/sample_bench.csv; commands to OUT/commands.log, output to OUT/log.txt.
+set -uo pipefail
+OUT=${1:?usage: sample_measure.sh OUT [CONFIG...]}; shift
+CONFIGS=${*:-fast opt1 baseline}
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+run() {  # run SECONDS CMD...: logged, time-limited, never fatal
+  local limit=$1; shift
+  echo "+ $*" >>"$OUT/commands.log"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -2
+  echo "  [rc=${PIPESTATUS[0]}, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
+}
+$PY -m medddpm info --json >"$OUT/info-sample.json"
+for cfg in $CONFIGS; do
+  reps=3; [ "$cfg" = opt1 ] && reps=2; [ "$cfg" = baseline ] && reps=1
+  run "${LIMIT:-240}" $PY -m medddpm bench-sample --model whole-head --size 128 --config "$cfg" --sampler ddim \
+    --steps 50 --repeats "$reps" --device cuda --out "$OUT/sample_bench.csv"
+  run "${LIMIT:-240}" $PY -m medddpm bench-sample --model whole-head --size 128 --config "$cfg" --sampler ddpm \
+    --repeats "$(( reps > 1 ? reps - 1 : 1 ))" --device cuda --out "$OUT/sample_bench.csv"
+done
