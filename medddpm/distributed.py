@@ -79,6 +79,8 @@ class World:
             return
         for key, value in NO_MULTICAST.items():
             os.environ.setdefault(key, value)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # object collectives stage through the current device
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)

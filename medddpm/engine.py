@@ -149,13 +149,15 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     return model, GaussianDiffusion(net, diffusion_cfg).to(device), knobs
 
 
-def data_parallel(model: nn.Module, device: torch.device) -> nn.Module:
-    """``DistributedDataParallel`` around ``model`` in the current process group (gradients are
-    averaged over the ranks; buckets of ``DDP_BUCKET_MB`` with gradients as views into them)."""
+def data_parallel(model: nn.Module, device: torch.device, knobs: Knobs) -> nn.Module:
+    """``DistributedDataParallel`` around ``model`` in the current process group: gradients are
+    averaged over the ranks in buckets of ``DDP_BUCKET_MB``. Gradients are views into the buckets
+    (no copy) except in NDHWC, where the flat buckets cannot hold channels-last strides."""
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=DDP_BUCKET_MB, gradient_as_bucket_view=True)
+    return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=DDP_BUCKET_MB,
+                                   gradient_as_bucket_view=not knobs.channels_last)
 
 
 class Engine:
@@ -175,7 +177,14 @@ class Engine:
         self.memory_format = memory_format(self.knobs)
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
         self.model = build_model(model_cfg, self.knobs, device)
-        self.ddp = data_parallel(self.model, device) if world_size > 1 else None
+        self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 else None
+        if self.ddp is not None and self.knobs.compile and self.knobs.channels_last:
+            # torch 2.11: DDPOptimizer's per-bucket graph split fails on NDHWC conv weights (a stride
+            # assertion in convolution_backward), so the step compiles as one graph and DDP's
+            # all-reduces start when its backward has finished
+            import torch._dynamo
+
+            torch._dynamo.config.optimize_ddp = False
         net = self.ddp if self.ddp is not None else self.model
         self.diffusion = GaussianDiffusion(compiled(net, self.knobs), diffusion_cfg).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)

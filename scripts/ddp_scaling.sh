@@ -16,7 +16,8 @@ SIZE=${SIZE:-128}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 N=$(nvidia-smi -L | wc -l)
-mkdir -p "$OUT"; DATA=$(mktemp -d)
+DATA=${DATA:-$(mktemp -d)}  # DATA=… reuses the phantoms and runs of an earlier call
+mkdir -p "$OUT" "$DATA"
 run() {  # run SECONDS CMD...: logged, time-limited, never fatal
   local limit=$1; shift
   echo "+ $*" >>"$OUT/commands.log"
@@ -28,11 +29,12 @@ $PY -m medddpm info --json >"$OUT/info.json"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,power.limit \
   --format=csv >"$OUT/nvidia-smi.csv"
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
-run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
+[ -d "$DATA/data/masks" ] || run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
 for cfg in $CONFIGS; do
   steps=${STEPS:-60}; every=10
   [ "$cfg" = fast ] && steps=${FAST_STEPS:-200} && every=20
-  for n in 1 $N; do
+  for n in ${NPROCS:-1 $N}; do
+    rm -rf "$DATA/run-$cfg-$n"
     run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
       --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum 1 --log-every $every \
       --save-every 100000 --device cuda --nproc "$n" --out "$DATA/run-$cfg-$n" --quiet

@@ -77,9 +77,24 @@ def test_units_row_is_honoured(tmp_path):
     assert a["duration_ns"].sum() == pytest.approx(561_440)
     pd.testing.assert_frame_equal(a, b)
     mixed = _raw(tmp_path, "ms.csv", ["ms", "Kbyte", "byte/usecond", "cycle/nsecond"], [["0.5", "2", "3", "1.5"]])
+    assert parse_raw(_raw(tmp_path, "k.csv", ["us", "%/Kbyte", "Kbyte/cycle", "hz"], [["1", "1.5", "2", "3"]])
+                     ).iloc[0]["dram__bytes_read.sum"] == 1500  # ncu's base: 1.5 %/Kbyte → 1,500 %/byte
     k = parse_raw(mixed).iloc[0]
     assert (k["duration_ns"], k["dram__bytes_read.sum"]) == (500_000, 2000)
     assert (k["dram__bytes_read.sum.per_second"], k["sm__cycles_elapsed.avg.per_second"]) == (3e6, 1.5e9)
+
+
+def test_real_exports_in_auto_and_base_units_give_the_same_tables():
+    """The same 8 H200 kernels exported twice by ncu 2025.3 (--print-units auto and base; see
+    tests/fixtures/ncu/README.md). Same columns and kernels; values agree to the rounding of the
+    base export, which prints at most 2 decimals (0.23 where auto prints 0.227704)."""
+    a, b = parse_raw(FIX / "units_auto.csv.gz"), parse_raw(FIX / "units_base.csv.gz")
+    assert list(a.columns) == list(b.columns) and a["kernel"].tolist() == b["kernel"].tolist()
+    assert a["duration_ns"].tolist() == b["duration_ns"].tolist() == [1888, 2432, 2496, 2752, 2784, 2848, 3168, 2432]
+    numeric = [c for c in a.columns if a[c].dtype.kind == "f"]
+    np.testing.assert_allclose(a[numeric].to_numpy(), b[numeric].to_numpy(), rtol=1e-3, atol=5e-3)
+    # the units that needed a conversion all occur in the auto export: us, Kbyte, Mbyte, Gbyte/s, Ghz, sector/ns …
+    assert a["dram__bytes.sum.per_second"].iloc[0] == pytest.approx(2_169_491_525, rel=1e-6)
 
 
 def test_unknown_unit_is_refused_not_guessed(tmp_path):

@@ -104,7 +104,11 @@ def _count_factor(token: str) -> float | None:
 
 def unit_factor(unit: str) -> float | None:
     """Factor that turns a value printed in ``unit`` into ncu's base unit for it: 'us' → 1e3 (ns),
-    'Mbyte' → 1e6, 'Gbyte/second' → 1e9 (byte/s), 'cycle/usecond' → 1e6; None if unknown."""
+    'Mbyte' → 1e6, 'Gbyte/s' → 1e9 (byte/s), 'sector/us' → 1e6 (sector/s); None if unknown.
+
+    A prefix scales the printed value wherever it stands, as ncu's own base export does (a
+    derived metric printed as 1.591 %/Kbyte is 1,591 %/byte there); a time in the denominator is
+    converted to seconds."""
     unit = unit.strip()
     if unit in _NS:
         return _NS[unit]
@@ -115,7 +119,7 @@ def unit_factor(unit: str) -> float | None:
     if den in _PER_S:
         return top * _PER_S[den]
     bottom = _count_factor(den)
-    return None if bottom is None else top / bottom
+    return None if bottom is None else top * bottom
 
 
 def unit_factors(header: list[str], units: list[str], path: str | Path) -> dict[str, float]:
