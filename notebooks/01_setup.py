@@ -19,28 +19,29 @@
 # its Table 1 next to the GPUs whose results are in `data/results/` — every GPU measured with this
 # package appears here as a row, and as a series in every later figure.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %%
+# %% tags=["remove-input"]
 
 from medddpm.report.measure import prepare
 from medddpm.report import paper, tables
 from medddpm.report.notebook import glue
+from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 glue("n_gpus", len(G))
-glue("gpu_list", ", ".join(G))
+glue("gpu_list", ", ".join(gpu_name(g) for g in G))
 
 # %% [markdown]
 # ## The paper's GPUs (Table 1, as printed)
 
-# %%
-paper.table("table1").set_index("feature")
+# %% tags=["hide-input"]
+table(paper.table("table1"))
 
 # %% [markdown]
 # ## The GPUs measured here
@@ -49,9 +50,9 @@ paper.table("table1").set_index("feature")
 # `medddpm info --json` and `nvidia-smi` on the machine that measured them; memory bandwidth was
 # not measured (the column says so rather than repeat a datasheet number).
 
-# %%
+# %% tags=["hide-input"]
 props = tables.gpu_properties(root, G)
-props.set_index("gpu").T
+table(props.set_index("gpu").T, index=True)
 
 # %% [markdown]
 # ## Software: the paper's stack and ours
@@ -61,5 +62,5 @@ props.set_index("gpu").T
 # default, so our `baseline` switches TF32 off explicitly, and `pytorch-default` records what the
 # installed PyTorch does on its own.
 
-# %%
-paper.table("hyperparameters").set_index("name")
+# %% tags=["hide-input"]
+table(paper.table("hyperparameters"))

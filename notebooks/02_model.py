@@ -20,20 +20,21 @@
 # `medddpm.model`, not by hand; parameter and FLOP counts come from `torch.utils.flop_counter` on
 # PyTorch's meta device.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %%
+# %% tags=["remove-input"]
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from medddpm.config import MODEL_PRESETS
 from medddpm.report import plots
 from medddpm.report.notebook import glue
+from medddpm.report.present import table
 from medddpm.summary import summarize
 
 s = summarize(MODEL_PRESETS["whole-head"], (size, size, size))
@@ -45,7 +46,7 @@ glue("input_shape", str(s["input_shape"]))
 # At the paper's size the whole-head model has {glue:text}`params` parameters and needs
 # {glue:text}`tflops` TFLOP for one forward pass at input {glue:text}`input_shape`.
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(14, 5.5))
 plots.unet_diagram(s, ax)
 plots.finish(fig)
@@ -53,13 +54,13 @@ plots.finish(fig)
 # %% [markdown]
 # ## Parameters and FLOPs per block
 
-# %%
+# %% tags=["hide-input"]
 blocks = pd.DataFrame(s["blocks"])
 blocks["GFLOP"] = blocks["flops"] / 1e9
 blocks["share of FLOPs (%)"] = 100 * blocks["flops"] / s["forward_flops"]
-blocks[["block", "layers", "out_shape", "params", "GFLOP", "share of FLOPs (%)"]].round(2)
+table(blocks[["block", "layers", "out_shape", "params", "GFLOP", "share of FLOPs (%)"]])
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(12, 3.5))
 ax.bar(blocks["block"], blocks["GFLOP"], color="#4c72b0")
 ax.set_ylabel("forward GFLOP")

@@ -21,14 +21,14 @@
 # the report. Where the paper gives a number in its text it is drawn beside ours, hatched; its
 # figures themselves are not in the text, so most bars have no paper counterpart.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %%
+# %% tags=["remove-input"]
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -37,6 +37,7 @@ from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
+from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, "baseline")
 K = tables.ncu_kernels(root, G, "paper")
@@ -44,7 +45,7 @@ base = K[K["config"] == "baseline"] if not K.empty else K
 R = store.load_table("ncu_paper_rules", root, G)
 I = store.load_table("ncu_paper_instructions", root, G)
 have = sorted(base["gpu_slug"].unique()) if not base.empty else []
-glue("ncu_gpus", ", ".join(have) if have else "none")
+glue("ncu_gpus", ", ".join(gpu_name(g) for g in have) if have else "none")
 
 # %% [markdown]
 # Baseline ncu reports in paper mode exist for: {glue:text}`ncu_gpus`.
@@ -55,7 +56,7 @@ glue("ncu_gpus", ", ".join(have) if have else "none")
 # split by instruction class (`sass__inst_executed_per_opcode_category`), and elapsed cycles
 # (`gpc__cycles_elapsed.max`).
 
-# %%
+# %% tags=["hide-input"]
 stacks = tables.per_gpu(M.ipc_stack, K, I, top=5)
 for g, stack in (stacks.groupby("gpu") if not stacks.empty else []):
     wide = stack.pivot_table(index=["abbr", "id"], columns="class", values="ipc_part", aggfunc="sum").fillna(0)
@@ -70,20 +71,20 @@ for g, stack in (stacks.groupby("gpu") if not stacks.empty else []):
     glue(f"{g}_top_cycles", f"{top['cycles']:.3g}")
     glue(f"{g}_top_ipc", f"{top['ipc']:.2f}")
 
-# %%
+# %% tags=["hide-input"]
 fig4 = paper.values(figure="Fig 4")
 h100_cycles = fig4[(fig4["gpu"] == "H100") & (fig4["metric"] == "cycles")]["value"].iloc[0]
 glue("paper_h100_dominant_cycles", f"{h100_cycles:.2g} cycles")
-fig4[["gpu", "subject", "metric", "qualifier", "value", "source"]]
+table(fig4[["gpu", "subject", "metric", "qualifier", "value", "source"]])
 
 # %% [markdown]
 # The paper reports cycles of the *dominant* convolution on each GPU (H100: ~{glue:text}`paper_h100_dominant_cycles`) — a
 # kernel whose 128³ FP32 launches last tens of milliseconds. Our longest window kernels are of the
 # same family (`sm80_xmma_fprop_implicit_gemm…`, KN1); their cycles and IPC are listed below.
 
-# %%
+# %% tags=["hide-input"]
 longest = base.sort_values("duration_ns", ascending=False).groupby("gpu_slug").head(3)
-longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instructions", "ipc"]]
+table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instructions", "ipc"]])
 
 # %% [markdown]
 # ## Fig. 5 — priority scores
@@ -92,7 +93,7 @@ longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instruction
 # Compute attaches several rule estimates to one kernel; they overlap, so we take the **largest**
 # OPT-rule estimate per kernel (not their sum), then sum priorities per category.
 
-# %%
+# %% tags=["hide-input"]
 prio = tables.per_gpu(M.priority_scores, K, R)
 if not prio.empty:
     fig, ax = plt.subplots(figsize=(9, 3.5))
@@ -102,7 +103,7 @@ if not prio.empty:
     plots.finish(fig)
     order = prio.groupby("category")["priority"].sum().sort_values(ascending=False).index.tolist()
     glue("prio_order", " > ".join(order[:3]))
-paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]]
+table(paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]])
 
 # %% [markdown]
 # The paper ranks normalization first, then tensor-core GEMMs, then elementwise kernels; in our
@@ -114,7 +115,7 @@ paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]]
 # steady-state step (every kernel, from torch.profiler; see the end-to-end chapter for how little
 # of a step the window is).
 
-# %%
+# %% tags=["hide-input"]
 T = tables.torch_kernels(root, G, "step")
 parts = []
 if not base.empty:
@@ -127,20 +128,20 @@ fig, ax = plt.subplots(figsize=(10, 3.2))
 plots.stacked_shares(mix6, ["gpu_slug", "scope"], "category", "Fig. 6 — kernel mix, baseline (measured)", ax=ax)
 plots.finish(fig)
 
-# %%
+# %% tags=["hide-input"]
 dom = (M.kernel_mix(base, "short_name", "duration_ns", ["gpu_slug"]).groupby("gpu_slug").head(1)
        if not base.empty else pd.DataFrame())
 for _, r in dom.iterrows():
     glue(f"{r['gpu_slug']}_dominant_share", f"{100 * r['share']:.0f} %")
 dom.assign(kernel=dom.get("short_name", pd.Series(dtype=str)).str[:60])[["gpu_slug", "kernel", "share"]] if not dom.empty else dom
 
-# %%
-paper.values(figure="Fig 6")[["gpu", "subject", "qualifier", "value", "source"]]
+# %% tags=["hide-input"]
+table(paper.values(figure="Fig 6")[["gpu", "subject", "qualifier", "value", "source"]])
 
 # %% [markdown]
 # ## Fig. 7 — instruction mix of the dominant kernel
 
-# %%
+# %% tags=["hide-input"]
 imix = tables.per_gpu(M.dominant_instruction_mix, K, I)
 if not imix.empty:
     fig, ax = plt.subplots(figsize=(9, 3.5))
@@ -148,7 +149,7 @@ if not imix.empty:
                "Fig. 7 — instruction classes of the dominant convolution, baseline (measured)", "share of instructions (%)", ax)
     ax.tick_params(axis="x", rotation=30)
     plots.finish(fig)
-paper.values(figure="Fig 7")[["gpu", "subject", "metric", "qualifier", "value", "source"]]
+table(paper.values(figure="Fig 7")[["gpu", "subject", "metric", "qualifier", "value", "source"]])
 
 # %% [markdown]
 # ## Table 2 — kernel abbreviations
@@ -156,5 +157,5 @@ paper.values(figure="Fig 7")[["gpu", "subject", "metric", "qualifier", "value", 
 # The paper's eight abbreviations, matched against the kernels of our baseline windows; kernels it
 # did not name get a stable `KX-xxxx` tag (a hash of the kernel's function name).
 
-# %%
-tables.abbreviations(base)
+# %% tags=["hide-input"]
+table(tables.abbreviations(base))

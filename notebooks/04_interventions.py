@@ -21,14 +21,14 @@
 # reports, and are shown for the GPU × configuration pairs we have reports for — the tables say
 # which.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %%
+# %% tags=["remove-input"]
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -37,21 +37,22 @@ from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
+from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
 T = tables.torch_kernels(root, G, "step")
 S = tables.ncu_summaries(root, G, "paper")
 have = (S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not S.empty
         else pd.DataFrame(columns=["gpu", "config"]))
-glue("ncu_pairs", "; ".join(f"{g}: {', '.join(d['config'])}" for g, d in have.groupby("gpu")) or "none")
-have
+glue("ncu_pairs", "; ".join(f"{gpu_name(g)}: {', '.join(d['config'])}" for g, d in have.groupby("gpu")) or "none")
+table(have)
 
 # %% [markdown]
 # Nsight Compute reports (paper mode) exist for {glue:text}`ncu_pairs`.
 #
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
-# %%
+# %% tags=["hide-input"]
 m8 = tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
 fig, ax = plt.subplots(figsize=(10, 5))
 plots.stacked_shares(m8, ["gpu_slug", "config"], "category", "Fig. 8 — kernel mix of a whole training step (measured)", ax=ax)
@@ -60,11 +61,11 @@ conv = m8[m8["category"] == "convolution/GEMM"].set_index(["gpu_slug", "config"]
 for (g, c), v in conv.items():
     glue(f"{g}_{c}_conv_share", f"{100 * v:.0f} %")
 
-# %%
+# %% tags=["hide-input"]
 fig8 = paper.values(figure="Fig 8")
 opt2_ref = fig8[(fig8["config"] == "opt2") & (fig8["subject"] == "elementwise")].iloc[0]
 glue("paper_opt2_elementwise", f"{opt2_ref['value']:.0f}–{opt2_ref['value_high']:.0f} %")
-fig8[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]]
+table(fig8[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]])
 
 # %% [markdown]
 # The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step
@@ -82,7 +83,7 @@ fig8[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]]
 # kernel from process start, `--set full`) and a whole steady-state training step (step mode: every
 # kernel between cudaProfilerStart/Stop, the one-pass `core` metric set).
 
-# %%
+# %% tags=["hide-input"]
 norm = tables.normalized_scopes(root, G)
 ref61 = paper.values(figure="§6.1")
 for _, r in ref61.iterrows():
@@ -91,9 +92,9 @@ for _, r in ref61.iterrows():
 for _, r in norm.iterrows():
     glue(f"{r['gpu']}_{r['config']}_{r['mode']}_norm_{r['metric']}", f"{r['measured']:.2f}")
 norm_table = tables.scope_pivot(norm)
-norm_table
+table(norm_table, index=True)
 
-# %%
+# %% tags=["hide-input"]
 if not norm.empty:
     fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER)
     fig.suptitle("§6.1 — normalized to baseline: the paper's window vs a whole step (measured), and the paper's values")
@@ -131,14 +132,14 @@ if not norm.empty:
 #
 # ## Fig. 9 — instruction mix per configuration
 
-# %%
+# %% tags=["hide-input"]
 I = store.load_table("ncu_paper_instructions", root, G)
 if not I.empty:
     im = M.instruction_mix(I, group=["gpu_slug", "config"])
     fig, ax = plt.subplots(figsize=(10, 2.8))
     plots.stacked_shares(im, ["gpu_slug", "config"], "class", "Fig. 9 — instruction mix of the ncu window (measured)", ax=ax)
     plots.finish(fig)
-paper.values(figure="Fig 9")[["gpu", "config", "subject", "metric", "value", "source"]]
+table(paper.values(figure="Fig 9")[["gpu", "config", "subject", "metric", "value", "source"]])
 
 # %% [markdown]
 # ## Figs. 10–13 — utilization, memory, warps, stalls
@@ -146,7 +147,7 @@ paper.values(figure="Fig 9")[["gpu", "config", "subject", "metric", "value", "so
 # Kernel-duration-weighted means over the report's kernels (pipe utilizations, SM throughput, hit
 # rates, DRAM throughput, active warps), totals for stalls; relative values divide by baseline.
 
-# %%
+# %% tags=["hide-input"]
 def fig_metrics(metrics, figure, title, ylabel, relative=False):
     t = tables.metric_vs_paper(S, metrics, figure)
     if t.empty:
@@ -160,19 +161,19 @@ def fig_metrics(metrics, figure, title, ylabel, relative=False):
         plots.bars(data, "config", "value", m, ylabel, ax, order=[c for c in tables.CONFIG_ORDER if c in set(data["config"])])
     fig.suptitle(title)
     plots.finish(fig)
-    return t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]).round(3)
+    return table(t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]), 3, index=True)
 
 
 fig_metrics(["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
             "Fig. 10 — pipe utilization and SM throughput", "% of peak")
 
-# %%
+# %% tags=["hide-input"]
 fig_metrics(["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11", "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%")
 
-# %%
+# %% tags=["hide-input"]
 fig_metrics(["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline", "× baseline")
 
-# %%
+# %% tags=["hide-input"]
 fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"], "Fig 13",
             "Fig. 13 — warp stalls relative to baseline", "× baseline")
 

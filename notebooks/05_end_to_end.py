@@ -20,27 +20,28 @@
 # part and peak memory, per configuration and GPU — and how much of such a step the paper's
 # 100-kernel ncu window covers.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: measure this machine's GPU through the package first, then render
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %%
+# %% tags=["remove-input"]
 import matplotlib.pyplot as plt
 
 from medddpm.report.measure import prepare
 from medddpm.report import plots, tables
 from medddpm.config import PAPER_CONFIGS
 from medddpm.report.notebook import glue
+from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 B = tables.bench(root, G, list(PAPER_CONFIGS))
-B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
-   "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]]
+table(B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
+   "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]])
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
 for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), ("fwd_ms_median", "forward ms"),
                                    ("peak_mem_gib", "peak allocated GiB")]):
@@ -72,18 +73,18 @@ if "h200" in G:
 # the 11th–110th kernel of the first training step. torch.profiler recorded every kernel of that
 # first step and of a steady-state step; coverage = window kernel time / steady-step kernel time.
 
-# %%
+# %% tags=["hide-input"]
 C = tables.coverage(root, G)
 for _, r in C.iterrows():
     glue(f"{r['gpu_slug']}_{r['config']}_coverage", f"{100 * r['coverage']:.1f} %")
-C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "step_kernel_us", "coverage"]]
+table(C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "step_kernel_us", "coverage"]], 3)
 
 # %% [markdown]
 # The window covers {glue:text}`h200_baseline_coverage` of a baseline step on the H200 and
 # {glue:text}`h100-80gb-hbm3_baseline_coverage` on the H100: conclusions about "the training step"
 # drawn from it rest on a few percent of the work. Its kernel mix differs from the whole step's:
 
-# %%
+# %% tags=["hide-input"]
 W = tables.window_vs_step(root, G)
 fig, ax = plt.subplots(figsize=(10, 0.35 * W.groupby(["gpu_slug", "config", "scope"]).ngroups + 1.5))
 plots.stacked_shares(W, ["gpu_slug", "config", "scope"], "category", "Kernel mix: the paper's window vs a whole step (measured)", ax=ax)
@@ -97,7 +98,7 @@ plots.finish(fig)
 # kernel counts and summed kernel times should agree; if they did not, one of the two would not
 # be seeing the step the other sees.
 
-# %%
+# %% tags=["hide-input"]
 A = tables.step_agreement(root, G)
 if not A.empty:
     glue("agree_max_time_dev", f"{100 * (A['time_ratio'] - 1).abs().max():.1f} %")
@@ -105,7 +106,7 @@ if not A.empty:
 else:
     glue("agree_max_time_dev", "— (no step-mode report)")
     glue("agree_max_count_dev", "—")
-A.round(3)
+table(A, 3)
 
 # %% [markdown]
 # Across every GPU × configuration with both records, summed kernel time differs by at most

@@ -22,7 +22,7 @@
 # the fused Adam, and finally the whole training step as one CUDA graph with the data on the GPU
 # (`fast`). Whole-head model, 128³, batch 1, forward + L1 loss + backward + Adam; CUDA events.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time every rung on this machine's GPU first (about 10 minutes)
@@ -35,7 +35,10 @@ import matplotlib.pyplot as plt
 from medddpm.profiling import metrics as M
 from medddpm.report import plots, tables
 from medddpm.report.measure import prepare
+from IPython.display import display
+
 from medddpm.report.notebook import glue
+from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 L = tables.ladder(root, G)
@@ -47,8 +50,8 @@ ax.set_title("Training step per rung, 128³, batch 1 (×previous rung, (×baseli
 plots.finish(fig)
 
 # %% tags=["hide-input"]
-L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
-   "speedup_vs_baseline", "tflops", "peak_fraction"]].round(3)
+table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
+   "speedup_vs_baseline", "tflops", "peak_fraction"]], 3)
 
 # %% tags=["remove-cell"]
 ms = L.set_index(["gpu_slug", "config"])
@@ -119,7 +122,7 @@ if not T.empty:
 # %% tags=["hide-input"]
 A = tables.fast_path_csv(root, G, "agreement")
 if not A.empty:
-    A.pivot_table(index=["gpu_slug", "config"], columns="t", values="rel_l2").round(4)
+    display(table(A.pivot_table(index=["gpu_slug", "config"], columns="t", values="rel_l2"), 4, index=True))
 
 # %% [markdown]
 # ## The real training loop
@@ -133,4 +136,80 @@ TT = tables.fast_path_csv(root, G, "train_timing")
 if not TT.empty:
     steady = TT[TT["step_from"] > 0].groupby("gpu_slug")["ms_per_step"].median().rename("train ms/step")
     bench_fast = L[L["config"] == "fast"].set_index("gpu_slug")["step_ms_median"].rename("bench ms/step")
-    steady.to_frame().join(bench_fast).round(1)
+    display(table(steady.to_frame().join(bench_fast), 1, index=True))
+
+# %% [markdown]
+# ## Sampling in seconds
+#
+# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, batch 1, one untimed
+# warm-up run (compilation and the capture of one denoising step as a CUDA graph), then whole
+# sampling chains timed with CUDA events. The denoiser runs under inference mode in each
+# configuration; in `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step.
+
+# %% tags=["hide-input"]
+TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200, per volume)
+SB = tables.sample_bench(root, G)
+if not SB.empty:
+    plots.finish(plots.sampling(SB, TARGET_S))
+    s = SB.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"]
+    for (g, c, smp), v in s.items():
+        glue(f"{g}_{c}_{smp}_s", f"{v:.2f}")
+    for g in SB["gpu_slug"].unique():
+        for smp, target in TARGET_S.items():
+            if (g, "fast", smp) in s.index:
+                glue(f"{g}_fast_{smp}_verdict", "meets" if s[g, "fast", smp] <= target else "misses")
+                glue(f"{g}_fast_{smp}_target", f"{target:g}")
+            if (g, "opt1", smp) in s.index and (g, "fast", smp) in s.index:
+                glue(f"{g}_{smp}_fast_vs_opt1", f"{s[g, 'opt1', smp] / s[g, 'fast', smp]:.1f}")
+    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median", "s_per_volume_min",
+                      "s_per_volume_max", "peak_mem_gib"]], 3))
+
+# %% [markdown]
+# On the H200, `fast` samples a volume with DDIM 50 in {glue:text}`h200_fast_ddim_s` s
+# ({glue:text}`h200_ddim_fast_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps in
+# {glue:text}`h200_fast_ddpm_s` s ({glue:text}`h200_ddpm_fast_vs_opt1`×). That
+# {glue:text}`h200_fast_ddim_verdict` the DDIM target of {glue:text}`h200_fast_ddim_target` s and
+# {glue:text}`h200_fast_ddpm_verdict` the DDPM target of {glue:text}`h200_fast_ddpm_target` s. One
+# denoising step of `fast` costs what its training forward costs, so a faster step needs the same
+# kernel work as the training path: fewer passes over the activations in the normalizations, and
+# convolutions closer to their tensor-core peak.
+#
+# ## Several GPUs: torchrun and DDP
+#
+# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`) trains
+# with `DistributedDataParallel`: every GPU keeps its micro-batch, so the global batch grows with
+# the GPUs (weak scaling), and the scaling efficiency is T(1 GPU) / T(N GPUs) of the same
+# configuration. Measured with the real training loop on 128³ phantom NIfTI files, micro-batch 1,
+# no accumulation (`scripts/ddp_scaling.sh`); the all-reduce time comes from torch.profiler over
+# five steps of both ranks.
+
+# %% tags=["hide-input"]
+SC, PR = tables.scaling(root)
+if not SC.empty:
+    plots.finish(plots.scaling(SC))
+    for _, r in SC[SC["world_size"] > 1].iterrows():
+        glue(f"{r['config']}_scaling_eff", f"{100 * r['scaling_efficiency']:.0f} %")
+        glue(f"{r['config']}_scaling_ms", f"{r['step_ms_median']:.1f}")
+    for _, r in SC[SC["world_size"] == 1].iterrows():
+        glue(f"{r['config']}_single_ms", f"{r['step_ms_median']:.1f}")
+    for _, r in PR.iterrows():
+        glue(f"{r['config']}_allreduce_ms", f"{r['allreduce_ms_per_step']:.1f}")
+        glue(f"{r['config']}_exposed_ms", f"{r['exposed_ms_per_step']:.1f}")
+    display(table(SC[["machine", "config", "world_size", "step_ms_median", "volumes_per_s", "scaling_efficiency",
+                      "allreduce_ms", "nccl"]], 3))
+    display(table(PR, 2))
+
+# %% [markdown]
+# `fast` keeps {glue:text}`fast_scaling_eff` of its single-GPU throughput on two H200s
+# ({glue:text}`fast_single_ms` → {glue:text}`fast_scaling_ms` ms/step), although with more than
+# one rank the step is no longer one CUDA graph and its compiled NDHWC graph is not split into
+# buckets (DDP's all-reduce waits for the end of the backward pass): NCCL kernels take
+# {glue:text}`fast_allreduce_ms` ms per step, {glue:text}`fast_exposed_ms` ms of it with no other
+# kernel running. `opt1` keeps only {glue:text}`opt1_scaling_eff`
+# ({glue:text}`opt1_single_ms` → {glue:text}`opt1_scaling_ms` ms/step): its NCCL kernels span
+# {glue:text}`opt1_allreduce_ms` ms per step, {glue:text}`opt1_exposed_ms` ms exposed, while the same
+# all-reduce alone takes well under a millisecond on this NVLink pair (`allreduce_probe.txt` in the
+# results store). So the link is not the limit. Our reading, not yet proven by a trace of both
+# ranks: the eager TF32 backward launches its bucket all-reduces early, their kernels then wait on
+# the other rank while sharing the GPU with the backward, and what stays exposed is the time the
+# two ranks spend out of step.

@@ -112,9 +112,20 @@ def test_notebooks_have_jupytext_headers_and_parameters():
     for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
         text = nb.read_text()
         assert "kernelspec:" in text and "format_name: percent" in text, nb
-        assert '# %% tags=["parameters"]' in text, nb
+        assert '# %% tags=["parameters", "remove-cell"]' in text, nb
         for name in ("results_dir", "gpus", "measure", "size", "configs"):
             assert f"\n{name} = " in text, (nb, name)
+
+
+def test_no_code_cell_shows_its_source_by_default():
+    """The book shows no raw code: every code cell is folded (hide-input) or removed."""
+    import jupytext
+
+    for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
+        for cell in jupytext.read(nb).cells:
+            if cell.cell_type == "code":
+                tags = set(cell.metadata.get("tags", []))
+                assert tags & {"hide-input", "remove-input", "remove-cell"}, (nb.name, cell.source[:60])
 
 
 def test_papermill_reads_every_notebook_parameter():
@@ -249,3 +260,20 @@ def test_ladder_from_committed_results():
     every_batch = tables.bench(RESULTS, ["h200"], ["fast"], batch=None)
     assert sorted(every_batch["batch"]) == [1, 2, 4]
     assert set(tables.torch_kernels(RESULTS, ["h200"])["config"]) <= {"baseline", "opt1", "opt2", "opt12", "pytorch-default"}
+
+
+def test_tables_for_readers_have_no_index_nan_or_slugs():
+    import pandas as pd
+
+    from medddpm.report.present import color, gpu_name, table
+
+    df = pd.DataFrame({"gpu_slug": ["h100-80gb-hbm3", "h200"], "config": ["opt1", "fast"],
+                       "step_ms_median": [1240.4591, float("nan")], "batch": [1, 2], "channels_last": [False, True]},
+                      index=[7, 9])
+    html = table(df)._repr_html_()
+    assert "H100 SXM 80GB" in html and "h100-80gb-hbm3" not in html and "nan" not in html.lower()
+    assert "—" in html and "1,240.46" in html and ">7<" not in html and "step, ms (median)" in html
+    assert "overflow-x:auto" in html  # wide tables scroll
+    assert table(df.set_index("config"), index=True)._repr_html_().count("<th>") == 5
+    assert gpu_name("h200 (paper)") == "H200 (paper)" and gpu_name("unknown-gpu") == "unknown-gpu"
+    assert color("fast") == color("fast") != color("opt1") and color("other (rest)") == "#D0D0D0"

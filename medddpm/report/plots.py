@@ -8,12 +8,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from .present import color, colors, gpu_name
+
 PAPER_STYLE = {"hatch": "///", "edgecolor": "0.15", "alpha": 0.5}
 
 
 def with_paper(measured: pd.DataFrame, paper_rows: pd.DataFrame, x: str, value: str = "value") -> pd.DataFrame:
     """One long table: measured rows labelled '<gpu>' and paper rows labelled '<GPU> (paper)'."""
-    m = measured.assign(series=measured["gpu"], source="measured")[[x, "series", "source", value]]
+    m = measured.assign(series=measured["gpu"].map(gpu_name), source="measured")[[x, "series", "source", value]]
     if paper_rows is None or paper_rows.empty:
         return m
     p = paper_rows.assign(series=paper_rows["gpu"] + " (paper)", source="paper")[[x, "series", "source", value]]
@@ -24,7 +26,9 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
     """Grouped bars of ``y`` by ``x`` and ``series``; series from the paper drawn hatched."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     hue_order = sorted(data["series"].unique(), key=lambda s: (s.endswith("(paper)"), s))
-    sns.barplot(data=data, x=x, y=y, hue="series", hue_order=hue_order, order=order, ax=ax, errorbar=None)
+    palette = {s: ("0.75" if s.endswith("(paper)") else color(s)) for s in hue_order}
+    sns.barplot(data=data, x=x, y=y, hue="series", hue_order=hue_order, order=order, ax=ax, errorbar=None,
+                palette=palette)
     present = [s for s in hue_order if s in set(data["series"])]
     for container, series in zip(ax.containers, present):
         if series.endswith("(paper)"):
@@ -36,7 +40,8 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
     ax.set_ylabel(ylabel)
     # legend from the styled bars themselves, so paper entries show their hatching
     title_ = "measured GPU / (paper)" if any(p.endswith("(paper)") for p in present) else "measured GPU"
-    ax.legend([c.patches[0] for c in ax.containers], present, title=title_, fontsize=7, title_fontsize=7)
+    ax.legend([c.patches[0] for c in ax.containers], present, title=title_, fontsize=7, title_fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
 
@@ -63,8 +68,9 @@ def stacked_shares(shares: pd.DataFrame, index: list[str], column: str, title: s
     table = s.pivot_table(index=index, columns=column, values="share", aggfunc="sum", observed=True).fillna(0) * 100
     table = table[table.sum().sort_values(ascending=False).index]
     ax = ax or plt.subplots(figsize=(9, 0.45 * len(table) + 1.5))[1]
-    table.index = [" / ".join(map(str, i)) if isinstance(i, tuple) else str(i) for i in table.index]
-    table.plot.barh(stacked=True, ax=ax, width=0.75, colormap="tab20")
+    table.index = [" / ".join(str(gpu_name(p)) for p in i) if isinstance(i, tuple) else str(gpu_name(i))
+                   for i in table.index]
+    table.plot.barh(stacked=True, ax=ax, width=0.75, color=colors(table.columns))
     ax.invert_yaxis()
     ax.set_xlabel("share of kernel time (%)")
     ax.set_xlim(0, 100)
@@ -118,7 +124,10 @@ def ladder(lad: pd.DataFrame, ax=None):
     from ..config import LADDER
 
     order = [c for c in LADDER if c in set(lad["config"])]  # rung order, whichever GPU lacks a rung
-    sns.barplot(data=lad, x="config", y="step_ms_median", hue="gpu_slug", order=order, ax=ax, errorbar=None)
+    lad = lad.assign(gpu=lad["gpu_slug"].map(gpu_name))
+    hue_order = [gpu_name(g) for g in sorted(lad["gpu_slug"].unique())]
+    sns.barplot(data=lad, x="config", y="step_ms_median", hue="gpu", hue_order=hue_order, order=order, ax=ax,
+                errorbar=None, palette={g: color(g) for g in hue_order})
     for container, (_, d) in zip(ax.containers, lad.groupby("gpu_slug", sort=True)):
         d = d.set_index("config")
         labels = []
@@ -137,3 +146,50 @@ def ladder(lad: pd.DataFrame, ax=None):
     ax.tick_params(axis="x", rotation=30)
     ax.legend(title="measured GPU", fontsize=7, title_fontsize=7)
     return ax
+
+
+def sampling(sb: pd.DataFrame, targets: dict[str, float] | None = None):
+    """Seconds per sampled 128³ volume, one panel per GPU: bars per configuration and sampler (log
+    scale), each labelled with its value; dashed lines at the targets (sampler → seconds)."""
+    gpus_ = sorted(sb["gpu_slug"].unique())
+    fig, axes = plt.subplots(len(gpus_), 1, figsize=(8, 3.6 * len(gpus_)), squeeze=False)
+    for ax, g in zip(axes[:, 0], gpus_):
+        d = sb[sb["gpu_slug"] == g].assign(run=lambda x: x["sampler"].str.upper() + " " + x["steps"].astype(str) + " steps")
+        order = [c for c in d["config"].cat.categories if c in set(d["config"])] if hasattr(d["config"], "cat") else None
+        runs = sorted(d["run"].unique())
+        sns.barplot(data=d, x="config", y="s_per_volume_median", hue="run", hue_order=runs, order=order, ax=ax,
+                    errorbar=None, palette=dict(zip(runs, ["#0072B2", "#E69F00", "#009E73", "#CC79A7"])))
+        for container in ax.containers:
+            ax.bar_label(container, fmt="%.2f s", fontsize=7, padding=2)
+        for sampler, seconds in (targets or {}).items():
+            ax.axhline(seconds, ls="--", lw=0.8, color="0.3")
+            ax.text(ax.get_xlim()[1], seconds, f" target {sampler.upper()}: {seconds:g} s", va="center", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds per volume")
+        ax.set_xlabel("configuration of the denoiser")
+        ax.set_title(f"{gpu_name(g)}: sampling one whole-head 128³ volume")
+        ax.legend(title="sampler", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def scaling(sc: pd.DataFrame):
+    """Training throughput (volumes/s) per configuration on 1 and N GPUs, each bar labelled with
+    its step time and the scaling efficiency T(1)/T(N)."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    d = sc.assign(gpus=sc["world_size"].astype(str) + " GPU" + sc["world_size"].map(lambda n: "s" if n > 1 else ""))
+    hue = sorted(d["gpus"].unique())
+    sns.barplot(data=d, x="config", y="volumes_per_s", hue="gpus", hue_order=hue, ax=ax, errorbar=None,
+                palette=dict(zip(hue, ["#56B4E9", "#0072B2", "#009E73"])))
+    for container, h in zip(ax.containers, hue):
+        rows = d[d["gpus"] == h].set_index("config")
+        labels = []
+        for bar in container:
+            cfg = ax.get_xticklabels()[round(bar.get_x() + bar.get_width() / 2)].get_text()
+            r = rows.loc[cfg] if cfg in rows.index else None
+            labels.append("" if r is None else f"{r['step_ms_median']:.0f} ms/step\n{100 * r['scaling_efficiency']:.0f} %")
+        ax.bar_label(container, labels=labels, fontsize=7, padding=2)
+    ax.set_ylabel("volumes per second (global)")
+    ax.set_xlabel("configuration")
+    ax.margins(y=0.25)
+    ax.legend(title="world size", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig

@@ -244,3 +244,29 @@ def fast_path_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
     frames = [pd.read_csv(root / g / "fast_path" / f"{name}.csv").assign(gpu_slug=g) for g in gpus
               if (root / g / "fast_path" / f"{name}.csv").exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def sample_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of every GPU that has one."""
+    frames = [pd.read_csv(root / g / "sample_bench.csv").assign(gpu_slug=g) for g in gpus
+              if (root / g / "sample_bench.csv").exists()]
+    if not frames:
+        return pd.DataFrame()
+    return ordered(pd.concat(frames, ignore_index=True), ["gpu_slug", "config"])
+
+
+def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Multi-GPU results: every ``<machine>/scaling.csv`` under ``root`` (rows as written by
+    ``medddpm.scaling table``, with a ``machine`` column), and the all-reduce profiles
+    (``profile-<config>-<N>.json``) as one table."""
+    import json
+
+    frames = [pd.read_csv(p).assign(machine=p.parent.name) for p in sorted(Path(root).glob("*/scaling.csv"))]
+    prof = []
+    for p in sorted(Path(root).glob("*/profile-*-*.json")):
+        d = json.loads(p.read_text())
+        prof.append({"machine": p.parent.name, **{k: d[k] for k in ("config", "world_size", "allreduce_ms_per_step",
+                                                                    "exposed_ms_per_step", "kernel_ms_per_step",
+                                                                    "hidden_share")}})
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
+            pd.DataFrame(prof))

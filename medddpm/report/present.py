@@ -1,0 +1,146 @@
+"""How the book shows things to people: GPU names, tables and a colour for every category.
+
+* ``gpu_name('h100-80gb-hbm3')`` → 'H100 SXM 80GB'; unknown slugs are returned as they are.
+* ``table(df)``: an HTML table with no index column, '—' for missing values, numbers rounded
+  and grouped, in a box that scrolls sideways instead of being cut off at the page edge.
+* ``color(name)``: one colour per category (kernel category, configuration, GPU, instruction
+  class), the same in every figure, from the colour-blind-safe Okabe–Ito palette.
+"""
+from __future__ import annotations
+
+import html
+import numbers
+from typing import Any, Mapping
+
+import pandas as pd
+
+GPU_NAMES = {
+    "h100-80gb-hbm3": "H100 SXM 80GB",
+    "h200": "H200",
+    "h200-x2": "2× H200",
+    "a100-sxm4-40gb": "A100 SXM4 40GB",
+    "a100-sxm4-80gb": "A100 SXM4 80GB",
+    "v100-sxm2-32gb": "V100 SXM2 32GB",
+}
+MISSING = "—"
+# Column names as a reader sees them (units in the header); others are shown as they are.
+HEADERS = {
+    "gpu_slug": "GPU", "gpu": "GPU", "config": "configuration", "size": "volume", "batch": "batch",
+    "step_ms_median": "step, ms (median)", "step_ms_min": "step, ms (min)", "step_ms_max": "step, ms (max)",
+    "fwd_ms_median": "forward, ms (median)", "peak_mem_gib": "peak memory, GiB",
+    "speedup_vs_baseline": "× baseline", "speedup_vs_previous": "× previous rung", "tflops": "TFLOP/s",
+    "peak_fraction": "share of bf16 peak", "tf32_conv": "TF32 conv", "tf32_matmul": "TF32 matmul",
+    "channels_last": "channels-last", "precision": "precision", "cudnn": "cuDNN", "torch": "torch",
+    "duration_ns": "duration, ns", "duration_us": "duration, µs", "cycles": "cycles", "instructions": "instructions",
+    "ipc": "IPC", "abbr": "abbr.", "short_name": "kernel", "value": "value", "value_high": "value (upper)",
+    "source": "source in the paper", "qualifier": "qualifier", "subject": "subject", "metric": "metric",
+    "window_kernels": "kernels in window", "step_kernels": "kernels in step", "window_us": "window, µs",
+    "step_kernel_us": "step kernels, µs", "coverage": "window / step", "sampler": "sampler", "steps": "steps",
+    "s_per_volume_median": "s per volume (median)", "s_per_volume_min": "s per volume (min)",
+    "s_per_volume_max": "s per volume (max)", "world_size": "GPUs", "volumes_per_s": "volumes/s",
+    "scaling_efficiency": "scaling efficiency", "allreduce_ms": "NCCL, ms/step", "nccl": "NCCL",
+    "machine": "machine", "allreduce_ms_per_step": "NCCL kernels, ms/step",
+    "exposed_ms_per_step": "exposed NCCL, ms/step", "kernel_ms_per_step": "all kernels, ms/step",
+    "hidden_share": "share hidden", "params": "parameters", "GFLOP": "GFLOP", "out_shape": "output shape",
+    "layers": "layers", "block": "block", "ms_per_step": "ms/step", "rel_l2": "relative L2",
+}
+
+# Okabe & Ito (2008), colour-blind safe; then the same hues lighter and darker, then greys.
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"]
+EXTRA = ["#F5C767", "#A3D5F2", "#66C5AB", "#8A6000", "#1F4E79", "#8F3F00", "#E7B5D3", "#999999", "#5E5E5E"]
+# Categories that exist in this project, in a fixed order: each keeps its colour in every figure.
+KNOWN = [
+    "convolution/GEMM", "normalization", "elementwise", "copy", "reduction", "optimizer", "upsample",
+    "attention", "other",
+    "baseline", "opt1", "opt2", "opt12", "pytorch-default", "bf16", "bf16-compile", "bf16-compile-tuned",
+    "bf16-ndhwc", "bf16-ndhwc-sdpa", "fast",
+]
+OTHER_REST = "other (rest)"
+_assigned: dict[str, str] = {}
+
+
+def gpu_name(slug: Any) -> Any:
+    """Human name of a results-store GPU folder ('h200' → 'H200'); '(paper)' suffixes are kept."""
+    if not isinstance(slug, str):
+        return slug
+    base, sep, rest = slug.partition(" ")
+    return GPU_NAMES.get(base, base) + sep + rest
+
+
+def header(column: Any) -> str:
+    """A column's header for readers: ``HEADERS``, GPU slugs by name, else the name itself."""
+    text = str(column)
+    return HEADERS.get(text, str(gpu_name(text)))
+
+
+def color(name: str) -> str:
+    """The colour of a category: fixed for ``KNOWN`` names, then first come first served (stable
+    within a build); 'other (rest)' is always light grey."""
+    if name == OTHER_REST:
+        return "#D0D0D0"
+    if name not in _assigned:
+        palette = OKABE_ITO + EXTRA
+        index = KNOWN.index(name) if name in KNOWN else len(KNOWN) + len([n for n in _assigned if n not in KNOWN])
+        _assigned[name] = palette[index % len(palette)]
+    return _assigned[name]
+
+
+def colors(names) -> list[str]:
+    return [color(str(n)) for n in names]
+
+
+def _cell(value: Any, digits: int) -> str:
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NA or value is pd.NaT:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if v != 0 and abs(v) < 10 ** -digits:
+            return f"{v:.{digits}g}"
+        return f"{v:,.{digits}f}"
+    return str(value)
+
+
+class Table:
+    """A DataFrame shown to readers (``_repr_html_``), see ``table``."""
+
+    def __init__(self, df: pd.DataFrame, digits: int | Mapping[str, int] = 2, caption: str | None = None) -> None:
+        self.df, self.digits, self.caption = df, digits, caption
+
+    def _digits(self, column: str) -> int:
+        return self.digits.get(column, 2) if isinstance(self.digits, Mapping) else self.digits
+
+    def _repr_html_(self) -> str:
+        df = self.df
+        if isinstance(df.columns, pd.MultiIndex):
+            df = df.copy()
+            df.columns = [" · ".join(str(p) for p in c if str(p)) for c in df.columns]
+        head = "".join(f"<th>{html.escape(header(c))}</th>" for c in df.columns)
+        rows = []
+        for _, r in df.iterrows():
+            cells = []
+            for c in df.columns:
+                text = _cell(gpu_name(r[c]) if str(c).lower() in ("gpu", "gpu_slug") else r[c], self._digits(c))
+                align = "right" if isinstance(r[c], numbers.Number) and not isinstance(r[c], bool) else "left"
+                cells.append(f'<td style="text-align:{align};white-space:nowrap">{html.escape(text)}</td>')
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        return ('<div class="medddpm-table" style="overflow-x:auto;max-width:100%">'
+                f'<table class="table" style="font-size:0.85em">{caption}<thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+                "</table></div>")
+
+    def __repr__(self) -> str:  # plain-text fallback (nbmake, terminals)
+        return self.df.to_string(index=False, na_rep=MISSING)
+
+
+def table(df: pd.DataFrame, digits: int | Mapping[str, int] = 2, caption: str | None = None,
+          index: bool = False) -> Table:
+    """``df`` for readers: no index column (``index=True`` turns a meaningful index into columns),
+    '—' for missing values, thousands grouped, ``digits`` decimals (one number, or per column),
+    GPU slugs in ``gpu``/``gpu_slug`` columns by their names, scrolling sideways when wide."""
+    if index:
+        df = df.reset_index()
+    return Table(df, digits, caption)
