@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -121,37 +122,41 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
         raise Exit(next((c for c in codes if c > 0), 1)) from None
 
 
-def cmd_train(a: argparse.Namespace) -> None:
-    from .data import VolumeDataset
+@contextlib.contextmanager
+def _ranks(a: argparse.Namespace):
+    """This process's place under torchrun (a world of one without it) and its device; the
+    process group lives as long as the block."""
     from .distributed import World
     from .runtime import resolve_device
-    from .train import CHECKPOINT, Trainer
 
-    if a.nproc is not None:
-        return _launch(a, a.argv)
     world = World.from_env()
     device = resolve_device(world.device(a.device))
     world.init(device)
     try:
-        error = None
-        try:  # every rank checks the same inputs; a failure on any rank stops them all
-            cfg, knobs, size, train_cfg, out, pairs = _train_inputs(a)
-            dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=knobs.data_cache != "none")
-            dataset.validate()
-        except (MedddpmError, ValueError) as exc:
-            error = exc
-        world.agree(error)
-        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world)
-        if a.resume:
-            error = None
-            try:
-                trainer.resume()
-            except MedddpmError as exc:
-                error = exc
-            world.agree(error)
-        losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
+        yield world, device
     finally:
         world.close()
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    from .data import VolumeDataset
+    from .train import CHECKPOINT, Trainer
+
+    if a.nproc is not None:
+        return _launch(a, a.argv)
+
+    def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
+        cfg, knobs, size, train_cfg, out, pairs = _train_inputs(a)
+        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=knobs.data_cache != "none")
+        dataset.validate()
+        return cfg, knobs, size, train_cfg, out, dataset
+
+    with _ranks(a) as (world, device):
+        cfg, knobs, size, train_cfg, out, dataset = world.checked(inputs)
+        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world)
+        if a.resume:
+            world.checked(trainer.resume)
+        losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
     if not world.main:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
@@ -163,32 +168,20 @@ def cmd_train(a: argparse.Namespace) -> None:
 
 
 def cmd_sample(a: argparse.Namespace) -> None:
-    from .distributed import World
-    from .runtime import resolve_device
     from .sample import sample_masks
 
     if a.nproc is not None:
         return _launch(a, a.argv)
-    world = World.from_env()
-    device = resolve_device(world.device(a.device))
-    world.init(device)
-    try:
-        written, error = [], None
-        try:
-            written = sample_masks(a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed,
-                                   a.weights, progress=not a.quiet and world.main, config=a.config,
-                                   batch=a.batch, world=world)
-        except (MedddpmError, ValueError) as exc:
-            error = exc
-        world.agree(error)
-    finally:
-        world.close()
+    with _ranks(a) as (world, device):
+        written = world.checked(lambda: sample_masks(
+            a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
+            progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
 
-def cmd_bench(a: argparse.Namespace) -> None:
-    from .bench import append_rows, bench
+def _bench_inputs(a: argparse.Namespace):
+    """Model, configurations, device and size of ``bench`` / ``bench-sample``, checked."""
     from .config import model_preset, run_config
     from .runtime import resolve_device
 
@@ -197,6 +190,13 @@ def cmd_bench(a: argparse.Namespace) -> None:
     device = resolve_device(a.device or ("cuda" if _cuda() else "cpu"))
     size = _size(a.size, cfg.native_size)
     cfg.check_size(size)
+    return cfg, configs, device, size
+
+
+def cmd_bench(a: argparse.Namespace) -> None:
+    from .bench import append_rows, bench
+
+    cfg, configs, device, size = _bench_inputs(a)
     results = []
     for knobs in configs:
         r = bench(cfg, knobs, size, device, a.steps, a.warmup, a.batch)
@@ -215,14 +215,8 @@ def cmd_bench(a: argparse.Namespace) -> None:
 def cmd_bench_sample(a: argparse.Namespace) -> None:
     from . import sample_bench
     from .bench import append_rows
-    from .config import model_preset, run_config
-    from .runtime import resolve_device
 
-    cfg = model_preset(a.model)
-    configs = [run_config(c) for c in a.config.split(",")]
-    device = resolve_device(a.device or ("cuda" if _cuda() else "cpu"))
-    size = _size(a.size, cfg.native_size)
-    cfg.check_size(size)
+    cfg, configs, device, size = _bench_inputs(a)
     results = []
     for knobs in configs:
         r = sample_bench.bench_sample(cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed)

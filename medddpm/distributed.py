@@ -112,6 +112,16 @@ class World:
             r, m = failed[0]
             raise RankError(f"rank {r} stopped the run: {m}")
 
+    def checked(self, fn):
+        """``fn()`` on every rank (a check of inputs); if it raised an input error on any rank,
+        every rank raises (``agree``), else its result."""
+        try:
+            result, error = fn(), None
+        except (MedddpmError, ValueError) as exc:
+            result, error = None, exc
+        self.agree(error)
+        return result
+
     def mean(self, values: torch.Tensor) -> torch.Tensor:
         """All-reduce average of ``values`` over the ranks (the logged loss is the global mean)."""
         if not self.distributed:

@@ -18,13 +18,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 N=$(nvidia-smi -L | wc -l)
 DATA=${DATA:-$(mktemp -d)}  # DATA=… reuses the phantoms and runs of an earlier call
 mkdir -p "$OUT" "$DATA"
-run() {  # run SECONDS CMD...: logged, time-limited, never fatal
-  local limit=$1; shift
-  echo "+ $*" >>"$OUT/commands.log"
-  local t0=$SECONDS
-  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -3
-  echo "  [rc=${PIPESTATUS[0]}, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
-}
+RUN_TAIL=3; source "$(dirname "$0")/_run.sh"
 $PY -m medddpm info --json >"$OUT/info.json"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,power.limit \
   --format=csv >"$OUT/nvidia-smi.csv"

@@ -18,14 +18,7 @@ mkdir -p "$OUT"
 ALL=$($PY -c "from medddpm.config import LADDER; print(' '.join(reversed(LADDER)))")
 RUNGS=${LADDER_CONFIGS:-$ALL}
 
-run() {  # run SECONDS CMD...: logged, time-limited, never fatal
-  local limit=$1; shift
-  echo "+ $*" >>"$OUT/commands.log"
-  local t0=$SECONDS
-  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -4
-  local rc=${PIPESTATUS[0]}
-  echo "  [rc=$rc, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
-}
+RUN_TAIL=4; source "$(dirname "$0")/_run.sh"
 
 for stage in "$@"; do
   case $stage in

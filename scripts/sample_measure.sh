@@ -11,13 +11,7 @@ CONFIGS=${*:-fast opt1 baseline}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
-run() {  # run SECONDS CMD...: logged, time-limited, never fatal
-  local limit=$1; shift
-  echo "+ $*" >>"$OUT/commands.log"
-  local t0=$SECONDS
-  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -2
-  echo "  [rc=${PIPESTATUS[0]}, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
-}
+RUN_TAIL=2; source "$(dirname "$0")/_run.sh"
 $PY -m medddpm info --json >"$OUT/info-sample.json"
 for cfg in $CONFIGS; do
   reps=3; [ "$cfg" = opt1 ] && reps=2; [ "$cfg" = baseline ] && reps=1
