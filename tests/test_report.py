@@ -277,3 +277,15 @@ def test_tables_for_readers_have_no_index_nan_or_slugs():
     assert table(df.set_index("config"), index=True)._repr_html_().count("<th>") == 5
     assert gpu_name("h200 (paper)") == "H200 (paper)" and gpu_name("unknown-gpu") == "unknown-gpu"
     assert color("fast") == color("fast") != color("opt1") and color("other (rest)") == "#D0D0D0"
+
+
+def test_every_chapter_is_executed_again_on_an_incremental_build():
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("rerun_chapters", ROOT / "book" / "_ext" / "rerun_chapters.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    env = SimpleNamespace(found_docs={"intro", "chapters/01_setup", "chapters/06_beyond", "reproduce"})
+    assert sorted(ext._chapters(None, env, set(), {"chapters/06_beyond"}, set())) == ["chapters/01_setup"]
+    assert "rerun_chapters: book/_ext" in (ROOT / "_config.yml").read_text()

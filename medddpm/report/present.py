@@ -123,7 +123,7 @@ class Table:
         for _, r in df.iterrows():
             cells = []
             for c in df.columns:
-                text = _cell(gpu_name(r[c]) if str(c).lower() in ("gpu", "gpu_slug") else r[c], self._digits(c))
+                text = _cell(gpu_name(r[c]) if str(c).lower() in ("gpu", "gpu_slug", "machine") else r[c], self._digits(c))
                 align = "right" if isinstance(r[c], numbers.Number) and not isinstance(r[c], bool) else "left"
                 cells.append(f'<td style="text-align:{align};white-space:nowrap">{html.escape(text)}</td>')
             rows.append("<tr>" + "".join(cells) + "</tr>")
