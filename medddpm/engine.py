@@ -130,6 +130,13 @@ class GraphedDenoiser:
         return static, out, graph
 
 
+def _in_layout(net: nn.Module | Callable, fmt: torch.memory_format) -> Callable:
+    """``net`` called with its first input converted to ``fmt`` (inside a captured graph, too)."""
+    def call(x: Tensor, *rest: Tensor) -> Tensor:
+        return net(x.contiguous(memory_format=fmt), *rest)
+    return call
+
+
 def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
               diffusion_cfg: DiffusionConfig = DiffusionConfig(),
               state: dict[str, Tensor] | None = None) -> tuple[UNet3D, GaussianDiffusion, Knobs]:
@@ -144,6 +151,8 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
         model.load_state_dict(state)
     model.eval().requires_grad_(False)
     net = compiled(model, knobs)
+    if knobs.channels_last:  # the sampler's noise is NCDHW: hand the network NDHWC, as in training
+        net = _in_layout(net, memory_format(knobs))
     if knobs.cuda_graphs:
         net = GraphedDenoiser(net, device)
     return model, GaussianDiffusion(net, diffusion_cfg).to(device), knobs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+import pandas as pd
 import torch
 
 from .bench import Timer
@@ -70,3 +71,27 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {"row": row, "raw": {"s_per_volume": times}, "env": env}
+
+
+def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
+                    steps: int = 5, seed: int = 0) -> pd.DataFrame:
+    """Every GPU kernel of ``steps`` warm DDIM denoising steps (torch.profiler; kernels inside a
+    replayed CUDA graph included), with its category: where one sampling step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .profiling.categories import category, short_name
+    from .profiling.torchprof import _kernels
+
+    _, masks = phantom_batch(model_cfg, max(size), 1, seed)
+    masks = torch.stack([resize(m, size, "nearest") for m in masks]).to(device)
+    _, diffusion, eff = inference(model_cfg, knobs, device, DiffusionConfig(), seeded_weights(model_cfg, seed))
+    gen = torch.Generator(device).manual_seed(seed)
+    with torch.inference_mode(), autocast(eff, device):
+        diffusion.sample(masks, model_cfg.out_channels, "ddim", WARMUP_STEPS, 0.0, gen)
+        torch.cuda.synchronize(device)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            diffusion.sample(masks, model_cfg.out_channels, "ddim", steps, 0.0, gen)
+            torch.cuda.synchronize(device)
+    k = _kernels(prof)
+    return k.assign(short_name=k["name"].map(short_name), category=k["name"].map(category),
+                    config=knobs.name, steps=steps)
