@@ -125,6 +125,34 @@ if not A.empty:
     display(table(A.pivot_table(index=["gpu_slug", "config"], columns="t", values="rel_l2"), 4, index=True))
 
 # %% [markdown]
+# **Loss after short training.** The same seeded phantoms, weights and data order, 50 Adam steps
+# (batch 1, lr 1e-4) per configuration at 64³, then the held-out denoising loss of the trained
+# weights at fixed (x0, t, ε) triples, computed by the same FP32 forward for every configuration
+# (`medddpm.quality.short_training`). Baseline with three seeds gives the seed-to-seed band.
+
+# %% tags=["hide-input"]
+LP = tables.fast_path_csv(root, G, "loss_parity")
+if not LP.empty:
+    ev = LP[LP["kind"] == "eval"]
+    for g, d in ev.groupby("gpu_slug"):
+        band = d[d["config"] == "baseline"]["loss"]
+        lo, hi = band.min(), band.max()
+        glue(f"{g}_lp_band", f"{lo:.4f}–{hi:.4f}")
+        glue(f"{g}_lp_seeds", f"{len(band)}")
+        for c, r in d[d["config"] != "baseline"].set_index("config").iterrows():
+            glue(f"{g}_{c}_lp", f"{r['loss']:.4f}")
+            glue(f"{g}_{c}_lp_verdict", "inside" if lo <= r["loss"] <= hi else "outside")
+    display(table(ev.assign(size=ev["size"].astype(str) + "³")[["gpu_slug", "config", "seed", "size", "step", "loss"]]
+                  .rename(columns={"step": "steps", "loss": "held-out L1 loss"}), 4))
+
+# %% [markdown]
+# On the H200 the baseline's held-out loss after 50 steps spans {glue:text}`h200_lp_band` over
+# {glue:text}`h200_lp_seeds` seeds; `fast` (seed 0) ends at {glue:text}`h200_fast_lp`,
+# **{glue:text}`h200_fast_lp_verdict`** that band. Three seeds make a narrow band and 50 steps a
+# short run; longer training with more seeds (issue 10's training parity) is what settles whether
+# bf16 with the fused kernels trains the same model.
+
+# %% [markdown]
 # ## The real training loop
 #
 # `medddpm train --config fast` on 128³ phantom NIfTI files (volumes decoded once and kept on the
@@ -169,11 +197,34 @@ if not SB.empty:
 # ({glue:text}`h200_ddim_fast_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps in
 # {glue:text}`h200_fast_ddpm_s` s ({glue:text}`h200_ddpm_fast_vs_opt1`×). That
 # {glue:text}`h200_fast_ddim_verdict` the DDIM target of {glue:text}`h200_fast_ddim_target` s and
-# {glue:text}`h200_fast_ddpm_verdict` the DDPM target of {glue:text}`h200_fast_ddpm_target` s. One
-# denoising step of `fast` costs what its training forward costs, so a faster step needs the same
-# kernel work as the training path: fewer passes over the activations in the normalizations, and
-# convolutions closer to their tensor-core peak.
-#
+# {glue:text}`h200_fast_ddpm_verdict` the DDPM target of {glue:text}`h200_fast_ddpm_target` s.
+
+# %% [markdown]
+# Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside
+# the replayed CUDA graph included), milliseconds per step by kernel category:
+
+# %% tags=["hide-input"]
+DK = tables.results_csv(root, G, "sampling/denoise_kernels")
+if not DK.empty:
+    per_cat = DK.pivot_table(index="category", columns="config", values="ms_per_step", aggfunc="sum").fillna(0)
+    per_cat = per_cat.sort_values(per_cat.columns[0], ascending=False)
+    total = per_cat.sum()
+    for c in per_cat.columns:
+        glue(f"denoise_{c}_ms", f"{total[c]:.1f}")
+        for cat in ("convolution/GEMM", "layout transform"):
+            if cat in per_cat.index:
+                glue(f"denoise_{c}_{cat.split('/')[0].replace(' ', '_')}_ms", f"{per_cat.loc[cat, c]:.1f}")
+    display(table(per_cat, 2, index=True))
+
+# %% [markdown]
+# A `fast` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
+# convolutions {glue:text}`denoise_fast_convolution_ms` ms and cuDNN's NCHW↔NHWC transposes
+# {glue:text}`denoise_fast_layout_transform_ms` ms: under inference the compiled network pays
+# layout round-trips that its training step almost entirely avoids (handing it NDHWC input did not
+# remove them).
+# Removing those is the first step towards the sampling targets.
+
+# %% [markdown]
 # ## Several GPUs: torchrun and DDP
 #
 # `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`) trains

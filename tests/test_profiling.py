@@ -445,3 +445,10 @@ def test_profile_queue_checks_every_job_first_and_reports_skips(tmp_path):
     assert skipped.returncode == 1
     log = [json.loads(line) for line in (tmp_path / "r" / "queue_log.jsonl").read_text().splitlines()]
     assert log == [{"job": "paper:opt1", "left_s": 0, "result": "skipped: not enough time left"}]
+
+
+def test_inductor_kernels_are_not_taken_for_layout_transforms():
+    assert category("triton_red_fused__to_copy_add_convolution_permute_0") == "Triton reduction"
+    assert category("triton_per_fused_native_group_norm_1") == "Triton reduction"
+    assert category("triton_poi_fused__to_copy__unsafe_view_add_clone_2") == "Triton pointwise"
+    assert category("void cudnn::engines_precompiled::nchwToNhwcKernel<float>(int)") == "layout transform"

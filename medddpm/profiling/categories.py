@@ -7,6 +7,9 @@ import re
 # Ordered: the first matching pattern wins (layout before convolution: cuDNN's layout kernels
 # live in the cudnn namespace too).
 CATEGORY_PATTERNS: list[tuple[str, str]] = [
+    # torch.compile's generated kernels first: their names list the fused ops ("…convolution_permute…")
+    ("Triton reduction", r"^triton_(red|per)_"),
+    ("Triton pointwise", r"^triton_poi_"),
     ("layout transform", r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|transpose|permute|_to_nhwc|_to_nchw|pad|"
                          r"convertTensor"),
     ("attention/softmax", r"softmax|attention|fmha|flash"),

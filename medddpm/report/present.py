@@ -51,7 +51,7 @@ EXTRA = ["#F5C767", "#A3D5F2", "#66C5AB", "#8A6000", "#1F4E79", "#8F3F00", "#E7B
 # Categories that exist in this project, in a fixed order: each keeps its colour in every figure.
 KNOWN = [
     "convolution/GEMM", "normalization", "elementwise", "copy", "reduction", "optimizer", "upsample",
-    "attention", "other",
+    "attention", "other", "Triton reduction", "Triton pointwise", "layout transform", "attention/softmax",
     "baseline", "opt1", "opt2", "opt12", "pytorch-default", "bf16", "bf16-compile", "bf16-compile-tuned",
     "bf16-ndhwc", "bf16-ndhwc-sdpa", "fast",
 ]

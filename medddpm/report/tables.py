@@ -241,18 +241,24 @@ def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 def fast_path_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
     """``<gpu>/fast_path/<name>.csv`` of every GPU that has one (agreement, train_timing…)."""
-    frames = [pd.read_csv(root / g / "fast_path" / f"{name}.csv").assign(gpu_slug=g) for g in gpus
-              if (root / g / "fast_path" / f"{name}.csv").exists()]
+    return results_csv(root, gpus, f"fast_path/{name}")
+
+
+def results_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
+    """``<gpu>/<name>.csv`` of every GPU that has one, with a ``gpu_slug`` column."""
+    frames = [pd.read_csv(root / g / f"{name}.csv").assign(gpu_slug=g) for g in gpus
+              if (root / g / f"{name}.csv").exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def sample_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of every GPU that has one."""
-    frames = [pd.read_csv(root / g / "sample_bench.csv").assign(gpu_slug=g) for g in gpus
-              if (root / g / "sample_bench.csv").exists()]
-    if not frames:
-        return pd.DataFrame()
-    return ordered(pd.concat(frames, ignore_index=True), ["gpu_slug", "config"])
+    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume); the newest row of each
+    (GPU, configuration, sampler, steps, batch) wins, as in ``bench``."""
+    sb = results_csv(root, gpus, "sample_bench")
+    if sb.empty:
+        return sb
+    sb = sb.drop_duplicates(["gpu_slug", "config", "model", "size", "sampler", "steps", "batch"], keep="last")
+    return ordered(sb.reset_index(drop=True), ["gpu_slug", "config"])
 
 
 def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
