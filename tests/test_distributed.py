@@ -159,3 +159,12 @@ def test_exposed_communication_and_scaling_table(runs):
     one = df[df["world_size"] == 1].iloc[0]
     assert one["scaling_efficiency"] == 1.0 and one["volumes_per_s"] > 0
     assert df[df["world_size"] == 2]["scaling_efficiency"].isna().all()  # grad-accum differs: no 1-GPU partner
+
+
+@pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])
+def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
+    """NDHWC under DDP (gradients copied into the buckets, not views of them)."""
+    train(phantoms, tmp_path / "r", "--steps", "1", "--grad-accum", "1", "--nproc", "2", "--config", config)
+    ckpt = load_checkpoint(tmp_path / "r" / CHECKPOINT)
+    assert ckpt["config"]["knobs"]["name"] == config and ckpt["config"]["world_size"] == 2
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
