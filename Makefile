@@ -35,6 +35,7 @@ render: setup-book
 ## The main job: the book exactly as `jupyter-book build book/` builds it (it executes the chapters
 ## from the committed results), with warnings as errors.
 book: setup-book
+	rm -f _build/html/index.html  # jupyter-book keeps an old redirect when the root page changes
 	$(BIN)/jupyter-book build book/ -W
 	@echo "book: _build/html/index.html"
 

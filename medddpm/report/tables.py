@@ -276,3 +276,47 @@ def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                                                                     "hidden_share")}})
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
             pd.DataFrame(prof))
+
+
+def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """The book's results in one table (intro): one row per result, the paper's value where it
+    states one (H100), and ours per GPU; '—' where a GPU has no measurement."""
+    from .present import gpu_name
+
+    rows: list[dict] = []
+
+    def add(result: str, scope: str, chapter: str, paper_value, per_gpu: dict) -> None:
+        rows.append({"result": result, "scope": scope, "paper (H100)": paper_value,
+                     **{gpu_name(g): per_gpu.get(g, float("nan")) for g in gpus}, "chapter": chapter})
+
+    ref61 = paper.values(figure="§6.1")
+    ref61 = ref61[(ref61["gpu"] == "H100") & (ref61["metric"] == "norm_cycles")].set_index("config")
+
+    def stated(cfg: str) -> str:
+        if cfg not in ref61.index:
+            return "not reported"
+        r = ref61.loc[cfg]
+        return f"{r['value']:.2f}" + (f"–{r['value_high']:.2f}" if pd.notna(r["value_high"]) else "")
+
+    norm = normalized_scopes(root, gpus)
+    for cfg in ("opt1", "opt2"):
+        for mode, scope in SCOPES.items():
+            d = norm[(norm["config"] == cfg) & (norm["metric"] == "cycles") & (norm["mode"] == mode)] if not norm.empty else norm
+            if d.empty:
+                continue
+            add(f"cycles of {cfg} (× baseline)", scope, "Interventions",
+                stated(cfg) if mode == "paper" else "not reported", dict(zip(d["gpu"], d["measured"])))
+    b = bench(root, gpus, ["baseline", "opt1", "opt2", "fast"])
+    for cfg, chapter in (("opt1", "End to end"), ("opt2", "End to end"), ("fast", "Beyond the paper")):
+        d = b[b["config"] == cfg] if not b.empty else b
+        if not d.empty:
+            add(f"training step of {cfg} (× faster than baseline)", "whole step, 128³", chapter, "not reported",
+                dict(zip(d["gpu_slug"], d["speedup_vs_baseline"])))
+            add(f"training step of {cfg} (ms)", "whole step, 128³", chapter, "not reported",
+                dict(zip(d["gpu_slug"], d["step_ms_median"])))
+    sb = sample_bench(root, gpus)
+    if not sb.empty:
+        d = sb[(sb["config"] == "fast") & (sb["sampler"] == "ddim")]
+        add("sampling one volume, fast, DDIM 50 (s)", "whole chain, 128³", "Beyond the paper", "not reported",
+            dict(zip(d["gpu_slug"], d["s_per_volume_median"])))
+    return pd.DataFrame(rows)
