@@ -155,8 +155,8 @@ def fig_metrics(metrics, figure, title, ylabel, relative=False):
     meas = t.rename(columns={"measured": "value"})[["gpu", "config", "metric", "value"]]
     ref = paper.values(figure=figure, metric=metrics)
     ref = ref[ref["config"].isin(meas["config"].unique())]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
-    for ax, m in zip(axes[0], metrics):
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), squeeze=False)  # one panel per row
+    for ax, m in zip(axes[:, 0], metrics):
         data = plots.with_paper(meas[meas["metric"] == m], ref[ref["metric"] == m], "config")
         plots.bars(data, "config", "value", m, ylabel, ax, order=[c for c in tables.CONFIG_ORDER if c in set(data["config"])])
     fig.suptitle(title)

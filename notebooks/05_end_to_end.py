@@ -34,7 +34,7 @@ from medddpm.report.measure import prepare
 from medddpm.report import plots, tables
 from medddpm.config import PAPER_CONFIGS
 from medddpm.report.notebook import glue
-from medddpm.report.present import table
+from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 B = tables.bench(root, G, list(PAPER_CONFIGS))
@@ -42,10 +42,11 @@ table(B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms
    "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]])
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+fig, axes = plt.subplots(3, 1, figsize=(8, 10))  # one panel per row
 for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), ("fwd_ms_median", "forward ms"),
                                    ("peak_mem_gib", "peak allocated GiB")]):
-    plots.bars(B.assign(series=B["gpu_slug"]), "config", col, label, label, ax, order=tables.CONFIG_ORDER)
+    plots.bars(B.assign(series=B["gpu_slug"].map(gpu_name)), "config", col, label, label, ax,
+               order=[c for c in tables.CONFIG_ORDER if c in set(B["config"])])
     ax.tick_params(axis="x", rotation=25)
 fig.suptitle(f"Training step at {', '.join(B['size'].unique())}, batch {', '.join(map(str, B['batch'].unique()))} "
              "(measured; the paper reports no step times)")

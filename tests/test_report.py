@@ -277,6 +277,7 @@ def test_tables_for_readers_have_no_index_nan_or_slugs():
     assert table(df.set_index("config"), index=True)._repr_html_().count("<th>") == 5
     assert gpu_name("h200 (paper)") == "H200 (paper)" and gpu_name("unknown-gpu") == "unknown-gpu"
     assert color("fast") == color("fast") != color("opt1") and color("other (rest)") == "#D0D0D0"
+    assert color("h200") == color("H200") != color("H100 SXM 80GB")
 
 
 def test_every_chapter_is_executed_again_on_an_incremental_build():

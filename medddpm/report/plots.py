@@ -49,8 +49,8 @@ def normalized_bars(norm: pd.DataFrame, ref: pd.DataFrame, order: list[str],
                     metrics: tuple[str, ...] = ("cycles", "instructions", "ipc")):
     """§6.1: one panel per metric, bars per configuration for each GPU · scope of ``norm``
     (``tables.normalized_scopes``) and the paper's ``norm_<metric>`` rows, with a line at 1×."""
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.4 * len(metrics)), squeeze=False)  # one per row
+    for ax, metric in zip(axes[:, 0], metrics):
         m = norm[(norm["metric"] == metric) & (norm["config"] != "baseline")]
         meas = m.assign(gpu=m["gpu"] + " · " + m["scope"], value=m["measured"])
         data = with_paper(meas, ref[ref["metric"] == f"norm_{metric}"], "config")

@@ -56,6 +56,9 @@ KNOWN = [
     "bf16-ndhwc", "bf16-ndhwc-sdpa", "fast",
 ]
 OTHER_REST = "other (rest)"
+# GPUs keep their own colours (blue, vermillion, green), apart from the categories'.
+GPU_COLORS = {"H100 SXM 80GB": "#0072B2", "H200": "#D55E00", "2× H200": "#009E73",
+              "A100 SXM4 40GB": "#CC79A7", "A100 SXM4 80GB": "#CC79A7", "V100 SXM2 32GB": "#56B4E9"}
 _assigned: dict[str, str] = {}
 
 
@@ -78,6 +81,8 @@ def color(name: str) -> str:
     within a build); 'other (rest)' is always light grey."""
     if name == OTHER_REST:
         return "#D0D0D0"
+    if gpu_name(name) in GPU_COLORS:
+        return GPU_COLORS[gpu_name(name)]
     if name not in _assigned:
         palette = OKABE_ITO + EXTRA
         index = KNOWN.index(name) if name in KNOWN else len(KNOWN) + len([n for n in _assigned if n not in KNOWN])
