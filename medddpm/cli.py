@@ -95,12 +95,11 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from .distributed import NO_MULTICAST, torchrun_args
+    from .distributed import World, torchrun_args
 
     if a.nproc < 1:
         raise InputError(f"--nproc must be >= 1, got {a.nproc}")
-    if a.device.startswith("cuda:"):
-        raise InputError(f"--device {a.device}: with --nproc use --device cuda; rank r takes GPU r")
+    World(0, a.nproc, 0).device(a.device)  # a fixed cuda:N is refused for several ranks, as in each rank
     if a.device == "cuda":
         import torch
 
@@ -108,8 +107,6 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
             raise InputError(f"--nproc {a.nproc} needs {a.nproc} GPUs; this machine has {torch.cuda.device_count()}")
     if a.command == "train":
         _train_inputs(a)
-    for key, value in NO_MULTICAST.items():
-        os.environ.setdefault(key, value)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // a.nproc)))  # CPU threads per rank
     args = torchrun_args(a.nproc, list(argv))
     if not a.quiet:
@@ -193,43 +190,46 @@ def _bench_inputs(a: argparse.Namespace):
     return cfg, configs, device, size
 
 
-def cmd_bench(a: argparse.Namespace) -> None:
-    from .bench import append_rows, bench
+def _benches(a: argparse.Namespace, run_one, describe, json_row, columns: list[str] | None = None,
+             what: str = "bench") -> None:
+    """Run ``run_one(cfg, knobs, size, device)`` per configuration of ``--config``: append each
+    row to ``--out``, print ``describe(row)``, or all rows as JSON (``json_row(result)``)."""
+    from .bench import COLUMNS, append_rows
 
     cfg, configs, device, size = _bench_inputs(a)
     results = []
     for knobs in configs:
-        r = bench(cfg, knobs, size, device, a.steps, a.warmup, a.batch)
+        r = run_one(cfg, knobs, size, device)
         results.append(r)
         if a.out:
-            append_rows(a.out, [r["row"]])
+            append_rows(a.out, [r["row"]], columns or COLUMNS, what)
         if not a.json:
-            row = r["row"]
-            print(f"{row['gpu']} {row['config']:<16} {row['size']}: step {row['step_ms_median']:.1f} ms "
-                  f"(min {row['step_ms_min']:.1f}, max {row['step_ms_max']:.1f}), forward "
-                  f"{row['fwd_ms_median']:.1f} ms, peak {row['peak_mem_gib']:.2f} GiB")
+            print(describe(r["row"]))
     if a.json:
-        _print_json([{**r["row"], "step_ms": r["raw"]["step_ms"], "settings": r["settings"]} for r in results])
+        _print_json([json_row(r) for r in results])
+
+
+def cmd_bench(a: argparse.Namespace) -> None:
+    from .bench import bench
+
+    _benches(a, lambda cfg, knobs, size, device: bench(cfg, knobs, size, device, a.steps, a.warmup, a.batch),
+             lambda row: (f"{row['gpu']} {row['config']:<16} {row['size']}: step {row['step_ms_median']:.1f} ms "
+                          f"(min {row['step_ms_min']:.1f}, max {row['step_ms_max']:.1f}), forward "
+                          f"{row['fwd_ms_median']:.1f} ms, peak {row['peak_mem_gib']:.2f} GiB"),
+             lambda r: {**r["row"], "step_ms": r["raw"]["step_ms"], "settings": r["settings"]})
 
 
 def cmd_bench_sample(a: argparse.Namespace) -> None:
     from . import sample_bench
-    from .bench import append_rows
 
-    cfg, configs, device, size = _bench_inputs(a)
-    results = []
-    for knobs in configs:
-        r = sample_bench.bench_sample(cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed)
-        results.append(r)
-        if a.out:
-            append_rows(a.out, [r["row"]], sample_bench.COLUMNS, "sample_bench")
-        if not a.json:
-            row = r["row"]
-            print(f"{row['gpu']} {row['config']:<16} {row['size']} {row['sampler']} {row['steps']} steps, batch "
-                  f"{row['batch']}: {row['s_per_volume_median']:.3f} s/volume (min {row['s_per_volume_min']:.3f}, "
-                  f"max {row['s_per_volume_max']:.3f}), peak {row['peak_mem_gib']:.2f} GiB")
-    if a.json:
-        _print_json([{**r["row"], "s_per_volume": r["raw"]["s_per_volume"]} for r in results])
+    _benches(a, lambda cfg, knobs, size, device: sample_bench.bench_sample(
+                 cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed),
+             lambda row: (f"{row['gpu']} {row['config']:<16} {row['size']} {row['sampler']} {row['steps']} steps, "
+                          f"batch {row['batch']}: {row['s_per_volume_median']:.3f} s/volume (min "
+                          f"{row['s_per_volume_min']:.3f}, max {row['s_per_volume_max']:.3f}), peak "
+                          f"{row['peak_mem_gib']:.2f} GiB"),
+             lambda r: {**r["row"], "s_per_volume": r["raw"]["s_per_volume"]},
+             sample_bench.COLUMNS, "sample_bench")
 
 
 def _cuda() -> bool:
@@ -308,30 +308,30 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
     s.set_defaults(func=cmd_sample)
 
-    s = sub.add_parser("bench", help="time training steps per configuration")
-    s.add_argument("--model", default="whole-head", help=model_help)
-    s.add_argument("--config", default="baseline", help=f"one or more, comma-separated, of: {configs}")
-    s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides (default: the preset's)")
+    def bench_parser(name: str, what: str, default: str, csv: str, per_run: str):
+        """The options ``bench`` and ``bench-sample`` share (their --model/--config/--size/--device/--json/--out)."""
+        s = sub.add_parser(name, help=what)
+        s.add_argument("--model", default="whole-head", help=model_help)
+        s.add_argument("--config", default=default, help=f"one or more, comma-separated, of: {configs}")
+        s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides (default: the preset's)")
+        s.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when there is a GPU)")
+        s.add_argument("--json", action="store_true", help=f"print JSON rows with every {per_run}")
+        s.add_argument("--out", help=f"CSV to append rows to, e.g. data/results/<gpu>/{csv}")
+        return s
+
+    s = bench_parser("bench", "time training steps per configuration", "baseline", "bench.csv", "step time")
     s.add_argument("--batch", type=int, default=1, help="volumes per step")
     s.add_argument("--steps", type=int, default=10, help="timed steps")
     s.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile, autotune, graph capture)")
-    s.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when there is a GPU)")
-    s.add_argument("--json", action="store_true", help="print JSON rows with every step time")
-    s.add_argument("--out", help="CSV to append rows to, e.g. data/results/<gpu>/bench.csv")
     s.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("bench-sample", help="time the sampling of whole volumes per configuration")
-    s.add_argument("--model", default="whole-head", help=model_help)
-    s.add_argument("--config", default="fast", help=f"one or more, comma-separated, of: {configs}")
-    s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides (default: the preset's)")
+    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration", "fast",
+                     "sample_bench.csv", "repeat's time")
     s.add_argument("--sampler", default="ddim", choices=["ddpm", "ddim"], help="ancestral DDPM (all T steps) or DDIM")
     s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")
     s.add_argument("--batch", type=int, default=1, help="volumes sampled together; times are per volume")
     s.add_argument("--repeats", type=int, default=3, help="timed runs after one untimed warm-up run")
     s.add_argument("--seed", type=int, default=0, help="seed of the weights, masks and noise")
-    s.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when there is a GPU)")
-    s.add_argument("--json", action="store_true", help="print JSON rows with every repeat's time")
-    s.add_argument("--out", help="CSV to append rows to, e.g. data/results/<gpu>/sample_bench.csv")
     s.set_defaults(func=cmd_bench_sample)
 
     s = sub.add_parser("info", help="torch/CUDA/cuDNN versions, GPU properties, TF32 settings")

@@ -12,6 +12,7 @@ therefore the one a single process with ``grad_accum · world`` micro-batches pe
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import dataclass
@@ -89,6 +90,14 @@ class World:
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
 
+    @contextlib.contextmanager
+    def _collective(self):
+        """A collective that fails (a rank died, or timed out) ends this rank with a RankError."""
+        try:
+            yield
+        except Exception as exc:
+            raise RankError(f"rank {self.rank}: lost contact with the other ranks ({exc})") from None
+
     def draw(self, step: int, accum: int, k: int) -> int:
         """Index in the seeded draw sequence of micro-batch ``k`` of ``step`` on this rank."""
         return (step * accum + k) * self.size + self.rank
@@ -101,10 +110,8 @@ class World:
                 raise error
             return
         messages: list[str | None] = [None] * self.size
-        try:
+        with self._collective():
             dist.all_gather_object(messages, None if error is None else str(error))
-        except Exception as exc:  # a rank died before reaching the check
-            raise RankError(f"rank {self.rank}: lost contact with the other ranks ({exc})") from None
         if error is not None:
             raise error
         failed = [(r, m) for r, m in enumerate(messages) if m is not None]
@@ -126,10 +133,8 @@ class World:
         """All-reduce average of ``values`` over the ranks (the logged loss is the global mean)."""
         if not self.distributed:
             return values
-        try:
+        with self._collective():
             dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        except Exception as exc:
-            raise RankError(f"rank {self.rank}: lost contact with the other ranks ({exc})") from None
         return values / self.size
 
 

@@ -44,6 +44,17 @@ def nvtx(name: str) -> Iterator[None]:
             torch.cuda.nvtx.range_pop()
 
 
+@contextlib.contextmanager
+def side_stream(device: torch.device) -> Iterator[None]:
+    """Run the block on a fresh CUDA stream that follows, and is then followed by, the current one:
+    where work runs before a CUDA graph capture (PyTorch's warm-up rule)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        yield
+    torch.cuda.current_stream(device).wait_stream(side)
+
+
 def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> Knobs:
     """The knobs that run on ``device``: on a CPU, compile, CUDA graphs, the fused Adam and a
     device-side data cache fall back to eager PyTorch, the reference path. With several ranks the
@@ -118,12 +129,9 @@ class GraphedDenoiser:
 
     def _capture(self, inputs: Sequence[Tensor]):
         static = [a.clone() for a in inputs]
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        with side_stream(self.device):
             for _ in range(self.WARMUP):
                 self.net(*static)
-        torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = self.net(*static)
@@ -183,7 +191,6 @@ class Engine:
                  world_size: int = 1) -> None:
         self.knobs = effective_knobs(knobs, device, world_size)
         self.device = device
-        self.memory_format = memory_format(self.knobs)
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
         self.model = build_model(model_cfg, self.knobs, device)
         self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 else None
@@ -278,12 +285,8 @@ class TrainStep:
         return loss, marks
 
     def _warmup(self, images, masks, draws, mark, marks) -> Tensor:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            loss = self._run(images, masks, draws, mark, marks)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        return loss
+        with side_stream(self.device):
+            return self._run(images, masks, draws, mark, marks)
 
     def _replay(self, images, masks, draws, mark, marks) -> Tensor:
         flat = [x for d in draws for x in d] if draws is not None else []

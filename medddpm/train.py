@@ -125,8 +125,8 @@ class Trainer:
 
     def _cache(self) -> tuple[Tensor, Tensor]:
         """Every (image, mask) decoded once, stacked, in pinned host memory or on the GPU."""
-        images = torch.stack([self.dataset[i][0] for i in range(len(self.dataset))])
-        masks = torch.stack([self.dataset[i][1] for i in range(len(self.dataset))])
+        items = [self.dataset[i] for i in range(len(self.dataset))]
+        images, masks = torch.stack([i for i, _ in items]), torch.stack([m for _, m in items])
         if self.engine.knobs.data_cache == "device":
             return self.engine.to_device(images), self.engine.to_device(masks)
         if self.device.type == "cuda":
@@ -209,7 +209,7 @@ class Trainer:
         t = torch.randint(0, self.engine.diffusion.num_timesteps, (image.shape[0],), generator=self._gen,
                           device=self.device)
         eps = torch.randn(image.shape, generator=self._gen, device=self.device, dtype=image.dtype)
-        return t, eps.contiguous(memory_format=self.engine.memory_format)
+        return t, self.engine.to_device(eps)  # in the images' layout
 
     def train_step(self) -> Tensor:
         """One optimizer step (``grad_accum`` micro-batches on each rank); returns this rank's
