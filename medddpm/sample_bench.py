@@ -7,8 +7,9 @@ CPU). Rows append to ``sample_bench.csv`` (``COLUMNS``).
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 import torch
@@ -16,6 +17,7 @@ import torch
 from .bench import Timer
 from .config import DiffusionConfig, Knobs, ModelConfig
 from .data import resize
+from .diffusion import GaussianDiffusion
 from .engine import autocast, inference
 from .errors import InputError
 from .quality import phantom_batch, seeded_weights
@@ -26,6 +28,25 @@ COLUMNS = [
     "s_per_volume_max", "peak_mem_gib", "torch", "cuda", "cudnn",
 ]
 WARMUP_STEPS = 3  # DDIM steps of the untimed run: enough to compile and capture every call shape
+
+
+@contextlib.contextmanager
+def warm_sampler(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
+                 batch: int = 1, seed: int = 0, diffusion_cfg: DiffusionConfig = DiffusionConfig()
+                 ) -> Iterator[tuple[GaussianDiffusion, torch.Tensor, torch.Generator]]:
+    """Seeded weights under ``knobs`` and ``batch`` phantom masks at ``size``, after one untimed
+    short run (compilation, autotuning, graph capture); the block runs in inference mode and the
+    configuration's autocast and gets (diffusion, masks, generator)."""
+    model_cfg.check_size(size)
+    _, masks = phantom_batch(model_cfg, max(size), batch, seed)
+    masks = torch.stack([resize(m, size, "nearest") for m in masks]).to(device)
+    _, diffusion, eff = inference(model_cfg, knobs, device, diffusion_cfg, seeded_weights(model_cfg, seed))
+    gen = torch.Generator(device).manual_seed(seed)
+    with torch.inference_mode(), autocast(eff, device):
+        diffusion.sample(masks, model_cfg.out_channels, "ddim", min(WARMUP_STEPS, diffusion_cfg.timesteps), 0.0, gen)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        yield diffusion, masks, gen
 
 
 def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
@@ -41,22 +62,14 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
     if not 1 <= steps <= diffusion_cfg.timesteps or batch < 1 or repeats < 1:
         raise InputError(f"--steps must be in [1, {diffusion_cfg.timesteps}], --batch and --repeats >= 1; "
                          f"got {steps}, {batch}, {repeats}")
-    model_cfg.check_size(size)
-    _, masks = phantom_batch(model_cfg, max(size), batch, seed)
-    masks = torch.stack([resize(m, size, "nearest") for m in masks]).to(device)
-    _, diffusion, eff = inference(model_cfg, knobs, device, diffusion_cfg, seeded_weights(model_cfg, seed))
     timer = Timer(device)
-    gen = torch.Generator(device).manual_seed(seed)
-    channels = model_cfg.out_channels
     times = []
-    with torch.inference_mode(), autocast(eff, device):
-        diffusion.sample(masks, channels, "ddim", min(WARMUP_STEPS, diffusion_cfg.timesteps), 0.0, gen)
+    with warm_sampler(model_cfg, knobs, size, device, batch, seed, diffusion_cfg) as (diffusion, masks, gen):
         if device.type == "cuda":
-            torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(repeats):
             a = timer.mark()
-            diffusion.sample(masks, channels, sampler, steps, 0.0, gen)
+            diffusion.sample(masks, model_cfg.out_channels, sampler, steps, 0.0, gen)
             times.append(timer.ms(a, timer.mark()) / 1e3 / batch)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     env = env_info(device)
@@ -67,7 +80,6 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         "s_per_volume_max": round(max(times), 4), "peak_mem_gib": round(peak, 3),
         "torch": env["torch"], "cuda": env["cuda"], "cudnn": env["cudnn"],
     }
-    del diffusion
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {"row": row, "raw": {"s_per_volume": times}, "env": env}
@@ -75,23 +87,22 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
 
 def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
                     steps: int = 5, seed: int = 0) -> pd.DataFrame:
-    """Every GPU kernel of ``steps`` warm DDIM denoising steps (torch.profiler; kernels inside a
-    replayed CUDA graph included), with its category: where one sampling step's time goes."""
+    """Where one sampling step's time goes: every GPU kernel of ``steps`` warm DDIM denoising steps
+    (torch.profiler; kernels inside a replayed CUDA graph included), summed per kernel name with
+    its category, as launches and milliseconds per step."""
     from torch.profiler import ProfilerActivity, profile
 
     from .profiling.categories import category, short_name
     from .profiling.torchprof import _kernels
 
-    _, masks = phantom_batch(model_cfg, max(size), 1, seed)
-    masks = torch.stack([resize(m, size, "nearest") for m in masks]).to(device)
-    _, diffusion, eff = inference(model_cfg, knobs, device, DiffusionConfig(), seeded_weights(model_cfg, seed))
-    gen = torch.Generator(device).manual_seed(seed)
-    with torch.inference_mode(), autocast(eff, device):
-        diffusion.sample(masks, model_cfg.out_channels, "ddim", WARMUP_STEPS, 0.0, gen)
-        torch.cuda.synchronize(device)
+    with warm_sampler(model_cfg, knobs, size, device, 1, seed) as (diffusion, masks, gen):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             diffusion.sample(masks, model_cfg.out_channels, "ddim", steps, 0.0, gen)
             torch.cuda.synchronize(device)
     k = _kernels(prof)
-    return k.assign(short_name=k["name"].map(short_name), category=k["name"].map(category),
-                    config=knobs.name, steps=steps)
+    k = k.assign(short_name=k["name"].map(short_name), category=k["name"].map(category))
+    per = k.groupby(["category", "short_name"])["duration_us"].agg(["size", "sum"]).reset_index()
+    return pd.DataFrame({"category": per["category"], "short_name": per["short_name"],
+                         "launches_per_step": per["size"] / steps, "ms_per_step": per["sum"] / steps / 1e3,
+                         "config": knobs.name, "steps_profiled": steps}
+                        ).sort_values("ms_per_step", ascending=False).reset_index(drop=True)

@@ -46,6 +46,17 @@ def exposed_comm(kernels: pd.DataFrame, is_comm=lambda name: "nccl" in name.lowe
     return {"comm_us": total, "exposed_us": exposed}
 
 
+PROFILE_FIELDS = ["config", "world_size", "allreduce_ms_per_step", "exposed_ms_per_step", "kernel_ms_per_step",
+                  "hidden_share"]
+
+
+def load_profiles(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The summaries ``profile`` wrote (JSON), one row each with a ``machine`` column (their folder)."""
+    rows = [{"machine": Path(p).parent.name, **{k: d[k] for k in PROFILE_FIELDS}}
+            for p in paths for d in [json.loads(Path(p).read_text())]]
+    return pd.DataFrame(rows, columns=["machine", *PROFILE_FIELDS])
+
+
 def profile(images: str, masks: str, config: str, size: int, steps: int, warmup: int, out: str,
             grad_accum: int = 1, model: str = "whole-head") -> dict[str, Any] | None:
     """Under torchrun: time ``steps`` profiled training steps; rank 0 writes and returns the summary."""
@@ -99,10 +110,8 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
     same configuration at the same micro-batch (weak scaling: every GPU keeps its batch)."""
     from .runtime import env_info
 
-    prof = {}
-    for p in profiles:
-        s = json.loads(Path(p).read_text())
-        prof[(s["config"], s["world_size"])] = s["allreduce_ms_per_step"]
+    prof = load_profiles(profiles)
+    prof = dict(zip(zip(prof["config"], prof["world_size"]), prof["allreduce_ms_per_step"]))
     env = env_info()
     rows = []
     for run in map(Path, runs):

@@ -131,19 +131,16 @@ if not A.empty:
 # (`medddpm.quality.short_training`). Baseline with three seeds gives the seed-to-seed band.
 
 # %% tags=["hide-input"]
-LP = tables.fast_path_csv(root, G, "loss_parity")
+LP = tables.loss_parity(root, G)
+for _, r in LP.drop_duplicates("gpu_slug").iterrows():
+    glue(f"{r['gpu_slug']}_lp_band", f"{r['band_low']:.4f}–{r['band_high']:.4f}")
+    glue(f"{r['gpu_slug']}_lp_seeds", f"{r['band_seeds']}")
+for _, r in LP[LP["config"] != "baseline"].drop_duplicates(["gpu_slug", "config"]).iterrows():
+    glue(f"{r['gpu_slug']}_{r['config']}_lp", f"{r['loss']:.4f}")
+    glue(f"{r['gpu_slug']}_{r['config']}_lp_verdict", "inside" if r["inside_band"] else "outside")
 if not LP.empty:
-    ev = LP[LP["kind"] == "eval"]
-    for g, d in ev.groupby("gpu_slug"):
-        band = d[d["config"] == "baseline"]["loss"]
-        lo, hi = band.min(), band.max()
-        glue(f"{g}_lp_band", f"{lo:.4f}–{hi:.4f}")
-        glue(f"{g}_lp_seeds", f"{len(band)}")
-        for c, r in d[d["config"] != "baseline"].set_index("config").iterrows():
-            glue(f"{g}_{c}_lp", f"{r['loss']:.4f}")
-            glue(f"{g}_{c}_lp_verdict", "inside" if lo <= r["loss"] <= hi else "outside")
-    display(table(ev.assign(size=ev["size"].astype(str) + "³")[["gpu_slug", "config", "seed", "size", "step", "loss"]]
-                  .rename(columns={"step": "steps", "loss": "held-out L1 loss"}), 4))
+    display(table(LP.assign(size=LP["size"].astype(str) + "³")[["gpu_slug", "config", "seed", "size", "steps", "loss"]]
+                  .rename(columns={"loss": "held-out L1 loss"}), 4))
 
 # %% [markdown]
 # On the H200 the baseline's held-out loss after 50 steps spans {glue:text}`h200_lp_band` over
@@ -179,16 +176,12 @@ TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200,
 SB = tables.sample_bench(root, G)
 if not SB.empty:
     plots.finish(plots.sampling(SB, TARGET_S))
-    s = SB.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"]
-    for (g, c, smp), v in s.items():
-        glue(f"{g}_{c}_{smp}_s", f"{v:.2f}")
-    for g in SB["gpu_slug"].unique():
-        for smp, target in TARGET_S.items():
-            if (g, "fast", smp) in s.index:
-                glue(f"{g}_fast_{smp}_verdict", "meets" if s[g, "fast", smp] <= target else "misses")
-                glue(f"{g}_fast_{smp}_target", f"{target:g}")
-            if (g, "opt1", smp) in s.index and (g, "fast", smp) in s.index:
-                glue(f"{g}_{smp}_fast_vs_opt1", f"{s[g, 'opt1', smp] / s[g, 'fast', smp]:.1f}")
+    for _, r in SB.iterrows():
+        glue(f"{r['gpu_slug']}_{r['config']}_{r['sampler']}_s", f"{r['s_per_volume_median']:.2f}")
+    for _, r in tables.sampling_targets(SB, TARGET_S).iterrows():
+        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_verdict", "meets" if r["meets"] else "misses")
+        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_target", f"{r['target_s']:g}")
+        glue(f"{r['gpu_slug']}_{r['sampler']}_fast_vs_opt1", f"{r['speedup_vs_reference']:.1f}")
     display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median", "s_per_volume_min",
                       "s_per_volume_max", "peak_mem_gib"]], 3))
 
@@ -204,13 +197,10 @@ if not SB.empty:
 # the replayed CUDA graph included), milliseconds per step by kernel category:
 
 # %% tags=["hide-input"]
-DK = tables.results_csv(root, G, "sampling/denoise_kernels")
-if not DK.empty:
-    per_cat = DK.pivot_table(index="category", columns="config", values="ms_per_step", aggfunc="sum").fillna(0)
-    per_cat = per_cat.sort_values(per_cat.columns[0], ascending=False)
-    total = per_cat.sum()
-    for c in per_cat.columns:
-        glue(f"denoise_{c}_ms", f"{total[c]:.1f}")
+per_cat = tables.denoise_categories(root, G)
+if not per_cat.empty:
+    for c, total in per_cat.sum().items():
+        glue(f"denoise_{c}_ms", f"{total:.1f}")
         for cat in ("convolution/GEMM", "layout transform"):
             if cat in per_cat.index:
                 glue(f"denoise_{c}_{cat.split('/')[0].replace(' ', '_')}_ms", f"{per_cat.loc[cat, c]:.1f}")

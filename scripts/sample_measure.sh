@@ -26,5 +26,5 @@ for cfg in ${KERNEL_CONFIGS:-}; do
 from medddpm.sample_bench import denoise_kernels
 k = denoise_kernels(model_preset('whole-head'), run_config('$cfg'), (128,) * 3, torch.device('cuda'))
 k.to_csv('$OUT/denoise_kernels_$cfg.csv', index=False)
-print(k.groupby('category')['duration_us'].sum().div(5e3).round(2).sort_values().to_string())"
+print(k.groupby('category')['ms_per_step'].sum().round(2).sort_values().to_string())"
 done

@@ -290,3 +290,31 @@ def test_every_chapter_is_executed_again_on_an_incremental_build():
     env = SimpleNamespace(found_docs={"intro", "chapters/01_setup", "chapters/06_beyond", "reproduce"})
     assert sorted(ext._chapters(None, env, set(), {"chapters/06_beyond"}, set())) == ["chapters/01_setup"]
     assert "rerun_chapters: book/_ext" in (ROOT / "_config.yml").read_text()
+
+
+def test_loss_band_sampling_targets_and_denoise_categories(tmp_path):
+    import pandas as pd
+
+    from medddpm.report import tables
+
+    fp = tmp_path / "h200" / "fast_path"
+    fp.mkdir(parents=True)
+    (tmp_path / "h200" / "bench.csv").write_text("gpu\n")
+    rows = [("baseline", 0, 0.40), ("baseline", 1, 0.42), ("fast", 0, 0.41), ("bf16", 0, 0.45)]
+    pd.DataFrame([{"config": c, "seed": s, "size": 64, "kind": "eval", "step": 50, "loss": v} for c, s, v in rows]
+                 + [{"config": "fast", "seed": 0, "size": 64, "kind": "train", "step": 1, "loss": 9.0}]
+                 ).to_csv(fp / "loss_parity.csv", index=False)
+    lp = tables.loss_parity(tmp_path, ["h200"]).set_index(["config", "seed"])
+    assert len(lp) == 4 and lp.loc[("fast", 0), "inside_band"] and not lp.loc[("bf16", 0), "inside_band"]
+    assert lp.loc[("fast", 0), "band_seeds"] == 2 and lp.loc[("bf16", 0), "band_high"] == 0.42
+    sb = pd.DataFrame({"gpu_slug": "h200", "config": ["fast", "opt1", "fast"], "sampler": ["ddim", "ddim", "ddpm"],
+                       "s_per_volume_median": [0.9, 3.6, 5.0]})
+    t = tables.sampling_targets(sb, {"ddim": 1.0, "ddpm": 4.0}).set_index("sampler")
+    assert t.loc["ddim", "meets"] and not t.loc["ddpm", "meets"] and t.loc["ddim", "speedup_vs_reference"] == 4.0
+    assert pd.isna(t.loc["ddpm", "speedup_vs_reference"])
+    (tmp_path / "h200" / "sampling").mkdir()
+    pd.DataFrame({"category": ["conv", "conv", "copy"], "short_name": ["a", "b", "c"], "launches_per_step": 1,
+                  "ms_per_step": [1.0, 2.0, 0.5], "config": "fast", "steps_profiled": 5}
+                 ).to_csv(tmp_path / "h200" / "sampling" / "denoise_kernels.csv", index=False)
+    per = tables.denoise_categories(tmp_path, ["h200"])
+    assert per.loc["conv", "fast"] == 3.0 and list(per.index) == ["conv", "copy"]

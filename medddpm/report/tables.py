@@ -265,17 +265,11 @@ def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Multi-GPU results: every ``<machine>/scaling.csv`` under ``root`` (rows as written by
     ``medddpm.scaling table``, with a ``machine`` column), and the all-reduce profiles
     (``profile-<config>-<N>.json``) as one table."""
-    import json
+    from ..scaling import load_profiles
 
     frames = [pd.read_csv(p).assign(machine=p.parent.name) for p in sorted(Path(root).glob("*/scaling.csv"))]
-    prof = []
-    for p in sorted(Path(root).glob("*/profile-*-*.json")):
-        d = json.loads(p.read_text())
-        prof.append({"machine": p.parent.name, **{k: d[k] for k in ("config", "world_size", "allreduce_ms_per_step",
-                                                                    "exposed_ms_per_step", "kernel_ms_per_step",
-                                                                    "hidden_share")}})
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
-            pd.DataFrame(prof))
+            load_profiles(sorted(Path(root).glob("*/profile-*-*.json"))))
 
 
 def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -320,3 +314,44 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
         add("sampling one volume, fast, DDIM 50 (s)", "whole chain, 128³", "Beyond the paper", "not reported",
             dict(zip(d["gpu_slug"], d["s_per_volume_median"])))
     return pd.DataFrame(rows)
+
+
+def loss_parity(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Held-out losses after short training (``fast_path/loss_parity.csv``, ``kind == 'eval'``),
+    each with its GPU's baseline seed-to-seed band (min–max over the baseline seeds) and whether
+    it lies inside that band."""
+    lp = fast_path_csv(root, gpus, "loss_parity")
+    if lp.empty:
+        return lp
+    ev = lp[lp["kind"] == "eval"].rename(columns={"step": "steps"})
+    band = ev[ev["config"] == "baseline"].groupby("gpu_slug")["loss"].agg(band_low="min", band_high="max",
+                                                                        band_seeds="count")
+    ev = ev.join(band, on="gpu_slug")
+    ev["inside_band"] = ev["loss"].between(ev["band_low"], ev["band_high"])
+    return ordered(ev[["gpu_slug", "config", "seed", "size", "steps", "loss", "band_low", "band_high", "band_seeds",
+                       "inside_band"]], ["gpu_slug", "config", "seed"])
+
+
+def sampling_targets(sb: pd.DataFrame, targets: dict[str, float], config: str = "fast",
+                     reference: str = "opt1") -> pd.DataFrame:
+    """Per GPU and sampler: ``config``'s seconds per volume, the target, whether it is met, and the
+    speed-up over ``reference`` (``sb`` from ``sample_bench``)."""
+    s = sb.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"]
+    rows = []
+    for (g, c, smp), v in s.items():
+        if c != config or smp not in targets:
+            continue
+        ref = s.get((g, reference, smp), float("nan"))
+        rows.append({"gpu_slug": g, "sampler": smp, "s_per_volume": v, "target_s": targets[smp],
+                     "meets": v <= targets[smp], "speedup_vs_reference": ref / v})
+    return pd.DataFrame(rows)
+
+
+def denoise_categories(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Milliseconds per denoising step by kernel category (rows) and configuration (columns), from
+    ``sampling/denoise_kernels.csv`` (``sample_bench.denoise_kernels``)."""
+    dk = results_csv(root, gpus, "sampling/denoise_kernels")
+    if dk.empty:
+        return dk
+    per = dk.pivot_table(index="category", columns="config", values="ms_per_step", aggfunc="sum").fillna(0)
+    return per.sort_values(per.columns[0], ascending=False)
