@@ -23,6 +23,15 @@ def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[
     raise InputError(f"--size takes 1 or 3 numbers, got {len(values)}")
 
 
+DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when PyTorch sees a GPU, else cpu)"
+
+
+def default_device(a: argparse.Namespace) -> None:
+    """A command with ``--device`` and none given runs on the GPU when there is one."""
+    if getattr(a, "device", "") is None:
+        a.device = "cuda" if _cuda() else "cpu"
+
+
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
@@ -184,7 +193,7 @@ def _bench_inputs(a: argparse.Namespace):
 
     cfg = model_preset(a.model)
     configs = [run_config(c) for c in a.config.split(",")]
-    device = resolve_device(a.device or ("cuda" if _cuda() else "cpu"))
+    device = resolve_device(a.device)
     size = _size(a.size, cfg.native_size)
     cfg.check_size(size)
     return cfg, configs, device, size
@@ -278,7 +287,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, required=True, help="total optimizer steps to reach")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt, log.csv, timing.csv)")
     s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides to resize to (default: the preset's)")
-    s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     s.add_argument("--lr", type=float, help="Adam learning rate (default 1e-5)")
     s.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 2)")
@@ -301,7 +310,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--eta", type=float, default=0.0, help="DDIM eta (0 = deterministic)")
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
-    s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: fast on a GPU, baseline on a CPU), one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -314,7 +323,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--model", default="whole-head", help=model_help)
         s.add_argument("--config", default=default, help=f"one or more, comma-separated, of: {configs}")
         s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides (default: the preset's)")
-        s.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when there is a GPU)")
+        s.add_argument("--device", help=DEVICE_HELP)
         s.add_argument("--json", action="store_true", help=f"print JSON rows with every {per_run}")
         s.add_argument("--out", help=f"CSV to append rows to, e.g. data/results/<gpu>/{csv}")
         return s
@@ -360,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse already printed one usage line; keep its exit code 2
         return int(exc.code or 0)
     args.argv = argv
+    default_device(args)
     try:
         args.func(args)
     except Exit as exc:

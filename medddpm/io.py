@@ -31,3 +31,19 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def append_csv(path: str | os.PathLike, df, provenance: dict | None = None) -> None:
+    """Append ``df``'s rows to the CSV at ``path`` (created when missing) atomically, with ``\\n``
+    line endings; with ``provenance``, write it beside the table as ``<name>.env.json``."""
+    import json
+
+    import pandas as pd
+
+    path = Path(path)
+    if path.exists():
+        df = pd.concat([pd.read_csv(path), df], ignore_index=True)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, lineterminator="\n")
+    if provenance is not None:
+        write_text_atomic(path.with_suffix(".env.json"), json.dumps(provenance, indent=2, default=str))

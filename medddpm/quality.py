@@ -1,9 +1,10 @@
-"""Does a faster configuration compute the same model? Denoiser agreement on fixed inputs and
-loss parity after short training, per configuration (the paper's "without degrading synthesis
-quality", §5, which it never measures).
+"""Does a faster configuration compute the same model? Denoiser agreement on fixed inputs
+(against an FP64 CPU forward), loss parity after short training on phantoms, and training parity
+on real data with a held-out denoising loss, per configuration (the paper's "without degrading
+synthesis quality", §5, which it never measures). Sample agreement lives in ``sample_quality``.
 
-Everything returns tidy ``pandas`` frames; ``scripts/fast_path.py`` writes them to the results
-store, the book draws them.
+Everything returns tidy ``pandas`` frames; ``scripts/quality.py`` and ``scripts/fast_path.py``
+write them to the results store, the book draws them.
 """
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .config import DiffusionConfig, Knobs, ModelConfig, run_config
-from .data import MASK_LABELS, one_hot, phantom
+from .config import DiffusionConfig, Knobs, ModelConfig, TrainConfig, run_config
+from .data import MASK_LABELS, Pair, VolumeDataset, one_hot, phantom
 from .engine import Engine, autocast, inference, to_device
+from .errors import InputError
 from .model import UNet3D
 
 AGREEMENT_TIMESTEPS = (1, 25, 125, 249)  # early, middle and late diffusion steps of T = 250
+HELDOUT_TIMESTEPS = (1, 25, 50, 125, 200, 249)  # held-out loss: near-clean to almost pure noise
+FP64 = "fp64-cpu"  # the reference name of a float64 forward on the CPU
 
 
 def seeded_weights(model_cfg: ModelConfig, seed: int = 0, jitter: float = 0.02) -> dict[str, Tensor]:
@@ -48,13 +52,19 @@ def phantom_batch(model_cfg: ModelConfig, size: int, n: int, seed: int = 0) -> t
 def fixed_triples(model_cfg: ModelConfig, size: int, timesteps: Sequence[int], seed: int = 0,
                   diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Fixed (x_t, mask, t, ε): one phantom per timestep, noised with seeded ε (DDPM eq. 4)."""
-    from .diffusion import GaussianDiffusion
-
     x0, mask = phantom_batch(model_cfg, size, len(timesteps), seed)
     t = torch.tensor(list(timesteps), dtype=torch.long)
-    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed + 1))
-    x_t = GaussianDiffusion(lambda x, s: x, diffusion_cfg).q_sample(x0.double(), t, noise.double()).float()
+    x_t, noise = noised(x0, t, seed + 1, diffusion_cfg)
     return x_t, mask, t, noise
+
+
+def noised(x0: Tensor, t: Tensor, seed: int, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[Tensor, Tensor]:
+    """(x_t, ε): ``x0`` noised to ``t`` with ε from a CPU generator seeded ``seed`` (DDPM eq. 4)."""
+    from .diffusion import GaussianDiffusion
+
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed))
+    x_t = GaussianDiffusion(lambda x, s: x, diffusion_cfg).q_sample(x0.double(), t, noise.double()).float()
+    return x_t, noise
 
 
 @torch.no_grad()
@@ -73,11 +83,15 @@ def predict_eps(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, stat
 def denoiser_agreement(model_cfg: ModelConfig, configs: Sequence[str], size: int, device: torch.device,
                        reference: str = "baseline", timesteps: Sequence[int] = AGREEMENT_TIMESTEPS,
                        seed: int = 0) -> pd.DataFrame:
-    """Relative L2 and max-abs error of each configuration's ε against ``reference``'s, on the same
-    seeded weights and fixed inputs, one row per (config, t)."""
+    """Relative L2 and max-abs error of each configuration's ε against ``reference``'s (a
+    configuration on ``device``, or ``FP64``: the baseline network in float64 on the CPU), on the
+    same seeded weights and fixed inputs, one row per (config, t)."""
     state = seeded_weights(model_cfg, seed)
     x_t, mask, t, _ = fixed_triples(model_cfg, size, timesteps, seed)
-    ref = predict_eps(model_cfg, run_config(reference), device, state, x_t, mask, t)
+    if reference == FP64:
+        ref = predict_eps(model_cfg, run_config("baseline"), torch.device("cpu"), state, x_t, mask, t, torch.float64)
+    else:
+        ref = predict_eps(model_cfg, run_config(reference), device, state, x_t, mask, t)
     rows = []
     for name in configs:
         eps = predict_eps(model_cfg, run_config(name), device, state, x_t, mask, t)
@@ -113,3 +127,83 @@ def short_training(model_cfg: ModelConfig, config: str, size: int, device: torch
             for k, v in enumerate(train)]
     rows.append({"config": config, "seed": seed, "size": size, "kind": "eval", "step": steps, "loss": eval_loss})
     return pd.DataFrame(rows)
+
+
+# ---- training parity on real data (issue "quality parity", §2) -------------------------------
+
+def split_held_out(pairs: Sequence[Pair], held_out: int) -> tuple[list[Pair], list[Pair]]:
+    """(train, held-out): the last ``held_out`` pairs in subject order are never trained on."""
+    pairs = sorted(pairs, key=lambda p: p.subject)
+    if not 1 <= held_out < len(pairs):
+        raise InputError(f"--held-out must be in [1, {len(pairs) - 1}] for {len(pairs)} subjects, got {held_out}")
+    return pairs[:-held_out], pairs[-held_out:]
+
+
+def held_out_triples(pairs: Sequence[Pair], model_cfg: ModelConfig, size: tuple[int, int, int],
+                     timesteps: Sequence[int] = HELDOUT_TIMESTEPS, seed: int = 4321,
+                     diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[pd.DataFrame, Tensor, Tensor, Tensor, Tensor]:
+    """Fixed (x_t, mask, t, ε) for every (held-out subject, t): the keys as a frame (subject, t)
+    and the tensors in the same order. ε is seeded, so every configuration meets the same inputs."""
+    data = VolumeDataset(list(pairs), model_cfg.name, model_cfg.out_channels, size)
+    keys, x0, masks = [], [], []
+    for i, pair in enumerate(pairs):
+        image, mask = data[i]
+        for step in timesteps:
+            keys.append({"subject": pair.subject, "t": int(step)})
+            x0.append(image)
+            masks.append(mask)
+    t = torch.tensor([k["t"] for k in keys], dtype=torch.long)
+    x_t, noise = noised(torch.stack(x0), t, seed, diffusion_cfg)
+    return pd.DataFrame(keys), x_t, torch.stack(masks), t, noise
+
+
+def held_out_loss(model_cfg: ModelConfig, state: dict[str, Tensor], triples, device: torch.device,
+                  chunk: int = 4) -> pd.DataFrame:
+    """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1), always from
+    the FP32 baseline forward of the weights ``state``: every configuration is judged by the same
+    evaluator, so the loss measures the weights, not the evaluator's numerics."""
+    keys, x_t, mask, t, noise = triples
+    losses = []
+    for k in range(0, len(keys), chunk):
+        sl = slice(k, k + chunk)
+        eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t[sl], mask[sl], t[sl])
+        losses.append((eps - noise[sl].double()).abs().flatten(1).mean(1))
+    return keys.assign(loss=torch.cat(losses).numpy())
+
+
+def cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
+    """A float32, contiguous CPU copy of ``model``'s weights (loads into any configuration)."""
+    return {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+
+
+def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, size: tuple[int, int, int],
+                    device: torch.device, steps: int = 1000, seed: int = 0, lr: float = 1e-4, held_out: int = 2,
+                    eval_every: int = 100, out: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train ``steps`` optimizer steps (micro-batch 1, no accumulation) under ``config`` with the
+    real training loop on all but ``held_out`` subjects; every ``eval_every`` steps (and at step 0)
+    the held-out loss (``held_out_loss``). Returns (train losses per step, held-out losses per
+    (step, subject, t)). With ``out`` the final checkpoint is written there (for sampling)."""
+    from .train import Trainer
+
+    if steps < 1 or eval_every < 1:
+        raise InputError(f"steps and eval_every must be >= 1, got {steps} and {eval_every}")
+    train_pairs, test_pairs = split_held_out(pairs, held_out)
+    dataset = VolumeDataset(train_pairs, model_cfg.name, model_cfg.out_channels, size, keep=True)
+    dataset.validate()
+    triples = held_out_triples(test_pairs, model_cfg, size)
+    train_cfg = TrainConfig(lr=lr, grad_accum=1, seed=seed, log_every=eval_every, save_every=steps)
+    trainer = Trainer(dataset, model_cfg, train_cfg, run_config(config), device, out or ".", size)
+    tag = {"config": config, "seed": seed, "size": size[0]}
+    evals = []
+    while True:
+        if trainer.step % eval_every == 0 or trainer.step == steps:
+            trainer.flush()
+            evals.append(held_out_loss(model_cfg, cpu_state(trainer.model), triples, device).assign(step=trainer.step))
+            trainer.engine.apply_flags()  # the evaluator ran the FP32 baseline in this process
+        if trainer.step == steps:
+            break
+        trainer.train_step()
+    if out is not None:
+        trainer.save()
+    train = pd.DataFrame({**tag, "step": np.arange(1, steps + 1), "loss": trainer.losses})
+    return train, pd.concat(evals, ignore_index=True).assign(**tag)[[*tag, "step", "subject", "t", "loss"]]

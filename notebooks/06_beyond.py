@@ -146,8 +146,8 @@ if not LP.empty:
 # On the H200 the baseline's held-out loss after 50 steps spans {glue:text}`h200_lp_band` over
 # {glue:text}`h200_lp_seeds` seeds; `fast` (seed 0) ends at {glue:text}`h200_fast_lp`,
 # **{glue:text}`h200_fast_lp_verdict`** that band. Three seeds make a narrow band and 50 steps a
-# short run; longer training with more seeds (issue 10's training parity) is what settles whether
-# bf16 with the fused kernels trains the same model.
+# short run; the training parity of {doc}`07_quality` (1,000 steps on MNI152-based subjects,
+# held-out subjects, a prediction band from the seeds) is the longer test.
 
 # %% [markdown]
 # ## The real training loop
@@ -162,57 +162,6 @@ if not TT.empty:
     steady = TT[TT["step_from"] > 0].groupby("gpu_slug")["ms_per_step"].median().rename("train ms/step")
     bench_fast = L[L["config"] == "fast"].set_index("gpu_slug")["step_ms_median"].rename("bench ms/step")
     display(table(steady.to_frame().join(bench_fast), 1, index=True))
-
-# %% [markdown]
-# ## Sampling in seconds
-#
-# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, batch 1, one untimed
-# warm-up run (compilation and the capture of one denoising step as a CUDA graph), then whole
-# sampling chains timed with CUDA events. The denoiser runs under inference mode in each
-# configuration; in `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step.
-
-# %% tags=["hide-input"]
-TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200, per volume)
-SB = tables.sample_bench(root, G)
-if not SB.empty:
-    plots.finish(plots.sampling(SB, TARGET_S))
-    for _, r in SB.iterrows():
-        glue(f"{r['gpu_slug']}_{r['config']}_{r['sampler']}_s", f"{r['s_per_volume_median']:.2f}")
-    for _, r in tables.sampling_targets(SB, TARGET_S).iterrows():
-        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_verdict", "meets" if r["meets"] else "misses")
-        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_target", f"{r['target_s']:g}")
-        glue(f"{r['gpu_slug']}_{r['sampler']}_fast_vs_opt1", f"{r['speedup_vs_reference']:.1f}")
-    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median", "s_per_volume_min",
-                      "s_per_volume_max", "peak_mem_gib"]], 3))
-
-# %% [markdown]
-# On the H200, `fast` samples a volume with DDIM 50 in {glue:text}`h200_fast_ddim_s` s
-# ({glue:text}`h200_ddim_fast_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps in
-# {glue:text}`h200_fast_ddpm_s` s ({glue:text}`h200_ddpm_fast_vs_opt1`×). That
-# {glue:text}`h200_fast_ddim_verdict` the DDIM target of {glue:text}`h200_fast_ddim_target` s and
-# {glue:text}`h200_fast_ddpm_verdict` the DDPM target of {glue:text}`h200_fast_ddpm_target` s.
-
-# %% [markdown]
-# Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside
-# the replayed CUDA graph included), milliseconds per step by kernel category:
-
-# %% tags=["hide-input"]
-per_cat = tables.denoise_categories(root, G)
-if not per_cat.empty:
-    for c, total in per_cat.sum().items():
-        glue(f"denoise_{c}_ms", f"{total:.1f}")
-        for cat in ("convolution/GEMM", "layout transform"):
-            if cat in per_cat.index:
-                glue(f"denoise_{c}_{cat.split('/')[0].replace(' ', '_')}_ms", f"{per_cat.loc[cat, c]:.1f}")
-    display(table(per_cat, 2, index=True))
-
-# %% [markdown]
-# A `fast` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
-# convolutions {glue:text}`denoise_fast_convolution_ms` ms and cuDNN's NCHW↔NHWC transposes
-# {glue:text}`denoise_fast_layout_transform_ms` ms: under inference the compiled network pays
-# layout round-trips that its training step almost entirely avoids (handing it NDHWC input did not
-# remove them).
-# Removing those is the first step towards the sampling targets.
 
 # %% [markdown]
 # ## Several GPUs: torchrun and DDP

@@ -19,17 +19,13 @@ import pandas as pd
 
 from medddpm.bench import measure_peaks
 from medddpm.config import model_preset, run_config
-from medddpm.io import atomic_path, write_text_atomic
+from medddpm.io import append_csv, write_text_atomic
 from medddpm.quality import denoiser_agreement, short_training
 from medddpm.runtime import env_info, resolve_device
 
 
 def _append(path: Path, df: pd.DataFrame) -> None:
-    if path.exists():
-        df = pd.concat([pd.read_csv(path), df], ignore_index=True)
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False, lineterminator="\n")
-    write_text_atomic(path.with_suffix(".env.json"), json.dumps(env_info(), indent=2, default=str))
+    append_csv(path, df, env_info())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,3 +192,23 @@ def test_info_json(capsys):
 def test_console_script_usage_error():
     p = subprocess.run([sys.executable, "-m", "medddpm", "train"], capture_output=True, text=True)
     assert p.returncode == 2 and "required" in p.stderr
+
+
+def test_device_defaults_to_the_gpu_when_there_is_one(monkeypatch):
+    import argparse
+
+    from medddpm import cli
+
+    for has_gpu, expected in ((True, "cuda"), (False, "cpu")):
+        monkeypatch.setattr(cli, "_cuda", lambda: has_gpu)
+        a = argparse.Namespace(device=None)
+        cli.default_device(a)
+        assert a.device == expected
+    a = argparse.Namespace(device="cuda:1")
+    cli.default_device(a)
+    assert a.device == "cuda:1"  # what the user gave stays
+    for command in ("train", "sample", "bench", "bench-sample"):
+        args = cli.parser().parse_args([command, "--help"][:1] + {"train": ["--images", "i", "--masks", "m", "--steps",
+                                        "1", "--out", "o"], "sample": ["--checkpoint", "c", "--masks", "m", "--out", "o"]
+                                        }.get(command, []))
+        assert args.device is None  # resolved by default_device, not by argparse's default

@@ -10,6 +10,7 @@ import seaborn as sns
 
 from .present import color, colors, gpu_name
 
+DIFF_MAX = 0.05  # top of the colour scale of sample difference maps (intensity scale [-1, 1])
 PAPER_STYLE = {"hatch": "///", "edgecolor": "0.15", "alpha": 0.5}
 
 
@@ -192,4 +193,66 @@ def scaling(sc: pd.DataFrame):
     ax.set_xlabel("configuration")
     ax.margins(y=0.25)
     ax.legend(title="world size", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def parity(curves: pd.DataFrame, verdict: pd.DataFrame, gpu: str):
+    """Training parity on one GPU: (top) held-out loss against optimizer steps per configuration,
+    baseline seeds dashed; (bottom) the loss after training per configuration and seed, with the
+    baseline seeds' 95 % prediction band shaded."""
+    c, v = curves[curves["gpu_slug"] == gpu], verdict[verdict["gpu_slug"] == gpu]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.5))
+    for (cfg, seed), d in c.groupby(["config", "seed"], sort=False, observed=True):
+        top.plot(d["step"], d["loss"], color=color(cfg), lw=1.2, ls="--" if cfg == "baseline" and seed else "-",
+                 label=f"{cfg} (seed {seed})")
+    top.set_xlabel("optimizer step")
+    top.set_ylabel("held-out L1 loss on ε")
+    top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    band = v.iloc[0]
+    bottom.axhspan(band["band_low"], band["band_high"], color="0.85", label="baseline 95 % prediction band")
+    labels = [f"{r.config}\nseed {r.seed}" for r in v.itertuples()]
+    bottom.scatter(range(len(v)), v["loss"], c=[color(x) for x in v["config"]], s=40, zorder=3)
+    bottom.set_xticks(range(len(v)), labels, fontsize=7)
+    bottom.set_ylabel(f"held-out loss after {int(band['steps'])} steps")
+    bottom.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def histograms(h: pd.DataFrame, sources: list[str], subject: str, ax=None):
+    """Intensity density inside the brain of one held-out subject, one step line per source."""
+    ax = ax or plt.subplots(figsize=(8, 3.5))[1]
+    for s in sources:
+        d = h[(h["source"] == s) & (h["subject"] == subject)]
+        ax.step(d["bin_low"], d["density"], where="post", color=color(s), lw=1.2, label=s)
+    ax.set_xlabel("intensity (model scale, [−1, 1])")
+    ax.set_ylabel("density inside the brain")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_to: str | None = None):
+    """Orthogonal slices (rows: subject × view; columns: ``sources``, name → column title) in RAS
+    radiological-free display (x to the right, superior up); with ``diff_to``, every source but
+    that one and the mask is shown as its absolute difference to it (0 to ``DIFF_MAX``)."""
+    from ..sample_quality import VIEWS, slice_image
+
+    rows = [(s, v) for s in subjects for v in VIEWS]
+    fig, axes = plt.subplots(len(rows), len(sources), figsize=(1.7 * len(sources), 1.7 * len(rows)), squeeze=False)
+    for i, (subject, view) in enumerate(rows):
+        ref = slice_image(sl, diff_to, subject, view) if diff_to else None
+        for j, (src, title) in enumerate(sources.items()):
+            ax = axes[i, j]
+            img = slice_image(sl, src, subject, view)
+            if src == "mask":
+                ax.imshow(img.T, origin="lower", cmap="viridis", vmin=0, vmax=2, interpolation="nearest")
+            elif ref is not None and src != diff_to:
+                ax.imshow(abs(img - ref).T, origin="lower", cmap="magma", vmin=0, vmax=DIFF_MAX)
+            else:
+                ax.imshow(img.T, origin="lower", cmap="gray", vmin=-1, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(title, fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"{subject}\n{view}", fontsize=7)
     return fig

@@ -251,10 +251,16 @@ def results_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def sample_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume); the newest row of each
-    (GPU, configuration, sampler, steps, batch) wins, as in ``bench``."""
+FULL_SIZE = "128x128x128"  # the paper's whole-head volume, as bench tables write it
+
+
+def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE) -> pd.DataFrame:
+    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of volumes of ``size`` (None:
+    every size); the newest row of each (GPU, configuration, size, sampler, steps, batch) wins, as
+    in ``bench``."""
     sb = results_csv(root, gpus, "sample_bench")
+    if size is not None and not sb.empty:
+        sb = sb[sb["size"] == size]
     if sb.empty:
         return sb
     sb = sb.drop_duplicates(["gpu_slug", "config", "model", "size", "sampler", "steps", "batch"], keep="last")
@@ -311,7 +317,7 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
     sb = sample_bench(root, gpus)
     if not sb.empty:
         d = sb[(sb["config"] == "fast") & (sb["sampler"] == "ddim")]
-        add("sampling one volume, fast, DDIM 50 (s)", "whole chain, 128³", "Beyond the paper", "not reported",
+        add("sampling one volume, fast, DDIM 50 (s)", "whole chain, 128³", "Quality and sampling", "not reported",
             dict(zip(d["gpu_slug"], d["s_per_volume_median"])))
     return pd.DataFrame(rows)
 
@@ -355,3 +361,57 @@ def denoise_categories(root: Path, gpus: list[str]) -> pd.DataFrame:
         return dk
     per = dk.pivot_table(index="category", columns="config", values="ms_per_step", aggfunc="sum").fillna(0)
     return per.sort_values(per.columns[0], ascending=False)
+
+
+# ---- quality parity (``<gpu>/quality/``, scripts/quality.py) ----------------------------------
+
+def quality_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
+    """``<gpu>/quality/<name>.csv`` of every GPU that has one."""
+    return results_csv(root, gpus, f"quality/{name}")
+
+
+def prediction_band(values: pd.Series, level: float = 0.95) -> tuple[float, float]:
+    """Where one more seed's value falls with probability ``level``, from ``values`` (one per
+    seed, assumed normal): mean ± t_{(1+level)/2, n−1} · s · √(1 + 1/n)."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf((1 + level) / 2, n - 1) * values.std(ddof=1) * (1 + 1 / n) ** 0.5
+    return float(values.mean() - half), float(values.mean() + half)
+
+
+def parity_curves(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Held-out loss (mean over subjects and t) per (GPU, config, seed, step)."""
+    ho = quality_csv(root, gpus, "parity_heldout")
+    if ho.empty:
+        return ho
+    return ho.groupby(["gpu_slug", "config", "seed", "size", "step"], as_index=False)["loss"].mean()
+
+
+def parity_verdict(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per (GPU, config, seed): held-out loss before and after training, the baseline seeds' range
+    and 95 % prediction band (``prediction_band``), and whether the loss lies inside the band."""
+    curves = parity_curves(root, gpus)
+    if curves.empty:
+        return curves
+    last = curves.groupby(["gpu_slug", "config", "seed"])["step"].transform("max")
+    first = curves[curves["step"] == 0].set_index(["gpu_slug", "config", "seed"])["loss"].rename("loss_step0")
+    end = curves[curves["step"] == last].rename(columns={"step": "steps"}).join(first, on=["gpu_slug", "config", "seed"])
+    rows = []
+    for g, d in end.groupby("gpu_slug"):
+        base = d[d["config"] == "baseline"]["loss"]
+        low, high = prediction_band(base)
+        rows.append(d.assign(seeds_low=base.min(), seeds_high=base.max(), band_low=low, band_high=high,
+                             band_seeds=len(base)))
+    out = pd.concat(rows, ignore_index=True)
+    out["inside_band"] = out["loss"].between(out["band_low"], out["band_high"])
+    return ordered(out[["gpu_slug", "config", "seed", "size", "steps", "loss_step0", "loss", "seeds_low", "seeds_high",
+                        "band_low", "band_high", "band_seeds", "inside_band"]], ["gpu_slug", "config", "seed"])
+
+
+def quality_slices(root: Path, gpu: str) -> pd.DataFrame | None:
+    """``<gpu>/quality/slices.parquet`` (``sample_quality.orthogonal_slices``), or None."""
+    path = Path(root) / gpu / "quality" / "slices.parquet"
+    return pd.read_parquet(path) if path.exists() else None

@@ -1,0 +1,267 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Quality and sampling
+#
+# The paper says its interventions speed training up "without degrading synthesis quality" and
+# never measures quality. This chapter times sampling, then asks three questions of every
+# configuration, each a step further from the arithmetic: does it compute the same network
+# (ε-prediction against an FP64 forward), does it train the same model (held-out loss after
+# training, against the seed-to-seed spread of the FP32 baseline), and does it sample the same
+# volumes (one trained checkpoint sampled under every configuration). Everything here is measured
+# by `scripts/quality_measure.sh` (logic in `medddpm/quality.py` and `medddpm/sample_quality.py`)
+# and read from `data/results/<gpu>/quality/`.
+
+# %% tags=["parameters", "remove-cell"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+
+# %% tags=["remove-cell"]
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+from medddpm.report import paper, plots, tables
+from medddpm.report.notebook import glue
+from medddpm.report.present import gpu_name, table
+
+root = paper.results_dir(results_dir)
+G = tables.select_gpus(root, gpus)
+QG = [g for g in G if (root / g / "quality").is_dir()]  # GPUs with quality results
+QGPU = QG[0] if QG else None  # the one this chapter's quality sections show
+
+# %% [markdown]
+# ## Sampling in seconds
+#
+# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, batch 1, one untimed
+# warm-up run (compilation and the capture of one denoising step as a CUDA graph), then whole
+# sampling chains timed with CUDA events. The denoiser runs under inference mode in each
+# configuration; in `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step.
+
+# %% tags=["hide-input"]
+TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200, per volume)
+SB = tables.sample_bench(root, G)  # 128³ rows
+if not SB.empty:
+    plots.finish(plots.sampling(SB, TARGET_S))
+    for _, r in SB.iterrows():
+        glue(f"{r['gpu_slug']}_{r['config']}_{r['sampler']}_s", f"{r['s_per_volume_median']:.2f}")
+    for _, r in tables.sampling_targets(SB, TARGET_S).iterrows():
+        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_verdict", "meets" if r["meets"] else "misses")
+        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_target", f"{r['target_s']:g}")
+        glue(f"{r['gpu_slug']}_{r['sampler']}_fast_vs_opt1", f"{r['speedup_vs_reference']:.1f}")
+    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median", "s_per_volume_min",
+                      "s_per_volume_max", "peak_mem_gib"]], 3))
+
+# %% [markdown]
+# On the H200, `fast` samples a volume with DDIM 50 in {glue:text}`h200_fast_ddim_s` s
+# ({glue:text}`h200_ddim_fast_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps in
+# {glue:text}`h200_fast_ddpm_s` s ({glue:text}`h200_ddpm_fast_vs_opt1`×). That
+# {glue:text}`h200_fast_ddim_verdict` the DDIM target of {glue:text}`h200_fast_ddim_target` s and
+# {glue:text}`h200_fast_ddpm_verdict` the DDPM target of {glue:text}`h200_fast_ddpm_target` s.
+
+# %% [markdown]
+# Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside
+# the replayed CUDA graph included), milliseconds per step by kernel category:
+
+# %% tags=["hide-input"]
+per_cat = tables.denoise_categories(root, G)
+if not per_cat.empty:
+    for c, total in per_cat.sum().items():
+        glue(f"denoise_{c}_ms", f"{total:.1f}")
+        for cat in ("convolution/GEMM", "layout transform"):
+            if cat in per_cat.index:
+                glue(f"denoise_{c}_{cat.split('/')[0].replace(' ', '_')}_ms", f"{per_cat.loc[cat, c]:.1f}")
+    display(table(per_cat, 2, index=True))
+
+# %% [markdown]
+# A `fast` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
+# convolutions {glue:text}`denoise_fast_convolution_ms` ms and cuDNN's NCHW↔NHWC transposes
+# {glue:text}`denoise_fast_layout_transform_ms` ms: under inference the compiled network pays
+# layout round-trips that its training step almost entirely avoids (handing it NDHWC input did not
+# remove them).
+# Removing those is the first step towards the sampling targets.
+
+# %% [markdown]
+# ## Does every configuration compute the same network?
+#
+# The ε-prediction of seeded weights (whole-head model, its zero-initialised layers jittered so ε
+# is not zero) on fixed (x_t, mask, t) inputs, each configuration on the GPU against the same
+# network in float64 on the CPU (`medddpm.quality.denoiser_agreement`, reference `fp64-cpu`), at
+# 64³ (the FP64 CPU forward at 128³ would take minutes per input). TF32 keeps 10 mantissa bits and
+# bf16 8, so relative errors near 1e-3 and 1e-2 are what their rounding alone gives.
+
+# %% tags=["hide-input"]
+A = tables.quality_csv(root, QG, "agreement")
+if not A.empty:
+    A = A[A["gpu_slug"] == QGPU]
+    worst = A.groupby("config", sort=False)[["rel_l2", "max_abs"]].max()
+    for c, r in worst.iterrows():
+        glue(f"q_{c}_rel", f"{r['rel_l2']:.1e}")
+    glue("q_rms", f"{A['ref_rms'].min():.2f}–{A['ref_rms'].max():.2f}")
+    display(table(A.pivot_table(index="config", columns="t", values="rel_l2", sort=False)
+                  .rename(columns=lambda t: f"relative L2, t = {t}"), 6, index=True))
+    display(table(A.pivot_table(index="config", columns="t", values="max_abs", sort=False)
+                  .rename(columns=lambda t: f"max |Δε|, t = {t}"), 4, index=True))
+
+# %% [markdown]
+# The FP32 configurations (baseline, and `opt2`, which only changes the layout) agree with FP64 to
+# {glue:text}`q_baseline_rel` (worst relative L2 over t); the TF32 ones to
+# {glue:text}`q_opt1_rel` (`opt1`); the bf16 ones to {glue:text}`q_bf16_rel` (`bf16`) and
+# {glue:text}`q_fast_rel` (`fast`), against an ε whose RMS is {glue:text}`q_rms`. Each sits at its
+# format's rounding level: none adds error of its own.
+
+# %% [markdown]
+# ## Does every configuration train the same model?
+#
+# The real training loop (`medddpm.train.Trainer`) on the MNI152-based demo set (`medddpm
+# demo-data`, 8 subjects at 64³: the template's anatomy with random lesions and noise), trained on
+# 6 subjects and evaluated on the 2 held out: 1,000 Adam steps (batch 1, no accumulation, lr
+# 1e-4), the same seeded data order, diffusion times and noise in every configuration. Every 100
+# steps the held-out loss, L1 between ε and ε_θ at fixed (x0, t, ε) triples (both held-out
+# subjects × t ∈ {1, 25, 50, 125, 200, 249}), always computed by the FP32 baseline forward, so it
+# judges the weights, not the evaluator. Baseline with three seeds gives the spread; the band is
+# the 95 % prediction interval of one more seed (mean ± t₀.₉₇₅,₂ · s · √(1 + 1/3)).
+
+# %% tags=["hide-input"]
+PC, PV = tables.parity_curves(root, QG), tables.parity_verdict(root, QG)
+if not PV.empty:
+    PV = PV[PV["gpu_slug"] == QGPU]
+    plots.finish(plots.parity(PC, PV, QGPU))
+    b = PV.iloc[0]
+    glue("p_band", f"{b['band_low']:.4f}–{b['band_high']:.4f}")
+    glue("p_seeds", f"{b['seeds_low']:.4f}–{b['seeds_high']:.4f}")
+    glue("p_start", f"{b['loss_step0']:.3f}")
+    glue("p_steps", f"{int(b['steps']):,}")
+    others = PV[PV["config"] != "baseline"]
+    glue("p_inside", f"{int(others['inside_band'].sum())} of {len(others)}")
+    glue("p_range", f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
+    glue("p_gpu", gpu_name(QGPU))
+    display(table(PV[["config", "seed", "steps", "loss_step0", "loss", "band_low", "band_high", "inside_band"]]
+                  .rename(columns={"loss_step0": "held-out loss, step 0", "loss": "held-out loss, end",
+                                   "band_low": "band, low", "band_high": "band, high",
+                                   "inside_band": "inside the band"}), 4))
+
+# %% [markdown]
+# On the {glue:text}`p_gpu`, the held-out loss falls from {glue:text}`p_start` to the baseline
+# seeds' {glue:text}`p_seeds` after {glue:text}`p_steps` steps; the prediction band is
+# {glue:text}`p_band`. The other configurations end at {glue:text}`p_range`:
+# **{glue:text}`p_inside`** lie inside the band. At this length and scale, none of the paper's
+# interventions nor bf16 with the fused kernels, compile and CUDA graphs trains a measurably
+# different model.
+
+# %% [markdown]
+# ## Do they sample the same volumes?
+#
+# The baseline checkpoint of seed 0 above, sampled under every configuration with the same seed
+# (DDIM 50, η = 0, so the chain is deterministic given its start noise) on the two held-out masks:
+# each sample against the FP32 (`baseline`) sample, voxel by voxel. PSNR and SSIM (3D, 7³ window,
+# scikit-image) use the model's intensity range [−1, 1]; "real" is the subject's own image,
+# for scale.
+
+# %% tags=["hide-input"]
+SA = tables.quality_csv(root, QG, "sample_agreement")
+if not SA.empty:
+    SA = SA[(SA["gpu_slug"] == QGPU) & (SA["source"] != "fast-long")]
+    per = SA.groupby("source", sort=False)[["psnr_db", "ssim", "mae", "max_abs", "mae_brain"]].mean()
+    for s, r in per.iterrows():
+        glue(f"s_{s}_psnr", "identical" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.1f} dB")
+        glue(f"s_{s}_ssim", f"{r['ssim']:.3f}")
+    display(table(per.rename(columns={"psnr_db": "PSNR, dB", "ssim": "SSIM", "mae": "mean |Δ|",
+                                      "max_abs": "max |Δ|", "mae_brain": "mean |Δ| in brain"})
+                  .rename_axis("sample (mean of 2 subjects)"), 4, index=True))
+
+# %% [markdown]
+# Against the FP32 sample, `opt1`'s sample reaches {glue:text}`s_opt1_psnr` (SSIM
+# {glue:text}`s_opt1_ssim`), `opt2`'s is {glue:text}`s_opt2_psnr`, `bf16`'s
+# {glue:text}`s_bf16_psnr` (SSIM {glue:text}`s_bf16_ssim`) and `fast`'s {glue:text}`s_fast_psnr`
+# (SSIM {glue:text}`s_fast_ssim`); the real image, for scale, is at {glue:text}`s_real_psnr`.
+# Rounding differences grow along the 50 denoising steps but stay far below the difference between
+# a sample and the anatomy it stands for. Where they sit, the difference maps show (absolute
+# difference to the FP32 sample; black 0, yellow 0.05 or more on the [−1, 1] scale):
+
+# %% tags=["hide-input"]
+SL = tables.quality_slices(root, QGPU) if QGPU else None
+if SL is not None:
+    plots.finish(plots.slices(SL, sorted(SL["subject"].unique())[:1],
+                              {"baseline": "FP32 sample", "opt1": "|opt1 − FP32|", "pytorch-default": "|default − FP32|",
+                               "bf16": "|bf16 − FP32|", "fast": "|fast − FP32|"}, diff_to="baseline"))
+
+# %% [markdown]
+# Intensities inside the brain mask, per source, for each held-out subject (`fast-long`: the
+# 20,000-step model of the next section, sampled with `fast`):
+
+# %% tags=["hide-input"]
+H = tables.quality_csv(root, QG, "histograms")
+if not H.empty:
+    H = H[H["gpu_slug"] == QGPU]
+    subjects = sorted(H["subject"].unique())
+    fig, axes = plt.subplots(len(subjects), 1, figsize=(8, 3.2 * len(subjects)), squeeze=False)
+    for ax, s in zip(axes[:, 0], subjects):
+        plots.histograms(H, ["real", "baseline", "fast", "fast-long"], s, ax)
+        ax.set_title(f"held-out subject {s}")
+    plots.finish(fig)
+
+# %% [markdown]
+# The configurations' histograms (`baseline`, `fast`) lie on top of each other. Neither has the
+# real image's two tissue peaks: after 1,000 steps the model has learnt where the brain is, not
+# yet its tissue contrast. `fast-long`, the 20,000-step model of the next section, is closer in
+# shape but brighter than the real image inside the brain.
+
+# %% [markdown]
+# ## The paper's Fig. 1, made from our own model
+#
+# Held-out masks (brain and lesion), the subject's real image, and synthetic volumes sampled with
+# the fastest inference configuration (`fast`, DDIM 50): from the 1,000-step FP32 checkpoint
+# above, and from a longer run, `medddpm train --config fast` for 20,000 steps on the same 6
+# training subjects (lr 1e-4, EMA weights). Slices go through each subject's lesion.
+
+# %% tags=["hide-input"]
+SB64 = tables.sample_bench(root, QG, size="64x64x64")
+if not SB64.empty:
+    f = SB64[(SB64["config"] == "fast") & (SB64["sampler"] == "ddim") & (SB64["gpu_slug"] == QGPU)]
+    glue("fig1_s", f"{f['s_per_volume_median'].iloc[-1]:.2f}" if not f.empty else "—")
+LL = tables.quality_csv(root, QG, "long_log")
+if not LL.empty:
+    glue("long_steps", f"{int(LL['step'].max()):,}")
+    glue("long_loss", f"{LL['loss'].tail(500).mean():.3f}")
+LT = tables.quality_csv(root, QG, "long_timing")
+if not LT.empty:
+    glue("long_ms", f"{LT[LT['step_from'] > 0]['ms_per_step'].median():.1f}")
+if SL is not None:
+    plots.finish(plots.slices(SL, sorted(SL["subject"].unique()),
+                              {"mask": "mask", "real": "real image", "fast": "1,000 steps", "fast-long": "20,000 steps"}))
+
+# %% [markdown]
+# One 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the
+# {glue:text}`p_gpu` (`bench-sample`, warm). The long run trained {glue:text}`long_steps` steps at
+# {glue:text}`long_ms` ms/step (steady state of the real training loop) to a training loss of
+# {glue:text}`long_loss` (mean of its last 500 steps). After 1,000 steps the samples follow the
+# mask's brain outline and lesion but are mostly noise; after 20,000 the anatomy appears —
+# ventricles, cortex, cerebellum — and the lesion sits where the mask puts it. The demo set has a
+# single anatomy (the MNI152 template) under different lesions, so this shows conditioning on the
+# mask, not generalisation across brains.
+
+# %% [markdown]
+# ## What this does not show
+#
+# - **Distribution-level quality.** The Med-DDPM paper reports FID and MS-SSIM (and a
+#   segmentation model trained on synthetic data). FID in 3D needs a feature network trained on
+#   brain MRI (e.g. a 3D ResNet from MedicalNet) and hundreds of samples per configuration;
+#   MS-SSIM diversity needs many samples per mask. Neither fits this artifact's GPU budget; both
+#   would run on the checkpoints `scripts/quality.py` keeps.
+# - **Scale.** Parity was measured at 64³ for 1,000 steps on one GPU; the paper trains at 128³
+#   for far longer on real patients (BraTS, whole-head scans). Longer runs can separate
+#   configurations that agree here.
+# - **One seed per configuration.** Only the baseline has three seeds; a configuration at the
+#   band's edge would need its own seeds to call.

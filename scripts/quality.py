@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Quality parity of the run configurations (issue 10 §2), for one GPU. Tables go to OUT/quality/:
+
+    quality.py agree   --out OUT --size 64 --configs baseline,opt1,...          # ε vs FP64 CPU → agreement.csv
+    quality.py parity  --out OUT --data DEMO --size 64 --configs ... --seeds 0 --steps 1000 \\
+                       [--keep baseline:0 --work W]   # → parity_train.csv, parity_heldout.csv (+ W/<cfg>-<seed>/)
+    quality.py sample  --work W --data DEMO --checkpoint CKPT --configs ...   # W/samples/<cfg>/*.nii.gz (GPU)
+    quality.py compare --out OUT --data DEMO --samples W/samples              # → sample_agreement.csv,
+                                                                              #   histograms.csv, slices.parquet
+
+DEMO is a folder with images/ and masks/ (``medddpm demo-data``); its last ``--held-out``
+subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.quality`` and
+``medddpm.sample_quality``; rows append atomically, with the run's environment beside each table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from medddpm.config import model_preset, run_config
+from medddpm.data import MASK_LABELS, pair_files
+from medddpm.io import append_csv, atomic_path, write_text_atomic
+from medddpm.quality import FP64, denoiser_agreement, split_held_out, training_parity
+from medddpm.runtime import env_info, resolve_device
+
+
+def _pairs(a: argparse.Namespace):
+    return split_held_out(pair_files(Path(a.data) / "images", Path(a.data) / "masks"), a.held_out)
+
+
+def agree(a: argparse.Namespace, out: Path) -> None:
+    df = denoiser_agreement(model_preset(a.model), a.configs, a.size, resolve_device(a.device), reference=FP64)
+    append_csv(out / "agreement.csv", df, env_info())
+    print(df.groupby("config")[["rel_l2", "max_abs"]].max().to_string())
+
+
+def parity(a: argparse.Namespace, out: Path) -> None:
+    device, cfg = resolve_device(a.device), model_preset(a.model)
+    pairs = pair_files(Path(a.data) / "images", Path(a.data) / "masks")
+    train, _ = split_held_out(pairs, a.held_out)
+    for seed in a.seeds:
+        for name in a.configs:
+            keep = f"{name}:{seed}" in a.keep
+            work = str(Path(a.work) / f"{name}-{seed}") if keep else None
+            tr, ho = training_parity(pairs, cfg, name, (a.size,) * 3, device, a.steps, seed, a.lr, a.held_out,
+                                     a.eval_every, work)
+            env = {**env_info(device), "train_subjects": [p.subject for p in train], "lr": a.lr}
+            append_csv(out / "parity_train.csv", tr, env)
+            append_csv(out / "parity_heldout.csv", ho, env)
+            first, last = (ho[ho["step"] == s]["loss"].mean() for s in (0, a.steps))
+            print(f"{name} seed {seed}: train {tr['loss'].iloc[-50:].mean():.4f}, held-out {first:.4f} → {last:.4f}",
+                  flush=True)
+
+
+def sample(a: argparse.Namespace) -> None:
+    from medddpm.sample import sample_masks
+
+    _, held = _pairs(a)
+    masks = Path(a.work) / "held_out_masks"
+    masks.mkdir(parents=True, exist_ok=True)
+    for p in held:
+        shutil.copy(p.mask, masks / p.mask.name)
+    device = resolve_device(a.device)
+    for name in a.configs:
+        sample_masks(a.checkpoint, masks, Path(a.work) / "samples" / name, device, sampler="ddim", steps=a.steps,
+                     seed=0, config=name, progress=False)
+        print(f"sampled {len(held)} held-out masks under {name}", flush=True)
+    write_text_atomic(Path(a.work) / "samples" / "env.json", json.dumps(env_info(device), indent=2, default=str))
+
+
+def compare(a: argparse.Namespace, out: Path) -> None:
+    from medddpm.sample_quality import brain_histograms, brain_labels, orthogonal_slices, sample_agreement, sample_volumes
+
+    _, held = _pairs(a)
+    root = Path(a.samples)
+    folders = {d.name: d for d in sorted(root.iterdir()) if d.is_dir()}
+    volumes = sample_volumes(folders, held)
+    labels = brain_labels(held, MASK_LABELS[a.model])
+    env = {"compared_on": env_info(), "sampled_on": json.loads((root / "env.json").read_text())}
+    agreement = sample_agreement(volumes, labels, a.reference)
+    append_csv(out / "sample_agreement.csv", agreement, env)
+    append_csv(out / "histograms.csv", brain_histograms(volumes, labels), env)
+    with atomic_path(out / "slices.parquet") as tmp:
+        orthogonal_slices(volumes, labels).to_parquet(tmp, index=False)
+    print(agreement.groupby("source")[["psnr_db", "ssim", "mae"]].mean().round(4).to_string())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["agree", "parity", "sample", "compare"], help="which step")
+    p.add_argument("--out", help="results folder of this GPU (tables go to OUT/quality/)")
+    p.add_argument("--data", help="demo-data folder with images/ and masks/")
+    p.add_argument("--held-out", type=int, default=2, help="last subjects never trained on (default 2)")
+    p.add_argument("--model", default="whole-head", help="model preset")
+    p.add_argument("--size", type=int, default=64, help="side of the cubic volume (default 64)")
+    p.add_argument("--configs", default="baseline", help="comma-separated configurations")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (parity)")
+    p.add_argument("--steps", type=int, default=1000, help="optimizer steps (parity) or DDIM steps (sample)")
+    p.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations (parity)")
+    p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (parity)")
+    p.add_argument("--keep", default="", help="config:seed runs whose checkpoint is kept under --work (parity)")
+    p.add_argument("--work", default="quality-work", help="folder for checkpoints and samples (not results)")
+    p.add_argument("--checkpoint", help="checkpoint to sample from (sample)")
+    p.add_argument("--samples", help="folder of per-configuration sample folders (compare)")
+    p.add_argument("--reference", default="baseline", help="configuration the samples are compared with")
+    p.add_argument("--device", default="cuda", help="cuda or cpu")
+    a = p.parse_args(argv)
+    a.configs = [run_config(c).name for c in a.configs.split(",")]
+    a.seeds = [int(s) for s in a.seeds.split(",")]
+    a.keep = set(filter(None, a.keep.split(",")))
+    needs = {"agree": ["out"], "parity": ["out", "data"], "sample": ["data", "checkpoint"],
+             "compare": ["out", "data", "samples"]}[a.what]
+    missing = [f"--{n}" for n in needs if getattr(a, n) is None]
+    if missing:
+        p.error(f"{a.what} needs {', '.join(missing)}")
+    out = Path(a.out) / "quality" if a.out else None
+    if a.what == "sample":
+        sample(a)
+    else:
+        {"agree": agree, "parity": parity, "compare": compare}[a.what](a, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

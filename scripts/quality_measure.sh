@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Quality parity of one GPU (issue 10), in stages that fit separate 10-minute commands.
+#
+#   scripts/quality_measure.sh OUT DATA WORK STAGE...
+#
+# OUT: results folder of this GPU (tables under OUT/quality/) · DATA: `medddpm demo-data` folder
+# (64³, its last 2 subjects held out) · WORK: checkpoints and samples (not results).
+# Stages: env · agree (ε of every CONFIGS vs an FP64 CPU forward, 64³) · parity:CFG:SEED[:keep]
+# (STEPS optimizer steps, held-out loss every 100; keep = checkpoint kept under WORK/CFG-SEED) ·
+# sample (WORK/baseline-0's checkpoint, DDIM 50, under every CONFIGS → WORK/samples) · bench64
+# (bench-sample 64³ DDIM 50 of fast and baseline → OUT/sample_bench.csv) · long (`medddpm train
+# --config fast` on the training subjects for up to LONG_STEPS steps or LONG_S seconds, whichever
+# comes first (checkpoints every 1000 steps), then `medddpm sample --config fast` DDIM 50 of the
+# held-out masks → WORK/samples/fast-long; log.csv → OUT/quality/long_log.csv). Concurrent copies of this
+# script must use different OUT folders (tables are appended). Logs: OUT/log.txt, OUT/commands.log.
+set -uo pipefail
+OUT=${1:?usage: quality_measure.sh OUT DATA WORK STAGE...}; DATA=${2:?}; WORK=${3:?}; shift 3
+PY=${PYTHON:-python3}
+CONFIGS=${CONFIGS:-baseline,opt1,opt2,opt12,pytorch-default,bf16,fast}
+STEPS=${STEPS:-1000}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+RUN_TAIL=3; source "$(dirname "$0")/_run.sh"
+Q="$PY scripts/quality.py"
+
+for stage in "$@"; do
+  case $stage in
+    env)
+      $PY -m medddpm info --json >"$OUT/info-quality.json"
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,power.limit \
+        --format=csv >"$OUT/nvidia-smi-quality.csv" ;;
+    agree) run 420 $Q agree --out "$OUT" --size 64 --configs "$CONFIGS" ;;
+    parity:*)
+      IFS=: read -r _ cfg seed keep <<<"$stage"
+      run "${LIMIT:-580}" $Q parity --out "$OUT" --data "$DATA" --size 64 --configs "$cfg" --seeds "$seed" \
+        --steps "$STEPS" --work "$WORK" ${keep:+--keep "$cfg:$seed"} ;;
+    sample) run 420 $Q sample --work "$WORK" --data "$DATA" --size 64 --steps 50 --configs "$CONFIGS" \
+        --checkpoint "$WORK/baseline-0/checkpoint.pt" ;;
+    bench64)
+      for cfg in fast baseline; do
+        run 240 $PY -m medddpm bench-sample --model whole-head --size 64 --config "$cfg" --sampler ddim --steps 50 \
+          --repeats 3 --device cuda --out "$OUT/sample_bench.csv"
+      done ;;
+    long)
+      tr=$WORK/long-data; held=$WORK/held_out_masks; mkdir -p "$tr/images" "$tr/masks" "$held" "$OUT/quality"
+      src=$(realpath "$DATA"); mapfile -t subjects < <(ls "$src/images" | sort)
+      for f in "${subjects[@]:0:${#subjects[@]}-2}"; do ln -sf "$src/images/$f" "$tr/images/$f"; ln -sf "$src/masks/$f" "$tr/masks/$f"; done
+      for f in "${subjects[@]: -2}"; do cp "$DATA/masks/$f" "$held/$f"; done
+      run "${LONG_S:-400}" $PY -m medddpm train --images "$tr/images" --masks "$tr/masks" --config fast --size 64 \
+        --steps "${LONG_STEPS:-20000}" --lr 1e-4 --grad-accum 1 --log-every 500 --save-every 1000 --quiet --out "$WORK/long"
+      cp "$WORK/long/log.csv" "$OUT/quality/long_log.csv"; cp "$WORK/long/timing.csv" "$OUT/quality/long_timing.csv"
+      run 300 $PY -m medddpm sample --checkpoint "$WORK/long/checkpoint.pt" --masks "$held" --config fast \
+        --sampler ddim --steps 50 --quiet --out "$WORK/samples/fast-long" ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,119 @@
+"""Quality parity: denoiser agreement against FP64, training parity with a held-out loss, sample
+agreement metrics, histograms and slices (tiny model, 16³)."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from medddpm import sample_quality as sq
+from medddpm.data import Pair, pair_files
+from medddpm.errors import InputError
+from medddpm.quality import FP64, denoiser_agreement, held_out_triples, split_held_out, training_parity
+from medddpm.report import tables
+
+CPU = torch.device("cpu")
+
+
+def test_fp64_reference_separates_fp32_from_bf16(tiny):
+    df = denoiser_agreement(tiny, ["baseline", "bf16"], 16, CPU, reference=FP64, timesteps=(1, 249))
+    worst = df.groupby("config")["rel_l2"].max()
+    assert set(df["reference"]) == {FP64} and len(df) == 4
+    assert worst["baseline"] < 1e-5  # FP32 rounding only
+    assert 1e-3 < worst["bf16"] < 5e-2  # bf16's 8 mantissa bits
+
+
+def test_split_held_out_keeps_the_last_subjects(phantoms):
+    pairs = pair_files(phantoms / "images", phantoms / "masks")
+    train, held = split_held_out(list(reversed(pairs)), 1)
+    assert [p.subject for p in held] == [sorted(p.subject for p in pairs)[-1]] and len(train) == 2
+    for bad in (0, 3):
+        with pytest.raises(InputError, match="--held-out must be in"):
+            split_held_out(pairs, bad)
+
+
+def test_held_out_triples_are_fixed(tiny, phantoms):
+    pairs = pair_files(phantoms / "images", phantoms / "masks")[:2]
+    keys, x_t, mask, t, noise = held_out_triples(pairs, tiny, (16,) * 3, timesteps=(1, 200))
+    again = held_out_triples(pairs, tiny, (16,) * 3, timesteps=(1, 200))
+    assert list(keys["t"]) == [1, 200, 1, 200] and x_t.shape == (4, 1, 16, 16, 16) and mask.shape[1] == 2
+    assert torch.equal(x_t, again[1]) and torch.equal(noise, again[4])
+    assert not torch.equal(x_t[0], x_t[1])  # t=1 is almost clean, t=200 mostly noise
+
+
+def test_training_parity_trains_evaluates_and_keeps_a_checkpoint(tiny, phantoms, tmp_path):
+    pairs = pair_files(phantoms / "images", phantoms / "masks")
+    train, held = training_parity(pairs, tiny, "opt1", (16,) * 3, CPU, steps=5, eval_every=2, held_out=1,
+                                  out=str(tmp_path / "run"))
+    assert list(train["step"]) == [1, 2, 3, 4, 5] and train["loss"].notna().all()
+    assert sorted(held["step"].unique()) == [0, 2, 4, 5]  # step 0, every 2, and the end
+    assert set(held["subject"]) == {"phantom_002"} and (held["config"] == "opt1").all()
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+    start, end = (held[held["step"] == s]["loss"].mean() for s in (0, 5))
+    assert start != end  # the weights moved; the evaluator saw it
+
+
+def test_training_parity_restores_the_configurations_flags(tiny, phantoms):
+    pairs = pair_files(phantoms / "images", phantoms / "masks")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    training_parity(pairs, tiny, "opt1", (16,) * 3, CPU, steps=2, eval_every=1, held_out=1)
+    assert torch.backends.cuda.matmul.allow_tf32  # the FP32 evaluator ran last, opt1's TF32 is back
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def test_agreement_metrics():
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(-1, 1, (16, 16, 16)).astype(np.float32)
+    brain = np.zeros(ref.shape, np.uint8)
+    brain[4:12, 4:12, 4:12] = 1
+    same = sq.agreement_metrics(ref, ref.copy(), brain)
+    assert same["psnr_db"] == np.inf and same["ssim"] == pytest.approx(1) and same["max_abs"] == 0
+    x = ref + 0.01 * rng.standard_normal(ref.shape).astype(np.float32)
+    near, far = sq.agreement_metrics(ref, x, brain), sq.agreement_metrics(ref, -ref, brain)
+    assert near["psnr_db"] == pytest.approx(10 * np.log10(4 / 1e-4), abs=0.3)
+    assert far["psnr_db"] < near["psnr_db"] and far["ssim"] < near["ssim"] < 1
+    assert near["mae_brain"] == pytest.approx(np.abs(x - ref)[brain > 0].mean(), rel=1e-5)
+
+
+def _volumes():
+    lab = np.zeros((8, 8, 8), np.uint8)
+    lab[2:6, 2:6, 2:6] = 1
+    lab[3, 4, 5] = 2
+    vols = {"real": {"s": np.linspace(-1, 1, 512, dtype=np.float32).reshape(8, 8, 8)},
+            "baseline": {"s": np.full((8, 8, 8), 0.1, np.float32)}}
+    return vols, {"s": lab}
+
+
+def test_sample_agreement_histograms_and_slices():
+    vols, labels = _volumes()
+    sa = sq.sample_agreement(vols, labels)
+    assert set(sa["source"]) == {"real", "baseline"} and (sa["reference"] == "baseline").all()
+    with pytest.raises(InputError, match="reference configuration 'fast'"):
+        sq.sample_agreement(vols, labels, "fast")
+    h = sq.brain_histograms(vols, labels)
+    for _, d in h.groupby("source"):
+        assert np.sum(d["density"] * (d["bin_high"] - d["bin_low"])) == pytest.approx(1)
+    assert sq.slice_centre(labels["s"]) == (3, 4, 5)  # through the lesion
+    sl = sq.orthogonal_slices(vols, labels)
+    assert set(sl["source"]) == {"real", "baseline", "mask"} and set(sl["view"]) == set(sq.VIEWS)
+    np.testing.assert_array_equal(sq.slice_image(sl, "real", "s", "axial"), vols["real"]["s"][:, :, 5])
+    np.testing.assert_array_equal(sq.slice_image(sl, "mask", "s", "sagittal"), labels["s"][3])
+
+
+def test_sample_volumes_name_a_missing_sample(phantoms, tmp_path):
+    pair = pair_files(phantoms / "images", phantoms / "masks")[0]
+    with pytest.raises(InputError, match=f"no sample of {pair.subject} from fast"):
+        sq.sample_volumes({"fast": tmp_path}, [Pair(pair.subject, pair.image, pair.mask)])
+
+
+def test_prediction_band_and_parity_verdict(tmp_path):
+    low, high = tables.prediction_band(pd.Series([1.0, 2.0, 3.0]))
+    assert (low + high) / 2 == pytest.approx(2) and high - 2 == pytest.approx(4.303 * 1 * (4 / 3) ** 0.5, rel=1e-3)
+    rows = [{"config": c, "seed": s, "size": 16, "step": step, "subject": "a", "t": 1, "loss": loss}
+            for c, s, end in (("baseline", 0, 0.30), ("baseline", 1, 0.31), ("baseline", 2, 0.32),
+                              ("fast", 0, 0.315), ("bf16", 0, 0.5))
+            for step, loss in ((0, 0.8), (10, end))]
+    (tmp_path / "g" / "quality").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(tmp_path / "g" / "quality" / "parity_heldout.csv", index=False)
+    v = tables.parity_verdict(tmp_path, ["g"]).set_index("config")
+    assert v.loc["fast", "inside_band"] and not v.loc["bf16", "inside_band"]
+    assert v.loc["fast", "loss_step0"] == 0.8 and v.loc["fast", "steps"] == 10
