@@ -27,17 +27,20 @@
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # True: time the configurations on this machine's GPU first (bench; quality runs: scripts/quality_measure.sh)
+size = 128  # volume side when measuring
+configs = "baseline,opt1,bf16,fast"  # configurations to measure
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from medddpm.report import paper, plots, tables
+from medddpm.report import plots, tables
+from medddpm.report.measure import prepare
 from medddpm.report.notebook import glue
 from medddpm.report.present import gpu_name, table
 
-root = paper.results_dir(results_dir)
-G = tables.select_gpus(root, gpus)
+root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 QG = [g for g in G if (root / g / "quality").is_dir()]  # GPUs with quality results
 QGPU = QG[0] if QG else None  # the one this chapter's quality sections show
 
