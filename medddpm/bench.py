@@ -5,18 +5,14 @@ Step and forward times come from CUDA events after warm-up (wall clock on CPU); 
 """
 from __future__ import annotations
 
-import csv
-import io
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .config import Knobs, ModelConfig
 from .errors import InputError
-from .io import write_text_atomic
 from .runtime import env_info
 from .engine import GRAPH_WARMUP
 from .workload import Workload
@@ -121,21 +117,3 @@ def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, re
             "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
 
 
-def append_rows(path: str | Path, rows: list[dict[str, Any]], columns: list[str] = COLUMNS,
-                what: str = "bench") -> None:
-    """Append rows to ``path`` (created with a header if new); written atomically."""
-    path = Path(path)
-    old = ""
-    if path.exists():
-        old = path.read_text()
-        header = old.splitlines()[0].split(",") if old.strip() else []
-        if header and header != columns:
-            raise InputError(f"{path} has columns {header}, not the {what} columns; choose another --out")
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    if not old.strip():
-        writer.writeheader()
-    writer.writerows(rows)
-    if old and not old.endswith("\n"):
-        old += "\n"
-    write_text_atomic(path, old + buf.getvalue())

@@ -146,7 +146,7 @@ def _ranks(a: argparse.Namespace):
 
 def cmd_train(a: argparse.Namespace) -> None:
     from .data import VolumeDataset
-    from .train import CHECKPOINT, Trainer
+    from .train import CHECKPOINT, Trainer, steady_intervals
 
     if a.nproc is not None:
         return _launch(a, a.argv)
@@ -167,7 +167,7 @@ def cmd_train(a: argparse.Namespace) -> None:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
     print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}")
-    steady = trainer.timing()["ms_per_step"].iloc[1:]
+    steady = steady_intervals(trainer.timing())
     if len(steady):
         print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
               f"after the first; {out / 'timing.csv'})")
@@ -203,7 +203,8 @@ def _benches(a: argparse.Namespace, run_one, describe, json_row, columns: list[s
              what: str = "bench") -> None:
     """Run ``run_one(cfg, knobs, size, device)`` per configuration of ``--config``: append each
     row to ``--out``, print ``describe(row)``, or all rows as JSON (``json_row(result)``)."""
-    from .bench import COLUMNS, append_rows
+    from .bench import COLUMNS
+    from .io import append_rows
 
     cfg, configs, device, size = _bench_inputs(a)
     results = []

@@ -191,7 +191,7 @@ class Engine:
                  world_size: int = 1) -> None:
         self.knobs = effective_knobs(knobs, device, world_size)
         self.device = device
-        self.apply_flags()
+        set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
         self.model = build_model(model_cfg, self.knobs, device)
         self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 else None
         if self.ddp is not None and self.knobs.compile and self.knobs.channels_last:
@@ -209,11 +209,6 @@ class Engine:
 
     def settings(self) -> dict[str, Any]:
         return effective_settings(self.knobs)
-
-    def apply_flags(self) -> None:
-        """Set this configuration's process-wide TF32 and autotuner flags again (after another
-        configuration, an evaluator say, ran in the same process)."""
-        set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
 
     def to_device(self, t: Tensor) -> Tensor:
         return to_device(t, self.device, self.knobs)

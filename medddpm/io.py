@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+from .errors import InputError
 
 
 @contextlib.contextmanager
@@ -33,17 +37,32 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def append_rows(path: str | Path, rows: list[dict[str, Any]], columns: list[str],
+                what: str = "bench") -> None:
+    """Append rows to ``path`` (created with a header if new); written atomically."""
+    path = Path(path)
+    old = ""
+    if path.exists():
+        old = path.read_text()
+        header = old.splitlines()[0].split(",") if old.strip() else []
+        if header and header != columns:
+            raise InputError(f"{path} has columns {header}, not the {what} columns; choose another --out")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    if not old.strip():
+        writer.writeheader()
+    writer.writerows(rows)
+    if old and not old.endswith("\n"):
+        old += "\n"
+    write_text_atomic(path, old + buf.getvalue())
+
+
 def append_csv(path: str | os.PathLike, df, provenance: dict | None = None) -> None:
-    """Append ``df``'s rows to the CSV at ``path`` (created when missing) atomically, with ``\\n``
-    line endings; with ``provenance``, write it beside the table as ``<name>.env.json``."""
+    """``append_rows`` for a DataFrame (its columns are the table's); with ``provenance``, write it
+    beside the table as ``<name>.env.json``."""
     import json
 
-    import pandas as pd
-
     path = Path(path)
-    if path.exists():
-        df = pd.concat([pd.read_csv(path), df], ignore_index=True)
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False, lineterminator="\n")
+    append_rows(path, df.to_dict("records"), list(df.columns), path.stem)
     if provenance is not None:
         write_text_atomic(path.with_suffix(".env.json"), json.dumps(provenance, indent=2, default=str))

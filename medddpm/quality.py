@@ -18,6 +18,7 @@ from torch import Tensor
 from .config import DiffusionConfig, Knobs, ModelConfig, TrainConfig, run_config
 from .data import MASK_LABELS, Pair, VolumeDataset, one_hot, phantom
 from .engine import Engine, autocast, inference, to_device
+from .runtime import preserved_backend_flags
 from .errors import InputError
 from .model import UNet3D
 
@@ -69,15 +70,22 @@ def noised(x0: Tensor, t: Tensor, seed: int, diffusion_cfg: DiffusionConfig = Di
 
 @torch.no_grad()
 def predict_eps(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, state: dict[str, Tensor],
-                x_t: Tensor, mask: Tensor, t: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+                x_t: Tensor, mask: Tensor, t: Tensor, dtype: torch.dtype = torch.float32,
+                chunk: int | None = None) -> Tensor:
     """ε_θ(x_t, mask, t) under ``knobs`` on ``device`` (``dtype`` float64 for a CPU reference),
-    returned as float64 on the CPU."""
-    model, diffusion, eff = inference(model_cfg, knobs, device, state=state)
-    model.to(dtype)
-    inputs = [to_device(v.to(dtype), device, eff) for v in (x_t, mask)]
-    with autocast(eff, device):
-        eps = diffusion.eps(inputs[0], inputs[1], t.to(device))
-    return eps.double().cpu()
+    ``chunk`` inputs per forward (all at once by default), returned as float64 on the CPU. The
+    process-wide backend flags are left as they were, so this can run inside another
+    configuration's training."""
+    with preserved_backend_flags():
+        model, diffusion, eff = inference(model_cfg, knobs, device, state=state)
+        model.to(dtype)
+        out = []
+        for k in range(0, len(t), chunk or len(t)):
+            sl = slice(k, k + (chunk or len(t)))
+            inputs = [to_device(v[sl].to(dtype), device, eff) for v in (x_t, mask)]
+            with autocast(eff, device):
+                out.append(diffusion.eps(inputs[0], inputs[1], t[sl].to(device)).double().cpu())
+    return torch.cat(out)
 
 
 def denoiser_agreement(model_cfg: ModelConfig, configs: Sequence[str], size: int, device: torch.device,
@@ -119,7 +127,7 @@ def short_training(model_cfg: ModelConfig, config: str, size: int, device: torch
         loss, _ = engine.train_step([images[i:i + 1]], [masks[i:i + 1]])
         losses.append(loss.clone())
     train = torch.stack(losses).tolist()
-    state = {k: v.detach().float().cpu().contiguous() for k, v in engine.model.state_dict().items()}
+    state = cpu_state(engine.model)
     x_t, mask, t, noise = fixed_triples(model_cfg, size, AGREEMENT_TIMESTEPS, eval_seed)
     eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t, mask, t)
     eval_loss = float((eps - noise.double()).abs().mean())
@@ -163,12 +171,8 @@ def held_out_loss(model_cfg: ModelConfig, state: dict[str, Tensor], triples, dev
     the FP32 baseline forward of the weights ``state``: every configuration is judged by the same
     evaluator, so the loss measures the weights, not the evaluator's numerics."""
     keys, x_t, mask, t, noise = triples
-    losses = []
-    for k in range(0, len(keys), chunk):
-        sl = slice(k, k + chunk)
-        eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t[sl], mask[sl], t[sl])
-        losses.append((eps - noise[sl].double()).abs().flatten(1).mean(1))
-    return keys.assign(loss=torch.cat(losses).numpy())
+    eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t, mask, t, chunk=chunk)
+    return keys.assign(loss=(eps - noise.double()).abs().flatten(1).mean(1).numpy())
 
 
 def cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
@@ -199,7 +203,6 @@ def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, 
         if trainer.step % eval_every == 0 or trainer.step == steps:
             trainer.flush()
             evals.append(held_out_loss(model_cfg, cpu_state(trainer.model), triples, device).assign(step=trainer.step))
-            trainer.engine.apply_flags()  # the evaluator ran the FP32 baseline in this process
         if trainer.step == steps:
             break
         trainer.train_step()

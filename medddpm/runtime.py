@@ -1,9 +1,10 @@
 """Applying run knobs to PyTorch (paper §5, Alg. 1–2) and recording the environment they ran in."""
 from __future__ import annotations
 
+import contextlib
 import platform
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -56,6 +57,17 @@ def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None) -> None:
     else:
         set_tf32(tf32)
     torch.backends.cudnn.benchmark = _DEFAULT_BENCHMARK if cudnn_benchmark is None else cudnn_benchmark
+
+
+@contextlib.contextmanager
+def preserved_backend_flags() -> Iterator[None]:
+    """Whatever the block sets, the TF32 and autotuner flags are as before afterwards (a reference
+    forward in the middle of another configuration's run)."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
 
 
 def gpu_slug(name: str) -> str:

@@ -65,6 +65,12 @@ def sample_order(n: int, seed: int, micro_batch: int) -> int:
     return int(np.random.default_rng([seed, epoch]).permutation(n)[pos])
 
 
+def steady_intervals(timing: pd.DataFrame) -> pd.Series:
+    """ms/step of a run's read-back intervals (``Trainer.timing`` / ``timing.csv``) after the
+    first, which holds compilation and warm-up: the steady state."""
+    return timing["ms_per_step"].iloc[1:]
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

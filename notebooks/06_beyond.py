@@ -38,7 +38,7 @@ from medddpm.report.measure import prepare
 from IPython.display import display
 
 from medddpm.report.notebook import glue
-from medddpm.report.present import table
+from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 L = tables.ladder(root, G)
@@ -157,11 +157,10 @@ if not LP.empty:
 # read-backs, beside `bench`:
 
 # %% tags=["hide-input"]
-TT = tables.fast_path_csv(root, G, "train_timing")
-if not TT.empty:
-    steady = TT[TT["step_from"] > 0].groupby("gpu_slug")["ms_per_step"].median().rename("train ms/step")
+steady = tables.steady_ms(root, G, "fast_path/train_timing").rename("train ms/step")
+if not steady.empty:
     bench_fast = L[L["config"] == "fast"].set_index("gpu_slug")["step_ms_median"].rename("bench ms/step")
-    display(table(steady.to_frame().join(bench_fast), 1, index=True))
+    display(table(steady.to_frame().join(bench_fast).rename(index=gpu_name).rename_axis("GPU"), 1, index=True))
 
 # %% [markdown]
 # ## Several GPUs: torchrun and DDP

@@ -173,10 +173,8 @@ if not PV.empty:
 # for scale.
 
 # %% tags=["hide-input"]
-SA = tables.quality_csv(root, QG, "sample_agreement")
-if not SA.empty:
-    SA = SA[(SA["gpu_slug"] == QGPU) & (SA["source"] != "fast-long")]
-    per = SA.groupby("source", sort=False)[["psnr_db", "ssim", "mae", "max_abs", "mae_brain"]].mean()
+per = tables.sample_agreement(root, QGPU).drop("fast-long", errors="ignore") if QGPU else None
+if per is not None and not per.empty:
     for s, r in per.iterrows():
         glue(f"s_{s}_psnr", "identical" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.1f} dB")
         glue(f"s_{s}_ssim", f"{r['ssim']:.3f}")
@@ -234,13 +232,12 @@ SB64 = tables.sample_bench(root, QG, size="64x64x64")
 if not SB64.empty:
     f = SB64[(SB64["config"] == "fast") & (SB64["sampler"] == "ddim") & (SB64["gpu_slug"] == QGPU)]
     glue("fig1_s", f"{f['s_per_volume_median'].iloc[-1]:.2f}" if not f.empty else "—")
-LL = tables.quality_csv(root, QG, "long_log")
-if not LL.empty:
-    glue("long_steps", f"{int(LL['step'].max()):,}")
-    glue("long_loss", f"{LL['loss'].tail(500).mean():.3f}")
-LT = tables.quality_csv(root, QG, "long_timing")
-if not LT.empty:
-    glue("long_ms", f"{LT[LT['step_from'] > 0]['ms_per_step'].median():.1f}")
+LR = tables.long_run(root, QGPU) if QGPU else None
+if LR is not None:
+    glue("long_steps", f"{LR['steps']:,}")
+    glue("long_loss", f"{LR['loss_tail']:.3f}")
+    glue("long_tail", f"{LR['tail']}")
+    glue("long_ms", f"{LR['ms_per_step']:.1f}")
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique()),
                               {"mask": "mask", "real": "real image", "fast": "1,000 steps", "fast-long": "20,000 steps"}))
@@ -249,7 +246,7 @@ if SL is not None:
 # One 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the
 # {glue:text}`p_gpu` (`bench-sample`, warm). The long run trained {glue:text}`long_steps` steps at
 # {glue:text}`long_ms` ms/step (steady state of the real training loop) to a training loss of
-# {glue:text}`long_loss` (mean of its last 500 steps). After 1,000 steps the samples follow the
+# {glue:text}`long_loss` (mean of its last {glue:text}`long_tail` steps). After 1,000 steps the samples follow the
 # mask's brain outline and lesion but are mostly noise; after 20,000 the anatomy appears —
 # ventricles, cortex, cerebellum — and the lesion sits where the mask puts it. The demo set has a
 # single anatomy (the MNI152 template) under different lesions, so this shows conditioning on the

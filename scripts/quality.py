@@ -4,6 +4,7 @@
     quality.py agree   --out OUT --size 64 --configs baseline,opt1,...          # ε vs FP64 CPU → agreement.csv
     quality.py parity  --out OUT --data DEMO --size 64 --configs ... --seeds 0 --steps 1000 \\
                        [--keep baseline:0 --work W]   # → parity_train.csv, parity_heldout.csv (+ W/<cfg>-<seed>/)
+    quality.py split   --work W --data DEMO                                   # W/train/, W/held_out_masks/
     quality.py sample  --work W --data DEMO --checkpoint CKPT --configs ...   # W/samples/<cfg>/*.nii.gz (GPU)
     quality.py compare --out OUT --data DEMO --samples W/samples              # → sample_agreement.csv,
                                                                               #   histograms.csv, slices.parquet
@@ -55,14 +56,28 @@ def parity(a: argparse.Namespace, out: Path) -> None:
                   flush=True)
 
 
+def split(a: argparse.Namespace) -> Path:
+    """WORK/train/{images,masks}: links to the training subjects (for ``medddpm train``), and
+    WORK/held_out_masks: copies of the held-out masks (for ``medddpm sample``); returns the latter."""
+    train, held = _pairs(a)
+    work = Path(a.work)
+    for p in train:
+        for kind, src in (("images", p.image), ("masks", p.mask)):
+            (work / "train" / kind).mkdir(parents=True, exist_ok=True)
+            (work / "train" / kind / src.name).unlink(missing_ok=True)
+            (work / "train" / kind / src.name).symlink_to(src.resolve())
+    masks = work / "held_out_masks"
+    masks.mkdir(parents=True, exist_ok=True)
+    for p in held:
+        shutil.copy(p.mask, masks / p.mask.name)
+    return masks
+
+
 def sample(a: argparse.Namespace) -> None:
     from medddpm.sample import sample_masks
 
     _, held = _pairs(a)
-    masks = Path(a.work) / "held_out_masks"
-    masks.mkdir(parents=True, exist_ok=True)
-    for p in held:
-        shutil.copy(p.mask, masks / p.mask.name)
+    masks = split(a)
     device = resolve_device(a.device)
     for name in a.configs:
         sample_masks(a.checkpoint, masks, Path(a.work) / "samples" / name, device, sampler="ddim", steps=a.steps,
@@ -90,7 +105,7 @@ def compare(a: argparse.Namespace, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["agree", "parity", "sample", "compare"], help="which step")
+    p.add_argument("what", choices=["agree", "parity", "split", "sample", "compare"], help="which step")
     p.add_argument("--out", help="results folder of this GPU (tables go to OUT/quality/)")
     p.add_argument("--data", help="demo-data folder with images/ and masks/")
     p.add_argument("--held-out", type=int, default=2, help="last subjects never trained on (default 2)")
@@ -111,14 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     a.configs = [run_config(c).name for c in a.configs.split(",")]
     a.seeds = [int(s) for s in a.seeds.split(",")]
     a.keep = set(filter(None, a.keep.split(",")))
-    needs = {"agree": ["out"], "parity": ["out", "data"], "sample": ["data", "checkpoint"],
+    needs = {"agree": ["out"], "parity": ["out", "data"], "split": ["data"], "sample": ["data", "checkpoint"],
              "compare": ["out", "data", "samples"]}[a.what]
     missing = [f"--{n}" for n in needs if getattr(a, n) is None]
     if missing:
         p.error(f"{a.what} needs {', '.join(missing)}")
     out = Path(a.out) / "quality" if a.out else None
-    if a.what == "sample":
-        sample(a)
+    if a.what in ("split", "sample"):
+        {"split": split, "sample": sample}[a.what](a)
     else:
         {"agree": agree, "parity": parity, "compare": compare}[a.what](a, out)
     return 0

@@ -42,10 +42,8 @@ for stage in "$@"; do
           --repeats 3 --device cuda --out "$OUT/sample_bench.csv"
       done ;;
     long)
-      tr=$WORK/long-data; held=$WORK/held_out_masks; mkdir -p "$tr/images" "$tr/masks" "$held" "$OUT/quality"
-      src=$(realpath "$DATA"); mapfile -t subjects < <(ls "$src/images" | sort)
-      for f in "${subjects[@]:0:${#subjects[@]}-2}"; do ln -sf "$src/images/$f" "$tr/images/$f"; ln -sf "$src/masks/$f" "$tr/masks/$f"; done
-      for f in "${subjects[@]: -2}"; do cp "$DATA/masks/$f" "$held/$f"; done
+      mkdir -p "$OUT/quality"; tr=$WORK/train; held=$WORK/held_out_masks
+      $Q split --data "$DATA" --work "$WORK"
       run "${LONG_S:-400}" $PY -m medddpm train --images "$tr/images" --masks "$tr/masks" --config fast --size 64 \
         --steps "${LONG_STEPS:-20000}" --lr 1e-4 --grad-accum 1 --log-every 500 --save-every 1000 --quiet --out "$WORK/long"
       cp "$WORK/long/log.csv" "$OUT/quality/long_log.csv"; cp "$WORK/long/timing.csv" "$OUT/quality/long_timing.csv"

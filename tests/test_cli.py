@@ -6,7 +6,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from medddpm.bench import COLUMNS, append_rows
+from medddpm.bench import COLUMNS
+from medddpm.io import append_rows
 from medddpm.cli import main
 from medddpm.errors import InputError
 
@@ -179,7 +180,7 @@ def test_bench_csv_with_other_columns_is_refused(tmp_path):
     p = tmp_path / "x.csv"
     p.write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="not the bench columns"):
-        append_rows(p, [])
+        append_rows(p, [], COLUMNS)
     assert p.read_text() == "a,b\n1,2\n"
 
 

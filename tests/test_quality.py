@@ -117,3 +117,14 @@ def test_prediction_band_and_parity_verdict(tmp_path):
     v = tables.parity_verdict(tmp_path, ["g"]).set_index("config")
     assert v.loc["fast", "inside_band"] and not v.loc["bf16", "inside_band"]
     assert v.loc["fast", "loss_step0"] == 0.8 and v.loc["fast", "steps"] == 10
+
+
+def test_long_run_and_steady_state_skip_the_first_interval(tmp_path):
+    q = tmp_path / "g" / "quality"
+    q.mkdir(parents=True)
+    pd.DataFrame({"step": range(1, 11), "loss": [1.0] * 5 + [0.2] * 5}).to_csv(q / "long_log.csv", index=False)
+    pd.DataFrame({"step_from": [0, 5, 10], "step_to": [5, 10, 15], "ms_per_step": [900.0, 10.0, 12.0]}).to_csv(
+        q / "long_timing.csv", index=False)
+    run = tables.long_run(tmp_path, "g", tail=5)
+    assert run == {"steps": 10, "loss_tail": pytest.approx(0.2), "tail": 5, "ms_per_step": 11.0}
+    assert tables.long_run(tmp_path, "other") is None

@@ -231,8 +231,8 @@ def histograms(h: pd.DataFrame, sources: list[str], subject: str, ax=None):
 
 
 def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_to: str | None = None):
-    """Orthogonal slices (rows: subject × view; columns: ``sources``, name → column title) in RAS
-    radiological-free display (x to the right, superior up); with ``diff_to``, every source but
+    """Orthogonal slices (rows: subject × view; columns: ``sources``, name → column title) in RAS,
+    neurological display (the slice's first axis to the right, its second up); with ``diff_to``, every source but
     that one and the mask is shown as its absolute difference to it (0 to ``DIFF_MAX``)."""
     from ..sample_quality import VIEWS, slice_image
 

@@ -411,6 +411,36 @@ def parity_verdict(root: Path, gpus: list[str]) -> pd.DataFrame:
                         "band_low", "band_high", "band_seeds", "inside_band"]], ["gpu_slug", "config", "seed"])
 
 
+def steady_ms(root: Path, gpus: list[str], name: str) -> pd.Series:
+    """Steady-state ms/step (median after the first read-back interval, ``train.steady_intervals``)
+    of the run timing ``<gpu>/<name>.csv``, per GPU."""
+    from ..train import steady_intervals
+
+    t = results_csv(root, gpus, name)
+    if t.empty:
+        return pd.Series(dtype=float, name="ms_per_step")
+    return pd.Series({g: steady_intervals(d).median() for g, d in t.groupby("gpu_slug")}, name="ms_per_step")
+
+
+def sample_agreement(root: Path, gpu: str) -> pd.DataFrame:
+    """Sample agreement of one GPU (``quality/sample_agreement.csv``), mean over the held-out
+    subjects, one row per source (configuration, or ``real``) in the order written."""
+    sa = quality_csv(root, [gpu], "sample_agreement")
+    if sa.empty:
+        return sa
+    return sa.groupby("source", sort=False)[["psnr_db", "ssim", "mae", "max_abs", "mae_brain"]].mean()
+
+
+def long_run(root: Path, gpu: str, tail: int = 500) -> dict[str, float] | None:
+    """The long training run of the quality study (``quality/long_log.csv``, ``long_timing.csv``):
+    steps trained, steady ms/step and the mean training loss of the last ``tail`` steps."""
+    log = quality_csv(root, [gpu], "long_log")
+    if log.empty:
+        return None
+    return {"steps": int(log["step"].max()), "loss_tail": float(log["loss"].tail(tail).mean()), "tail": tail,
+            "ms_per_step": float(steady_ms(root, [gpu], "quality/long_timing").get(gpu, float("nan")))}
+
+
 def quality_slices(root: Path, gpu: str) -> pd.DataFrame | None:
     """``<gpu>/quality/slices.parquet`` (``sample_quality.orthogonal_slices``), or None."""
     path = Path(root) / gpu / "quality" / "slices.parquet"
