@@ -91,8 +91,11 @@ def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
 
 
 def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, reps: int = 10) -> dict[str, float]:
-    """The GPU's own ceilings, measured now: dense bf16 matmul TFLOP/s (n×n×n) and device-to-device
-    copy bandwidth in GB/s (bytes read + written), each the median of ``reps`` after warm-up."""
+    """The GPU's own ceilings, measured now: dense n×n×n matmul TFLOP/s in bf16, TF32 and true FP32
+    (the compute roofs of the rungs' precisions) and device-to-device copy bandwidth in GB/s (bytes
+    read + written), each the median of ``reps`` after warm-up."""
+    from .runtime import preserved_backend_flags, set_tf32
+
     if device.type != "cuda":
         raise InputError("measuring the GPU's peaks needs a CUDA device")
     timer = Timer(device)
@@ -107,13 +110,20 @@ def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, re
             times.append(timer.ms(a, timer.mark()))
         return statistics.median(times)
 
-    lhs, rhs = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-    mm_ms = median_ms(lambda: lhs @ rhs)
+    def matmul_tflops(dtype: torch.dtype, tf32: bool) -> float:
+        lhs, rhs = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+        with preserved_backend_flags():
+            set_tf32(tf32)
+            ms = median_ms(lambda: lhs @ rhs)
+        return 2 * n**3 / (ms * 1e-3) / 1e12
+
+    peaks = {"bf16_matmul_tflops": matmul_tflops(torch.bfloat16, False),
+             "tf32_matmul_tflops": matmul_tflops(torch.float32, True),
+             "fp32_matmul_tflops": matmul_tflops(torch.float32, False), "matmul_n": n}
     src = torch.empty(int(copy_gib * 2**30) // 4, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
     copy_ms = median_ms(lambda: dst.copy_(src))
     nbytes = 2 * src.numel() * 4
-    return {"bf16_matmul_tflops": 2 * n**3 / (mm_ms * 1e-3) / 1e12, "matmul_n": n,
-            "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
+    return {**peaks, "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
 
 

@@ -206,7 +206,16 @@ _LEAN = _rung(_NDHWC, "bf16-ndhwc-sdpa", sdpa=True, checkpoint_attention=False, 
 _FAST = _rung(_LEAN, "fast", cuda_graphs=True, data_cache="device")  # + one CUDA graph per step
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)))
 
-CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)}}
+# Off the ladder: Inductor's max-autotune (Triton templates and kernel choices benchmarked at
+# compile time) on the best NCDHW rung and on `fast` (without its own CUDA graphs: `fast` captures
+# the whole step itself).
+AUTOTUNED: tuple[Knobs, ...] = (
+    _rung(_TUNED, "bf16-compile-max-autotune", compile_mode="max-autotune"),
+    _rung(_FAST, "fast-max-autotune", compile_mode="max-autotune-no-cudagraphs"),
+)
+
+CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},
+                             **{k.name: k for k in AUTOTUNED}}
 
 
 ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order

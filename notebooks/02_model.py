@@ -46,7 +46,7 @@ glue("input_shape", str(s["input_shape"]))
 # At the paper's size the whole-head model has {glue:text}`params` parameters and needs
 # {glue:text}`tflops` TFLOP for one forward pass at input {glue:text}`input_shape`.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-unet", "caption": "The paper's Fig. 3, drawn from our model: every block of the whole-head Med-DDPM U-Net at its resolution level (encoder left, decoder right), with its layers, channels and output size; parameters and forward FLOPs counted from the model itself at the paper's input size."}}
 fig, ax = plt.subplots(figsize=(14, 5.5))
 plots.unet_diagram(s, ax)
 plots.finish(fig)
@@ -60,7 +60,7 @@ blocks["GFLOP"] = blocks["flops"] / 1e9
 blocks["share of FLOPs (%)"] = 100 * blocks["flops"] / s["forward_flops"]
 table(blocks[["block", "layers", "out_shape", "params", "GFLOP", "share of FLOPs (%)"]])
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-flops", "caption": "Forward FLOPs of each block of the whole-head model at the paper's input size, counted from the model (convolutions, attention and linear layers)."}}
 fig, ax = plt.subplots(figsize=(12, 3.5))
 ax.bar(blocks["block"], blocks["GFLOP"], color="#4c72b0")
 ax.set_ylabel("forward GFLOP")

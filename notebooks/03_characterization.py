@@ -37,7 +37,7 @@ from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
-from medddpm.report.present import gpu_name, table
+from medddpm.report.present import colors, gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, "baseline")
 K = tables.ncu_kernels(root, G, "paper")
@@ -56,26 +56,35 @@ glue("ncu_gpus", ", ".join(gpu_name(g) for g in have) if have else "none")
 # split by instruction class (`sass__inst_executed_per_opcode_category`), and elapsed cycles
 # (`gpc__cycles_elapsed.max`).
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-4", "caption": "Fig. 4 of the paper, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU ({glue:text}`ncu_gpus`); then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
 stacks = tables.per_gpu(M.ipc_stack, K, I, top=5)
-for g, stack in (stacks.groupby("gpu") if not stacks.empty else []):
-    wide = stack.pivot_table(index=["abbr", "id"], columns="class", values="ipc_part", aggfunc="sum").fillna(0)
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    wide.plot.bar(stacked=True, ax=ax, colormap="tab10")
-    ax.set_ylabel("IPC (instructions / active cycle / SM)")
-    ax.set_xlabel("kernel (abbreviation, report ID)")
-    ax.set_title(f"Fig. 4 — IPC stack, baseline, {g} (measured)")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
-    plots.finish(fig)
-    top = stack.drop_duplicates("id").nlargest(1, "duration_ns").iloc[0]
-    glue(f"{g}_top_cycles", f"{top['cycles']:.3g}")
-    glue(f"{g}_top_ipc", f"{top['ipc']:.2f}")
+if stacks.empty:
+    fig = plots.no_data("baseline ncu reports in paper mode")
+else:
+    gpus4 = sorted(stacks["gpu"].unique())
+    fig, axes = plt.subplots(len(gpus4) + 2, 1, figsize=(9, 3.4 * (len(gpus4) + 2)))
+    for ax, (g, stack) in zip(axes, stacks.groupby("gpu")):
+        wide = stack.pivot_table(index=["abbr", "id"], columns="class", values="ipc_part", aggfunc="sum").fillna(0)
+        wide.index = [f"{a} (ID {i})" for a, i in wide.index]
+        wide.plot.bar(stacked=True, ax=ax, color=colors(wide.columns), rot=0)
+        ax.set_ylabel("IPC (instructions / active cycle / SM)")
+        ax.set_title(f"IPC stack of the five longest kernels, baseline, {gpu_name(g)}")
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
+        top = stack.drop_duplicates("id").nlargest(1, "duration_ns").iloc[0]
+        glue(f"{g}_top_cycles", f"{top['cycles']:.3g}")
+        glue(f"{g}_top_ipc", f"{top['ipc']:.2f}")
+    shares4 = tables.instruction_shares_vs_paper(K, I, ["Fig 4"])
+    plots.bars(shares4, "x", "value", "Instruction classes of the dominant convolution, baseline",
+               "share of instructions (%)", axes[-2])
+    plots.rotate_ticks(axes[-2])
+    plots.bars(tables.dominant_cycles_vs_paper(K), "x", "value", "Elapsed cycles of the dominant convolution, baseline",
+               "cycles (gpc__cycles_elapsed.max)", axes[-1], log=True)
+plots.finish(fig)
 
-# %% tags=["hide-input"]
+# %% tags=["remove-cell"]
 fig4 = paper.values(figure="Fig 4")
 h100_cycles = fig4[(fig4["gpu"] == "H100") & (fig4["metric"] == "cycles")]["value"].iloc[0]
 glue("paper_h100_dominant_cycles", f"{h100_cycles:.2g} cycles")
-table(fig4[["gpu", "subject", "metric", "qualifier", "value", "source"]])
 
 # %% [markdown]
 # The paper reports cycles of the *dominant* convolution on each GPU (H100: ~{glue:text}`paper_h100_dominant_cycles`) — a
@@ -93,17 +102,20 @@ table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instr
 # Compute attaches several rule estimates to one kernel; they overlap, so we take the **largest**
 # OPT-rule estimate per kernel (not their sum), then sum priorities per category.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-5", "caption": "Fig. 5 of the paper, measured: summed priority score (Eq. 1: kernel duration × the largest estimated speedup of its OPT rules) per kernel category over each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`). Stars: the paper's ranking of the categories (§4.1); it gives ranks, not values."}}
 prio = tables.per_gpu(M.priority_scores, K, R)
-if not prio.empty:
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    plots.bars(prio.assign(series=prio["gpu"], ms=prio["priority"] / 1e6), "category", "ms",
-               "Fig. 5 — summed priority score per category, baseline (measured)", "priority (ms of estimated savings)", ax)
-    ax.tick_params(axis="x", rotation=20)
-    plots.finish(fig)
-    order = prio.groupby("category")["priority"].sum().sort_values(ascending=False).index.tolist()
-    glue("prio_order", " > ".join(order[:3]))
-table(paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]])
+ranks = paper.values(figure="Fig 5").set_index("subject")["value"].astype(int).to_dict()
+if prio.empty:
+    fig = plots.no_data("baseline ncu reports in paper mode (with rule estimates)")
+else:
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    order5 = prio.groupby("category")["priority"].sum().sort_values(ascending=False).index.tolist()
+    plots.bars(prio.assign(series=prio["gpu"].map(gpu_name), ms=prio["priority"] / 1e6), "category", "ms",
+               "Summed priority score per category, baseline", "priority (ms of estimated savings)", ax, order=order5)
+    plots.rotate_ticks(ax)
+    plots.rank_marks(ax, order5, ranks)
+    glue("prio_order", " > ".join(order5[:3]))
+plots.finish(fig)
 
 # %% [markdown]
 # The paper ranks normalization first, then tensor-core GEMMs, then elementwise kernels; in our
@@ -115,7 +127,7 @@ table(paper.values(figure="Fig 5")[["subject", "metric", "value", "source"]])
 # steady-state step (every kernel, from torch.profiler; see the end-to-end chapter for how little
 # of a step the window is).
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-6", "caption": "Fig. 6 of the paper, measured: share of kernel time per category in the baseline, for the paper's 100-kernel window (ncu) and for every kernel of a whole steady-state step (torch.profiler), per GPU. Below: the share of the dominant convolution kernel in the window beside the paper's (hatched; §4.2: V100 ~80 %, A100 ~90 %, H100 ~78 %, each its own GPU's kernel)."}}
 T = tables.torch_kernels(root, G, "step")
 parts = []
 if not base.empty:
@@ -123,33 +135,39 @@ if not base.empty:
 if not T.empty:
     tb = T[T["config"] == "baseline"]
     parts.append(M.kernel_mix(tb, "category", "duration_us", ["gpu_slug"]).assign(scope="whole step"))
-mix6 = pd.concat(parts, ignore_index=True)
-fig, ax = plt.subplots(figsize=(10, 3.2))
-plots.stacked_shares(mix6, ["gpu_slug", "scope"], "category", "Fig. 6 — kernel mix, baseline (measured)", ax=ax)
+if parts:
+    mix6 = pd.concat(parts, ignore_index=True)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 3.0 + 0.45 * mix6.groupby(["gpu_slug", "scope"]).ngroups + 3.2),
+                                  gridspec_kw={"height_ratios": [0.45 * mix6.groupby(["gpu_slug", "scope"]).ngroups + 1, 3]})
+    plots.stacked_shares(mix6, ["gpu_slug", "scope"], "category", "Kernel mix, baseline", ax=ax)
+    plots.bars(tables.kernel_shares_vs_paper(base, "Fig 6", "duration_ns"), "x", "value",
+               "Share of the dominant convolution kernel, baseline window", "share of kernel time (%)", ax2)
+    plots.rotate_ticks(ax2, 10)
+else:
+    fig = plots.no_data("baseline kernel tables (ncu or torch.profiler)")
 plots.finish(fig)
 
-# %% tags=["hide-input"]
+# %% tags=["remove-cell"]
 dom = (M.kernel_mix(base, "short_name", "duration_ns", ["gpu_slug"]).groupby("gpu_slug").head(1)
        if not base.empty else pd.DataFrame())
 for _, r in dom.iterrows():
     glue(f"{r['gpu_slug']}_dominant_share", f"{100 * r['share']:.0f} %")
-dom.assign(kernel=dom.get("short_name", pd.Series(dtype=str)).str[:60])[["gpu_slug", "kernel", "share"]] if not dom.empty else dom
-
-# %% tags=["hide-input"]
-table(paper.values(figure="Fig 6")[["gpu", "subject", "qualifier", "value", "source"]])
 
 # %% [markdown]
 # ## Fig. 7 — instruction mix of the dominant kernel
 
-# %% tags=["hide-input"]
-imix = tables.per_gpu(M.dominant_instruction_mix, K, I)
-if not imix.empty:
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    plots.bars(imix.assign(series=imix["gpu"], pct=100 * imix["share"]), "class", "pct",
-               "Fig. 7 — instruction classes of the dominant convolution, baseline (measured)", "share of instructions (%)", ax)
-    ax.tick_params(axis="x", rotation=30)
-    plots.finish(fig)
-table(paper.values(figure="Fig 7")[["gpu", "subject", "metric", "qualifier", "value", "source"]])
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-7", "caption": "Fig. 7 of the paper, measured: instruction classes (sass__inst_executed_per_opcode_category) of the longest convolution in each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`), beside the paper's floating-point shares (hatched; §4.3: V100 > 50 %, H100 > 70 %)."}}
+imix = tables.instruction_shares_vs_paper(K, I, ["Fig 7"])
+if (~imix["series"].str.endswith("(paper)")).any():
+    imix["x"] = imix["x"].str.removeprefix("baseline: ")
+    order7 = imix[~imix["series"].str.endswith("(paper)")].groupby("x")["value"].max().sort_values(ascending=False).index.tolist()
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    plots.bars(imix, "x", "value", "Instruction classes of the dominant convolution, baseline",
+               "share of instructions (%)", ax, order=order7)
+    plots.rotate_ticks(ax)
+else:
+    fig = plots.no_data("instruction classes of baseline ncu reports in paper mode")
+plots.finish(fig)
 
 # %% [markdown]
 # ## Table 2 — kernel abbreviations

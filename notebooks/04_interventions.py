@@ -45,6 +45,7 @@ S = tables.ncu_summaries(root, G, "paper")
 have = (S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not S.empty
         else pd.DataFrame(columns=["gpu", "config"]))
 glue("ncu_pairs", "; ".join(f"{gpu_name(g)}: {', '.join(d['config'])}" for g, d in have.groupby("gpu")) or "none")
+glue("torch_gpus", ", ".join(gpu_name(g) for g in sorted(T["gpu_slug"].unique())) if not T.empty else "none")
 table(have)
 
 # %% [markdown]
@@ -52,11 +53,20 @@ table(have)
 #
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-8", "caption": "Fig. 8 of the paper, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU ({glue:text}`torch_gpus`) and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
 m8 = tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
-fig, ax = plt.subplots(figsize=(10, 5))
-plots.stacked_shares(m8, ["gpu_slug", "config"], "category", "Fig. 8 — kernel mix of a whole training step (measured)", ax=ax)
+if m8.empty:
+    fig = plots.no_data("torch.profiler step tables")
+else:
+    rows8 = m8.groupby(["gpu_slug", "config"], observed=True).ngroups
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * rows8 + 6), gridspec_kw={"height_ratios": [0.45 * rows8 + 1, 4]})
+    plots.stacked_shares(m8, ["gpu_slug", "config"], "category", "Kernel mix of a whole training step", ax=ax)
+    shares8 = tables.kernel_shares_vs_paper(T, "Fig 8", "duration_us")
+    plots.bars(shares8, "x", "value", "The paper's kernel shares and ours (whole step)", "share of kernel time (%)", ax2)
+    plots.rotate_ticks(ax2, 30)
 plots.finish(fig)
+
+# %% tags=["remove-cell"]
 conv = m8[m8["category"] == "convolution/GEMM"].set_index(["gpu_slug", "config"])["share"]
 for (g, c), v in conv.items():
     glue(f"{g}_{c}_conv_share", f"{100 * v:.0f} %")
@@ -65,7 +75,6 @@ for (g, c), v in conv.items():
 fig8 = paper.values(figure="Fig 8")
 opt2_ref = fig8[(fig8["config"] == "opt2") & (fig8["subject"] == "elementwise")].iloc[0]
 glue("paper_opt2_elementwise", f"{opt2_ref['value']:.0f}–{opt2_ref['value_high']:.0f} %")
-table(fig8[["gpu", "config", "subject", "qualifier", "value", "value_high", "source"]])
 
 # %% [markdown]
 # The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step
@@ -94,11 +103,9 @@ for _, r in norm.iterrows():
 norm_table = tables.scope_pivot(norm)
 table(norm_table, index=True)
 
-# %% tags=["hide-input"]
-if not norm.empty:
-    fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER)
-    fig.suptitle("§6.1 — normalized to baseline: the paper's window vs a whole step (measured), and the paper's values")
-    plots.finish(fig)
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-norm", "caption": "§6.1 of the paper, measured: summed cycles, summed instructions and the geometric-mean IPC of each configuration divided by the baseline's on the same GPU, for the paper's 100-kernel window and for a whole step (ncu), beside the paper's ratios (hatched, §6.1). The line marks 1×."}}
+fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER) if not norm.empty else plots.no_data("ncu reports")
+plots.finish(fig)
 
 # %% [markdown]
 # **TF32 (`opt1`).** Over the paper's window on the H100 we measure
@@ -132,14 +139,21 @@ if not norm.empty:
 #
 # ## Fig. 9 — instruction mix per configuration
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-9", "caption": "Fig. 9 of the paper, measured: instruction classes (sass__inst_executed_per_opcode_category) of all kernels of the paper's 100-kernel window, per GPU and configuration (ncu, paper mode). Below: the class shares the paper reports for the dominant convolution (§6.1, hatched) beside the same classes of the longest convolution in our windows."}}
 I = store.load_table("ncu_paper_instructions", root, G)
-if not I.empty:
-    im = M.instruction_mix(I, group=["gpu_slug", "config"])
-    fig, ax = plt.subplots(figsize=(10, 2.8))
-    plots.stacked_shares(im, ["gpu_slug", "config"], "class", "Fig. 9 — instruction mix of the ncu window (measured)", ax=ax)
-    plots.finish(fig)
-table(paper.values(figure="Fig 9")[["gpu", "config", "subject", "metric", "value", "source"]])
+K = tables.ncu_kernels(root, G, "paper")
+if I.empty:
+    fig = plots.no_data("instruction classes of ncu reports in paper mode")
+else:
+    im = tables.ordered(M.instruction_mix(I, group=["gpu_slug", "config"]), ["gpu_slug", "config"])
+    rows9 = im.groupby(["gpu_slug", "config"], observed=True).ngroups
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * rows9 + 5), gridspec_kw={"height_ratios": [0.45 * rows9 + 1, 3.2]})
+    plots.stacked_shares(im, ["gpu_slug", "config"], "class", "Instruction mix of the ncu window", ax=ax,
+                         xlabel="share of instructions (%)")
+    plots.bars(tables.instruction_shares_vs_paper(K, I, ["Fig 9"], only_paper=True), "x", "value",
+               "Instruction classes of the dominant convolution: the paper's and ours", "share of instructions (%)", ax2)
+    plots.rotate_ticks(ax2)
+plots.finish(fig)
 
 # %% [markdown]
 # ## Figs. 10–13 — utilization, memory, warps, stalls
@@ -147,10 +161,11 @@ table(paper.values(figure="Fig 9")[["gpu", "config", "subject", "metric", "value
 # Kernel-duration-weighted means over the report's kernels (pipe utilizations, SM throughput, hit
 # rates, DRAM throughput, active warps), totals for stalls; relative values divide by baseline.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-10", "caption": "Fig. 10 of the paper, measured: tensor, FMA and ALU pipe utilization and SM throughput (% of peak), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.2)."}}
 def fig_metrics(metrics, figure, title, ylabel, relative=False):
     t = tables.metric_vs_paper(S, metrics, figure)
     if t.empty:
+        plots.finish(plots.no_data("ncu reports in paper mode"))
         return t
     meas = t.rename(columns={"measured": "value"})[["gpu", "config", "metric", "value"]]
     ref = paper.values(figure=figure, metric=metrics)
@@ -167,13 +182,13 @@ def fig_metrics(metrics, figure, title, ylabel, relative=False):
 fig_metrics(["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
             "Fig. 10 — pipe utilization and SM throughput", "% of peak")
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-11", "caption": "Fig. 11 of the paper, measured: L1 and L2 hit rates and DRAM throughput (%), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.3)."}}
 fig_metrics(["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11", "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%")
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-12", "caption": "Fig. 12 of the paper, measured: active warps per cycle, kernel-duration-weighted over the paper's 100-kernel window and divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.4)."}}
 fig_metrics(["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline", "× baseline")
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-13", "caption": "Fig. 13 of the paper, measured: long-scoreboard, math-pipe-throttle and branch-resolving warp stalls summed over the paper's 100-kernel window, divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.5)."}}
 fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"], "Fig 13",
             "Fig. 13 — warp stalls relative to baseline", "× baseline")
 

@@ -38,18 +38,18 @@ from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 B = tables.bench(root, G, list(PAPER_CONFIGS))
+glue("bench_gpus", ", ".join(gpu_name(g) for g in sorted(B["gpu_slug"].unique())) if not B.empty else "none")
 table(B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
    "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]])
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-step", "caption": "Measured training step (forward + L1 loss + backward + Adam, batch 1, the paper's 128³ whole-head model, CUDA events after warm-up) per configuration of the paper on each GPU in the results store ({glue:text}`bench_gpus`): median step time, forward time and peak allocated memory. The paper reports no step times."}}
 fig, axes = plt.subplots(3, 1, figsize=(8, 10))  # one panel per row
 for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), ("fwd_ms_median", "forward ms"),
                                    ("peak_mem_gib", "peak allocated GiB")]):
     plots.bars(B.assign(series=B["gpu_slug"].map(gpu_name)), "config", col, label, label, ax,
                order=[c for c in tables.CONFIG_ORDER if c in set(B["config"])])
     ax.tick_params(axis="x", rotation=25)
-fig.suptitle(f"Training step at {', '.join(B['size'].unique())}, batch {', '.join(map(str, B['batch'].unique()))} "
-             "(measured; the paper reports no step times)")
+fig.suptitle(f"Training step at {', '.join(B['size'].unique())}, batch {', '.join(map(str, B['batch'].unique()))}")
 plots.finish(fig)
 for _, r in B.iterrows():
     glue(f"{r['gpu_slug']}_{r['config']}_step_ms", f"{r['step_ms_median']:.0f}")
@@ -85,10 +85,13 @@ table(C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "s
 # {glue:text}`h100-80gb-hbm3_baseline_coverage` on the H100: conclusions about "the training step"
 # drawn from it rest on a few percent of the work. Its kernel mix differs from the whole step's:
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-window", "caption": "Share of kernel time per category in the paper's 100-kernel ncu window (the 11th–110th kernel from process start) and in a whole steady-state step (torch.profiler), per GPU ({glue:text}`bench_gpus`) and configuration of the paper."}}
 W = tables.window_vs_step(root, G)
-fig, ax = plt.subplots(figsize=(10, 0.35 * W.groupby(["gpu_slug", "config", "scope"]).ngroups + 1.5))
-plots.stacked_shares(W, ["gpu_slug", "config", "scope"], "category", "Kernel mix: the paper's window vs a whole step (measured)", ax=ax)
+if W.empty:
+    fig = plots.no_data("torch.profiler tables of the first and a steady step")
+else:
+    fig, ax = plt.subplots(figsize=(10, 0.35 * W.groupby(["gpu_slug", "config", "scope"]).ngroups + 1.5))
+    plots.stacked_shares(W, ["gpu_slug", "config", "scope"], "category", "Kernel mix: the paper's window vs a whole step", ax=ax)
 plots.finish(fig)
 
 # %% [markdown]

@@ -42,16 +42,29 @@ from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 L = tables.ladder(root, G)
+glue("ladder_gpus", ", ".join(gpu_name(g) for g in sorted(L["gpu_slug"].unique())) if not L.empty else "none")
 
-# %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(11, 4.8))
-plots.ladder(L, ax)
-ax.set_title("Training step per rung, 128³, batch 1 (×previous rung, (×baseline))")
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-ladder", "caption": "The fast-path ladder: median training step (forward + L1 loss + backward + Adam, 128³, batch 1, CUDA events) for each rung, per GPU ({glue:text}`ladder_gpus`); each bar labelled with its speed-up over the previous rung and over the FP32 baseline. The paper's best (OPT1) is the second rung."}}
+if L.empty:
+    fig = plots.no_data("bench rows of the ladder's configurations")
+else:
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    plots.ladder(L, ax)
+    ax.set_title("Training step per rung, 128³, batch 1 (×previous rung, (×baseline))")
 plots.finish(fig)
 
 # %% tags=["hide-input"]
 table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
    "speedup_vs_baseline", "tflops", "peak_fraction"]], 3)
+
+# %% [markdown]
+# Larger batches for `fast` (the same step, N volumes at once):
+
+# %% tags=["hide-input"]
+FB = tables.bench(root, G, ["fast"], batch=None)
+if not FB.empty:
+    FB = FB.assign(volumes_per_s=1e3 * FB["batch"] / FB["step_ms_median"])
+    table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3)
 
 # %% tags=["remove-cell"]
 ms = L.set_index(["gpu_slug", "config"])
@@ -89,11 +102,11 @@ if ("h200", "fast") in ms.index:
 # NCDHW rung and for `fast` (H200). Inductor names its fused kernels after the operations in them,
 # so a fused GroupNorm kernel that contains a `permute` is counted under "layout transform" here.
 
-# %% tags=["hide-input"]
-T = tables.torch_kernels(root, G, "step", ["bf16-compile-tuned", "fast"])
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-fast-mix", "caption": "Share of kernel time per category in every kernel of one steady training step (torch.profiler, whole step) of `baseline`, `opt1`, the best NCDHW rung (`bf16-compile-tuned`) and `fast`, per GPU with tables for them."}}
+T = tables.torch_kernels(root, G, "step", ["baseline", "opt1", "bf16-compile-tuned", "fast"])
 if not T.empty:
-    mix = M.kernel_mix(T, duration="duration_us", group=["gpu_slug", "config"])
-    fig, ax = plt.subplots(figsize=(10, 2.6))
+    mix = tables.ordered(M.kernel_mix(T, duration="duration_us", group=["gpu_slug", "config"]), ["gpu_slug", "config"])
+    fig, ax = plt.subplots(figsize=(10, 0.45 * mix.groupby(["gpu_slug", "config"], observed=True).ngroups + 1.5))
     plots.stacked_shares(mix, ["gpu_slug", "config"], "category", "Kernel mix of one step", ax=ax)
     plots.finish(fig)
     conv = T[T["category"] == "convolution/GEMM"].groupby(["gpu_slug", "config"])["duration_us"].sum() / 1e3
@@ -113,6 +126,76 @@ if not T.empty:
 # where the rest of the gap to 50 ms lies.
 
 # %% [markdown]
+# ## The roofline
+#
+# Every kernel as a point: FLOPs over DRAM bytes (arithmetic intensity) against the FLOP/s it
+# reached, under the roofs of the same GPU measured in the same session (`peaks.json`: dense
+# matmuls in bf16, TF32 and FP32, and a device-to-device copy for the DRAM bandwidth). FLOPs are
+# ncu's tensor-path operation counters plus 2 × FFMA + FADD + FMUL thread instructions
+# (`medddpm.profiling.metrics.roofline_points`); one tensor-path operation is one FLOP, checked on
+# matmuls of known size (`scripts/roofline_probe.py`, `roofline_probe.csv`:
+# {glue:text}`probe_ratio`× the 2n³ FLOPs on the H100). The points come from the paper-mode
+# reports (the paper's 100-kernel window with `--set full`, which records these counters), so
+# they cover the paper's configurations; `fast` has no ncu report yet (see below).
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-roofline", "caption": "Roofline of the paper's 100-kernel window (ncu, full set) for `baseline`, `opt1` and `opt12`, per GPU ({glue:text}`roof_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the window's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
+RP = tables.roofline(root, G, "paper")
+RR = tables.ceilings(root, G)
+glue("roof_gpus", ", ".join(gpu_name(g) for g in sorted(RP["gpu_slug"].unique())) if not RP.empty else "none")
+if RP.empty or RR.empty:
+    fig = plots.no_data("ncu reports with DRAM counters and the GPU's peaks.json")
+else:
+    fig = plots.roofline(RP, RR, ["baseline", "opt1", "opt12"])
+plots.finish(fig)
+
+# %% tags=["remove-cell"]
+probe = tables.results_csv(root, G, "fast_path/roofline_probe")
+glue("probe_ratio", f"{probe['flops_over_expected'].min():.4f}–{probe['flops_over_expected'].max():.4f}"
+     if not probe.empty else "—")
+RS = tables.roofline_summary(RP, RR)
+for _, r in RS.iterrows():
+    for col in ("no_flops_share", "half_bound_share"):
+        glue(f"{r['gpu_slug']}_{r['config']}_{col}", f"{100 * r[col]:.0f} %")
+    glue(f"{r['gpu_slug']}_{r['config']}_window_tflops", f"{r['window_tflops']:.0f}")
+for _, r in tables.roofline_highlights(RP, RR).iterrows():
+    key = f"{r['gpu_slug']}_{r['config']}_{r['what']}"
+    glue(f"{key}_tflops", f"{r['tflops']:.0f}")
+    glue(f"{key}_roof", f"{r['roof_tflops']:.0f}")
+    glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
+    glue(f"{key}_tbps", f"{r['dram_tbps']:.2f}")
+    glue(f"{key}_bw_pct", f"{100 * r['bandwidth_fraction']:.0f} %")
+big = RP[RP["category"] == "convolution/GEMM"].nlargest(1, "duration_ns") if not RP.empty else RP
+if not big.empty:
+    glue("roof_conv_tflop", f"{big['flops'].iloc[0] / 1e12:.3f}")
+glue("conv_formula_tflop", f"{2 * 128**3 * 64 * 64 * 27 / 1e12:.3f}")  # 64→64 channels, 3³ kernel, 128³ voxels
+
+# %% tags=["hide-input"]
+if not RS.empty:
+    table(RS.rename(columns={"kernels": "kernels in window", "no_flops_share": "time with no FLOPs",
+                             "half_bound_share": "time at ≥ half the bound", "window_tflops": "window TFLOP/s"}), 2)
+
+# %% [markdown]
+# The counters check out on the model too: the longest convolution of the window counts
+# {glue:text}`roof_conv_tflop` TFLOP, and a 64→64-channel 3³ convolution over 128³ voxels is
+# 2 · 128³ · 64 · 64 · 27 = {glue:text}`conv_formula_tflop` TFLOP. On the H200, in the FP32
+# baseline, that convolution reaches {glue:text}`h200_baseline_conv_tflops` TFLOP/s,
+# {glue:text}`h200_baseline_conv_compute_pct` of the FP32 roof: the paper's baseline is
+# compute-bound on the FP32 pipes. TF32 (`opt1`) moves it to the tensor cores at
+# {glue:text}`h200_opt1_conv_tflops` TFLOP/s, {glue:text}`h200_opt1_conv_compute_pct` of the TF32
+# roof ({glue:text}`h200_opt1_conv_roof`). The normalization statistics kernel
+# (`RowwiseMomentsCUDAKernel`), at a few FLOP per byte, moves {glue:text}`h200_opt1_norm_tbps` TB/s
+# of DRAM traffic, {glue:text}`h200_opt1_norm_bw_pct` of the bandwidth: far under both roofs, so
+# neither DRAM nor the FP32 pipes limit it. That gap is the room the fused NDHWC GroupNorm kernels
+# of the ladder take. In `opt12`, {glue:text}`h200_opt12_no_flops_share` of the
+# window's time on the H200 goes to kernels with no FLOPs at all: the layout copies channels-last
+# pays for, which run at {glue:text}`h200_opt12_copy_bw_pct` of the DRAM bandwidth.
+#
+# **`fast` under ncu.** A whole-step roofline of `fast` needs ncu's step mode with the DRAM and
+# FLOP counters (`medddpm profile --mode step --step-set roofline`). It did not fit a 10-minute
+# device run: with these counters ncu took 0.2–0.6 s a kernel (several counter passes each), so the
+# 1,627 kernels of a `fast` step, after Inductor's compilation under ncu, ran out of time, and one
+# attempt crashed in Inductor's compile workers (`data/results/h200/fast_path/roofline_attempts/`).
+#
 # ## Does the fast path compute the same model?
 #
 # ε-prediction of seeded weights on fixed (x_t, mask, t) inputs at 128³, each rung against the FP32
@@ -172,10 +255,10 @@ if not steady.empty:
 # no accumulation (`scripts/ddp_scaling.sh`); the all-reduce time comes from torch.profiler over
 # five steps of both ranks.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two H200s (torchrun + DDP, weak scaling), for `opt1` and `fast`; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 SC, PR = tables.scaling(root)
+plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (h200-x2/scaling.csv)"))
 if not SC.empty:
-    plots.finish(plots.scaling(SC))
     for _, r in SC[SC["world_size"] > 1].iterrows():
         glue(f"{r['config']}_scaling_eff", f"{100 * r['scaling_efficiency']:.0f} %")
         glue(f"{r['config']}_scaling_ms", f"{r['step_ms_median']:.1f}")

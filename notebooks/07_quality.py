@@ -43,6 +43,8 @@ from medddpm.report.present import gpu_name, table
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 QG = [g for g in G if (root / g / "quality").is_dir()]  # GPUs with quality results
 QGPU = QG[0] if QG else None  # the one this chapter's quality sections show
+glue("q_gpu", gpu_name(QGPU) if QGPU else "no GPU (no quality results in this store)")
+glue("sample_gpus", ", ".join(gpu_name(g) for g in G) or "none")
 
 # %% [markdown]
 # ## Sampling in seconds
@@ -52,11 +54,13 @@ QGPU = QG[0] if QG else None  # the one this chapter's quality sections show
 # sampling chains timed with CUDA events. The denoiser runs under inference mode in each
 # configuration; in `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets of issue 10 for `fast` on the H200. The paper reports no sampling times."}}
 TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200, per volume)
 SB = tables.sample_bench(root, G)  # 128³ rows
 if not SB.empty:
     plots.finish(plots.sampling(SB, TARGET_S))
+else:
+    plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)"))
     for _, r in SB.iterrows():
         glue(f"{r['gpu_slug']}_{r['config']}_{r['sampler']}_s", f"{r['s_per_volume_median']:.2f}")
     for _, r in tables.sampling_targets(SB, TARGET_S).iterrows():
@@ -136,7 +140,7 @@ if not A.empty:
 # judges the weights, not the evaluator. Baseline with three seeds gives the spread; the band is
 # the 95 % prediction interval of one more seed (mean ± t₀.₉₇₅,₂ · s · √(1 + 1/3)).
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-parity", "caption": "Training parity on {glue:text}`q_gpu`: held-out denoising loss (L1, the same FP32 evaluator for every configuration) over {glue:text}`p_steps` training steps at 64³ on the MNI152 demo subjects; baseline seeds 0–2 and their 95 % prediction band for one more seed, and one seed of each other configuration."}}
 PC, PV = tables.parity_curves(root, QG), tables.parity_verdict(root, QG)
 if not PV.empty:
     PV = PV[PV["gpu_slug"] == QGPU]
@@ -148,6 +152,9 @@ if not PV.empty:
     glue("p_steps", f"{int(b['steps']):,}")
     others = PV[PV["config"] != "baseline"]
     glue("p_inside", f"{int(others['inside_band'].sum())} of {len(others)}")
+else:
+    glue("p_steps", "—")
+    plots.finish(plots.no_data("training-parity runs (quality/parity_*.csv)"))
     glue("p_range", f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
     glue("p_gpu", gpu_name(QGPU))
     display(table(PV[["config", "seed", "steps", "loss_step0", "loss", "band_low", "band_high", "inside_band"]]
@@ -191,18 +198,20 @@ if per is not None and not per.empty:
 # a sample and the anatomy it stands for. Where they sit, the difference maps show (absolute
 # difference to the FP32 sample; black 0, yellow 0.05 or more on the [−1, 1] scale):
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-diff", "caption": "Where the configurations' samples differ from the FP32 sample ({glue:text}`q_gpu`, same checkpoint, seed and DDIM 50 chain): orthogonal slices through the held-out subject's lesion, the FP32 sample first, then the absolute difference of each configuration (black 0, yellow ≥ 0.05 on the [−1, 1] intensity scale)."}}
 SL = tables.quality_slices(root, QGPU) if QGPU else None
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique())[:1],
                               {"baseline": "FP32 sample", "opt1": "|opt1 − FP32|", "pytorch-default": "|default − FP32|",
                                "bf16": "|bf16 − FP32|", "fast": "|fast − FP32|"}, diff_to="baseline"))
+else:
+    plots.finish(plots.no_data("sample slices (quality/slices.parquet)"))
 
 # %% [markdown]
 # Intensities inside the brain mask, per source, for each held-out subject (`fast-long`: the
 # 20,000-step model of the next section, sampled with `fast`):
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-hist", "caption": "Intensity histograms inside the brain mask of each held-out subject ({glue:text}`q_gpu`): the real image, the FP32 (`baseline`) and `fast` samples of the 1,000-step checkpoint, and `fast` samples of the 20,000-step model (`fast-long`)."}}
 H = tables.quality_csv(root, QG, "histograms")
 if not H.empty:
     H = H[H["gpu_slug"] == QGPU]
@@ -212,6 +221,8 @@ if not H.empty:
         plots.histograms(H, ["real", "baseline", "fast", "fast-long"], s, ax)
         ax.set_title(f"held-out subject {s}")
     plots.finish(fig)
+else:
+    plots.finish(plots.no_data("brain histograms (quality/histograms.csv)"))
 
 # %% [markdown]
 # The configurations' histograms (`baseline`, `fast`) lie on top of each other. Neither has the
@@ -227,7 +238,7 @@ if not H.empty:
 # above, and from a longer run, `medddpm train --config fast` for 20,000 steps on the same 6
 # training subjects (lr 1e-4, EMA weights). Slices go through each subject's lesion.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³): per held-out subject, the mask (brain and lesion), the real image and `fast` DDIM 50 samples from the 1,000-step checkpoint and from the 20,000-step model, in orthogonal slices through the lesion."}}
 SB64 = tables.sample_bench(root, QG, size="64x64x64")
 if not SB64.empty:
     f = SB64[(SB64["config"] == "fast") & (SB64["sampler"] == "ddim") & (SB64["gpu_slug"] == QGPU)]
@@ -241,6 +252,8 @@ if LR is not None:
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique()),
                               {"mask": "mask", "real": "real image", "fast": "1,000 steps", "fast-long": "20,000 steps"}))
+else:
+    plots.finish(plots.no_data("sample slices (quality/slices.parquet)"))
 
 # %% [markdown]
 # One 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the

@@ -7,7 +7,9 @@
 # every rung, 128³, batch 1; LADDER_CONFIGS=… to choose) · batches (fast at batch 1, 2 and 4; BATCHES=…) ·
 # agree (ε of every rung vs FP32 baseline) · loss (50 steps: baseline seeds 0-2, rungs seed 0) ·
 # train (medddpm train --config fast on 128³ phantom NIfTIs, timed) · kernels (torch.profiler
-# tables; KERNEL_CONFIGS=…). Each step has a time limit and a failure does not stop
+# tables; KERNEL_CONFIGS=…) · probe (ncu's FLOP counters on known matmuls → roofline_probe.csv) ·
+# roofline (ncu step mode, roofline metric set, one whole step per ROOF_CONFIGS=…) · autotune
+# (bench of the max-autotune configurations; AUTOTUNE_SIZE=…). Each step has a time limit and a failure does not stop
 # the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: fast_measure.sh OUT STAGE...}; shift
@@ -52,6 +54,25 @@ for stage in "$@"; do
     kernels)
       run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" --configs "${KERNEL_CONFIGS:-bf16-compile-tuned,fast}" \
         --warmup 4 --out "$OUT" ;;
+    probe)
+      metrics=$($PY -c "from medddpm.profiling.ncu import step_metrics; print(','.join(step_metrics('roofline-fp32')))")
+      tmp=$(mktemp -d)
+      run 120 ncu --clock-control none --profile-from-start off --metrics "$metrics" --export "$tmp/probe" \
+        $PY scripts/roofline_probe.py run
+      ncu --import "$tmp/probe.ncu-rep" --csv --page raw --print-units base >"$tmp/raw.csv"
+      run 60 $PY scripts/roofline_probe.py check "$tmp/raw.csv" "$OUT/roofline_probe.csv" ;;
+    roofline)
+      # compile the fast configuration once outside ncu, so that under ncu Inductor reads its caches
+      run 200 $PY -m medddpm bench --model whole-head --size "$SIZE" --config fast --steps 2 --warmup 4
+      for c in ${ROOF_CONFIGS:-fast opt1}; do
+        run "${ROOF_LIMIT:-400}" $PY -m medddpm profile --mode step --step-set "${ROOF_SET:-roofline}" --warmup 4 --size "$SIZE" \
+          --configs "$c" --gpu-label "$($PY -c "from medddpm.runtime import env_info; print(env_info()['gpu_slug'])")" --out "$OUT/ncu" --timeout $(( ${ROOF_LIMIT:-400} - 20 ))
+      done ;;
+    autotune)
+      for c in ${AUTOTUNE_CONFIGS:-bf16-compile-max-autotune fast-max-autotune}; do
+        run "${BENCH_LIMIT:-400}" $PY -m medddpm bench --model whole-head --size "${AUTOTUNE_SIZE:-$SIZE}" --config "$c" \
+          --steps 10 --warmup 5 --out "$OUT/bench.csv"
+      done ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

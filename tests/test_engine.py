@@ -41,6 +41,17 @@ def test_ladder_adds_one_thing_per_rung():
     assert list(PAPER_CONFIGS) == ["baseline", "opt1", "opt2", "opt12", "pytorch-default"]
 
 
+def test_max_autotune_configurations_change_only_the_compile_mode():
+    from medddpm.config import AUTOTUNED
+
+    for knobs, base in zip(AUTOTUNED, ("bf16-compile-tuned", "fast")):
+        a, b = dataclasses.asdict(knobs), dataclasses.asdict(CONFIGS[base])
+        assert {k for k in a if a[k] != b[k]} == {"name", "compile_mode"}
+        assert knobs.compile_mode.startswith("max-autotune") and run_config(knobs.name) == knobs
+    # fast captures the whole step itself, so its autotuned twin must not capture graphs in Inductor too
+    assert CONFIGS["fast-max-autotune"].compile_mode == "max-autotune-no-cudagraphs"
+
+
 @pytest.mark.parametrize("changes,needle", [
     ({"compile_mode": "fastest"}, "compile_mode"),
     ({"data_cache": "ram"}, "data_cache"),

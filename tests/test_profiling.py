@@ -204,7 +204,9 @@ def test_results_store_loads_every_gpu():
     from medddpm.config import CONFIGS, LADDER, PAPER_CONFIGS
 
     assert set(PAPER_CONFIGS) <= set(bench["config"]) <= set(CONFIGS)
-    assert set(LADDER) <= set(bench[bench["gpu_slug"] == "h200"]["config"])
+    for g in ("h200", "h100-80gb-hbm3"):  # the whole ladder on both GPUs, and fast at batch 1, 2 and 4
+        assert set(LADDER) <= set(bench[bench["gpu_slug"] == g]["config"])
+        assert set(bench[(bench["gpu_slug"] == g) & (bench["config"] == "fast")]["batch"]) == {1, 2, 4}
     step = load_table("torch_step_kernels", RESULTS)
     assert set(step["gpu_slug"]) >= {"h200", "h100-80gb-hbm3"} and (step["duration_us"] > 0).all()
     with pytest.raises(ValueError, match="no results for GPU"):
@@ -269,7 +271,11 @@ def test_step_sets_grow_and_carry_what_the_figures_need():
     assert "sass__inst_executed_per_opcode_category" in step_metrics("full")
     assert "sass__inst_executed_per_opcode_category" not in step_metrics("lean")
     assert {"gpu__time_duration.sum", "smsp__inst_executed.sum", "gpc__cycles_elapsed.max"} <= set(step_metrics("lean"))
-    assert set(STEP_SETS) == {"core", "lean", "standard", "full"}
+    assert set(STEP_SETS) == {"core", "lean", "standard", "full", "roofline", "roofline-fp32"}
+    roof, roof32 = set(step_metrics("roofline")), set(step_metrics("roofline-fp32"))
+    assert {"dram__bytes_read.sum", "dram__bytes_write.sum", "sm__ops_path_tensor_src_bf16_dst_fp32.sum"} <= roof
+    assert set(step_metrics("core")) < roof < roof32  # the SASS-instrumented FP32 counters only in the larger one
+    assert "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum" in roof32 - roof
     with pytest.raises(ValueError, match="--step-set"):
         step_metrics("everything")
 
@@ -452,3 +458,38 @@ def test_inductor_kernels_are_not_taken_for_layout_transforms():
     assert category("triton_per_fused_native_group_norm_1") == "Triton reduction"
     assert category("triton_poi_fused__to_copy__unsafe_view_add_clone_2") == "Triton pointwise"
     assert category("void cudnn::engines_precompiled::nchwToNhwcKernel<float>(int)") == "layout transform"
+
+
+def _roof_kernels(**extra) -> pd.DataFrame:
+    """Three kernels: a bf16 tensor GEMM, an FP32 FFMA kernel and a copy (no FLOPs)."""
+    k = pd.DataFrame({"id": [0, 1, 2], "short_name": ["gemm", "ffma", "copy"],
+                      "category": ["convolution/GEMM", "convolution/GEMM", "copy"],
+                      "duration_ns": [1e6, 2e6, 1e6], "gpu_slug": "g", "config": "c",
+                      "dram__bytes_read.sum": [1e9, 2e9, 4e9], "dram__bytes_write.sum": [1e9, 0.0, 4e9],
+                      "sm__ops_path_tensor_src_bf16_dst_fp32.sum": [4e11, 0.0, 0.0]})
+    return k.assign(**extra)
+
+
+def test_roofline_points_count_flops_bytes_and_pipes():
+    k = _roof_kernels(**{"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": [0.0, 5e10, 0.0],
+                         "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": [0.0, 1e9, 0.0],
+                         "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": [0.0, 0.0, 0.0]})
+    p = M.roofline_points(k, ["gpu_slug", "config"]).set_index("short_name")
+    assert p.loc["gemm", "flops"] == 4e11 and p.loc["gemm", "intensity"] == 200
+    assert p.loc["gemm", "tflops"] == pytest.approx(400)  # 4e11 FLOP in 1 ms
+    assert p.loc["ffma", "flops"] == 2 * 5e10 + 1e9  # FFMA counts two FLOPs, FADD one
+    assert p.loc["copy", "flops"] == 0 and p.loc["copy", "intensity"] == 0  # bytes but no FLOPs
+    assert list(p["path"]) == ["bf16 tensor", "FP32", "FP32"]
+    assert p["share"].sum() == pytest.approx(1) and p.loc["ffma", "share"] == pytest.approx(0.5)
+    assert p["fp32_counted"].all()
+
+
+def test_roofline_points_read_paper_mode_rates_and_refuse_reports_without_dram():
+    # --set full reports the FP32 counters as per-cycle rates: count = rate × the unit's elapsed cycles
+    k = _roof_kernels(**{"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed": [0.0, 100.0, 0.0],
+                         "smsp__cycles_elapsed.avg": [1e6, 1e6, 1e6]})
+    p = M.roofline_points(k).set_index("short_name")
+    assert p.loc["ffma", "flops"] == 2 * 100.0 * 1e6
+    assert not p["fp32_counted"].any()  # FADD/FMUL missing: said, not guessed
+    with pytest.raises(ValueError, match="DRAM"):
+        M.roofline_points(k.drop(columns=["dram__bytes_read.sum"]))

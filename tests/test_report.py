@@ -318,3 +318,87 @@ def test_loss_band_sampling_targets_and_denoise_categories(tmp_path):
                  ).to_csv(tmp_path / "h200" / "sampling" / "denoise_kernels.csv", index=False)
     per = tables.denoise_categories(tmp_path, ["h200"])
     assert per.loc["conv", "fast"] == 3.0 and list(per.index) == ["conv", "copy"]
+
+
+def test_every_figure_has_a_numbered_caption():
+    """A cell that draws a figure carries MyST-NB figure metadata (name + caption): the book numbers
+    it and captions it; names are unique across the book."""
+    import jupytext
+
+    names = []
+    for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
+        for cell in jupytext.read(nb).cells:
+            if cell.cell_type == "code" and "plots.finish(" in cell.source:
+                fig = cell.metadata.get("mystnb", {}).get("figure", {})
+                assert fig.get("name") and len(fig.get("caption", "")) > 60, (nb.name, cell.source[:60])
+                names.append(fig["name"])
+    assert len(names) >= 20 and len(names) == len(set(names))
+
+
+def test_subject_share_reads_categories_sums_and_kernel_names():
+    k = pd.DataFrame({"kernel": ["sm80_xmma_fprop_a", "RowwiseMomentsCUDAKernel", "elementwise_kernel", "nhwcToNchw"],
+                      "category": ["convolution/GEMM", "normalization", "elementwise", "layout transform"],
+                      "duration_ns": [50.0, 20.0, 20.0, 10.0]})
+    assert tables.subject_share(k, "convolution/GEMM", "duration_ns") == 0.5
+    assert tables.subject_share(k, "normalization+elementwise+layout transform", "duration_ns") == 0.5
+    assert tables.subject_share(k, "RowwiseMomentsCUDAKernel", "duration_ns") == 0.2
+    assert np.isnan(tables.subject_share(k, "_5x_cudnn_volta_scudnn", "duration_ns"))  # another GPU's kernel
+    t = k.rename(columns={"kernel": "name", "duration_ns": "duration_us"})  # torch.profiler's columns
+    assert tables.subject_share(t, "sm80_xmma_fprop", "duration_us") == 0.5
+
+
+def test_paper_values_beside_ours_in_one_long_table():
+    row = pd.Series({"value": 73.0, "value_high": 80.0, "qualifier": "~"})
+    assert tables.paper_label(row) == "~73–80"
+    assert tables.paper_label(pd.Series({"value": 0.42, "value_high": np.nan, "qualifier": "="})) == "0.42"
+    T = tables.torch_kernels(RESULTS, ["h200"], "step")
+    s8 = tables.kernel_shares_vs_paper(T, "Fig 8", "duration_us")
+    paper8 = paper.values(ROOT, figure="Fig 8", metric="kernel_share_pct")
+    assert (s8["series"].str.endswith("(paper)")).sum() == len(paper8)
+    ours = s8[s8["series"] == "H200"].set_index("x")["value"]
+    assert ours.between(0, 100).all() and "opt1: convolution/GEMM" in ours.index
+    assert "baseline: _5x_cudnn_volta_scudnn" not in ours.index  # no V100 kernel here: a gap, not a zero
+    K = tables.ncu_kernels(RESULTS, ["h200"], "paper")
+    I = load_table("ncu_paper_instructions", RESULTS, ["h200"])
+    s9 = tables.instruction_shares_vs_paper(K, I, ["Fig 9"], only_paper=True)
+    assert set(s9.loc[s9["series"] == "H200", "x"]) <= set(s9.loc[s9["series"].str.endswith("(paper)"), "x"])
+    cycles = tables.dominant_cycles_vs_paper(K)
+    assert set(cycles["series"]) == {"H200", "V100 (paper)", "A100 (paper)", "H100 (paper)"}
+
+
+def test_roofline_tables_from_the_committed_store():
+    R = tables.ceilings(RESULTS, ["h200", "h100-80gb-hbm3"])
+    assert set(R["ceiling"]) == {"bf16 tensor", "TF32 tensor", "FP32"} and (R["tflops"] > 0).all()
+    P = tables.roofline(RESULTS, ["h200"], "paper", ["baseline", "opt1"])
+    assert set(P["config"].astype(str)) == {"baseline", "opt1"} and len(P) == 200  # two 100-kernel windows
+    conv = P[(P["config"] == "baseline") & (P["category"] == "convolution/GEMM")].nlargest(1, "duration_ns").iloc[0]
+    # the FP32 counters add up to a 64→64 3³ convolution over 128³ voxels, within its epilogue
+    assert conv["flops"] == pytest.approx(2 * 128**3 * 64 * 64 * 27, rel=0.01)
+    S = tables.roofline_summary(P, R).set_index("config")
+    assert S["half_bound_share"].between(0, 1).all() and S.loc["opt1", "window_tflops"] > S.loc["baseline", "window_tflops"]
+    H = tables.roofline_highlights(P, R).set_index(["config", "what"])
+    assert H.loc[("opt1", "conv"), "roof_tflops"] == R.set_index(["gpu_slug", "ceiling"]).loc[("h200", "TF32 tensor"), "tflops"]
+    assert (H["compute_fraction"] <= 1.05).all()
+
+
+def test_plots_draw_paper_values_hatched_with_gaps(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from medddpm.report import plots
+
+    data = pd.DataFrame({"x": ["a", "b", "a"], "series": ["H200", "H200", "H100 (paper)"], "value": [1.0, 2.0, 3.0],
+                         "label": [None, None, "~3"]})
+    ax = plots.bars(data, "x", "value", "t", "y")
+    bars = [p for p in ax.patches]
+    assert len(bars) == 3  # no bar where the paper gives no value for 'b'
+    assert sum(1 for p in bars if p.get_hatch()) == 1
+    assert [t.get_text() for t in ax.texts] == ["~3"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["H200", "H100 (paper)"]
+    plots.rank_marks(ax, ["a", "b"], {"b": 1})
+    assert "#1" in [t.get_text() for t in ax.texts] and ax.get_legend().get_texts()[-1].get_text() == "paper's rank"
+    fig = plots.no_data("something")
+    assert "something" in fig.axes[0].texts[0].get_text()
+    P = tables.roofline(RESULTS, ["h200"], "paper", ["opt1"])
+    fig = plots.roofline(P, tables.ceilings(RESULTS, ["h200"]), ["baseline", "opt1"])  # baseline absent: one panel
+    assert len(fig.axes) == 1 and fig.axes[0].get_xscale() == "log"

@@ -107,7 +107,8 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--timeout", type=float, default=None, help="seconds per configuration before ncu is stopped")
     s.add_argument("--replay", default="kernel", choices=["kernel", "application"], help="step mode: ncu replay mode")
     s.add_argument("--step-set", default=DEFAULT_STEP_SET, choices=sorted(STEP_SETS),
-                   help="step mode: metric groups (lean: core+pipes; standard: +memory+stalls; full: +instruction classes)")
+                   help="step mode: metric groups (lean: core+pipes; standard: +memory+stalls; full: +instruction classes; "
+                        "roofline: core + DRAM bytes and FLOP counters)")
     s.add_argument("--max-kernels", type=int, help="step mode: profile only the first N kernels of the step")
     s.add_argument("--ncu", help="path to ncu (default: $NCU or ncu on PATH)")
     s.set_defaults(func=cmd_profile)

@@ -143,3 +143,59 @@ def normalized(summaries: pd.DataFrame, baseline: str = "baseline") -> pd.DataFr
                     row[col] = r[col] / b[col] if b[col] else np.nan
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+# Roofline (issue 9, "Beyond the paper"): FLOPs per thread instruction of the FP32 pipes; one
+# tensor-path op is one FLOP (checked on known matmuls by scripts/roofline_probe.py).
+FLOPS_PER_INST = {"ffma_thread_inst": 2.0, "fadd_thread_inst": 1.0, "fmul_thread_inst": 1.0}
+TENSOR_OPS = ("tensor_ops_bf16", "tensor_ops_fp16", "tensor_ops_tf32")
+
+
+def counter(kernels: pd.DataFrame, ours: str) -> pd.Series | None:
+    """Per-kernel count of a roofline counter by our name (``tidy.METRICS``): our column, else ncu's
+    own column (tables parsed before the name existed), else ncu's ``<metric>.per_cycle_elapsed``
+    rate times the unit's elapsed cycles, which is how ``--set full`` (paper mode) reports the FP32
+    instruction counters. None when the report has none of them."""
+    from .tidy import METRICS
+
+    if ours in kernels and kernels[ours].notna().any():
+        return kernels[ours].fillna(0)
+    raw = METRICS[ours]
+    if raw in kernels:
+        return kernels[raw].fillna(0)
+    rate, cycles = f"{raw}.per_cycle_elapsed", f"{raw.split('__')[0]}__cycles_elapsed.avg"
+    if rate in kernels and cycles in kernels:
+        return (kernels[rate] * kernels[cycles]).fillna(0)
+    return None
+
+
+def roofline_points(kernels: pd.DataFrame, group: list[str] | None = None) -> pd.DataFrame:
+    """Every kernel as a roofline point: FLOPs (tensor-path ops + FP32 FMA/ADD/MUL), DRAM bytes
+    (read + write), arithmetic intensity (FLOP/byte), achieved TFLOP/s and DRAM TB/s, and its share
+    of the summed kernel time within its ``group`` (e.g. gpu_slug, config). Needs DRAM byte counters
+    (step mode ``--step-set roofline``, or paper mode's full set); a FLOP counter the report lacks
+    counts as zero, and ``fp32_counted`` says whether the FP32-pipe counters were there."""
+    read, write = counter(kernels, "dram_read_bytes"), counter(kernels, "dram_write_bytes")
+    if read is None or write is None:
+        raise ValueError("no DRAM byte counters in these kernels: profile with --mode step --step-set roofline")
+    group = list(group or [])
+    k = kernels[group + ["id", "short_name", "category", "duration_ns"]].copy()
+    ops = {n: counter(kernels, n) for n in TENSOR_OPS}
+    tensor = [c for c in ops.values() if c is not None]
+    fp32 = {n: counter(kernels, n) for n in FLOPS_PER_INST}
+    k["flops"] = sum(tensor) + sum(w * fp32[n] for n, w in FLOPS_PER_INST.items() if fp32[n] is not None)
+    k["fp32_counted"] = all(v is not None for v in fp32.values())
+    # the pipe whose ceiling bounds the kernel: the tensor path it used, else the FP32 pipes
+    zero = pd.Series(0.0, index=kernels.index)
+    k["path"] = "FP32"
+    k.loc[(ops["tensor_ops_tf32"] if ops["tensor_ops_tf32"] is not None else zero) > 0, "path"] = "TF32 tensor"
+    half = sum(ops[n] for n in ("tensor_ops_bf16", "tensor_ops_fp16") if ops[n] is not None) if tensor else zero
+    k.loc[half > 0, "path"] = "bf16 tensor"
+    k["dram_bytes"] = read + write
+    k["intensity"] = k["flops"] / k["dram_bytes"].where(k["dram_bytes"] > 0)
+    seconds = k["duration_ns"] * 1e-9
+    k["tflops"] = k["flops"] / seconds / 1e12
+    k["dram_tbps"] = k["dram_bytes"] / seconds / 1e12
+    total = k.groupby(group)["duration_ns"].transform("sum") if group else k["duration_ns"].sum()
+    k["share"] = k["duration_ns"] / total
+    return k.reset_index(drop=True)

@@ -65,6 +65,13 @@ STEP_GROUPS: dict[str, list[str]] = {
     "stalls": [v for k, v in METRICS.items() if k.startswith("stall_")],
     # Figs 7/9: instruction classes (SASS-patched; one more pass on the H100).
     "classes": [INSTANCE_METRIC],
+    # The roofline of "Beyond the paper": DRAM bytes and tensor-path FLOPs (hardware counters).
+    "roofline": [METRICS[k] for k in ("dram_read_bytes", "dram_write_bytes", "tensor_ops_bf16", "tensor_ops_tf32")],
+    # FP32-pipe FLOPs (FFMA/FADD/FMUL): SASS-instrumented counters, the expensive part. With them
+    # the roofline set took 5 passes a kernel (~0.19 s a kernel on an H200, at 64³ as at 128³), so
+    # a whole 128³ step (1,300-1,700 kernels) does not fit a 10-minute run; only FP32 kernels
+    # (the baseline's convolutions) need them.
+    "fp32_flops": [METRICS[k] for k in ("ffma_thread_inst", "fadd_thread_inst", "fmul_thread_inst")],
 }
 # Named step sets: cumulative groups. Only `core` (1 counter pass) profiles a whole 128³ FP32 step
 # in about a minute; `full` has every step metric the figures use (12 passes on the H100).
@@ -73,6 +80,8 @@ STEP_SETS: dict[str, tuple[str, ...]] = {
     "lean": ("core", "pipes"),
     "standard": ("core", "pipes", "memory", "stalls"),
     "full": ("core", "pipes", "memory", "stalls", "classes"),
+    "roofline": ("core", "roofline"),  # a whole step's kernels as roofline points (tensor-core FLOPs)
+    "roofline-fp32": ("core", "roofline", "fp32_flops"),  # + FP32-pipe FLOPs (small volumes, partial steps)
 }
 DEFAULT_STEP_SET = "core"
 LAUNCH = ["launch__grid_size", "launch__block_size", "launch__registers_per_thread"]

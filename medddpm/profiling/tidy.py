@@ -53,6 +53,17 @@ METRICS: dict[str, str] = {
     "stall_long_scoreboard_ratio": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
     "stall_math_pipe_throttle_ratio": "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
     "stall_branch_resolving_ratio": "smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio",
+    # Roofline (issue 9): DRAM traffic and the operations that count as FLOPs. One tensor-path op
+    # is one FLOP (an n×n×n bf16 matmul counts 2n³ of them: scripts/roofline_probe.py); FFMA is
+    # two FLOPs a thread instruction, FADD and FMUL one.
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+    "tensor_ops_bf16": "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+    "tensor_ops_fp16": "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+    "tensor_ops_tf32": "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+    "ffma_thread_inst": "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "fadd_thread_inst": "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "fmul_thread_inst": "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
 }
 
 

@@ -19,31 +19,89 @@ def with_paper(measured: pd.DataFrame, paper_rows: pd.DataFrame, x: str, value: 
     m = measured.assign(series=measured["gpu"].map(gpu_name), source="measured")[[x, "series", "source", value]]
     if paper_rows is None or paper_rows.empty:
         return m
-    p = paper_rows.assign(series=paper_rows["gpu"] + " (paper)", source="paper")[[x, "series", "source", value]]
+    p = paper_rows.assign(series=paper_rows["gpu"] + " (paper)", source="paper")
+    if "qualifier" in p:  # how the paper states it ('~0.42', '>80'), written on its bar
+        from .tables import paper_label
+
+        p = p.assign(label=p.apply(paper_label, axis=1))
+    p = p[[x, "series", "source", value] + (["label"] if "label" in p else [])]
     return pd.concat([m, p], ignore_index=True)
 
 
+PAPER_GPU_COLORS = {"V100": "#56B4E9", "A100": "#CC79A7", "H100": "#0072B2"}  # as our GPUs' colours
+
+
+def series_color(series: str) -> str:
+    """A series' colour: a measured GPU's own, a paper GPU's (hatched where drawn) the same hue."""
+    base = series.removesuffix(" (paper)")
+    return PAPER_GPU_COLORS.get(base) or color(base)
+
+
 def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, order=None, log: bool = False):
-    """Grouped bars of ``y`` by ``x`` and ``series``; series from the paper drawn hatched."""
+    """Grouped bars of ``y`` by ``x`` and ``series``: measured series solid, the paper's ('… (paper)')
+    hatched in the same axes, each paper bar labelled with its qualifier and value when ``data`` has
+    a ``label`` column (e.g. '~78', '>70'). Missing combinations leave a gap, never a zero bar."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
-    hue_order = sorted(data["series"].unique(), key=lambda s: (s.endswith("(paper)"), s))
-    palette = {s: ("0.75" if s.endswith("(paper)") else color(s)) for s in hue_order}
-    sns.barplot(data=data, x=x, y=y, hue="series", hue_order=hue_order, order=order, ax=ax, errorbar=None,
-                palette=palette)
-    present = [s for s in hue_order if s in set(data["series"])]
-    for container, series in zip(ax.containers, present):
-        if series.endswith("(paper)"):
-            for bar in container:
-                bar.set(**PAPER_STYLE)
+    order = list(order) if order is not None else list(dict.fromkeys(data[x]))
+    present = sorted(data["series"].unique(), key=lambda s: (s.endswith("(paper)"), s))
+    width = 0.8 / max(len(present), 1)
+    handles = []
+    for i, series in enumerate(present):
+        rows = data[data["series"] == series].drop_duplicates(x).set_index(x)
+        xs = [j for j, key in enumerate(order) if key in rows.index and pd.notna(rows.loc[key, y])]
+        vals = [rows.loc[order[j], y] for j in xs]
+        offset = (i - (len(present) - 1) / 2) * width
+        paper_series = series.endswith("(paper)")
+        style = dict(PAPER_STYLE, facecolor=series_color(series)) if paper_series else {"color": series_color(series)}
+        drawn = ax.bar([j + offset for j in xs], vals, width, label=series, **style)
+        handles.append(drawn)
+        if paper_series and "label" in rows:
+            for j, v in zip(xs, vals):
+                ax.annotate(str(rows.loc[order[j], "label"]), (j + offset, v), ha="center", va="bottom",
+                            fontsize=6.5, xytext=(0, 2), textcoords="offset points", rotation=90)
+    ax.set_xticks(range(len(order)), [str(o) for o in order])
+    ax.set_xlim(-0.6, len(order) - 0.4)
     if log:
         ax.set_yscale("log")
     ax.set_title(title)
     ax.set_ylabel(ylabel)
-    # legend from the styled bars themselves, so paper entries show their hatching
-    title_ = "measured GPU / (paper)" if any(p.endswith("(paper)") for p in present) else "measured GPU"
-    ax.legend([c.patches[0] for c in ax.containers], present, title=title_, fontsize=7, title_fontsize=7,
-              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    title_ = "measured GPU / (paper, hatched)" if any(p.endswith("(paper)") for p in present) else "measured GPU"
+    ax.legend(handles, present, title=title_, fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
+
+
+def rotate_ticks(ax, rotation: int = 25) -> None:
+    """Long category labels under bars, slanted and right-aligned so they stay readable."""
+    for label in ax.get_xticklabels():
+        label.set(rotation=rotation, ha="right", rotation_mode="anchor")
+
+
+def rank_marks(ax, order: list[str], ranks: dict[str, int], label: str = "paper's rank") -> None:
+    """The paper's ranking (e.g. Fig 5) on a bar chart: '#r' with a star above each ranked
+    category, added to the axes' legend."""
+    from matplotlib.lines import Line2D
+
+    top = ax.get_ylim()[1]
+    ax.set_ylim(top=top * 1.15)  # room above the tallest bar
+    for category, rank in ranks.items():
+        if category in order:
+            j = order.index(category)
+            ax.plot(j, top * 1.07, marker="*", color="black", markersize=9)
+            ax.annotate(f"#{rank}", (j, top * 1.07), xytext=(7, -3), textcoords="offset points", fontsize=8)
+    legend = ax.get_legend()
+    handles = list(legend.legend_handles) if legend else []
+    labels = [t.get_text() for t in legend.get_texts()] if legend else []
+    star = Line2D([], [], marker="*", color="black", linestyle="none", markersize=9)
+    ax.legend(handles + [star], labels + [label], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def no_data(what: str, figsize=(8, 1.6)):
+    """A placeholder figure saying what this results store lacks, so that figure numbers stay
+    the same whatever was measured (a GPU's store without ncu reports, say)."""
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.text(0.5, 0.5, f"Not measured in this results store: {what}", ha="center", va="center", fontsize=10)
+    ax.set_axis_off()
+    return fig
 
 
 def normalized_bars(norm: pd.DataFrame, ref: pd.DataFrame, order: list[str],
@@ -62,7 +120,8 @@ def normalized_bars(norm: pd.DataFrame, ref: pd.DataFrame, order: list[str],
     return fig
 
 
-def stacked_shares(shares: pd.DataFrame, index: list[str], column: str, title: str, top: int = 8, ax=None):
+def stacked_shares(shares: pd.DataFrame, index: list[str], column: str, title: str, top: int = 8, ax=None,
+                   xlabel: str = "share of kernel time (%)"):
     """Stacked 100 % bars: one bar per ``index`` combination, segments = ``column`` (top N + other)."""
     keep = shares.groupby(column)["share"].sum().nlargest(top).index
     s = shares.assign(**{column: shares[column].where(shares[column].isin(keep), "other (rest)")})
@@ -73,7 +132,7 @@ def stacked_shares(shares: pd.DataFrame, index: list[str], column: str, title: s
                    for i in table.index]
     table.plot.barh(stacked=True, ax=ax, width=0.75, color=colors(table.columns))
     ax.invert_yaxis()
-    ax.set_xlabel("share of kernel time (%)")
+    ax.set_xlabel(xlabel)
     ax.set_xlim(0, 100)
     ax.set_title(title)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
@@ -255,4 +314,50 @@ def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_
                 ax.set_title(title, fontsize=8)
             if j == 0:
                 ax.set_ylabel(f"{subject}\n{view}", fontsize=7)
+    return fig
+
+
+ROOF_STYLES = {"bf16 tensor": "-", "TF32 tensor": "--", "FP32": ":"}
+
+
+def roofline(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str]):
+    """One log-log panel per configuration (rows) and GPU (columns): every kernel with counted FLOPs
+    at (FLOP per DRAM byte, achieved TFLOP/s), its area its share of the report's kernel time and its
+    colour its category; lines: the GPU's measured roofs, min(ceiling, bandwidth × intensity)."""
+    import numpy as np
+
+    gpus = sorted(points["gpu_slug"].unique())
+    configs = [c for c in configs if c in set(points["config"].astype(str))]
+    fig, axes = plt.subplots(len(configs), len(gpus), figsize=(5.2 * len(gpus), 3.9 * len(configs)),
+                             squeeze=False, sharex=True, sharey=True)
+    intensity = np.logspace(-2, 4, 200)
+    shown = {}
+    for row, c in zip(axes, configs):
+        for ax, g in zip(row, gpus):
+            d = points[(points["gpu_slug"] == g) & (points["config"].astype(str) == c)]
+            drawn = d[(d["flops"] > 0) & d["intensity"].notna()]
+            for cat, part in drawn.groupby("category"):
+                shown[cat] = ax.scatter(part["intensity"], part["tflops"], s=5 + 1500 * part["share"], color=color(cat),
+                                        alpha=0.7, edgecolor="0.2", linewidth=0.3)
+            for _, r in roofs[roofs["gpu_slug"] == g].iterrows():
+                ax.plot(intensity, np.minimum(r["tflops"], r["dram_tbps"] * intensity), color="0.25", lw=0.9,
+                        ls=ROOF_STYLES.get(r["ceiling"], "-"))
+                ax.annotate(f"{r['ceiling']} {r['tflops']:.0f}", (intensity[-1], r["tflops"]), ha="right", va="bottom",
+                            fontsize=6.5)
+            bw = roofs.loc[roofs["gpu_slug"] == g, "dram_tbps"]
+            no_flops = d.loc[d["flops"] <= 0, "share"].sum()
+            ax.set_title(f"{gpu_name(g)} · {c}\n(no FLOPs counted: {100 * no_flops:.0f} % of the time"
+                         + (f"; DRAM {bw.iloc[0]:.2f} TB/s)" if len(bw) else ")"), fontsize=8.5)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_ylim(1e-3, 2e3)
+            ax.grid(True, which="major", lw=0.3, color="0.85")
+    for ax in axes[-1]:
+        ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("achieved TFLOP/s")
+    handles = [plt.Line2D([], [], marker="o", ls="none", color=color(cat)) for cat in shown]
+    fig.legend(handles, list(shown), loc="upper center", ncol=min(len(shown), 5), fontsize=7.5,
+               bbox_to_anchor=(0.5, 1.0), title="kernel category (area: share of kernel time)", title_fontsize=7.5)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig

@@ -55,6 +55,10 @@ KNOWN = [
     "baseline", "opt1", "opt2", "opt12", "pytorch-default", "bf16", "bf16-compile", "bf16-compile-tuned",
     "bf16-ndhwc", "bf16-ndhwc-sdpa", "fast",
 ]
+# Instruction classes (sass__inst_executed_per_opcode_category; Figs 4, 7, 9): a palette of their own.
+CLASS_COLORS = {"Floating Point": "#56B4E9", "Integer": "#E69F00", "Load/Store": "#009E73", "Control": "#CC79A7",
+                "Uniform Datapath": "#0072B2", "Movement": "#D55E00", "Predicate": "#F0E442",
+                "Conversion": "#999999", "Miscellaneous": "#5E5E5E"}
 OTHER_REST = "other (rest)"
 # GPUs keep their own colours (blue, vermillion, green), apart from the categories'.
 GPU_COLORS = {"H100 SXM 80GB": "#0072B2", "H200": "#D55E00", "2× H200": "#009E73",
@@ -83,6 +87,8 @@ def color(name: str) -> str:
         return "#D0D0D0"
     if gpu_name(name) in GPU_COLORS:
         return GPU_COLORS[gpu_name(name)]
+    if name in CLASS_COLORS:
+        return CLASS_COLORS[name]
     if name not in _assigned:
         palette = OKABE_ITO + EXTRA
         index = KNOWN.index(name) if name in KNOWN else len(KNOWN) + len([n for n in _assigned if n not in KNOWN])

@@ -9,9 +9,10 @@ import pandas as pd
 from ..config import CONFIGS, PAPER_CONFIGS
 from ..profiling import metrics as M
 from ..profiling import store
-from ..profiling.categories import PAPER_ABBREVIATIONS, category, short_name
+from ..profiling.categories import CATEGORY_PATTERNS, PAPER_ABBREVIATIONS, category, short_name
 from ..profiling.torchprof import PAPER_COUNT, PAPER_SKIP, kernels_only, window_coverage
 from . import paper
+from .present import gpu_name
 
 CONFIG_ORDER = list(CONFIGS)
 SCOPES = {"paper": "paper window (100 kernels)", "step": "whole step"}
@@ -445,3 +446,163 @@ def quality_slices(root: Path, gpu: str) -> pd.DataFrame | None:
     """``<gpu>/quality/slices.parquet`` (``sample_quality.orthogonal_slices``), or None."""
     path = Path(root) / gpu / "quality" / "slices.parquet"
     return pd.read_parquet(path) if path.exists() else None
+
+
+# --- the paper's numbers in the same axes as ours (issue 12) --------------------------------------
+
+INSTRUCTION_CLASS = {"fp_share_pct": "Floating Point", "int_share_pct": "Integer", "ls_share_pct": "Load/Store",
+                     "control_share_pct": "Control", "ud_share_pct": "Uniform Datapath"}
+
+
+def paper_label(row: pd.Series) -> str:
+    """'~78', '>70', '73–80': a paper value as the paper states it."""
+    q = "" if row.get("qualifier") in ("=", None) or pd.isna(row.get("qualifier")) else row["qualifier"]
+    high = row.get("value_high")
+    return f"{q}{row['value']:g}" + (f"–{high:g}" if pd.notna(high) else "")
+
+
+def subject_share(kernels: pd.DataFrame, subject: str, duration: str) -> float:
+    """The share of summed kernel time the paper's ``subject`` names: a category, categories joined
+    by '+', or else a kernel-name fragment (e.g. 'sm80_xmma_fprop_implicit_gemm'). ``kernels``: an
+    ncu table (column ``kernel``) or a torch.profiler one (``name``)."""
+    total = kernels[duration].sum()
+    parts = subject.split("+")
+    if set(parts) <= {name for name, _ in CATEGORY_PATTERNS} | {"other"}:
+        mask = kernels["category"].isin(parts)
+    else:
+        names = kernels["kernel"] if "kernel" in kernels else kernels["name"]  # ncu / torch.profiler tables
+        mask = names.str.contains(subject, regex=False)
+        if not mask.any():  # another GPU's kernel (e.g. V100's volta_scudnn): nothing to compare
+            return float("nan")
+    return float(kernels.loc[mask, duration].sum() / total) if total else float("nan")
+
+
+def _paper_rows(ref: pd.DataFrame, x) -> pd.DataFrame:
+    return ref.assign(x=ref.apply(x, axis=1), series=ref["gpu"] + " (paper)", label=ref.apply(paper_label, axis=1))[
+        ["x", "series", "value", "label"]]
+
+
+def kernel_shares_vs_paper(kernels: pd.DataFrame, figure: str, duration: str) -> pd.DataFrame:
+    """Figs 6 and 8: every kernel-share number of ``figure`` (``kernel_share_pct``) beside the same
+    subject's share in our ``kernels`` (columns gpu_slug, config, kernel, category), per GPU and
+    configuration. Long table: x ('<config>: <subject>'), series (GPU name or '<GPU> (paper)'), value (%)."""
+    ref = paper.values(figure=figure, metric="kernel_share_pct")
+    if ref.empty:
+        return pd.DataFrame(columns=["x", "series", "value", "label"])
+    key = lambda r: f"{r['config']}: {r['subject']}"  # noqa: E731
+    rows = []
+    for (g, c), k in (kernels.groupby(["gpu_slug", "config"], observed=True) if not kernels.empty else []):
+        for subject in ref.loc[ref["config"] == c, "subject"].unique():
+            rows.append({"x": f"{c}: {subject}", "series": gpu_name(g), "value": 100 * subject_share(k, subject, duration)})
+    ours = pd.DataFrame(rows, columns=["x", "series", "value"]).dropna(subset=["value"])
+    return pd.concat([ours, _paper_rows(ref, key)], ignore_index=True)
+
+
+def instruction_shares_vs_paper(kernels: pd.DataFrame, instructions: pd.DataFrame, figures: list[str],
+                                only_paper: bool = False) -> pd.DataFrame:
+    """Figs 4, 7 and 9: the paper's instruction-class shares of the dominant convolution beside the
+    class shares of the longest convolution in our ncu window (``metrics.dominant_instruction_mix``),
+    per GPU and configuration. Long table like ``kernel_shares_vs_paper``; x = '<config>: <class>',
+    every class we measured (``only_paper``: just those the paper gives a number for)."""
+    ref = paper.values(figure=figures)
+    ref = ref[ref["metric"].isin(list(INSTRUCTION_CLASS))].drop_duplicates(["gpu", "config", "metric"])
+    key = lambda r: f"{r['config']}: {INSTRUCTION_CLASS[r['metric']]}"  # noqa: E731
+    parts = [per_gpu(M.dominant_instruction_mix, kernels, instructions, config=c).assign(config=c)
+             for c in ref["config"].unique()]
+    mix = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else None
+    ours = (pd.DataFrame({"x": mix["config"] + ": " + mix["class"], "series": mix["gpu"].map(gpu_name),
+                          "value": 100 * mix["share"]}) if mix is not None
+            else pd.DataFrame(columns=["x", "series", "value"]))
+    theirs = _paper_rows(ref, key)
+    if only_paper:
+        ours = ours[ours["x"].isin(set(theirs["x"]))]
+    return pd.concat([ours, theirs], ignore_index=True)
+
+
+def dominant_cycles_vs_paper(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Fig 4 / §4.1: elapsed cycles of the longest kernel of each baseline window beside the paper's
+    dominant convolution on V100, A100 and H100."""
+    ref = paper.values(figure="Fig 4", metric="cycles")
+    base = kernels[kernels["config"] == "baseline"] if not kernels.empty else kernels
+    rows = [{"x": "dominant convolution", "series": gpu_name(g), "value": float(d.nlargest(1, "duration_ns")["cycles"].iloc[0])}
+            for g, d in (base.groupby("gpu_slug") if not base.empty else [])]
+    return pd.concat([pd.DataFrame(rows, columns=["x", "series", "value"]),
+                      _paper_rows(ref, lambda r: "dominant convolution")], ignore_index=True)
+
+
+# --- roofline (issue 9) ------------------------------------------------------------------------------
+
+CEILINGS = {"bf16 tensor": "bf16_matmul_tflops", "TF32 tensor": "tf32_matmul_tflops", "FP32": "fp32_matmul_tflops"}
+
+
+def ceilings(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Each GPU's measured roofs (``peaks.json``, ``bench.measure_peaks``): compute ceilings in
+    TFLOP/s (dense matmul in bf16, TF32 and FP32) and the DRAM bandwidth in TB/s (device copy)."""
+    peaks = store.load_json("peaks.json", root, gpus)
+    rows = [{"gpu_slug": g, "ceiling": name, "tflops": p[key], "dram_tbps": p["copy_gbps"] / 1e3}
+            for g, p in peaks.items() for name, key in CEILINGS.items() if key in p]
+    return pd.DataFrame(rows, columns=["gpu_slug", "ceiling", "tflops", "dram_tbps"])
+
+
+def roofline(root: Path, gpus: list[str], mode: str = "paper", configs: list[str] | None = None) -> pd.DataFrame:
+    """Every kernel of each ncu report (``mode``: 'paper' = the paper's 100-kernel window with the
+    full set, 'step' = a whole step with ``--step-set roofline``) as a roofline point
+    (``metrics.roofline_points``), per GPU and configuration; reports without DRAM counters are left out."""
+    k = ncu_kernels(root, gpus, mode)
+    if k.empty:
+        return k
+    if configs:
+        k = k[k["config"].isin(configs)]
+    parts = []
+    for _, d in k.groupby(["gpu_slug", "config"]):
+        try:
+            parts.append(M.roofline_points(d, ["gpu_slug", "config"]))
+        except ValueError:  # a report from a metric set without DRAM bytes
+            continue
+    return ordered(pd.concat(parts, ignore_index=True), ["gpu_slug", "config"]) if parts else pd.DataFrame()
+
+
+def roofline_summary(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU × configuration: kernels, the time share of kernels with no counted FLOPs (memory-only
+    work), the time share of kernels at half their roofline bound or more (bound = min(the measured
+    ceiling of the kernel's pipe, DRAM bandwidth × intensity)), and the window's achieved TFLOP/s."""
+    if points.empty or roofs.empty:
+        return pd.DataFrame()
+    out = []
+    for (g, c), d in points.groupby(["gpu_slug", "config"], observed=True):
+        r = roofs[roofs["gpu_slug"] == g].set_index("ceiling")
+        if r.empty:
+            continue
+        has = d[d["flops"] > 0]
+        bound = pd.concat([has["path"].map(r["tflops"]), r["dram_tbps"].iloc[0] * has["intensity"]], axis=1).min(axis=1)
+        out.append({"gpu_slug": g, "config": c, "kernels": len(d),
+                    "no_flops_share": d.loc[d["flops"] <= 0, "share"].sum(),
+                    "half_bound_share": has.loc[has["tflops"] >= 0.5 * bound, "share"].sum(),
+                    "window_tflops": d["flops"].sum() / (d["duration_ns"].sum() * 1e-9) / 1e12})
+    return pd.DataFrame(out)
+
+
+ROOF_HIGHLIGHTS = {"conv": "convolution/GEMM", "norm": "normalization", "copy": "copy"}
+
+
+def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """The longest kernel of each highlighted category (``ROOF_HIGHLIGHTS``) per GPU × configuration:
+    its achieved TFLOP/s against the ceiling of its pipe, and its DRAM TB/s against the bandwidth."""
+    rows = []
+    for (g, c), d in (points.groupby(["gpu_slug", "config"], observed=True) if not points.empty else []):
+        r = roofs[roofs["gpu_slug"] == g].set_index("ceiling")
+        if r.empty:
+            continue
+        for what, cat in ROOF_HIGHLIGHTS.items():
+            k = d[d["category"] == cat].nlargest(1, "duration_ns")
+            if k.empty:
+                continue
+            k = k.iloc[0]
+            rows.append({"gpu_slug": g, "config": c, "what": what, "kernel": k["short_name"], "share": k["share"],
+                         "tflops": k["tflops"], "roof_tflops": r.loc[k["path"], "tflops"],
+                         "dram_tbps": k["dram_tbps"], "bandwidth_tbps": r["dram_tbps"].iloc[0]})
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        out["compute_fraction"] = out["tflops"] / out["roof_tflops"]
+        out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
+    return out
