@@ -56,7 +56,7 @@ glue("ncu_gpus", ", ".join(gpu_name(g) for g in have) if have else "none")
 # split by instruction class (`sass__inst_executed_per_opcode_category`), and elapsed cycles
 # (`gpc__cycles_elapsed.max`).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-4", "caption": "Fig. 4 of the paper, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU ({glue:text}`ncu_gpus`); then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-4", "caption": "The paper's Fig. 4, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU ({glue:text}`ncu_gpus`); then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
 stacks = tables.per_gpu(M.ipc_stack, K, I, top=5)
 if stacks.empty:
     fig = plots.no_data("baseline ncu reports in paper mode")
@@ -102,7 +102,7 @@ table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instr
 # Compute attaches several rule estimates to one kernel; they overlap, so we take the **largest**
 # OPT-rule estimate per kernel (not their sum), then sum priorities per category.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-5", "caption": "Fig. 5 of the paper, measured: summed priority score (Eq. 1: kernel duration × the largest estimated speedup of its OPT rules) per kernel category over each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`). Stars: the paper's ranking of the categories (§4.1); it gives ranks, not values."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-5", "caption": "The paper's Fig. 5, measured: summed priority score (Eq. 1: kernel duration × the largest estimated speedup of its OPT rules) per kernel category over each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`). Stars: the paper's ranking of the categories (§4.1); it gives ranks, not values."}}
 prio = tables.per_gpu(M.priority_scores, K, R)
 ranks = paper.values(figure="Fig 5").set_index("subject")["value"].astype(int).to_dict()
 if prio.empty:
@@ -127,7 +127,7 @@ plots.finish(fig)
 # steady-state step (every kernel, from torch.profiler; see the end-to-end chapter for how little
 # of a step the window is).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-6", "caption": "Fig. 6 of the paper, measured: share of kernel time per category in the baseline, for the paper's 100-kernel window (ncu) and for every kernel of a whole steady-state step (torch.profiler), per GPU. Below: the share of the dominant convolution kernel in the window beside the paper's (hatched; §4.2: V100 ~80 %, A100 ~90 %, H100 ~78 %, each its own GPU's kernel)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-6", "caption": "The paper's Fig. 6, measured: share of kernel time per category in the baseline, for the paper's 100-kernel window (ncu) and for every kernel of a whole steady-state step (torch.profiler), per GPU. Below: the share of the dominant convolution kernel in the window beside the paper's (hatched; §4.2: V100 ~80 %, A100 ~90 %, H100 ~78 %, each its own GPU's kernel)."}}
 T = tables.torch_kernels(root, G, "step")
 parts = []
 if not base.empty:
@@ -156,7 +156,7 @@ for _, r in dom.iterrows():
 # %% [markdown]
 # ## Fig. 7 — instruction mix of the dominant kernel
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-7", "caption": "Fig. 7 of the paper, measured: instruction classes (sass__inst_executed_per_opcode_category) of the longest convolution in each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`), beside the paper's floating-point shares (hatched; §4.3: V100 > 50 %, H100 > 70 %)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-7", "caption": "The paper's Fig. 7, measured: instruction classes (sass__inst_executed_per_opcode_category) of the longest convolution in each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`), beside the paper's floating-point shares (hatched; §4.3: V100 > 50 %, H100 > 70 %)."}}
 imix = tables.instruction_shares_vs_paper(K, I, ["Fig 7"])
 if (~imix["series"].str.endswith("(paper)")).any():
     imix["x"] = imix["x"].str.removeprefix("baseline: ")

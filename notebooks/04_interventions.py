@@ -53,7 +53,7 @@ table(have)
 #
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-8", "caption": "Fig. 8 of the paper, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU ({glue:text}`torch_gpus`) and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-8", "caption": "The paper's Fig. 8, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU ({glue:text}`torch_gpus`) and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
 m8 = tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
 if m8.empty:
     fig = plots.no_data("torch.profiler step tables")
@@ -103,7 +103,7 @@ for _, r in norm.iterrows():
 norm_table = tables.scope_pivot(norm)
 table(norm_table, index=True)
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-norm", "caption": "§6.1 of the paper, measured: summed cycles, summed instructions and the geometric-mean IPC of each configuration divided by the baseline's on the same GPU, for the paper's 100-kernel window and for a whole step (ncu), beside the paper's ratios (hatched, §6.1). The line marks 1×."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-norm", "caption": "The paper's §6.1, measured: summed cycles, summed instructions and the geometric-mean IPC of each configuration divided by the baseline's on the same GPU, for the paper's 100-kernel window and for a whole step (ncu), beside the paper's ratios (hatched, §6.1). The line marks 1×."}}
 fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER) if not norm.empty else plots.no_data("ncu reports")
 plots.finish(fig)
 
@@ -139,7 +139,7 @@ plots.finish(fig)
 #
 # ## Fig. 9 — instruction mix per configuration
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-9", "caption": "Fig. 9 of the paper, measured: instruction classes (sass__inst_executed_per_opcode_category) of all kernels of the paper's 100-kernel window, per GPU and configuration (ncu, paper mode). Below: the class shares the paper reports for the dominant convolution (§6.1, hatched) beside the same classes of the longest convolution in our windows."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-9", "caption": "The paper's Fig. 9, measured: instruction classes (sass__inst_executed_per_opcode_category) of all kernels of the paper's 100-kernel window, per GPU and configuration (ncu, paper mode). Below: the class shares the paper reports for the dominant convolution (§6.1, hatched) beside the same classes of the longest convolution in our windows."}}
 I = store.load_table("ncu_paper_instructions", root, G)
 K = tables.ncu_kernels(root, G, "paper")
 if I.empty:
@@ -161,7 +161,7 @@ plots.finish(fig)
 # Kernel-duration-weighted means over the report's kernels (pipe utilizations, SM throughput, hit
 # rates, DRAM throughput, active warps), totals for stalls; relative values divide by baseline.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-10", "caption": "Fig. 10 of the paper, measured: tensor, FMA and ALU pipe utilization and SM throughput (% of peak), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.2)."}}
+# %% tags=["remove-cell"]
 def fig_metrics(metrics, figure, title, ylabel, relative=False):
     t = tables.metric_vs_paper(S, metrics, figure)
     if t.empty:
@@ -176,21 +176,40 @@ def fig_metrics(metrics, figure, title, ylabel, relative=False):
         plots.bars(data, "config", "value", m, ylabel, ax, order=[c for c in tables.CONFIG_ORDER if c in set(data["config"])])
     fig.suptitle(title)
     plots.finish(fig)
-    return table(t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]), 3, index=True)
+    return t
 
 
-fig_metrics(["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
+def metrics_table(t):
+    """The numbers behind a figure: ours and the paper's per GPU × configuration."""
+    if not t.empty:
+        return table(t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]), 3, index=True)
+
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-10", "caption": "The paper's Fig. 10, measured: tensor, FMA and ALU pipe utilization and SM throughput (% of peak), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.2)."}}
+t10 = fig_metrics(["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
             "Fig. 10 — pipe utilization and SM throughput", "% of peak")
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-11", "caption": "Fig. 11 of the paper, measured: L1 and L2 hit rates and DRAM throughput (%), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.3)."}}
-fig_metrics(["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11", "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%")
+# %% tags=["hide-input"]
+metrics_table(t10)
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-12", "caption": "Fig. 12 of the paper, measured: active warps per cycle, kernel-duration-weighted over the paper's 100-kernel window and divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.4)."}}
-fig_metrics(["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline", "× baseline")
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-11", "caption": "The paper's Fig. 11, measured: L1 and L2 hit rates and DRAM throughput (%), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.3)."}}
+t11 = fig_metrics(["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11", "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%")
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-13", "caption": "Fig. 13 of the paper, measured: long-scoreboard, math-pipe-throttle and branch-resolving warp stalls summed over the paper's 100-kernel window, divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.5)."}}
-fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"], "Fig 13",
-            "Fig. 13 — warp stalls relative to baseline", "× baseline")
+# %% tags=["hide-input"]
+metrics_table(t11)
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-12", "caption": "The paper's Fig. 12, measured: active warps per cycle, kernel-duration-weighted over the paper's 100-kernel window and divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.4)."}}
+t12 = fig_metrics(["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline", "× baseline")
+
+# %% tags=["hide-input"]
+metrics_table(t12)
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-13", "caption": "The paper's Fig. 13, measured: long-scoreboard, math-pipe-throttle and branch-resolving warp stalls summed over the paper's 100-kernel window, divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.5)."}}
+t13 = fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"], "Fig 13",
+                  "Fig. 13 — warp stalls relative to baseline", "× baseline")
+
+# %% tags=["hide-input"]
+metrics_table(t13)
 
 # %% [markdown]
 # Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter

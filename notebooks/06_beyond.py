@@ -267,6 +267,9 @@ if not SC.empty:
     for _, r in PR.iterrows():
         glue(f"{r['config']}_allreduce_ms", f"{r['allreduce_ms_per_step']:.1f}")
         glue(f"{r['config']}_exposed_ms", f"{r['exposed_ms_per_step']:.1f}")
+
+# %% tags=["hide-input"]
+if not SC.empty:
     display(table(SC[["machine", "config", "world_size", "step_ms_median", "volumes_per_s", "scaling_efficiency",
                       "allreduce_ms", "nccl"]], 3))
     display(table(PR, 2))

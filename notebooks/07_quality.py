@@ -59,14 +59,17 @@ TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200,
 SB = tables.sample_bench(root, G)  # 128³ rows
 if not SB.empty:
     plots.finish(plots.sampling(SB, TARGET_S))
-else:
-    plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)"))
     for _, r in SB.iterrows():
         glue(f"{r['gpu_slug']}_{r['config']}_{r['sampler']}_s", f"{r['s_per_volume_median']:.2f}")
     for _, r in tables.sampling_targets(SB, TARGET_S).iterrows():
         glue(f"{r['gpu_slug']}_fast_{r['sampler']}_verdict", "meets" if r["meets"] else "misses")
         glue(f"{r['gpu_slug']}_fast_{r['sampler']}_target", f"{r['target_s']:g}")
         glue(f"{r['gpu_slug']}_{r['sampler']}_fast_vs_opt1", f"{r['speedup_vs_reference']:.1f}")
+else:
+    plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)"))
+
+# %% tags=["hide-input"]
+if not SB.empty:
     display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median", "s_per_volume_min",
                       "s_per_volume_max", "peak_mem_gib"]], 3))
 
@@ -152,11 +155,14 @@ if not PV.empty:
     glue("p_steps", f"{int(b['steps']):,}")
     others = PV[PV["config"] != "baseline"]
     glue("p_inside", f"{int(others['inside_band'].sum())} of {len(others)}")
+    glue("p_range", f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
+    glue("p_gpu", gpu_name(QGPU))
 else:
     glue("p_steps", "—")
     plots.finish(plots.no_data("training-parity runs (quality/parity_*.csv)"))
-    glue("p_range", f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
-    glue("p_gpu", gpu_name(QGPU))
+
+# %% tags=["hide-input"]
+if not PV.empty:
     display(table(PV[["config", "seed", "steps", "loss_step0", "loss", "band_low", "band_high", "inside_band"]]
                   .rename(columns={"loss_step0": "held-out loss, step 0", "loss": "held-out loss, end",
                                    "band_low": "band, low", "band_high": "band, high",

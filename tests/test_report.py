@@ -323,14 +323,19 @@ def test_loss_band_sampling_targets_and_denoise_categories(tmp_path):
 def test_every_figure_has_a_numbered_caption():
     """A cell that draws a figure carries MyST-NB figure metadata (name + caption): the book numbers
     it and captions it; names are unique across the book."""
+    import re
+
     import jupytext
 
     names = []
     for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
         for cell in jupytext.read(nb).cells:
-            if cell.cell_type == "code" and "plots.finish(" in cell.source:
+            shown = "remove-cell" not in cell.metadata.get("tags", [])  # helpers defined in removed cells
+            if cell.cell_type == "code" and shown and "plots.finish(" in cell.source:
                 fig = cell.metadata.get("mystnb", {}).get("figure", {})
                 assert fig.get("name") and len(fig.get("caption", "")) > 60, (nb.name, cell.source[:60])
+                # MyST-NB wraps every output of the cell in the figure: tables belong in a cell of their own
+                assert not re.search(r"(?<![\w.])(display|table)\(", cell.source), (nb.name, fig["name"])
                 names.append(fig["name"])
     assert len(names) >= 20 and len(names) == len(set(names))
 

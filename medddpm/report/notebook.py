@@ -8,14 +8,14 @@ from typing import Any
 from ..io import atomic_path
 
 
-def glue(name: str, value: Any, display: bool = False) -> Any:
-    """myst-nb's glue where it is installed (the book quotes these values in prose), else a no-op."""
+def glue(name: str, value: Any, display: bool = False) -> None:
+    """myst-nb's glue where it is installed (the book quotes these values in prose), else a no-op.
+    Returns nothing, so that a glue call ending a figure's cell adds no output to the figure."""
     try:
         from myst_nb import glue as _glue
     except ImportError:  # e.g. a GPU machine running papermill without the book extras
-        return value
+        return
     _glue(name, value, display=display)
-    return value
 
 
 def execute(source: str | Path, target: str | Path, parameters: dict[str, Any] | None = None,
