@@ -37,7 +37,7 @@ from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
 from medddpm.report.notebook import glue
-from medddpm.report.present import colors, gpu_name, table
+from medddpm.report.present import colors, gpu_name, sci, table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, "baseline")
 K = tables.ncu_kernels(root, G, "paper")
@@ -71,7 +71,7 @@ else:
         ax.set_title(f"IPC stack of the five longest kernels, baseline, {gpu_name(g)}")
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
         top = stack.drop_duplicates("id").nlargest(1, "duration_ns").iloc[0]
-        glue(f"{g}_top_cycles", f"{top['cycles']:.3g}")
+        glue(f"{g}_top_cycles", sci(top["cycles"], 3))
         glue(f"{g}_top_ipc", f"{top['ipc']:.2f}")
     shares4 = tables.instruction_shares_vs_paper(K, I, ["Fig 4"])
     plots.bars(shares4, "x", "value", "Instruction classes of the dominant convolution, baseline",
@@ -84,7 +84,7 @@ plots.finish(fig)
 # %% tags=["remove-cell"]
 fig4 = paper.values(figure="Fig 4")
 h100_cycles = fig4[(fig4["gpu"] == "H100") & (fig4["metric"] == "cycles")]["value"].iloc[0]
-glue("paper_h100_dominant_cycles", f"{h100_cycles:.2g} cycles")
+glue("paper_h100_dominant_cycles", f"{sci(h100_cycles)} cycles")
 
 # %% [markdown]
 # The paper reports cycles of the *dominant* convolution on each GPU (H100: ~{glue:text}`paper_h100_dominant_cycles`) — a

@@ -38,7 +38,7 @@ from IPython.display import display
 from medddpm.report import plots, tables
 from medddpm.report.measure import prepare
 from medddpm.report.notebook import glue
-from medddpm.report.present import gpu_name, table
+from medddpm.report.present import gpu_name, sci, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
 QG = [g for g in G if (root / g / "quality").is_dir()]  # GPUs with quality results
@@ -117,7 +117,7 @@ if not A.empty:
     A = A[A["gpu_slug"] == QGPU]
     worst = A.groupby("config", sort=False)[["rel_l2", "max_abs"]].max()
     for c, r in worst.iterrows():
-        glue(f"q_{c}_rel", f"{r['rel_l2']:.1e}")
+        glue(f"q_{c}_rel", sci(r["rel_l2"]))
     glue("q_rms", f"{A['ref_rms'].min():.2f}–{A['ref_rms'].max():.2f}")
     display(table(A.pivot_table(index="config", columns="t", values="rel_l2", sort=False)
                   .rename(columns=lambda t: f"relative L2, t = {t}"), 6, index=True))

@@ -278,6 +278,11 @@ def test_tables_for_readers_have_no_index_nan_or_slugs():
     assert gpu_name("h200 (paper)") == "H200 (paper)" and gpu_name("unknown-gpu") == "unknown-gpu"
     assert color("fast") == color("fast") != color("opt1") and color("other (rest)") == "#D0D0D0"
     assert color("h200") == color("H200") != color("H100 SXM 80GB")
+    from medddpm.report.present import sci
+
+    assert sci(0.0013) == "1.3 × 10⁻³" and sci(8.2e8) == "8.2 × 10⁸" and sci(1.554e-05, 3) == "1.55 × 10⁻⁵"
+    tiny = table(pd.DataFrame({"rel_l2": [1.554e-05]}), 4)._repr_html_()
+    assert "10⁻⁵" in tiny and "e-05" not in tiny
 
 
 def test_every_chapter_is_executed_again_on_an_incremental_build():

@@ -100,6 +100,15 @@ def colors(names) -> list[str]:
     return [color(str(n)) for n in names]
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def sci(value: float, digits: int = 2) -> str:
+    """A number in scientific notation for readers: 1.3e-03 → '1.3 × 10⁻³' (``digits`` significant)."""
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPT)}"
+
+
 def _cell(value: Any, digits: int) -> str:
     if value is None or (isinstance(value, float) and value != value) or value is pd.NA or value is pd.NaT:
         return MISSING
@@ -110,7 +119,7 @@ def _cell(value: Any, digits: int) -> str:
     if isinstance(value, numbers.Real):
         v = float(value)
         if v != 0 and abs(v) < 10 ** -digits:
-            return f"{v:.{digits}g}"
+            return sci(v, digits)
         return f"{v:,.{digits}f}"
     return str(value)
 
