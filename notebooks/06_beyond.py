@@ -167,6 +167,8 @@ for _, r in tables.roofline_highlights(RP, RR).iterrows():
 big = RP[RP["category"] == "convolution/GEMM"].nlargest(1, "duration_ns") if not RP.empty else RP
 if not big.empty:
     glue("roof_conv_tflop", f"{big['flops'].iloc[0] / 1e12:.3f}")
+FT = tables.torch_kernels(root, G, "step", ["fast"])
+glue("fast_step_kernels", f"{FT.groupby('gpu_slug').size().max():,}" if not FT.empty else "—")
 glue("conv_formula_tflop", f"{2 * 128**3 * 64 * 64 * 27 / 1e12:.3f}")  # 64→64 channels, 3³ kernel, 128³ voxels
 
 # %% tags=["hide-input"]
@@ -193,7 +195,7 @@ if not RS.empty:
 # **`fast` under ncu.** A whole-step roofline of `fast` needs ncu's step mode with the DRAM and
 # FLOP counters (`medddpm profile --mode step --step-set roofline`). It did not fit a 10-minute
 # device run: with these counters ncu took 0.2–0.6 s a kernel (several counter passes each), so the
-# 1,627 kernels of a `fast` step, after Inductor's compilation under ncu, ran out of time, and one
+# {glue:text}`fast_step_kernels` kernels of a `fast` step, after Inductor's compilation under ncu, ran out of time, and one
 # attempt crashed in Inductor's compile workers (`data/results/h200/fast_path/roofline_attempts/`).
 #
 # ## Does the fast path compute the same model?
