@@ -13,7 +13,7 @@ import torch
 
 from .config import Knobs, ModelConfig
 from .errors import InputError
-from .runtime import env_info
+from .runtime import env_info, preserved_backend_flags, set_tf32
 from .engine import GRAPH_WARMUP
 from .workload import Workload
 
@@ -94,8 +94,6 @@ def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, re
     """The GPU's own ceilings, measured now: dense n×n×n matmul TFLOP/s in bf16, TF32 and true FP32
     (the compute roofs of the rungs' precisions) and device-to-device copy bandwidth in GB/s (bytes
     read + written), each the median of ``reps`` after warm-up."""
-    from .runtime import preserved_backend_flags, set_tf32
-
     if device.type != "cuda":
         raise InputError("measuring the GPU's peaks needs a CUDA device")
     timer = Timer(device)
@@ -125,5 +123,3 @@ def measure_peaks(device: torch.device, n: int = 8192, copy_gib: float = 2.0, re
     copy_ms = median_ms(lambda: dst.copy_(src))
     nbytes = 2 * src.numel() * 4
     return {**peaks, "copy_gbps": nbytes / (copy_ms * 1e-3) / 1e9, "copy_gib": copy_gib}
-
-

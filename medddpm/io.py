@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -60,8 +61,6 @@ def append_rows(path: str | Path, rows: list[dict[str, Any]], columns: list[str]
 def append_csv(path: str | os.PathLike, df, provenance: dict | None = None) -> None:
     """``append_rows`` for a DataFrame (its columns are the table's); with ``provenance``, write it
     beside the table as ``<name>.env.json``."""
-    import json
-
     path = Path(path)
     append_rows(path, df.to_dict("records"), list(df.columns), path.stem)
     if provenance is not None:

@@ -137,8 +137,8 @@ if not T.empty:
     parts.append(M.kernel_mix(tb, "category", "duration_us", ["gpu_slug"]).assign(scope="whole step"))
 if parts:
     mix6 = pd.concat(parts, ignore_index=True)
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 3.0 + 0.45 * mix6.groupby(["gpu_slug", "scope"]).ngroups + 3.2),
-                                  gridspec_kw={"height_ratios": [0.45 * mix6.groupby(["gpu_slug", "scope"]).ngroups + 1, 3]})
+    rows6 = mix6.groupby(["gpu_slug", "scope"]).ngroups
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * rows6 + 6.2), gridspec_kw={"height_ratios": [0.45 * rows6 + 1, 3]})
     plots.stacked_shares(mix6, ["gpu_slug", "scope"], "category", "Kernel mix, baseline", ax=ax)
     plots.bars(tables.kernel_shares_vs_paper(base, "Fig 6", "duration_ns"), "x", "value",
                "Share of the dominant convolution kernel, baseline window", "share of kernel time (%)", ax2)
@@ -157,13 +157,10 @@ for _, r in dom.iterrows():
 # ## Fig. 7 — instruction mix of the dominant kernel
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-7", "caption": "The paper's Fig. 7, measured: instruction classes (sass__inst_executed_per_opcode_category) of the longest convolution in each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`), beside the paper's floating-point shares (hatched; §4.3: V100 > 50 %, H100 > 70 %)."}}
-imix = tables.instruction_shares_vs_paper(K, I, ["Fig 7"])
-if (~imix["series"].str.endswith("(paper)")).any():
-    imix["x"] = imix["x"].str.removeprefix("baseline: ")
-    order7 = imix[~imix["series"].str.endswith("(paper)")].groupby("x")["value"].max().sort_values(ascending=False).index.tolist()
+if not (K.empty or I.empty):
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    plots.bars(imix, "x", "value", "Instruction classes of the dominant convolution, baseline",
-               "share of instructions (%)", ax, order=order7)
+    plots.bars(tables.instruction_shares_vs_paper(K, I, ["Fig 7"], by_config=False), "x", "value",
+               "Instruction classes of the dominant convolution, baseline", "share of instructions (%)", ax)
     plots.rotate_ticks(ax)
 else:
     fig = plots.no_data("instruction classes of baseline ncu reports in paper mode")

@@ -63,7 +63,6 @@ table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib"
 # %% tags=["hide-input"]
 FB = tables.bench(root, G, ["fast"], batch=None)
 if not FB.empty:
-    FB = FB.assign(volumes_per_s=1e3 * FB["batch"] / FB["step_ms_median"])
     table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3)
 
 # %% tags=["remove-cell"]

@@ -180,17 +180,14 @@ def roofline_points(kernels: pd.DataFrame, group: list[str] | None = None) -> pd
         raise ValueError("no DRAM byte counters in these kernels: profile with --mode step --step-set roofline")
     group = list(group or [])
     k = kernels[group + ["id", "short_name", "category", "duration_ns"]].copy()
-    ops = {n: counter(kernels, n) for n in TENSOR_OPS}
-    tensor = [c for c in ops.values() if c is not None]
-    fp32 = {n: counter(kernels, n) for n in FLOPS_PER_INST}
-    k["flops"] = sum(tensor) + sum(w * fp32[n] for n, w in FLOPS_PER_INST.items() if fp32[n] is not None)
-    k["fp32_counted"] = all(v is not None for v in fp32.values())
+    found = {n: counter(kernels, n) for n in (*TENSOR_OPS, *FLOPS_PER_INST)}
+    count = {n: 0.0 if c is None else c for n, c in found.items()}  # a counter not in the report: no FLOPs
+    k["flops"] = sum(count[n] for n in TENSOR_OPS) + sum(w * count[n] for n, w in FLOPS_PER_INST.items())
+    k["fp32_counted"] = all(found[n] is not None for n in FLOPS_PER_INST)
     # the pipe whose ceiling bounds the kernel: the tensor path it used, else the FP32 pipes
-    zero = pd.Series(0.0, index=kernels.index)
-    k["path"] = "FP32"
-    k.loc[(ops["tensor_ops_tf32"] if ops["tensor_ops_tf32"] is not None else zero) > 0, "path"] = "TF32 tensor"
-    half = sum(ops[n] for n in ("tensor_ops_bf16", "tensor_ops_fp16") if ops[n] is not None) if tensor else zero
-    k.loc[half > 0, "path"] = "bf16 tensor"
+    half = pd.Series(count["tensor_ops_bf16"] + count["tensor_ops_fp16"], index=kernels.index)
+    tf32 = pd.Series(count["tensor_ops_tf32"], index=kernels.index)
+    k["path"] = np.select([half > 0, tf32 > 0], ["bf16 tensor", "TF32 tensor"], "FP32")
     k["dram_bytes"] = read + write
     k["intensity"] = k["flops"] / k["dram_bytes"].where(k["dram_bytes"] > 0)
     seconds = k["duration_ns"] * 1e-9

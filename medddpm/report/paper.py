@@ -38,6 +38,25 @@ def table(name: str, root: str | Path | None = None) -> pd.DataFrame:
     return pd.read_csv(paper_dir(root) / f"{name}.csv", dtype=str)
 
 
+def label(row: pd.Series) -> str:
+    """A row of ``values`` as the paper states it: '~78', '>70', '~73–80', '0.42'."""
+    q = "" if row.get("qualifier") in ("=", None) or pd.isna(row.get("qualifier")) else row["qualifier"]
+    high = row.get("value_high")
+    return f"{q}{row['value']:g}" + (f"–{high:g}" if pd.notna(high) else "")
+
+
+PAPER_SUFFIX = " (paper)"  # a plotted series of the paper's values: '<GPU> (paper)'
+
+
+def as_series(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``values`` as a plotted series beside ours: ``series`` '<GPU> (paper)' and ``label``."""
+    return rows.assign(series=rows["gpu"] + PAPER_SUFFIX, label=rows.apply(label, axis=1) if len(rows) else [])
+
+
+def is_paper(series: str) -> bool:
+    return series.endswith(PAPER_SUFFIX)
+
+
 def paper_gpu(slug: str) -> str | None:
     """The paper's GPU our results folder corresponds to ('h100-80gb-hbm3' → 'H100'), if any."""
     m = re.match(r"^(v100|a100|h100)", slug.lower())

@@ -1,13 +1,16 @@
 """Plots for the book (matplotlib/seaborn). Measured bars are solid; the paper's reported values
-are hatched grey bars labelled "(paper)", so the two can never be confused."""
+are hatched bars in the same GPU's hue, labelled "(paper)" and with the value as the paper states
+it, so the two can never be confused."""
 from __future__ import annotations
 
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from . import paper
 from .present import color, colors, gpu_name
 
 DIFF_MAX = 0.05  # top of the colour scale of sample difference maps (intensity scale [-1, 1])
@@ -19,22 +22,8 @@ def with_paper(measured: pd.DataFrame, paper_rows: pd.DataFrame, x: str, value: 
     m = measured.assign(series=measured["gpu"].map(gpu_name), source="measured")[[x, "series", "source", value]]
     if paper_rows is None or paper_rows.empty:
         return m
-    p = paper_rows.assign(series=paper_rows["gpu"] + " (paper)", source="paper")
-    if "qualifier" in p:  # how the paper states it ('~0.42', '>80'), written on its bar
-        from .tables import paper_label
-
-        p = p.assign(label=p.apply(paper_label, axis=1))
-    p = p[[x, "series", "source", value] + (["label"] if "label" in p else [])]
+    p = paper.as_series(paper_rows).assign(source="paper")[[x, "series", "source", value, "label"]]
     return pd.concat([m, p], ignore_index=True)
-
-
-PAPER_GPU_COLORS = {"V100": "#56B4E9", "A100": "#CC79A7", "H100": "#0072B2"}  # as our GPUs' colours
-
-
-def series_color(series: str) -> str:
-    """A series' colour: a measured GPU's own, a paper GPU's (hatched where drawn) the same hue."""
-    base = series.removesuffix(" (paper)")
-    return PAPER_GPU_COLORS.get(base) or color(base)
 
 
 def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, order=None, log: bool = False):
@@ -43,7 +32,7 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
     a ``label`` column (e.g. '~78', '>70'). Missing combinations leave a gap, never a zero bar."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     order = list(order) if order is not None else list(dict.fromkeys(data[x]))
-    present = sorted(data["series"].unique(), key=lambda s: (s.endswith("(paper)"), s))
+    present = sorted(data["series"].unique(), key=lambda s: (paper.is_paper(s), s))
     width = 0.8 / max(len(present), 1)
     handles = []
     for i, series in enumerate(present):
@@ -51,8 +40,8 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
         xs = [j for j, key in enumerate(order) if key in rows.index and pd.notna(rows.loc[key, y])]
         vals = [rows.loc[order[j], y] for j in xs]
         offset = (i - (len(present) - 1) / 2) * width
-        paper_series = series.endswith("(paper)")
-        style = dict(PAPER_STYLE, facecolor=series_color(series)) if paper_series else {"color": series_color(series)}
+        paper_series = paper.is_paper(series)
+        style = dict(PAPER_STYLE, facecolor=color(series)) if paper_series else {"color": color(series)}
         drawn = ax.bar([j + offset for j in xs], vals, width, label=series, **style)
         handles.append(drawn)
         if paper_series and "label" in rows:
@@ -65,7 +54,7 @@ def bars(data: pd.DataFrame, x: str, y: str, title: str, ylabel: str, ax=None, o
         ax.set_yscale("log")
     ax.set_title(title)
     ax.set_ylabel(ylabel)
-    title_ = "measured GPU / (paper, hatched)" if any(p.endswith("(paper)") for p in present) else "measured GPU"
+    title_ = "measured GPU / (paper, hatched)" if any(map(paper.is_paper, present)) else "measured GPU"
     ax.legend(handles, present, title=title_, fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
@@ -324,8 +313,6 @@ def roofline(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str]):
     """One log-log panel per configuration (rows) and GPU (columns): every kernel with counted FLOPs
     at (FLOP per DRAM byte, achieved TFLOP/s), its area its share of the report's kernel time and its
     colour its category; lines: the GPU's measured roofs, min(ceiling, bandwidth × intensity)."""
-    import numpy as np
-
     gpus = sorted(points["gpu_slug"].unique())
     configs = [c for c in configs if c in set(points["config"].astype(str))]
     fig, axes = plt.subplots(len(configs), len(gpus), figsize=(5.2 * len(gpus), 3.9 * len(configs)),

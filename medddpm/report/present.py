@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from .paper import PAPER_SUFFIX
+
 GPU_NAMES = {
     "h100-80gb-hbm3": "H100 SXM 80GB",
     "h200": "H200",
@@ -63,6 +65,10 @@ OTHER_REST = "other (rest)"
 # GPUs keep their own colours (blue, vermillion, green), apart from the categories'.
 GPU_COLORS = {"H100 SXM 80GB": "#0072B2", "H200": "#D55E00", "2× H200": "#009E73",
               "A100 SXM4 40GB": "#CC79A7", "A100 SXM4 80GB": "#CC79A7", "V100 SXM2 32GB": "#56B4E9"}
+# The paper names its GPUs by family; each has the hue of our GPU of that family.
+GPU_COLORS.update({"H100": GPU_COLORS["H100 SXM 80GB"], "A100": GPU_COLORS["A100 SXM4 40GB"],
+                   "V100": GPU_COLORS["V100 SXM2 32GB"]})
+
 _assigned: dict[str, str] = {}
 
 
@@ -85,6 +91,7 @@ def color(name: str) -> str:
     within a build); 'other (rest)' is always light grey."""
     if name == OTHER_REST:
         return "#D0D0D0"
+    name = name.removesuffix(PAPER_SUFFIX)  # the paper's value of a series has the series' colour
     if gpu_name(name) in GPU_COLORS:
         return GPU_COLORS[gpu_name(name)]
     if name in CLASS_COLORS:

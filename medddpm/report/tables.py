@@ -52,8 +52,8 @@ def gpu_properties(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def bench(root: Path, gpus: list[str], configs: list[str] | None = None, batch: int | None = 1) -> pd.DataFrame:
-    """Step time, forward time and peak memory per GPU × configuration (``configs``, default all)
-    at ``batch`` volumes (None: every batch), in CONFIG_ORDER."""
+    """Step time, forward time, throughput (volumes/s) and peak memory per GPU × configuration
+    (``configs``, default all) at ``batch`` volumes (None: every batch), in CONFIG_ORDER."""
     b = store.load_bench(root, gpus)
     if b.empty:
         return b
@@ -62,6 +62,7 @@ def bench(root: Path, gpus: list[str], configs: list[str] | None = None, batch: 
     if batch is not None:
         b = b[b["batch"] == batch]
     b = b.copy()
+    b["volumes_per_s"] = 1e3 * b["batch"] / b["step_ms_median"]
     setup = ["gpu_slug", "model", "size", "batch"]  # a speed-up compares like with like
     base = b[b["config"] == "baseline"].set_index(setup)["step_ms_median"].rename("baseline_ms")
     b["speedup_vs_baseline"] = b.join(base, on=setup)["baseline_ms"] / b["step_ms_median"]
@@ -454,13 +455,6 @@ INSTRUCTION_CLASS = {"fp_share_pct": "Floating Point", "int_share_pct": "Integer
                      "control_share_pct": "Control", "ud_share_pct": "Uniform Datapath"}
 
 
-def paper_label(row: pd.Series) -> str:
-    """'~78', '>70', '73–80': a paper value as the paper states it."""
-    q = "" if row.get("qualifier") in ("=", None) or pd.isna(row.get("qualifier")) else row["qualifier"]
-    high = row.get("value_high")
-    return f"{q}{row['value']:g}" + (f"–{high:g}" if pd.notna(high) else "")
-
-
 def subject_share(kernels: pd.DataFrame, subject: str, duration: str) -> float:
     """The share of summed kernel time the paper's ``subject`` names: a category, categories joined
     by '+', or else a kernel-name fragment (e.g. 'sm80_xmma_fprop_implicit_gemm'). ``kernels``: an
@@ -478,8 +472,7 @@ def subject_share(kernels: pd.DataFrame, subject: str, duration: str) -> float:
 
 
 def _paper_rows(ref: pd.DataFrame, x) -> pd.DataFrame:
-    return ref.assign(x=ref.apply(x, axis=1), series=ref["gpu"] + " (paper)", label=ref.apply(paper_label, axis=1))[
-        ["x", "series", "value", "label"]]
+    return paper.as_series(ref.assign(x=ref.apply(x, axis=1)))[["x", "series", "value", "label"]]
 
 
 def kernel_shares_vs_paper(kernels: pd.DataFrame, figure: str, duration: str) -> pd.DataFrame:
@@ -499,21 +492,23 @@ def kernel_shares_vs_paper(kernels: pd.DataFrame, figure: str, duration: str) ->
 
 
 def instruction_shares_vs_paper(kernels: pd.DataFrame, instructions: pd.DataFrame, figures: list[str],
-                                only_paper: bool = False) -> pd.DataFrame:
+                                only_paper: bool = False, by_config: bool = True) -> pd.DataFrame:
     """Figs 4, 7 and 9: the paper's instruction-class shares of the dominant convolution beside the
-    class shares of the longest convolution in our ncu window (``metrics.dominant_instruction_mix``),
-    per GPU and configuration. Long table like ``kernel_shares_vs_paper``; x = '<config>: <class>',
-    every class we measured (``only_paper``: just those the paper gives a number for)."""
+    class shares of the dominant kernel of our ncu windows (``metrics.dominant_instruction_mix``: the
+    kernel function with the most time), per GPU and configuration. Long table like
+    ``kernel_shares_vs_paper``; x = '<config>: <class>' (``by_config``, else '<class>'), largest
+    measured first, every class we measured (``only_paper``: just those the paper gives a number for)."""
     ref = paper.values(figure=figures)
     ref = ref[ref["metric"].isin(list(INSTRUCTION_CLASS))].drop_duplicates(["gpu", "config", "metric"])
-    key = lambda r: f"{r['config']}: {INSTRUCTION_CLASS[r['metric']]}"  # noqa: E731
-    parts = [per_gpu(M.dominant_instruction_mix, kernels, instructions, config=c).assign(config=c)
-             for c in ref["config"].unique()]
-    mix = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else None
-    ours = (pd.DataFrame({"x": mix["config"] + ": " + mix["class"], "series": mix["gpu"].map(gpu_name),
-                          "value": 100 * mix["share"]}) if mix is not None
-            else pd.DataFrame(columns=["x", "series", "value"]))
-    theirs = _paper_rows(ref, key)
+
+    def key(config: str, cls: str) -> str:
+        return f"{config}: {cls}" if by_config else cls
+
+    rows = [{"x": key(c, r["class"]), "series": gpu_name(r["gpu"]), "value": 100 * r["share"]}
+            for c in ref["config"].unique()
+            for _, r in per_gpu(M.dominant_instruction_mix, kernels, instructions, config=c).iterrows()]
+    ours = pd.DataFrame(rows, columns=["x", "series", "value"])
+    theirs = _paper_rows(ref, lambda r: key(r["config"], INSTRUCTION_CLASS[r["metric"]]))
     if only_paper:
         ours = ours[ours["x"].isin(set(theirs["x"]))]
     return pd.concat([ours, theirs], ignore_index=True)
@@ -562,24 +557,29 @@ def roofline(root: Path, gpus: list[str], mode: str = "paper", configs: list[str
     return ordered(pd.concat(parts, ignore_index=True), ["gpu_slug", "config"]) if parts else pd.DataFrame()
 
 
+def with_roofs(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """``points`` (``roofline``) with each kernel's roofs on its GPU: the measured ceiling of its
+    pipe (``roof_tflops``), the DRAM bandwidth, and its bound min(ceiling, bandwidth × intensity);
+    kernels of a GPU without ``peaks.json`` are left out."""
+    r = roofs.rename(columns={"ceiling": "path", "tflops": "roof_tflops", "dram_tbps": "bandwidth_tbps"})
+    out = points.merge(r, on=["gpu_slug", "path"], how="inner")
+    out["bound_tflops"] = out[["roof_tflops"]].assign(bw=out["bandwidth_tbps"] * out["intensity"]).min(axis=1)
+    return ordered(out, ["gpu_slug", "config"])
+
+
 def roofline_summary(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
     """Per GPU × configuration: kernels, the time share of kernels with no counted FLOPs (memory-only
-    work), the time share of kernels at half their roofline bound or more (bound = min(the measured
-    ceiling of the kernel's pipe, DRAM bandwidth × intensity)), and the window's achieved TFLOP/s."""
+    work), the time share of kernels at half their roofline bound (``with_roofs``) or more, and the
+    window's achieved TFLOP/s."""
     if points.empty or roofs.empty:
         return pd.DataFrame()
-    out = []
-    for (g, c), d in points.groupby(["gpu_slug", "config"], observed=True):
-        r = roofs[roofs["gpu_slug"] == g].set_index("ceiling")
-        if r.empty:
-            continue
-        has = d[d["flops"] > 0]
-        bound = pd.concat([has["path"].map(r["tflops"]), r["dram_tbps"].iloc[0] * has["intensity"]], axis=1).min(axis=1)
-        out.append({"gpu_slug": g, "config": c, "kernels": len(d),
-                    "no_flops_share": d.loc[d["flops"] <= 0, "share"].sum(),
-                    "half_bound_share": has.loc[has["tflops"] >= 0.5 * bound, "share"].sum(),
-                    "window_tflops": d["flops"].sum() / (d["duration_ns"].sum() * 1e-9) / 1e12})
-    return pd.DataFrame(out)
+    k = with_roofs(points, roofs)
+    k["at_half_bound"] = (k["flops"] > 0) & (k["tflops"] >= 0.5 * k["bound_tflops"])
+    out = k.groupby(["gpu_slug", "config"], observed=True).apply(lambda d: pd.Series({
+        "kernels": len(d), "no_flops_share": d.loc[d["flops"] <= 0, "share"].sum(),
+        "half_bound_share": d.loc[d["at_half_bound"], "share"].sum(),
+        "window_tflops": d["flops"].sum() / (d["duration_ns"].sum() * 1e-9) / 1e12}), include_groups=False)
+    return out.reset_index()
 
 
 ROOF_HIGHLIGHTS = {"conv": "convolution/GEMM", "norm": "normalization", "copy": "copy"}
@@ -588,21 +588,13 @@ ROOF_HIGHLIGHTS = {"conv": "convolution/GEMM", "norm": "normalization", "copy": 
 def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
     """The longest kernel of each highlighted category (``ROOF_HIGHLIGHTS``) per GPU × configuration:
     its achieved TFLOP/s against the ceiling of its pipe, and its DRAM TB/s against the bandwidth."""
-    rows = []
-    for (g, c), d in (points.groupby(["gpu_slug", "config"], observed=True) if not points.empty else []):
-        r = roofs[roofs["gpu_slug"] == g].set_index("ceiling")
-        if r.empty:
-            continue
-        for what, cat in ROOF_HIGHLIGHTS.items():
-            k = d[d["category"] == cat].nlargest(1, "duration_ns")
-            if k.empty:
-                continue
-            k = k.iloc[0]
-            rows.append({"gpu_slug": g, "config": c, "what": what, "kernel": k["short_name"], "share": k["share"],
-                         "tflops": k["tflops"], "roof_tflops": r.loc[k["path"], "tflops"],
-                         "dram_tbps": k["dram_tbps"], "bandwidth_tbps": r["dram_tbps"].iloc[0]})
-    out = pd.DataFrame(rows)
-    if not out.empty:
-        out["compute_fraction"] = out["tflops"] / out["roof_tflops"]
-        out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
-    return out
+    if points.empty or roofs.empty:
+        return pd.DataFrame()
+    k = with_roofs(points, roofs)
+    k = k[k["category"].isin(ROOF_HIGHLIGHTS.values())]
+    top = k.sort_values("duration_ns", ascending=False).groupby(["gpu_slug", "config", "category"], observed=True).head(1)
+    out = top.assign(what=top["category"].map({c: w for w, c in ROOF_HIGHLIGHTS.items()}), kernel=top["short_name"])
+    out["compute_fraction"] = out["tflops"] / out["roof_tflops"]
+    out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
+    return out[["gpu_slug", "config", "what", "kernel", "share", "tflops", "roof_tflops", "dram_tbps", "bandwidth_tbps",
+                "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)
