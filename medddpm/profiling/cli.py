@@ -20,6 +20,11 @@ def _configs(text: str) -> list[str]:
     return names
 
 
+def _say_run(run: dict) -> None:
+    passes = f", {run['passes_min']}–{run['passes_max']} passes a kernel" if run["passes_max"] else ""
+    print(f"  {run['label']}: {run['kernels']} kernels in {run['seconds']:.0f} s{passes}", flush=True)
+
+
 def cmd_profile(a: argparse.Namespace) -> None:
     from ..config import model_preset
     from ..runtime import env_info, resolve_device
@@ -27,6 +32,8 @@ def cmd_profile(a: argparse.Namespace) -> None:
     from .store import check_one_setup, update_env
 
     configs = _configs(a.configs)
+    if a.split and a.mode != "step":
+        raise InputError("--split applies to step mode only (paper mode uses the paper's --set full)")
     model_preset(a.model).check_size((a.size,) * 3)
     out = Path(a.out)
     check_one_setup(out, a.model, a.size)
@@ -38,7 +45,7 @@ def cmd_profile(a: argparse.Namespace) -> None:
     for name in configs:
         t0 = time.time()
         meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout, a.replay, a.step_set,
-                             a.max_kernels)
+                              a.max_kernels, a.split, on_run=_say_run if a.split else None)
         update_env(out, commands={f"{a.mode}/{name}": meta["command"]}, knobs={name: meta["settings"]})
         passes = f", {meta['passes_min']}–{meta['passes_max']} passes a kernel" if meta["passes_max"] else ""
         print(f"{name}: {meta['kernels']} kernels profiled ({a.mode} mode{passes}) in {time.time() - t0:.0f} s "
@@ -110,6 +117,9 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
                    help="step mode: metric groups (lean: core+pipes; standard: +memory+stalls; full: +instruction classes; "
                         "roofline: core + DRAM bytes and FLOP counters)")
     s.add_argument("--max-kernels", type=int, help="step mode: profile only the first N kernels of the step")
+    s.add_argument("--split", action="store_true",
+                   help="step mode: one ncu run per metric group of --step-set, merged kernel by kernel (a group of "
+                        "one counter pass needs no kernel replay; --timeout applies to each run)")
     s.add_argument("--ncu", help="path to ncu (default: $NCU or ncu on PATH)")
     s.set_defaults(func=cmd_profile)
 
