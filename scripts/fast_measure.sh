@@ -8,8 +8,8 @@
 # agree (ε of every rung vs FP32 baseline) · loss (50 steps: baseline seeds 0-2, rungs seed 0) ·
 # train (medddpm train --config fast on 128³ phantom NIfTIs, timed) · kernels (torch.profiler
 # tables; KERNEL_CONFIGS=…) · probe (ncu's FLOP counters on known matmuls → roofline_probe.csv) ·
-# passes (counter passes per metric group → ncu_passes.csv; PASS_GROUPS=…) · roofline (ncu step mode, ROOF_SET=roofline,
-# one ncu run per metric group, one whole step per ROOF_CONFIGS=…; RUN_TIMEOUT=… per run) · autotune
+# passes (counter passes of roofline mode per FLOP path → ncu_passes.csv; PASS_PATHS=…) · roofline (ncu
+# roofline mode: one whole step per ROOF_CONFIGS=…, ROOF_LIMIT=… seconds each) · autotune
 # (bench of the max-autotune configurations; AUTOTUNE_SIZE=…). Each step has a time limit and a failure does not stop
 # the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
 set -uo pipefail
@@ -56,17 +56,17 @@ for stage in "$@"; do
       run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" --configs "${KERNEL_CONFIGS:-bf16-compile-tuned,fast}" \
         --warmup 4 --out "$OUT" ;;
     probe)
-      metrics=$($PY -c "from medddpm.profiling.ncu import step_metrics; print(','.join(step_metrics('roofline-fp32')))")
+      metrics=$($PY -c "from medddpm.profiling.ncu import roofline_metrics; print(','.join(roofline_metrics(['bf16', 'tf32', 'fp32'])))")
       tmp=$(mktemp -d)
       run 120 ncu --clock-control none --profile-from-start off --metrics "$metrics" --export "$tmp/probe" \
         $PY scripts/roofline_probe.py run
       ncu --import "$tmp/probe.ncu-rep" --csv --page raw --print-units base >"$tmp/raw.csv"
       run 60 $PY scripts/roofline_probe.py check "$tmp/raw.csv" "$OUT/roofline_probe.csv" ;;
     passes)
-      # counter passes ncu needs per kernel for each metric group (or set:NAME) on the probe's matmuls
-      echo "metrics,passes" >"$OUT/ncu_passes.csv"
-      for what in ${PASS_GROUPS:-dram tensor_bf16 tensor_tf32 fp32_flops set:roofline}; do
-        m=$($PY -c "from medddpm.profiling.ncu import step_metrics as s; w='$what'; print(','.join(s(w[4:]) if w[:4] == 'set:' else s('roofline-fp32', w)))")
+      # counter passes ncu needs per kernel for roofline mode's metrics of each FLOP path (or a+b)
+      echo "flop_paths,passes" >"$OUT/ncu_passes.csv"
+      for what in ${PASS_PATHS:-bf16 tf32 fp32}; do
+        m=$($PY -c "from medddpm.profiling.ncu import roofline_metrics as r; print(','.join(r('$what'.split('+'))))")
         echo "+ ncu --metrics $m roofline_probe.py run" >>"$OUT/commands.log"
         p=$(timeout 120 ncu --clock-control none --profile-from-start off --target-processes application-only --metrics "$m" \
           $PY scripts/roofline_probe.py run 2>&1 | grep -o '[0-9]* pass' | awk '{print $1}' | sort -n | uniq | paste -sd/)
@@ -74,11 +74,12 @@ for stage in "$@"; do
       done ;;
     roofline)
       # compile the fast configuration once outside ncu, so that under ncu Inductor reads its caches
-      run 200 $PY -m medddpm bench --model whole-head --size "$SIZE" --config fast --steps 2 --warmup 4
+      [[ " ${ROOF_CONFIGS:-fast opt1} " == *" fast "* ]] && \
+        run 200 $PY -m medddpm bench --model whole-head --size "$SIZE" --config fast --steps 2 --warmup 4
       for c in ${ROOF_CONFIGS:-fast opt1}; do
-        run "${ROOF_LIMIT:-400}" $PY -m medddpm profile --mode step --step-set "${ROOF_SET:-roofline}" --split --warmup 4 \
-          --size "$SIZE" --configs "$c" --gpu-label "$($PY -c "from medddpm.runtime import env_info; print(env_info()['gpu_slug'])")" \
-          --out "$OUT/ncu" --timeout "${RUN_TIMEOUT:-180}"
+        run "${ROOF_LIMIT:-400}" $PY -m medddpm profile --mode roofline --warmup 4 --size "$SIZE" --configs "$c" \
+          --gpu-label "$($PY -c "from medddpm.runtime import env_info; print(env_info()['gpu_slug'])")" --out "$OUT/ncu" \
+          --timeout $(( ${ROOF_LIMIT:-400} - 20 ))
       done ;;
     autotune)
       for c in ${AUTOTUNE_CONFIGS:-bf16-compile-max-autotune fast-max-autotune}; do

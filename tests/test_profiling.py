@@ -11,8 +11,9 @@ import pytest
 from medddpm.cli import main
 from medddpm.profiling import metrics as M
 from medddpm.profiling.categories import abbreviation, category, short_name
-from medddpm.profiling.ncu import (STEP_SETS, ProfilerError, align, check_output, merge_runs, ncu_command,
-                                   profile_config, progress, step_metrics)
+from medddpm.config import run_config
+from medddpm.profiling.ncu import (STEP_SETS, ProfilerError, check_output, flop_paths, ncu_command, profile_config,
+                                   progress, roofline_metrics, step_metrics)
 from medddpm.errors import InputError
 from medddpm.profiling.store import check_one_setup, gpus, load_bench, load_table, setups_held, update_env
 from medddpm.profiling.tidy import METRICS, nvtx_path, parse_raw, tidy, to_number
@@ -271,14 +272,23 @@ def test_step_sets_grow_and_carry_what_the_figures_need():
     assert "sass__inst_executed_per_opcode_category" in step_metrics("full")
     assert "sass__inst_executed_per_opcode_category" not in step_metrics("lean")
     assert {"gpu__time_duration.sum", "smsp__inst_executed.sum", "gpc__cycles_elapsed.max"} <= set(step_metrics("lean"))
-    assert set(STEP_SETS) == {"core", "lean", "standard", "full", "roofline", "roofline-bf16", "roofline-fp32"}
-    roof, roof32 = set(step_metrics("roofline")), set(step_metrics("roofline-fp32"))
-    assert {"dram__bytes_read.sum", "dram__bytes_write.sum", "sm__ops_path_tensor_src_bf16_dst_fp32.sum"} <= roof
-    assert set(step_metrics("core")) < roof < roof32  # the SASS-instrumented FP32 counters only in the larger one
-    assert set(step_metrics("roofline", "dram")) - set(step_metrics("core")) == {"dram__bytes_read.sum", "dram__bytes_write.sum"}
-    assert "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum" in roof32 - roof
+    assert set(STEP_SETS) == {"core", "lean", "standard", "full"}
     with pytest.raises(ValueError, match="--step-set"):
         step_metrics("everything")
+
+
+def test_roofline_mode_counts_the_pipe_of_each_configuration():
+    assert [flop_paths(run_config(c)) for c in ("baseline", "opt1", "opt12", "pytorch-default", "bf16", "fast")] == \
+        [("fp32",), ("tf32",), ("tf32",), ("tf32",), ("bf16",), ("bf16",)]
+    fast = set(roofline_metrics(["bf16"]))
+    assert {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+            "sm__ops_path_tensor_src_bf16_dst_fp32.sum"} <= fast
+    assert not any("tf32" in m or "sass" in m for m in fast)  # one path a run: one counter pass
+    assert "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum" in roofline_metrics(["fp32"])
+    cmd = " ".join(ncu_command("ncu", "roofline", Path("r"), ["python"], metrics=roofline_metrics(["tf32"])))
+    assert "--profile-from-start off" in cmd and "--target-processes application-only" in cmd and "tf32" in cmd
+    with pytest.raises(ValueError, match="FLOP paths"):
+        roofline_metrics(["fp8"])
 
 
 def test_progress_counts_kernels_and_passes():
@@ -339,87 +349,15 @@ echo '{{"config": "baseline", "settings": {{"tf32_conv": false}}}}'
     names = sorted(p.name for p in (out / "baseline").iterdir())
     assert "ncu_step_kernels.parquet" in names and "ncu_step_instructions.parquet" in names
     assert not list(out.glob(".ncu-*"))
+    # Roofline mode keeps its own tables beside step mode's, and records the counted pipe.
+    meta = profile_config(str(ncu), "roofline", "tiny", "baseline", 16, 1, out)
+    assert meta["flop_paths"] == ["fp32"] and "sass_thread_inst_executed_op_ffma" in meta["command"]
+    assert {"ncu_roofline_kernels.parquet", "ncu_step_kernels.parquet"} <= {p.name for p in (out / "baseline").iterdir()}
     # A leaner set afterwards: the instruction-class table of the earlier run must not linger.
     meta = profile_config(str(ncu), "step", "tiny", "baseline", 16, 1, out, step_set="lean")
     names = sorted(p.name for p in (out / "baseline").iterdir())
     assert meta["step_set"]["name"] == "lean" and "ncu_step_kernels.parquet" in names
     assert "ncu_step_instructions.parquet" not in names and "ncu_step_ncu_instances.csv.gz" not in names
-
-
-def _with_dram_column(src: Path, dst: Path, drop_id: int | None = None) -> None:
-    """The fixture's raw export plus a ``dram__bytes_read.sum`` column in Kbyte (1 Kbyte × (id + 1)),
-    optionally without one kernel: what a second, DRAM-only ncu run of the same step prints."""
-    import csv
-    import gzip
-    import io
-
-    rows = list(csv.reader(io.StringIO(gzip.open(src, "rt").read())))
-    out = [rows[0] + ["dram__bytes_read.sum"], rows[1] + ["Kbyte"]]
-    out += [r + [str(int(r[0]) + 1)] for r in rows[2:] if drop_id is None or int(r[0]) != drop_id]
-    buf = io.StringIO()
-    csv.writer(buf, quoting=csv.QUOTE_ALL).writerows(out)
-    with gzip.open(dst, "wt") as f:
-        f.write(buf.getvalue())
-
-
-def test_merge_runs_aligns_kernels_across_runs(tmp_path, tables):
-    _with_dram_column(FIX / "tiny_raw.csv.gz", tmp_path / "dram.csv.gz", drop_id=3)
-    other = {"kernels": parse_raw(tmp_path / "dram.csv.gz")}
-    # the other run also launched a kernel this one did not (another autotuner choice)
-    extra = other["kernels"].iloc[[0]].assign(kernel="void some_other_kernel()", id=99)
-    other["kernels"] = pd.concat([other["kernels"].iloc[:2], extra, other["kernels"].iloc[2:]], ignore_index=True)
-    base = {"kernels": tables["kernels"].assign(dram_read_bytes=np.nan), "rules": tables["rules"]}
-    assert len(align(base["kernels"], other["kernels"])) == 7
-    merged, matched = merge_runs([base, other])
-    k = merged["kernels"].set_index("id")
-    assert matched == [7] and len(k) == 8 and merged["rules"].equals(tables["rules"])
-    assert np.isnan(k.loc[3, "dram_read_bytes"])  # no run measured it: a gap, not a zero
-    assert k.drop(index=3)["dram_read_bytes"].tolist() == [1e3 * (i + 1) for i in k.drop(index=3).index]
-    assert (k["duration_ns"] == tables["kernels"].set_index("id")["duration_ns"]).all()  # base values kept
-    # instruction classes of a later run keep to their kernels
-    ins = tables["instructions"]
-    merged, _ = merge_runs([{"kernels": tables["kernels"]}, {"kernels": tables["kernels"].assign(id=lambda d: d["id"] + 100),
-                                                             "instructions": ins.assign(id=ins["id"] + 100)}])
-    assert merged["instructions"].sort_values(["id", "class"]).reset_index(drop=True).equals(
-        ins.sort_values(["id", "class"]).reset_index(drop=True))
-
-
-def test_split_profile_runs_one_ncu_per_group_and_merges(tmp_path):
-    _with_dram_column(FIX / "tiny_raw.csv.gz", tmp_path / "dram.csv.gz")
-    body = f'''
-if [ "$1" = "--import" ]; then
-  case "$*" in
-    *details*) zcat {FIX}/tiny_details.csv.gz;;
-    *report_dram*) zcat {tmp_path}/dram.csv.gz;;
-    *) zcat {FIX}/tiny_raw.csv.gz;;
-  esac
-  exit 0
-fi
-echo "$*" >> {tmp_path}/calls.txt
-while [ $# -gt 0 ]; do if [ "$1" = "--export" ]; then touch "$2.ncu-rep"; fi; shift; done
-echo '==PROF== Profiling "k" - 0: 0%....100% - 1 pass'
-echo '{{"config": "fast", "settings": {{"cuda_graphs": true}}}}'
-'''
-    ncu = _fake_ncu(tmp_path, body)
-    out = tmp_path / "res"
-    out.mkdir()
-    said = []
-    meta = profile_config(str(ncu), "step", "tiny", "fast", 16, 4, out, step_set="roofline-bf16", split=True,
-                          on_run=said.append)
-    assert [r["label"] for r in said] == ["fast (core run, 1 of 3)", "fast (dram run, 2 of 3)", "fast (tensor_bf16 run, 3 of 3)"]
-    calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert len(calls) == 3 and all("--target-processes application-only" in c for c in calls)
-    assert "dram__bytes_read.sum" in calls[1] and "gpu__time_duration.sum" not in calls[1]
-    assert [r["group"] for r in meta["runs"]] == ["core", "dram", "tensor_bf16"] and meta["split"]
-    assert [r["matched"] for r in meta["runs"]] == [8, 8, 8] and meta["passes_max"] == 1
-    k = pd.read_parquet(out / "fast" / "ncu_step_kernels.parquet")
-    assert k["dram_read_bytes"].notna().all() and k["duration_ns"].notna().all()
-    names = {p.name for p in (out / "fast").iterdir()}
-    assert {"ncu_step_ncu_raw_core.csv.gz", "ncu_step_ncu_raw_dram.csv.gz", "ncu_step_meta.json"} <= names
-    with pytest.raises(InputError, match="step mode only"):
-        profile_config(str(ncu), "paper", "tiny", "fast", 16, 4, out, split=True)
-    with pytest.raises(InputError, match="no group"):
-        step_metrics("core", "dram")
 
 
 def test_profile_cli_without_ncu(capsys, tmp_path, monkeypatch):

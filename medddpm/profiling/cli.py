@@ -20,11 +20,6 @@ def _configs(text: str) -> list[str]:
     return names
 
 
-def _say_run(run: dict) -> None:
-    passes = f", {run['passes_min']}–{run['passes_max']} passes a kernel" if run["passes_max"] else ""
-    print(f"  {run['label']}: {run['kernels']} kernels in {run['seconds']:.0f} s{passes}", flush=True)
-
-
 def cmd_profile(a: argparse.Namespace) -> None:
     from ..config import model_preset
     from ..runtime import env_info, resolve_device
@@ -32,8 +27,6 @@ def cmd_profile(a: argparse.Namespace) -> None:
     from .store import check_one_setup, update_env
 
     configs = _configs(a.configs)
-    if a.split and a.mode != "step":
-        raise InputError("--split applies to step mode only (paper mode uses the paper's --set full)")
     model_preset(a.model).check_size((a.size,) * 3)
     out = Path(a.out)
     check_one_setup(out, a.model, a.size)
@@ -45,7 +38,7 @@ def cmd_profile(a: argparse.Namespace) -> None:
     for name in configs:
         t0 = time.time()
         meta = profile_config(ncu, a.mode, a.model, name, a.size, a.warmup, out, a.timeout, a.replay, a.step_set,
-                              a.max_kernels, a.split, on_run=_say_run if a.split else None)
+                             a.max_kernels)
         update_env(out, commands={f"{a.mode}/{name}": meta["command"]}, knobs={name: meta["settings"]})
         passes = f", {meta['passes_min']}–{meta['passes_max']} passes a kernel" if meta["passes_max"] else ""
         print(f"{name}: {meta['kernels']} kernels profiled ({a.mode} mode{passes}) in {time.time() - t0:.0f} s "
@@ -100,7 +93,7 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
 
 def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
     from ..config import ALL_CONFIGS
-    from .ncu import DEFAULT_STEP_SET, STEP_SETS
+    from .ncu import DEFAULT_STEP_SET, MODES, STEP_SETS
 
     s = sub.add_parser("profile", help="Nsight Compute profiles of the workload, reduced to tables")
     s.add_argument("--gpu-label", required=True, help="name recorded in env.json, e.g. h200")
@@ -108,18 +101,16 @@ def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", required=True, help="results folder of this GPU, e.g. data/results/h200")
     s.add_argument("--size", type=int, default=128, help="side of the cubic volume")
     s.add_argument("--model", default="whole-head", help="model preset")
-    s.add_argument("--mode", default="step", choices=["paper", "step"],
-                   help="paper (the paper's ncu options) or step (one whole step)")
-    s.add_argument("--warmup", type=int, default=2, help="step mode: steps before the profiled one")
+    s.add_argument("--mode", default="step", choices=list(MODES),
+                   help="paper (the paper's ncu options), step (one whole step, --step-set metrics) or roofline "
+                        "(one whole step: time, DRAM bytes and the FLOPs of the configuration's tensor or FP32 path)")
+    s.add_argument("--warmup", type=int, default=2, help="step and roofline mode: steps before the profiled one")
     s.add_argument("--timeout", type=float, default=None, help="seconds per configuration before ncu is stopped")
-    s.add_argument("--replay", default="kernel", choices=["kernel", "application"], help="step mode: ncu replay mode")
+    s.add_argument("--replay", default="kernel", choices=["kernel", "application"],
+                   help="step and roofline mode: ncu replay mode")
     s.add_argument("--step-set", default=DEFAULT_STEP_SET, choices=sorted(STEP_SETS),
-                   help="step mode: metric groups (lean: core+pipes; standard: +memory+stalls; full: +instruction classes; "
-                        "roofline: core + DRAM bytes and FLOP counters)")
-    s.add_argument("--max-kernels", type=int, help="step mode: profile only the first N kernels of the step")
-    s.add_argument("--split", action="store_true",
-                   help="step mode: one ncu run per metric group of --step-set, merged kernel by kernel (a group of "
-                        "one counter pass needs no kernel replay; --timeout applies to each run)")
+                   help="step mode: metric groups (lean: core+pipes; standard: +memory+stalls; full: +instruction classes)")
+    s.add_argument("--max-kernels", type=int, help="step and roofline mode: profile only the first N kernels of the step")
     s.add_argument("--ncu", help="path to ncu (default: $NCU or ncu on PATH)")
     s.set_defaults(func=cmd_profile)
 
