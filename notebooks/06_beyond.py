@@ -128,18 +128,121 @@ if not T.empty:
 # ## The roofline
 #
 # Every kernel as a point: FLOPs over DRAM bytes (arithmetic intensity) against the FLOP/s it
-# reached, under the roofs of the same GPU measured in the same session (`peaks.json`: dense
-# matmuls in bf16, TF32 and FP32, and a device-to-device copy for the DRAM bandwidth). FLOPs are
-# ncu's tensor-path operation counters plus 2 × FFMA + FADD + FMUL thread instructions
+# reached, under the roofs of the same GPU (`peaks.json`: dense matmuls in bf16, TF32 and FP32,
+# and a device-to-device copy for the DRAM bandwidth). FLOPs are ncu's tensor-path operation
+# counters plus 2 × FFMA + FADD + FMUL thread instructions
 # (`medddpm.profiling.metrics.roofline_points`); one tensor-path operation is one FLOP, checked on
 # matmuls of known size (`scripts/roofline_probe.py`, `roofline_probe.csv`:
-# {glue:text}`probe_ratio`× the 2n³ FLOPs on the H100). The points come from the paper-mode
-# reports (the paper's 100-kernel window with `--set full`, which records these counters), so
-# they cover the paper's configurations; `fast` has no ncu report yet (see below).
+# {glue:text}`probe_ratio`× the 2n³ FLOPs on the H100).
+#
+# The points of a whole step come from ncu's roofline mode (`medddpm profile --mode roofline`):
+# every kernel of one steady training step with its time, its DRAM bytes and the FLOP counter of
+# the one pipe its configuration computes on: bf16 tensor ops for `fast`, TF32 tensor ops for
+# `opt1`, the FP32 pipes for `baseline`. One pipe per run keeps the run at
+# {glue:text}`passes_tensor` counter pass a kernel for the tensor paths
+# ({glue:text}`passes_fp32` for the SASS-instrumented FP32 counters; `fast_path/ncu_passes.csv`):
+# with more passes ncu replays each kernel and restores the device memory before every pass, and
+# the {glue:text}`fast_step_kernels` kernels of a `fast` step no longer fit a 10-minute run. A
+# kernel whose pipe is not the configuration's (an FP32 elementwise kernel in `fast`) counts no
+# FLOPs and is bound by its bytes.
+
+# %% tags=["remove-cell"]
+RR = tables.ceilings(root, G)
+RW = tables.roofline(root, G, "roofline")
+glue("roof_step_gpus", ", ".join(gpu_name(g) for g in sorted(RW["gpu_slug"].unique())) if not RW.empty else "none")
+passes = tables.results_csv(root, G, "fast_path/ncu_passes")
+by_path = passes.groupby("flop_paths")["passes"].max() if not passes.empty else {}
+glue("passes_tensor", f"{by_path['bf16']}" if "bf16" in by_path else "—")
+glue("passes_fp32", f"{by_path['fp32']}" if "fp32" in by_path else "—")
+glue("fast_step_kernels", f"{RW.loc[RW['config'] == 'fast'].groupby('gpu_slug').size().max():,}"
+     if not RW.empty and (RW["config"] == "fast").any() else "—")
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-roofline-step", "caption": "Roofline of a whole training step (ncu roofline mode: every kernel of one steady step, 128³, batch 1) for `baseline`, `opt1` and `fast`, per GPU ({glue:text}`roof_step_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the step's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
+if RW.empty or RR.empty:
+    fig = plots.no_data("ncu roofline-mode reports and the GPU's peaks.json")
+else:
+    fig = plots.roofline(RW, RR, ["baseline", "opt1", "fast"])
+plots.finish(fig)
+
+# %% tags=["remove-cell"]
+CONV_KINDS = {"wgrad": "weight gradient", "dgrad": "data gradient", "fprop": "forward convolution"}
+RWS = tables.roofline_summary(RW, RR)
+for _, r in RWS.iterrows():
+    key = f"step_{r['gpu_slug']}_{r['config']}"
+    glue(f"{key}_no_flops_share", f"{100 * r['no_flops_share']:.0f} %")
+    glue(f"{key}_half_bound_share", f"{100 * r['half_bound_share']:.0f} %")
+    glue(f"{key}_tflops", f"{r['window_tflops']:.0f}")
+for _, r in tables.roofline_highlights(RW, RR).iterrows():
+    key = f"step_{r['gpu_slug']}_{r['config']}_{r['what']}"
+    glue(f"{key}_kind", next((kind for part, kind in CONV_KINDS.items() if part in r["kernel"]), "convolution"))
+    glue(f"{key}_tflops", f"{r['tflops']:.1f}")
+    glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
+    glue(f"{key}_share", f"{100 * r['share']:.1f} %")
+NS = tables.normalized_scopes(root, G)
+for _, r in NS[(NS["config"] == "fast") & (NS["mode"] == "step")].iterrows() if not NS.empty else []:
+    glue(f"ncu_{r['gpu']}_fast_{r['metric']}", f"{r['measured']:.2f}")
+GAP = tables.roofline_gap(RW, RR)
+for (g, c), d in GAP.groupby(["gpu_slug", "config"], observed=True):
+    key = f"step_{g}_{c}"
+    glue(f"{key}_time_ms", f"{d['time_ms'].sum():.1f}")
+    glue(f"{key}_bound_ms", f"{d['bound_ms'].sum():.1f}")
+    glue(f"{key}_gap_ms", f"{d['gap_ms'].sum():.1f}")
+    for _, r in d.iterrows():
+        cat = r["category"].split("/")[0].replace(" ", "_")
+        glue(f"{key}_{cat}_gap_ms", f"{r['gap_ms']:.1f}")
+        glue(f"{key}_{cat}_gap_pct", f"{100 * r['gap_share']:.0f} %")
+        glue(f"{key}_{cat}_bound_pct", f"{100 * r['bound_ms'] / r['time_ms']:.0f} %")
+
+# %% tags=["hide-input"]
+if not RWS.empty:
+    table(RWS.rename(columns={"kernels": "kernels in step", "no_flops_share": "time with no FLOPs",
+                              "half_bound_share": "time at ≥ half the bound", "window_tflops": "step TFLOP/s (counted)"}), 2)
+
+# %% [markdown]
+# How far each kind of kernel is from its own roofline bound in `fast`: the kernel time, the time
+# the same FLOPs and DRAM bytes would take at the roofs (each kernel at its pipe's ceiling or at
+# the DRAM bandwidth, whichever is slower), and the difference:
+
+# %% tags=["hide-input"]
+if not GAP.empty:
+    table(GAP[GAP["config"] == "fast"].rename(columns={"time_ms": "kernel ms", "bound_ms": "at the roofline (ms)",
+                                                       "gap_ms": "above it (ms)", "gap_share": "share of the gap"}), 2)
+
+# %% [markdown]
+# On the H200 the `fast` step spends {glue:text}`step_h200_fast_time_ms` ms in kernels, against
+# {glue:text}`step_h200_fast_bound_ms` ms if every kernel ran at its roofline bound with the DRAM
+# traffic and FLOPs it has now. The 50 ms target is therefore not beyond the hardware for this
+# traffic; what stands between is {glue:text}`step_h200_fast_gap_ms` ms above the bounds, and
+# {glue:text}`step_h200_fast_convolution_gap_pct` of it
+# ({glue:text}`step_h200_fast_convolution_gap_ms` ms) lies in the convolutions. The Triton kernels
+# of the fused NDHWC GroupNorm and the elementwise tails already run at
+# {glue:text}`step_h200_fast_Triton_pointwise_bound_pct` (pointwise) and
+# {glue:text}`step_h200_fast_Triton_reduction_bound_pct` (reductions) of their bandwidth bound:
+# they have little left to gain from better kernels, only from moving fewer bytes (fusing the
+# normalization into the convolutions' prologues and epilogues). The longest convolution kernel of
+# the step is a {glue:text}`step_h200_fast_conv_kind` at {glue:text}`step_h200_fast_conv_tflops`
+# TFLOP/s, {glue:text}`step_h200_fast_conv_compute_pct` of the bf16 roof
+# ({glue:text}`step_h200_fast_conv_share` of the step). In the FP32 baseline the longest kernel is a
+# {glue:text}`step_h200_baseline_conv_kind` too, at {glue:text}`step_h200_baseline_conv_tflops`
+# TFLOP/s ({glue:text}`step_h200_baseline_conv_compute_pct` of the FP32 roof,
+# {glue:text}`step_h200_baseline_conv_share` of the step). The paper's 100-kernel window (below)
+# holds {glue:text}`window_grad_kernels` gradient convolutions, so it cannot see these. On the H100 `fast` is
+# {glue:text}`step_h100-80gb-hbm3_fast_time_ms` ms of kernels against a bound of
+# {glue:text}`step_h100-80gb-hbm3_fast_bound_ms` ms.
+#
+# **`fast` in the paper's metrics.** Profiled like the paper's configurations over a whole step
+# (ncu step mode, the one-pass `core` set), `fast` on the H200 executes
+# {glue:text}`ncu_h200_fast_instructions`× the FP32 baseline's instructions in
+# {glue:text}`ncu_h200_fast_cycles`× its cycles, at {glue:text}`ncu_h200_fast_ipc`× its
+# geometric-mean IPC (H100: {glue:text}`ncu_h100-80gb-hbm3_fast_instructions`×,
+# {glue:text}`ncu_h100-80gb-hbm3_fast_cycles`×, {glue:text}`ncu_h100-80gb-hbm3_fast_ipc`×). The
+# §6.1 figure of {doc}`04_interventions` draws these beside `opt1`, `opt2` and `opt12`.
+#
+# **The paper's window.** The paper-mode reports (its 100-kernel window with `--set full`, which
+# records the same counters) give the same view for the paper's configurations, `opt12` included:
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-roofline", "caption": "Roofline of the paper's 100-kernel window (ncu, full set) for `baseline`, `opt1` and `opt12`, per GPU ({glue:text}`roof_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the window's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
 RP = tables.roofline(root, G, "paper")
-RR = tables.ceilings(root, G)
 glue("roof_gpus", ", ".join(gpu_name(g) for g in sorted(RP["gpu_slug"].unique())) if not RP.empty else "none")
 if RP.empty or RR.empty:
     fig = plots.no_data("ncu reports with DRAM counters and the GPU's peaks.json")
@@ -163,11 +266,10 @@ for _, r in tables.roofline_highlights(RP, RR).iterrows():
     glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
     glue(f"{key}_tbps", f"{r['dram_tbps']:.2f}")
     glue(f"{key}_bw_pct", f"{100 * r['bandwidth_fraction']:.0f} %")
+glue("window_grad_kernels", f"{RP['short_name'].str.contains('wgrad|dgrad').sum():,}" if not RP.empty else "—")
 big = RP[RP["category"] == "convolution/GEMM"].nlargest(1, "duration_ns") if not RP.empty else RP
 if not big.empty:
     glue("roof_conv_tflop", f"{big['flops'].iloc[0] / 1e12:.3f}")
-FT = tables.torch_kernels(root, G, "step", ["fast"])
-glue("fast_step_kernels", f"{FT.groupby('gpu_slug').size().max():,}" if not FT.empty else "—")
 glue("conv_formula_tflop", f"{2 * 128**3 * 64 * 64 * 27 / 1e12:.3f}")  # 64→64 channels, 3³ kernel, 128³ voxels
 
 # %% tags=["hide-input"]
@@ -190,12 +292,6 @@ if not RS.empty:
 # of the ladder take. In `opt12`, {glue:text}`h200_opt12_no_flops_share` of the
 # window's time on the H200 goes to kernels with no FLOPs at all: the layout copies channels-last
 # pays for, which run at {glue:text}`h200_opt12_copy_bw_pct` of the DRAM bandwidth.
-#
-# **`fast` under ncu.** A whole-step roofline of `fast` needs ncu's step mode with the DRAM and
-# FLOP counters (`medddpm profile --mode step --step-set roofline`). It did not fit a 10-minute
-# device run: with these counters ncu took 0.2–0.6 s a kernel (several counter passes each), so the
-# {glue:text}`fast_step_kernels` kernels of a `fast` step, after Inductor's compilation under ncu, ran out of time, and one
-# attempt crashed in Inductor's compile workers (`data/results/h200/fast_path/roofline_attempts/`).
 #
 # ## Does the fast path compute the same model?
 #

@@ -391,6 +391,33 @@ def test_roofline_tables_from_the_committed_store():
     assert (H["compute_fraction"] <= 1.05).all()
 
 
+def test_whole_step_roofline_counts_the_model_and_its_gap_to_the_roofs():
+    """ncu roofline mode (one steady 128³ step, the configuration's own FLOP pipe): counted FLOPs
+    against the model's analytic 3 × forward FLOPs, and the time above the roofline bound."""
+    from medddpm.config import model_preset
+    from medddpm.summary import summarize
+
+    G = ["h200", "h100-80gb-hbm3"]
+    P, R = tables.roofline(RESULTS, G, "roofline"), tables.ceilings(RESULTS, G)
+    assert {(g, c) for g, c in P[["gpu_slug", "config"]].astype(str).drop_duplicates().itertuples(index=False)} == \
+        {(g, c) for g in G for c in ("baseline", "opt1", "fast")}
+    step = 3 * summarize(model_preset("whole-head"), (128, 128, 128))["forward_flops"]
+    counted = P.groupby(["gpu_slug", "config"], observed=True)["flops"].sum() / step
+    # FP32, TF32 and bf16 counters each find the step's maths: 3 × forward (backward = data + weight
+    # gradients) plus tile padding and (FP32 baseline) the elementwise FLOPs, never less
+    assert counted.between(0.98, 1.15).all(), counted
+    paths = P.groupby("config", observed=True)["path"].agg(lambda s: set(s) - {"FP32"})
+    assert paths["fast"] == {"bf16 tensor"} and paths["opt1"] == {"TF32 tensor"} and paths["baseline"] == set()
+    gap = tables.roofline_gap(P, R)
+    assert np.allclose(gap["time_ms"], gap["bound_ms"] + gap["gap_ms"])
+    assert np.allclose(gap.groupby(["gpu_slug", "config"], observed=True)["gap_share"].sum(), 1)
+    per = gap.groupby(["gpu_slug", "config"], observed=True)[["time_ms", "bound_ms"]].sum()
+    assert (per["bound_ms"] < per["time_ms"]).all()
+    assert per.loc[("h200", "fast"), "time_ms"] == pytest.approx(P[(P["gpu_slug"] == "h200") & (P["config"] == "fast")]
+                                                                 ["duration_ns"].sum() / 1e6)
+    assert tables.roofline_gap(P.iloc[:0], R).empty
+
+
 def test_plots_draw_paper_values_hatched_with_gaps(tmp_path):
     import matplotlib
 

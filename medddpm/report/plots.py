@@ -161,7 +161,10 @@ def unet_diagram(summary: dict, ax=None):
 
 
 def finish(fig=None) -> None:
-    (fig or plt.gcf()).tight_layout()
+    """Lay the figure out (unless it carries its own layout engine) and show it."""
+    fig = fig or plt.gcf()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     plt.show()
 
 
@@ -346,5 +349,6 @@ def roofline(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str]):
     handles = [plt.Line2D([], [], marker="o", ls="none", color=color(cat)) for cat in shown]
     fig.legend(handles, list(shown), loc="upper center", ncol=min(len(shown), 5), fontsize=7.5,
                bbox_to_anchor=(0.5, 1.0), title="kernel category (area: share of kernel time)", title_fontsize=7.5)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    legend_in = 0.25 + 0.16 * -(-len(shown) // 5)  # title + rows of five entries, in inches
+    fig.set_layout_engine("tight", rect=(0, 0, 1, 1 - legend_in / fig.get_figheight()))  # room for the legend
     return fig

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..config import CONFIGS, PAPER_CONFIGS
@@ -541,7 +542,7 @@ def ceilings(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 def roofline(root: Path, gpus: list[str], mode: str = "paper", configs: list[str] | None = None) -> pd.DataFrame:
     """Every kernel of each ncu report (``mode``: 'paper' = the paper's 100-kernel window with the
-    full set, 'step' = a whole step with ``--step-set roofline``) as a roofline point
+    full set, 'roofline' = a whole step, ``medddpm profile --mode roofline``) as a roofline point
     (``metrics.roofline_points``), per GPU and configuration; reports without DRAM counters are left out."""
     k = ncu_kernels(root, gpus, mode)
     if k.empty:
@@ -580,6 +581,22 @@ def roofline_summary(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
         "half_bound_share": d.loc[d["at_half_bound"], "share"].sum(),
         "window_tflops": d["flops"].sum() / (d["duration_ns"].sum() * 1e-9) / 1e12}), include_groups=False)
     return out.reset_index()
+
+
+def roofline_gap(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """Where a report's time lies above the roofline, per GPU × configuration × category: the kernel
+    time, the time at the roofline bound (each kernel's FLOPs at the ceiling of its pipe or its DRAM
+    bytes at the bandwidth, whichever takes longer) and the difference, in ms, with the share of
+    the report's whole gap. Kernels without counted FLOPs are bound by their bytes alone."""
+    if points.empty or roofs.empty:
+        return pd.DataFrame()
+    k = with_roofs(points, roofs)
+    k["time_ms"] = k["duration_ns"] / 1e6
+    k["bound_ms"] = np.maximum(k["flops"] / (k["roof_tflops"] * 1e12), k["dram_bytes"] / (k["bandwidth_tbps"] * 1e12)) * 1e3
+    out = k.groupby(["gpu_slug", "config", "category"], observed=True)[["time_ms", "bound_ms"]].sum().reset_index()
+    out["gap_ms"] = out["time_ms"] - out["bound_ms"]
+    out["gap_share"] = out["gap_ms"] / out.groupby(["gpu_slug", "config"], observed=True)["gap_ms"].transform("sum")
+    return out.sort_values(["gpu_slug", "config", "gap_ms"], ascending=[True, True, False]).reset_index(drop=True)
 
 
 ROOF_HIGHLIGHTS = {"conv": "convolution/GEMM", "norm": "normalization", "copy": "copy"}
