@@ -155,6 +155,7 @@ class Knobs:
     channels_last: bool = False  # model and inputs in torch.channels_last_3d (paper Alg. 2)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast around forward + loss
     cudnn_benchmark: bool | None = False  # cuDNN autotuner; None = leave PyTorch's default
+    cudnn_benchmark_limit: int | None = None  # algorithms the autotuner times per convolution; 0 = all; None = PyTorch's (10)
     compile: bool = False  # torch.compile the model
     compile_mode: str = "default"  # torch.compile mode, one of COMPILE_MODES (used when compile)
     checkpoint_attention: bool = True  # recompute attention in backward (reference behaviour)
@@ -169,6 +170,11 @@ class Knobs:
             raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        if self.cudnn_benchmark_limit is not None and (isinstance(self.cudnn_benchmark_limit, bool)
+                                                       or not isinstance(self.cudnn_benchmark_limit, int)
+                                                       or self.cudnn_benchmark_limit < 0):
+            raise ValueError(f"cudnn_benchmark_limit must be an integer ≥ 0 (0 = every algorithm) or None, "
+                             f"got {self.cudnn_benchmark_limit!r}")
         if self.data_cache not in DATA_CACHES:
             raise ValueError(f"data_cache must be one of {DATA_CACHES}, got {self.data_cache!r}")
         if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
@@ -208,10 +214,13 @@ LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPIL
 
 # Off the ladder: Inductor's max-autotune (Triton templates and kernel choices benchmarked at
 # compile time) on the best NCDHW rung and on `fast` (without its own CUDA graphs: `fast` captures
-# the whole step itself).
+# the whole step itself); and `fast` with cuDNN's autotuner timing every algorithm it offers for a
+# convolution instead of PyTorch's first 10 (the step's roofline puts most of its time above the
+# bound in the convolutions).
 AUTOTUNED: tuple[Knobs, ...] = (
     _rung(_TUNED, "bf16-compile-max-autotune", compile_mode="max-autotune"),
     _rung(_FAST, "fast-max-autotune", compile_mode="max-autotune-no-cudagraphs"),
+    _rung(_FAST, "fast-cudnn-all", cudnn_benchmark_limit=0),
 )
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from .config import DiffusionConfig, Knobs, ModelConfig
 from .diffusion import GaussianDiffusion
 from .model import UNet3D
-from .runtime import set_backend_flags, tf32_state
+from .runtime import benchmark_limit, set_backend_flags, tf32_state
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
 # DistributedDataParallel's gradient bucket size (MB): PyTorch's default, 25 MB, i.e. about seven
@@ -67,7 +67,8 @@ def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> 
 
 def effective_settings(knobs: Knobs) -> dict[str, Any]:
     """Every knob plus the TF32 and autotuner flags as PyTorch reports them now."""
-    return {**asdict(knobs), **tf32_state(), "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+    return {**asdict(knobs), **tf32_state(), "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_benchmark_limit_now": benchmark_limit()}
 
 
 def memory_format(knobs: Knobs) -> torch.memory_format:
@@ -153,7 +154,7 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     denoising step replayed as a CUDA graph (``GraphedDenoiser``). Run its calls inside
     ``torch.inference_mode()`` and ``autocast(knobs, device)``."""
     knobs = replace(effective_knobs(knobs, device), checkpoint_attention=False)
-    set_backend_flags(knobs.tf32, knobs.cudnn_benchmark)
+    set_backend_flags(knobs.tf32, knobs.cudnn_benchmark, knobs.cudnn_benchmark_limit)
     model = build_model(model_cfg, knobs, device)
     if state is not None:
         model.load_state_dict(state)
@@ -191,7 +192,7 @@ class Engine:
                  world_size: int = 1) -> None:
         self.knobs = effective_knobs(knobs, device, world_size)
         self.device = device
-        set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark)
+        set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark, self.knobs.cudnn_benchmark_limit)
         self.model = build_model(model_cfg, self.knobs, device)
         self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 else None
         if self.ddp is not None and self.knobs.compile and self.knobs.channels_last:

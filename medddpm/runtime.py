@@ -46,10 +46,18 @@ def set_tf32(enabled: bool) -> None:
 # 'pytorch-default' configuration means the same thing whatever ran before it in this process.
 _DEFAULT_TF32 = tf32_state()
 _DEFAULT_BENCHMARK = bool(torch.backends.cudnn.benchmark)
+_HAS_CUDNN = torch.backends.cudnn.is_available()
+_DEFAULT_LIMIT = torch.backends.cudnn.benchmark_limit if _HAS_CUDNN else None
 
 
-def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None) -> None:
-    """Process-wide TF32 and cuDNN-autotuner flags; None = PyTorch's import-time default.
+def benchmark_limit() -> int | None:
+    """How many algorithms cuDNN's autotuner times per convolution (0: all); None without cuDNN."""
+    return torch.backends.cudnn.benchmark_limit if _HAS_CUDNN else None
+
+
+def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None, cudnn_benchmark_limit: int | None = None) -> None:
+    """Process-wide TF32 and cuDNN-autotuner flags; None = PyTorch's import-time default. The
+    autotuner's algorithm limit applies where cuDNN is built in (a CPU build has no autotuner).
     Called by ``medddpm.engine`` only, the one place that applies a configuration."""
     if tf32 is None:
         torch.backends.cuda.matmul.allow_tf32 = _DEFAULT_TF32["tf32_matmul"]
@@ -57,6 +65,8 @@ def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None) -> None:
     else:
         set_tf32(tf32)
     torch.backends.cudnn.benchmark = _DEFAULT_BENCHMARK if cudnn_benchmark is None else cudnn_benchmark
+    if _HAS_CUDNN:
+        torch.backends.cudnn.benchmark_limit = _DEFAULT_LIMIT if cudnn_benchmark_limit is None else cudnn_benchmark_limit
 
 
 @contextlib.contextmanager
@@ -64,10 +74,13 @@ def preserved_backend_flags() -> Iterator[None]:
     """Whatever the block sets, the TF32 and autotuner flags are as before afterwards (a reference
     forward in the middle of another configuration's run)."""
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    limit = benchmark_limit()
     try:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+        if _HAS_CUDNN:
+            torch.backends.cudnn.benchmark_limit = limit
 
 
 def gpu_slug(name: str) -> str:

@@ -41,13 +41,17 @@ def test_ladder_adds_one_thing_per_rung():
     assert list(PAPER_CONFIGS) == ["baseline", "opt1", "opt2", "opt12", "pytorch-default"]
 
 
-def test_max_autotune_configurations_change_only_the_compile_mode():
+def test_autotuned_configurations_change_only_their_tuning_knob():
     from medddpm.config import AUTOTUNED
 
-    for knobs, base in zip(AUTOTUNED, ("bf16-compile-tuned", "fast")):
+    expect = {"bf16-compile-max-autotune": ("bf16-compile-tuned", "compile_mode"),
+              "fast-max-autotune": ("fast", "compile_mode"), "fast-cudnn-all": ("fast", "cudnn_benchmark_limit")}
+    assert [k.name for k in AUTOTUNED] == list(expect)
+    for knobs in AUTOTUNED:
+        base, knob = expect[knobs.name]
         a, b = dataclasses.asdict(knobs), dataclasses.asdict(CONFIGS[base])
-        assert {k for k in a if a[k] != b[k]} == {"name", "compile_mode"}
-        assert knobs.compile_mode.startswith("max-autotune") and run_config(knobs.name) == knobs
+        assert {k for k in a if a[k] != b[k]} == {"name", knob} and run_config(knobs.name) == knobs
+    assert CONFIGS["fast-cudnn-all"].cudnn_benchmark_limit == 0
     # fast captures the whole step itself, so its autotuned twin must not capture graphs in Inductor too
     assert CONFIGS["fast-max-autotune"].compile_mode == "max-autotune-no-cudagraphs"
 
@@ -58,6 +62,8 @@ def test_max_autotune_configurations_change_only_the_compile_mode():
     ({"cuda_graphs": True, "checkpoint_attention": False, "compile": True, "compile_mode": "reduce-overhead"},
      "captures graphs too"),
     ({"cuda_graphs": True}, "checkpoint_attention"),
+    ({"cudnn_benchmark_limit": -1}, "cudnn_benchmark_limit"),
+    ({"cudnn_benchmark_limit": 2.5}, "cudnn_benchmark_limit"),
 ])
 def test_knobs_are_validated_early(changes, needle):
     with pytest.raises(ValueError, match=needle):
