@@ -181,6 +181,11 @@ for _, r in tables.roofline_highlights(RW, RR).iterrows():
 NS = tables.normalized_scopes(root, G)
 for _, r in NS[(NS["config"] == "fast") & (NS["mode"] == "step")].iterrows() if not NS.empty else []:
     glue(f"ncu_{r['gpu']}_fast_{r['metric']}", f"{r['measured']:.2f}")
+CA = tables.fast_path_csv(root, G, "cudnn_all_bench")
+if not CA.empty:
+    CA = CA[CA["gpu_slug"] == "h200"].groupby("config")["step_ms_median"]
+    glue("cudnn_all_ms", f"{CA.median().get('fast-cudnn-all', float('nan')):.1f}")
+    glue("cudnn_all_fast_ms", " and ".join(f"{v:.1f}" for v in CA.get_group("fast")) if "fast" in CA.groups else "—")
 GAP = tables.roofline_gap(RW, RR)
 for (g, c), d in GAP.groupby(["gpu_slug", "config"], observed=True):
     key = f"step_{g}_{c}"
@@ -229,6 +234,12 @@ if not GAP.empty:
 # holds {glue:text}`window_grad_kernels` gradient convolutions, so it cannot see these. On the H100 `fast` is
 # {glue:text}`step_h100-80gb-hbm3_fast_time_ms` ms of kernels against a bound of
 # {glue:text}`step_h100-80gb-hbm3_fast_bound_ms` ms.
+#
+# Most of that gap is in cuDNN's convolution kernels, so one more knob lets cuDNN's autotuner time
+# every algorithm it offers for each convolution instead of PyTorch's first ten
+# (`cudnn_benchmark_limit=0`, configuration `fast-cudnn-all`). Timed in one session on the H200,
+# beside `fast` before and after it, it takes {glue:text}`cudnn_all_ms` ms a step against
+# {glue:text}`cudnn_all_fast_ms` ms: the algorithms cuDNN has do not close the gap.
 #
 # **`fast` in the paper's metrics.** Profiled like the paper's configurations over a whole step
 # (ncu step mode, the one-pass `core` set), `fast` on the H200 executes
