@@ -5,7 +5,7 @@
 
 A job is ``MODE:CONFIG[:STEP_SET]``; ``probe:SET`` profiles the first 30 kernels of a step of the tiny model at
 16³ with that step set (the counter passes it costs, in seconds). A job starts only while at least its
-``--need`` seconds remain (paper: 300 by default, step: 120) and is given the time left as its
+``--need`` seconds remain (paper: 300 by default, step and roofline: 120) and is given the time left as its
 ``--timeout`` (at most its ``--cap``); a job that does not fit is skipped and reported. Each finished job lands in the
 results folder on its own (``medddpm profile`` stages and moves), so a later failure loses nothing.
 One JSON line a job is appended to ``<out>/queue_log.jsonl``; the exit code is 1 when any job
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-NEED = {"paper": 300.0, "step": 120.0, "probe": 20.0}
+NEED = {"paper": 300.0, "step": 120.0, "roofline": 120.0, "probe": 20.0}
 
 
 def check_job(job: str) -> str:
@@ -28,7 +28,7 @@ def check_job(job: str) -> str:
     before the first one runs, not minutes into it)."""
     parts = job.split(":")
     if parts[0] not in NEED or len(parts) < 2 or not all(parts):
-        raise argparse.ArgumentTypeError(f"bad job {job!r}; use paper:CONFIG, step:CONFIG[:SET] or probe:SET")
+        raise argparse.ArgumentTypeError(f"bad job {job!r}; use paper:CONFIG, step:CONFIG[:SET], roofline:CONFIG or probe:SET")
     return job
 
 

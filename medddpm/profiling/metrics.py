@@ -173,11 +173,11 @@ def roofline_points(kernels: pd.DataFrame, group: list[str] | None = None) -> pd
     """Every kernel as a roofline point: FLOPs (tensor-path ops + FP32 FMA/ADD/MUL), DRAM bytes
     (read + write), arithmetic intensity (FLOP/byte), achieved TFLOP/s and DRAM TB/s, and its share
     of the summed kernel time within its ``group`` (e.g. gpu_slug, config). Needs DRAM byte counters
-    (step mode ``--step-set roofline``, or paper mode's full set); a FLOP counter the report lacks
+    (``--mode roofline``, or paper mode's full set); a FLOP counter the report lacks
     counts as zero, and ``fp32_counted`` says whether the FP32-pipe counters were there."""
     read, write = counter(kernels, "dram_read_bytes"), counter(kernels, "dram_write_bytes")
     if read is None or write is None:
-        raise ValueError("no DRAM byte counters in these kernels: profile with --mode step --step-set roofline")
+        raise ValueError("no DRAM byte counters in these kernels: profile with --mode roofline")
     group = list(group or [])
     k = kernels[group + ["id", "short_name", "category", "duration_ns"]].copy()
     found = {n: counter(kernels, n) for n in (*TENSOR_OPS, *FLOPS_PER_INST)}
