@@ -47,12 +47,14 @@ def set_tf32(enabled: bool) -> None:
 _DEFAULT_TF32 = tf32_state()
 _DEFAULT_BENCHMARK = bool(torch.backends.cudnn.benchmark)
 _HAS_CUDNN = torch.backends.cudnn.is_available()
-_DEFAULT_LIMIT = torch.backends.cudnn.benchmark_limit if _HAS_CUDNN else None
 
 
 def benchmark_limit() -> int | None:
     """How many algorithms cuDNN's autotuner times per convolution (0: all); None without cuDNN."""
     return torch.backends.cudnn.benchmark_limit if _HAS_CUDNN else None
+
+
+_DEFAULT_LIMIT = benchmark_limit()
 
 
 def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None, cudnn_benchmark_limit: int | None = None) -> None:
@@ -73,12 +75,12 @@ def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None, cudnn_ben
 def preserved_backend_flags() -> Iterator[None]:
     """Whatever the block sets, the TF32 and autotuner flags are as before afterwards (a reference
     forward in the middle of another configuration's run)."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    limit = benchmark_limit()
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
+             benchmark_limit())
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, limit = saved
         if _HAS_CUDNN:
             torch.backends.cudnn.benchmark_limit = limit
 

@@ -31,8 +31,10 @@ configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-nd
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
+import pandas as pd
 
 from medddpm.profiling import metrics as M
+from medddpm.profiling.categories import conv_pass
 from medddpm.report import plots, tables
 from medddpm.report.measure import prepare
 from IPython.display import display
@@ -165,7 +167,6 @@ else:
 plots.finish(fig)
 
 # %% tags=["remove-cell"]
-CONV_KINDS = {"wgrad": "weight gradient", "dgrad": "data gradient", "fprop": "forward convolution"}
 RWS = tables.roofline_summary(RW, RR)
 for _, r in RWS.iterrows():
     key = f"step_{r['gpu_slug']}_{r['config']}"
@@ -174,7 +175,8 @@ for _, r in RWS.iterrows():
     glue(f"{key}_tflops", f"{r['window_tflops']:.0f}")
 for _, r in tables.roofline_highlights(RW, RR).iterrows():
     key = f"step_{r['gpu_slug']}_{r['config']}_{r['what']}"
-    glue(f"{key}_kind", next((kind for part, kind in CONV_KINDS.items() if part in r["kernel"]), "convolution"))
+    if pd.notna(r["conv_pass"]):
+        glue(f"{key}_kind", r["conv_pass"])
     glue(f"{key}_tflops", f"{r['tflops']:.1f}")
     glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
     glue(f"{key}_share", f"{100 * r['share']:.1f} %")
@@ -192,8 +194,7 @@ for (g, c), d in GAP.groupby(["gpu_slug", "config"], observed=True):
     glue(f"{key}_time_ms", f"{d['time_ms'].sum():.1f}")
     glue(f"{key}_bound_ms", f"{d['bound_ms'].sum():.1f}")
     glue(f"{key}_gap_ms", f"{d['gap_ms'].sum():.1f}")
-    if (g, c) == ("h200", "fast"):
-        glue("h200_target_reach", "within reach of" if d["bound_ms"].sum() <= 50 else "beyond")
+    glue(f"{key}_target_reach", "within reach of" if d["bound_ms"].sum() <= 50 else "beyond")
     for _, r in d.iterrows():
         cat = r["category"].split("/")[0].replace(" ", "_")
         glue(f"{key}_{cat}_gap_ms", f"{r['gap_ms']:.1f}")
@@ -218,7 +219,7 @@ if not GAP.empty:
 # %% [markdown]
 # On the H200 the `fast` step spends {glue:text}`step_h200_fast_time_ms` ms in kernels, against
 # {glue:text}`step_h200_fast_bound_ms` ms if every kernel ran at its roofline bound with the DRAM
-# traffic and FLOPs it has now, so the 50 ms target is {glue:text}`h200_target_reach` the
+# traffic and FLOPs it has now, so the 50 ms target is {glue:text}`step_h200_fast_target_reach` the
 # hardware for this traffic. (ncu flushes the caches before each kernel, so these bytes are what a
 # kernel moves from a cold L2: an upper bound on its traffic inside a step, and the bound an upper
 # bound too.) What stands between is {glue:text}`step_h200_fast_gap_ms` ms above the bounds, and
@@ -281,7 +282,7 @@ for _, r in tables.roofline_highlights(RP, RR).iterrows():
     glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
     glue(f"{key}_tbps", f"{r['dram_tbps']:.2f}")
     glue(f"{key}_bw_pct", f"{100 * r['bandwidth_fraction']:.0f} %")
-glue("window_grad_kernels", f"{RP['short_name'].str.contains('wgrad|dgrad').sum():,}" if not RP.empty else "—")
+glue("window_grad_kernels", f"{RP['short_name'].map(conv_pass).isin(['data gradient', 'weight gradient']).sum():,}" if not RP.empty else "—")
 big = RP[RP["category"] == "convolution/GEMM"].nlargest(1, "duration_ns") if not RP.empty else RP
 if not big.empty:
     glue("roof_conv_tflop", f"{big['flops'].iloc[0] / 1e12:.3f}")

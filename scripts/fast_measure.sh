@@ -10,7 +10,7 @@
 # tables; KERNEL_CONFIGS=…) · probe (ncu's FLOP counters on known matmuls → roofline_probe.csv) ·
 # passes (counter passes of roofline mode per FLOP path → ncu_passes.csv; PASS_PATHS=…) · roofline (ncu
 # roofline mode: one whole step per ROOF_CONFIGS=…, ROOF_LIMIT=… seconds each) · autotune
-# (bench of the max-autotune configurations; AUTOTUNE_SIZE=…). Each step has a time limit and a failure does not stop
+# (bench of config.AUTOTUNED; AUTOTUNE_CONFIGS=…, AUTOTUNE_SIZE=…). Each step has a time limit and a failure does not stop
 # the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: fast_measure.sh OUT STAGE...}; shift
@@ -73,16 +73,17 @@ for stage in "$@"; do
         echo "$what,$p" | tee -a "$OUT/ncu_passes.csv"
       done ;;
     roofline)
+      roof_configs=${ROOF_CONFIGS:-fast opt1 baseline}  # the chapter's whole-step rooflines
       # compile the fast configuration once outside ncu, so that under ncu Inductor reads its caches
-      [[ " ${ROOF_CONFIGS:-fast opt1} " == *" fast "* ]] && \
+      [[ " $roof_configs " == *" fast "* ]] && \
         run 200 $PY -m medddpm bench --model whole-head --size "$SIZE" --config fast --steps 2 --warmup 4
-      for c in ${ROOF_CONFIGS:-fast opt1}; do
+      for c in $roof_configs; do
         run "${ROOF_LIMIT:-400}" $PY -m medddpm profile --mode roofline --warmup 4 --size "$SIZE" --configs "$c" \
           --gpu-label "$($PY -c "from medddpm.runtime import env_info; print(env_info()['gpu_slug'])")" --out "$OUT/ncu" \
           --timeout $(( ${ROOF_LIMIT:-400} - 20 ))
       done ;;
     autotune)
-      for c in ${AUTOTUNE_CONFIGS:-bf16-compile-max-autotune fast-max-autotune}; do
+      for c in ${AUTOTUNE_CONFIGS:-$($PY -c "from medddpm.config import AUTOTUNED; print(' '.join(k.name for k in AUTOTUNED))")}; do
         run "${BENCH_LIMIT:-400}" $PY -m medddpm bench --model whole-head --size "${AUTOTUNE_SIZE:-$SIZE}" --config "$c" \
           --steps 10 --warmup 5 --out "$OUT/bench.csv"
       done ;;

@@ -10,7 +10,7 @@ import pytest
 
 from medddpm.cli import main
 from medddpm.profiling import metrics as M
-from medddpm.profiling.categories import abbreviation, category, short_name
+from medddpm.profiling.categories import abbreviation, category, conv_pass, short_name
 from medddpm.config import run_config
 from medddpm.profiling.ncu import (STEP_SETS, ProfilerError, check_output, flop_paths, ncu_command, profile_config,
                                    progress, roofline_metrics, step_metrics)
@@ -169,6 +169,13 @@ def test_figure_metrics_on_real_export(tables):
     s = M.report_summary(k)
     assert s["kernels"] == 8 and s["ipc_geomean"] > 0 and s["stall_long_scoreboard"] > 0
     assert M.instruction_mix(ins)["share"].sum() == pytest.approx(1.0)
+
+
+def test_conv_pass_reads_the_pass_from_cudnn_names():
+    assert conv_pass("sm80_xmma_wgrad_implicit_gemm_indexed_bf16bf16_bf16f32_f32_nhwckrsc_nhwc") == "weight gradient"
+    assert conv_pass("sm90_xmma_dgrad_implicit_gemm_bf16bf16") == "data gradient"
+    assert conv_pass("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32") == "forward convolution"
+    assert conv_pass("RowwiseMomentsCUDAKernel") is None
 
 
 def test_priority_takes_the_largest_rule_not_the_sum():

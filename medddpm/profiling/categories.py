@@ -36,6 +36,16 @@ PAPER_ABBREVIATIONS: dict[str, str] = {
 }
 
 
+# cuDNN's implicit-GEMM kernels name the pass of a convolution they compute.
+CONV_PASSES = {"fprop": "forward convolution", "dgrad": "data gradient", "wgrad": "weight gradient"}
+
+
+def conv_pass(kernel: str) -> str | None:
+    """'weight gradient', 'data gradient' or 'forward convolution' for a cuDNN convolution kernel
+    whose name says so (``…_xmma_wgrad_…``), else None."""
+    return next((what for part, what in CONV_PASSES.items() if part in kernel), None)
+
+
 def short_name(kernel: str) -> str:
     """The kernel's function name without return type, namespaces, template and call arguments:
     'void at::native::vectorized_elementwise_kernel<4, …>(int, …)' → 'vectorized_elementwise_kernel'."""

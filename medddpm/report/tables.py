@@ -10,7 +10,7 @@ import pandas as pd
 from ..config import CONFIGS, PAPER_CONFIGS
 from ..profiling import metrics as M
 from ..profiling import store
-from ..profiling.categories import CATEGORY_PATTERNS, PAPER_ABBREVIATIONS, category, short_name
+from ..profiling.categories import CATEGORY_PATTERNS, PAPER_ABBREVIATIONS, category, conv_pass, short_name
 from ..profiling.torchprof import PAPER_COUNT, PAPER_SKIP, kernels_only, window_coverage
 from . import paper
 from .present import gpu_name
@@ -604,14 +604,16 @@ ROOF_HIGHLIGHTS = {"conv": "convolution/GEMM", "norm": "normalization", "copy": 
 
 def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
     """The longest kernel of each highlighted category (``ROOF_HIGHLIGHTS``) per GPU × configuration:
-    its achieved TFLOP/s against the ceiling of its pipe, and its DRAM TB/s against the bandwidth."""
+    its achieved TFLOP/s against the ceiling of its pipe, and its DRAM TB/s against the bandwidth;
+    ``conv_pass`` names a convolution's pass (forward, data or weight gradient) where the kernel does."""
     if points.empty or roofs.empty:
         return pd.DataFrame()
     k = with_roofs(points, roofs)
     k = k[k["category"].isin(ROOF_HIGHLIGHTS.values())]
     top = k.sort_values("duration_ns", ascending=False).groupby(["gpu_slug", "config", "category"], observed=True).head(1)
-    out = top.assign(what=top["category"].map({c: w for w, c in ROOF_HIGHLIGHTS.items()}), kernel=top["short_name"])
+    out = top.assign(what=top["category"].map({c: w for w, c in ROOF_HIGHLIGHTS.items()}), kernel=top["short_name"],
+                     conv_pass=top["short_name"].map(conv_pass))
     out["compute_fraction"] = out["tflops"] / out["roof_tflops"]
     out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
-    return out[["gpu_slug", "config", "what", "kernel", "share", "tflops", "roof_tflops", "dram_tbps", "bandwidth_tbps",
-                "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)
+    return out[["gpu_slug", "config", "what", "kernel", "conv_pass", "share", "tflops", "roof_tflops", "dram_tbps",
+                "bandwidth_tbps", "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)
