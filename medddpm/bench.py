@@ -20,7 +20,7 @@ from .workload import Workload
 COLUMNS = [
     "gpu", "config", "model", "size", "batch", "step_ms_median", "step_ms_min", "step_ms_max",
     "fwd_ms_median", "peak_mem_gib", "torch", "cuda", "cudnn", "tf32_conv", "tf32_matmul",
-    "channels_last", "precision",
+    "channels_last", "precision", "grad_accum",
 ]
 
 
@@ -45,14 +45,16 @@ class Timer:
 
 
 def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
-          steps: int = 10, warmup: int = 3, batch: int = 1) -> dict[str, Any]:
-    """Time ``warmup`` + ``steps`` training steps at ``batch`` volumes; one CSV row (``COLUMNS``)
-    plus the raw per-step times, the effective settings and the environment. The forward time is
-    NaN where the step is one CUDA graph (forward and backward are not separable there); a
-    configuration with CUDA graphs needs ``warmup`` > ``engine.GRAPH_WARMUP`` to time replays."""
-    if steps < 1 or warmup < 0 or batch < 1:
-        raise InputError(f"--steps and --batch must be >= 1 and --warmup >= 0, got {steps}, {batch} and {warmup}")
-    work = Workload(model_cfg, knobs, size, device, batch)
+          steps: int = 10, warmup: int = 3, batch: int = 1, grad_accum: int = 1) -> dict[str, Any]:
+    """Time ``warmup`` + ``steps`` training steps of ``grad_accum`` micro-batches of ``batch``
+    volumes; one CSV row (``COLUMNS``) plus the raw per-step times, the effective settings and the
+    environment. The forward time is NaN where the step is one CUDA graph (forward and backward
+    are not separable there); a configuration with CUDA graphs needs ``warmup`` >
+    ``engine.GRAPH_WARMUP`` to time replays."""
+    if steps < 1 or warmup < 0 or batch < 1 or grad_accum < 1:
+        raise InputError(f"--steps, --batch and --grad-accum must be >= 1 and --warmup >= 0, got {steps}, {batch}, "
+                         f"{grad_accum} and {warmup}")
+    work = Workload(model_cfg, knobs, size, device, batch, grad_accum)
     timer = Timer(device)
     graphed = work.engine.train_step.graphed
     if graphed and warmup <= GRAPH_WARMUP:
@@ -81,7 +83,7 @@ def bench(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
         "fwd_ms_median": round(statistics.median(fwd_ms), 3),
         "peak_mem_gib": round(peak, 3), "torch": env["torch"], "cuda": env["cuda"],
         "cudnn": env["cudnn"], "tf32_conv": eff["tf32_conv"], "tf32_matmul": eff["tf32_matmul"],
-        "channels_last": eff["channels_last"], "precision": eff["precision"],
+        "channels_last": eff["channels_last"], "precision": eff["precision"], "grad_accum": grad_accum,
     }
     del work
     if device.type == "cuda":

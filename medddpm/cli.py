@@ -146,6 +146,7 @@ def _ranks(a: argparse.Namespace):
 
 def cmd_train(a: argparse.Namespace) -> None:
     from .data import VolumeDataset
+    from .engine import effective_knobs
     from .train import CHECKPOINT, Trainer, steady_intervals
 
     if a.nproc is not None:
@@ -153,20 +154,22 @@ def cmd_train(a: argparse.Namespace) -> None:
 
     def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
         cfg, knobs, size, train_cfg, out, pairs = _train_inputs(a)
-        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=knobs.data_cache != "none")
-        dataset.validate()
-        return cfg, knobs, size, train_cfg, out, dataset
+        plan = Trainer.data_plan(pairs, cfg, effective_knobs(knobs, device, world.size), device, size)
+        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none")
+        dataset.validate()  # every file decoded once, before training: bad input stops here
+        return cfg, knobs, size, train_cfg, out, dataset, plan
 
     with _ranks(a) as (world, device):
-        cfg, knobs, size, train_cfg, out, dataset = world.checked(inputs)
-        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world)
+        cfg, knobs, size, train_cfg, out, dataset, plan = world.checked(inputs)
+        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world, data=plan)
         if a.resume:
             world.checked(trainer.resume)
         losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
     if not world.main:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
-    print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}")
+    print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}; "
+          f"data: {plan.pipeline} ({plan.reason})")
     steady = steady_intervals(trainer.timing())
     if len(steady):
         print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
@@ -222,10 +225,14 @@ def _benches(a: argparse.Namespace, run_one, describe, json_row, columns: list[s
 def cmd_bench(a: argparse.Namespace) -> None:
     from .bench import bench
 
-    _benches(a, lambda cfg, knobs, size, device: bench(cfg, knobs, size, device, a.steps, a.warmup, a.batch),
+    def forward(ms: float) -> str:  # a CUDA-graph step has no separate forward time
+        return "forward —" if ms != ms else f"forward {ms:.1f} ms"
+
+    _benches(a, lambda cfg, knobs, size, device: bench(cfg, knobs, size, device, a.steps, a.warmup, a.batch,
+                                                       a.grad_accum),
              lambda row: (f"{row['gpu']} {row['config']:<16} {row['size']}: step {row['step_ms_median']:.1f} ms "
-                          f"(min {row['step_ms_min']:.1f}, max {row['step_ms_max']:.1f}), forward "
-                          f"{row['fwd_ms_median']:.1f} ms, peak {row['peak_mem_gib']:.2f} GiB"),
+                          f"(min {row['step_ms_min']:.1f}, max {row['step_ms_max']:.1f}; {row['grad_accum']} "
+                          f"micro-batch(es)), {forward(row['fwd_ms_median'])}, peak {row['peak_mem_gib']:.2f} GiB"),
              lambda r: {**r["row"], "step_ms": r["raw"]["step_ms"], "settings": r["settings"]})
 
 
@@ -330,7 +337,8 @@ def parser() -> argparse.ArgumentParser:
         return s
 
     s = bench_parser("bench", "time training steps per configuration", "baseline", "bench.csv", "step time")
-    s.add_argument("--batch", type=int, default=1, help="volumes per step")
+    s.add_argument("--batch", type=int, default=1, help="volumes per micro-batch")
+    s.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (the training loop's --grad-accum)")
     s.add_argument("--steps", type=int, default=10, help="timed steps")
     s.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile, autotune, graph capture)")
     s.set_defaults(func=cmd_bench)

@@ -138,7 +138,8 @@ class TrainConfig:
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DATA_CACHES = ("none", "host", "device")
+DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/pipeline.py)
+GRAD_SYNCS = ("ddp", "flat")
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,9 @@ class Knobs:
     sdpa: bool = False  # attention through F.scaled_dot_product_attention (same maths)
     fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
     cuda_graphs: bool = False  # capture the whole training step as one CUDA graph, replay it
-    data_cache: str = "none"  # decoded volumes kept in: none (re-read), host (pinned) or device memory
+    data_cache: str = "auto"  # decoded volumes kept on the device, in pinned host memory, or none (decoded per draw by loader workers); auto = the fastest that fits (pipeline.plan)
+    loader_workers: int = 4  # worker processes decoding NIfTI files ahead of the step when data_cache is none
+    grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -177,6 +180,10 @@ class Knobs:
                              f"got {self.cudnn_benchmark_limit!r}")
         if self.data_cache not in DATA_CACHES:
             raise ValueError(f"data_cache must be one of {DATA_CACHES}, got {self.data_cache!r}")
+        if isinstance(self.loader_workers, bool) or not isinstance(self.loader_workers, int) or self.loader_workers < 0:
+            raise ValueError(f"loader_workers must be an integer >= 0, got {self.loader_workers!r}")
+        if self.grad_sync not in GRAD_SYNCS:
+            raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
         if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
             raise ValueError(f"cuda_graphs captures the whole step itself; compile_mode {self.compile_mode!r} "
                              "captures graphs too: use 'default' or 'max-autotune-no-cudagraphs'")
@@ -209,8 +216,12 @@ _COMPILED = _rung(_BF16, "bf16-compile", compile=True)  # + torch.compile (Induc
 _TUNED = _rung(_COMPILED, "bf16-compile-tuned", cudnn_benchmark=True)  # + cuDNN autotuner
 _NDHWC = _rung(_TUNED, "bf16-ndhwc", channels_last=True, fused_ops=True)  # NDHWC end to end
 _LEAN = _rung(_NDHWC, "bf16-ndhwc-sdpa", sdpa=True, checkpoint_attention=False, fused_adam=True)
-_FAST = _rung(_LEAN, "fast", cuda_graphs=True, data_cache="device")  # + one CUDA graph per step
+_FAST = _rung(_LEAN, "fast", cuda_graphs=True)  # + one CUDA graph per step (on several ranks too: grad_sync "flat")
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)))
+
+# Knobs that change how the data reach the step or how gradients travel, never the maths: a run
+# resumes under other values of these (tested bit-exact on CPU).
+PIPELINE_KNOBS: tuple[str, ...] = ("data_cache", "loader_workers")
 
 # Off the ladder: Inductor's max-autotune (Triton templates and kernel choices benchmarked at
 # compile time) on the best NCDHW rung and on `fast` (without its own CUDA graphs: `fast` captures
@@ -223,8 +234,15 @@ AUTOTUNED: tuple[Knobs, ...] = (
     _rung(_FAST, "fast-cudnn-all", cudnn_benchmark_limit=0),
 )
 
+# Several GPUs the way PyTorch's DistributedDataParallel does it (25 MB buckets all-reduced during the
+# backward pass, no CUDA graph of the step on several ranks), against the default flat all-reduce.
+DDP_VARIANTS: tuple[Knobs, ...] = (
+    _rung(PAPER_CONFIGS["opt1"], "opt1-ddp", grad_sync="ddp"),
+    _rung(_FAST, "fast-ddp", grad_sync="ddp"),
+)
+
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},
-                             **{k.name: k for k in AUTOTUNED}}
+                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS)}}
 
 
 ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order
@@ -238,6 +256,6 @@ def run_config(name: str) -> Knobs:
 
 __all__ = [
     "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
-    "LADDER", "ALL_CONFIGS", "COMPILE_MODES",
+    "LADDER", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
     "model_preset", "run_config", "from_dict", "asdict", "replace",
 ]

@@ -57,10 +57,11 @@ def side_stream(device: torch.device) -> Iterator[None]:
 
 def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> Knobs:
     """The knobs that run on ``device``: on a CPU, compile, CUDA graphs, the fused Adam and a
-    device-side data cache fall back to eager PyTorch, the reference path. With several ranks the
-    step is not captured as a CUDA graph (DDP's all-reduces stay eager)."""
+    device-side data cache fall back to eager PyTorch, the reference path. With several ranks and
+    ``grad_sync`` "ddp" the step is not captured as a CUDA graph (DDP's all-reduces stay eager);
+    with "flat" the one all-reduce is captured with the step."""
     if device.type == "cuda":
-        return knobs if world_size == 1 else replace(knobs, cuda_graphs=False)
+        return knobs if world_size == 1 or knobs.grad_sync == "flat" else replace(knobs, cuda_graphs=False)
     return replace(knobs, compile=False, cuda_graphs=False, fused_adam=False,
                    data_cache="host" if knobs.data_cache == "device" else knobs.data_cache)
 
@@ -178,13 +179,68 @@ def data_parallel(model: nn.Module, device: torch.device, knobs: Knobs) -> nn.Mo
                                    gradient_as_bucket_view=not knobs.channels_last)
 
 
+def _dense(t: Tensor) -> bool:
+    """Whether ``t`` covers exactly ``numel`` consecutive elements in some order of its dimensions."""
+    expected = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+class FlatGrads:
+    """``Knobs.grad_sync`` "flat": every parameter's ``.grad`` is a view, in the parameter's own
+    strides (NDHWC too), into one flat fp32 buffer, so that averaging the gradients over the ranks
+    is one division and one all-reduce of that buffer after the last micro-batch's backward — the
+    same arithmetic as DDP (pre-divide by the world size, then sum), and capturable in the step's
+    CUDA graph. Autograd accumulates into the views in place; ``zero`` clears them, never ``None``."""
+
+    def __init__(self, params: Sequence[nn.Parameter], world_size: int) -> None:
+        params = [p for p in params if p.requires_grad]
+        bad = [tuple(p.shape) for p in params if not _dense(p)]
+        if bad:
+            raise ValueError(f"flat gradients need dense parameters; these are not: {bad}")
+        self.world_size = world_size
+        self.buffer = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=params[0].dtype)
+        offset = 0
+        for p in params:
+            p.grad = self.buffer.as_strided(p.shape, p.stride(), offset)
+            offset += p.numel()
+
+    def all_reduce(self) -> None:
+        import torch.distributed as dist
+
+        self.buffer.div_(self.world_size)
+        dist.all_reduce(self.buffer)
+
+    def zero(self) -> None:
+        self.buffer.zero_()
+
+
+@torch.no_grad()
+def broadcast_from_rank0(tensors: Sequence[Tensor]) -> None:
+    """Every rank takes rank 0's values (one broadcast of a flat copy; any memory layout)."""
+    import torch.distributed as dist
+
+    if not tensors:
+        return
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    dist.broadcast(flat, 0)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+        offset += t.numel()
+
+
 class Engine:
     """A model, its diffusion wrapper, optimizer and training step under one configuration.
 
     ``knobs`` are made effective for ``device`` and the process-wide backend flags are set here.
-    With ``world_size`` > 1 (a process group must exist) the network is wrapped in
-    ``DistributedDataParallel`` before it is compiled; ``model`` stays the bare U-Net, whose
-    state dict is the same in every configuration.
+    With ``world_size`` > 1 (a process group must exist) the gradients are averaged over the ranks
+    as ``knobs.grad_sync`` says: one all-reduce of flat gradients (``FlatGrads``; rank 0's weights
+    broadcast first), or the network wrapped in ``DistributedDataParallel`` before it is compiled.
+    ``model`` stays the bare U-Net, whose state dict is the same in every configuration.
     """
 
     def __init__(self, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
@@ -194,7 +250,11 @@ class Engine:
         self.device = device
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark, self.knobs.cudnn_benchmark_limit)
         self.model = build_model(model_cfg, self.knobs, device)
-        self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 else None
+        flat = world_size > 1 and self.knobs.grad_sync == "flat"
+        self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 and not flat else None
+        self.grads = FlatGrads(list(self.model.parameters()), world_size) if flat else None
+        if flat:
+            broadcast_from_rank0([*self.model.parameters(), *self.model.buffers()])  # as DDP does
         if self.ddp is not None and self.knobs.compile and self.knobs.channels_last:
             # torch 2.11: DDPOptimizer's per-bucket graph split fails on NDHWC conv weights (a stride
             # assertion in convolution_backward), so the step compiles as one graph and DDP's
@@ -206,7 +266,7 @@ class Engine:
         self.diffusion = GaussianDiffusion(compiled(net, self.knobs), diffusion_cfg).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)
         self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device,
-                                    self.ddp.no_sync if self.ddp is not None else None)
+                                    self.ddp.no_sync if self.ddp is not None else None, self.grads)
 
     def settings(self) -> dict[str, Any]:
         return effective_settings(self.knobs)
@@ -222,7 +282,7 @@ class TrainStep:
 
     ``draws`` gives each micro-batch's diffusion time and noise (else they are drawn inside the
     step from the default generator). ``no_sync`` (DDP's) skips the gradient all-reduce on every
-    micro-batch but the last.
+    micro-batch but the last; ``grads`` (flat gradients) are all-reduced once, after the last.
 
     With ``cuda_graphs`` on a GPU, the first ``GRAPH_WARMUP`` calls run eagerly on a side stream
     (they are real steps), the next captures the whole step — every micro-batch and the optimizer —
@@ -232,9 +292,10 @@ class TrainStep:
     """
 
     def __init__(self, diffusion: GaussianDiffusion, optimizer: torch.optim.Optimizer, knobs: Knobs,
-                 device: torch.device, no_sync: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
+                 device: torch.device, no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+                 grads: FlatGrads | None = None) -> None:
         self.diffusion, self.optimizer, self.knobs, self.device = diffusion, optimizer, knobs, device
-        self.no_sync = no_sync
+        self.no_sync, self.grads = no_sync, grads
         self.graphed = knobs.cuda_graphs and device.type == "cuda"
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -257,9 +318,15 @@ class TrainStep:
                 with nvtx("backward"):
                     (loss * scale).backward()
             total += loss.detach() * scale
+        if self.grads is not None:
+            with nvtx("all_reduce"):
+                self.grads.all_reduce()
         with nvtx("optimizer"):
             self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=not self.graphed)  # graphs keep static .grad buffers
+            if self.grads is not None:
+                self.grads.zero()  # the .grad views into the flat buffer stay
+            else:
+                self.optimizer.zero_grad(set_to_none=not self.graphed)  # graphs keep static .grad buffers
         return total
 
     def __call__(self, images: Sequence[Tensor], masks: Sequence[Tensor],

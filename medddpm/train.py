@@ -29,7 +29,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .config import DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
+from . import pipeline
+from .config import PIPELINE_KNOBS, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
 from .distributed import World, draw_seed
 from .engine import Engine
 from .errors import DivergedError, InputError
@@ -92,9 +93,11 @@ def configs_from_checkpoint(ckpt: dict[str, Any]) -> tuple[ModelConfig, Diffusio
 
 
 def _normalized(config: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's config with today's defaults for fields it predates, JSON-comparable."""
+    """A checkpoint's config with today's defaults for fields it predates, JSON-comparable; the
+    input-pipeline knobs are left out (they never change what is trained)."""
     kinds = {"model": ModelConfig, "diffusion": DiffusionConfig, "train": TrainConfig, "knobs": Knobs}
     out = {k: asdict(from_dict(cls, config[k])) for k, cls in kinds.items()}
+    out["knobs"] = {k: v for k, v in out["knobs"].items() if k not in PIPELINE_KNOBS}
     return json.loads(json.dumps({**out, "size": list(config["size"])}))  # world_size: checked apart
 
 
@@ -103,13 +106,15 @@ class Trainer:
 
     One *step* is one optimizer step over ``grad_accum`` micro-batches of ``batch_size`` volumes
     (paper §3.2). Checkpoints hold ``{step, model, ema, optimizer, config, rng, losses, size}``.
-    ``knobs.data_cache`` keeps the decoded volumes in pinned host or GPU memory, so the input
-    pipeline is an index, not a NIfTI decode, on the critical path.
+    ``knobs.data_cache`` picks the input pipeline (``medddpm.pipeline``; ``data`` is its resolved
+    plan): decoded volumes on the GPU, in pinned host memory, or decoded ahead by loader workers, so
+    no NIfTI decode and no synchronous copy sits on the critical path.
     """
 
     def __init__(self, dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, knobs: Knobs,
                  device: torch.device, out: str | Path, size: tuple[int, int, int],
-                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), world: World = World()) -> None:
+                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), world: World = World(),
+                 data: pipeline.Plan | None = None) -> None:
         self.dataset, self.device, self.out, self.world = dataset, device, Path(out), world
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
         self.size = tuple(size)
@@ -126,18 +131,17 @@ class Trainer:
         self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
         self._pending: list[Tensor] = []
         self._clock: list[tuple[int, float]] = []  # (step, seconds) at each read-back: a synced clock
-        self._volumes = self._cache() if self.engine.knobs.data_cache != "none" else None
+        self.data = data if data is not None else self.data_plan(dataset, model_cfg, self.engine.knobs, device,
+                                                                  self.size)
+        self._volumes = pipeline.stack_cache(dataset, self.data, self.engine.to_device)
+        self._feed: pipeline.Feed | None = None
         self._gen = torch.Generator(device)
 
-    def _cache(self) -> tuple[Tensor, Tensor]:
-        """Every (image, mask) decoded once, stacked, in pinned host memory or on the GPU."""
-        items = [self.dataset[i] for i in range(len(self.dataset))]
-        images, masks = torch.stack([i for i, _ in items]), torch.stack([m for _, m in items])
-        if self.engine.knobs.data_cache == "device":
-            return self.engine.to_device(images), self.engine.to_device(masks)
-        if self.device.type == "cuda":
-            return images.pin_memory(), masks.pin_memory()
-        return images, masks
+    @staticmethod
+    def data_plan(dataset, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
+                  size: tuple[int, ...]) -> pipeline.Plan:
+        """The input pipeline ``knobs.data_cache`` resolves to for ``dataset`` (``pipeline.plan``)."""
+        return pipeline.plan(knobs.data_cache, len(dataset), model_cfg.in_channels, size, device)
 
     # ---- persistence --------------------------------------------------------------------------
     @property
@@ -148,7 +152,7 @@ class Trainer:
     def config_dict(self) -> dict[str, Any]:
         return {"model": asdict(self.model_cfg), "diffusion": asdict(self.diffusion_cfg),
                 "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size),
-                "world_size": self.world.size, "global_batch": self.global_batch}
+                "world_size": self.world.size, "global_batch": self.global_batch, "data": self.data.asdict()}
 
     def save(self) -> Path:
         """Write ``checkpoint.pt`` and ``log.csv`` atomically (temp file + rename), after the
@@ -164,8 +168,9 @@ class Trainer:
             torch.save(ckpt, tmp)
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["step", "loss", "global_batch"])
-        writer.writerows((i + 1, f"{loss:.8g}", self.global_batch) for i, loss in enumerate(self.losses))
+        writer.writerow(["step", "loss", "global_batch", "data"])
+        writer.writerows((i + 1, f"{loss:.8g}", self.global_batch, self.data.pipeline)
+                         for i, loss in enumerate(self.losses))
         write_text_atomic(self.out / "log.csv", buf.getvalue())
         write_text_atomic(self.out / "timing.csv", self.timing().to_csv(index=False, lineterminator="\n"))
         return path
@@ -195,18 +200,26 @@ class Trainer:
         self.losses = list(ckpt.get("losses", []))
 
     # ---- training -----------------------------------------------------------------------------
-    def batch(self, draw: int) -> tuple[Tensor, Tensor]:
-        """The (image, mask) micro-batch of draw number ``draw``, on the device."""
-        b = self.train_cfg.batch_size
-        idx = [sample_order(len(self.dataset), self.train_cfg.seed, draw * b + k) for k in range(b)]
-        if self._volumes is not None:
-            image = torch.stack([self._volumes[0][i] for i in idx])
-            mask = torch.stack([self._volumes[1][i] for i in idx])
-        else:
-            items = [self.dataset[i] for i in idx]
-            image = torch.stack([i for i, _ in items])
-            mask = torch.stack([m for _, m in items])
-        return self.engine.to_device(image), self.engine.to_device(mask)
+    def draws(self, step: int) -> list[int]:
+        """The draw numbers of ``step``'s micro-batches on this rank."""
+        return [self.world.draw(step, self.train_cfg.grad_accum, k) for k in range(self.train_cfg.grad_accum)]
+
+    def subjects(self, step: int) -> list[list[int]]:
+        """Dataset indices of each of ``step``'s micro-batches on this rank."""
+        n, b, seed = len(self.dataset), self.train_cfg.batch_size, self.train_cfg.seed
+        return [[sample_order(n, seed, d * b + j) for j in range(b)] for d in self.draws(step)]
+
+    def feed(self, stop: int | None = None) -> pipeline.Feed:
+        """The input pipeline from the current step (to ``stop``); replaces an open one."""
+        self.close_feed()
+        self._feed = pipeline.Feed(self.dataset, self.data, self._volumes, self.subjects, self.step, stop,
+                                   self.device, self.engine.to_device, self.engine.knobs.loader_workers)
+        return self._feed
+
+    def close_feed(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
 
     def noise(self, draw: int, image: Tensor) -> tuple[Tensor, Tensor]:
         """Diffusion time t ~ U{0..T−1} and noise ε ~ N(0, I) of draw ``draw``, from a generator
@@ -220,9 +233,11 @@ class Trainer:
     def train_step(self) -> Tensor:
         """One optimizer step (``grad_accum`` micro-batches on each rank); returns this rank's
         mean loss on the device (no host synchronisation) and queues it for the next ``flush``."""
-        accum = self.train_cfg.grad_accum
-        draws = [self.world.draw(self.step, accum, k) for k in range(accum)]
-        pairs = [self.batch(d) for d in draws]
+        if self._feed is None or self._feed.next_step != self.step:
+            self.feed()
+        assert self._feed is not None
+        draws = self.draws(self.step)
+        pairs = self._feed.take(self.step)
         noises = [self.noise(d, image) for d, (image, _) in zip(draws, pairs)]
         loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs], draws=noises)
         self._pending.append(loss.clone())  # the graph's loss buffer is reused by the next step
@@ -260,6 +275,7 @@ class Trainer:
 
         cfg = self.train_cfg
         bar = tqdm(total=steps, initial=self.step, disable=not progress, desc="train", unit="step")
+        self.feed(stop=steps)
         try:
             while self.step < steps:
                 self.train_step()
@@ -272,5 +288,6 @@ class Trainer:
             bar.update(self.step - bar.n)
         finally:
             bar.close()
+            self.close_feed()
         self.save()
         return self.losses

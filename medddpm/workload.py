@@ -29,15 +29,15 @@ def synthetic_batch(cfg: ModelConfig, size: tuple[int, int, int], knobs: Knobs, 
 
 class Workload:
     """An engine and one fixed batch; ``step()`` runs one NVTX-annotated training step
-    (forward + L1 loss + backward + Adam) exactly as ``medddpm train`` does."""
+    (``grad_accum`` × forward + L1 loss + backward, then Adam) exactly as ``medddpm train`` does."""
 
     def __init__(self, cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
-                 batch: int = 1) -> None:
+                 batch: int = 1, grad_accum: int = 1) -> None:
         cfg.check_size(size)
-        if batch < 1:
-            raise ValueError(f"batch must be >= 1, got {batch}")
+        if batch < 1 or grad_accum < 1:
+            raise ValueError(f"batch and grad_accum must be >= 1, got {batch} and {grad_accum}")
         torch.manual_seed(0)
-        self.cfg, self.size, self.device, self.batch = cfg, size, device, batch
+        self.cfg, self.size, self.device, self.batch, self.grad_accum = cfg, size, device, batch, grad_accum
         self.engine = Engine(cfg, knobs, device)
         self.knobs = self.engine.knobs
         self.image, self.mask = synthetic_batch(cfg, size, self.knobs, device, batch)
@@ -45,7 +45,7 @@ class Workload:
     def step(self, mark: Callable[[], Any] | None = None) -> tuple[torch.Tensor, list[Any]]:
         """One step; ``mark()`` (a timer) is called at its start, after forward + loss (None
         inside a CUDA graph) and at its end; returns the loss (a device tensor) and the marks."""
-        return self.engine.train_step([self.image], [self.mask], mark)
+        return self.engine.train_step([self.image] * self.grad_accum, [self.mask] * self.grad_accum, mark)
 
     def settings(self) -> dict:
         return self.engine.settings()

@@ -3,9 +3,9 @@
 #
 #   scripts/ddp_scaling.sh OUT GPU_LABEL [CONFIG...]      (default configs: opt1 fast)
 #
-# Per config: `medddpm train --nproc 1` and `--nproc N` (N = every GPU here), micro-batch 1,
-# grad-accum 1, timed by the loop's own read-backs; then a torch.profiler run of N ranks for the
-# all-reduce time and how much of it the backward pass hides. Writes OUT/scaling.csv,
+# Per config and grad-accum (ACCUMS, default 1): `medddpm train --nproc 1` and `--nproc N` (N = every
+# GPU here), micro-batch 1, timed by the loop's own read-backs; then (unless NO_PROFILE is set) a
+# torch.profiler run of N ranks for the all-reduce time and how much of it the backward pass hides. Writes OUT/scaling.csv,
 # OUT/profile-<config>-<N>.json, the runs' timing/log CSVs, OUT/commands.log and OUT/log.txt.
 # NVLink multicast stays off in every process.
 set -uo pipefail
@@ -25,19 +25,23 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.m
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
 [ -d "$DATA/data/masks" ] || run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
 for cfg in $CONFIGS; do
-  steps=${STEPS:-60}; every=10
-  [ "$cfg" = fast ] && steps=${FAST_STEPS:-200} && every=20
-  for n in ${NPROCS:-1 $N}; do
-    rm -rf "$DATA/run-$cfg-$n"
-    run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
-      --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum 1 --log-every $every \
-      --save-every 100000 --device cuda --nproc "$n" --out "$DATA/run-$cfg-$n" --quiet
-    cp "$DATA/run-$cfg-$n/timing.csv" "$OUT/timing-$cfg-$n.csv" 2>/dev/null
-    cp "$DATA/run-$cfg-$n/log.csv" "$OUT/log-$cfg-$n.csv" 2>/dev/null
+  for accum in ${ACCUMS:-1}; do
+    steps=${STEPS:-60}; every=10
+    case $cfg in fast*) steps=${FAST_STEPS:-200}; every=20 ;; esac
+    steps=$((steps / accum)); every=$((every / accum))
+    for n in ${NPROCS:-1 $N}; do
+      name=$cfg-$n; [ "$accum" = 1 ] || name=$cfg-$n-a$accum
+      rm -rf "$DATA/run-$name"
+      run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
+        --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum "$accum" --log-every $every \
+        --save-every 100000 --device cuda --nproc "$n" --out "$DATA/run-$name" --quiet
+      cp "$DATA/run-$name/timing.csv" "$OUT/timing-$name.csv" 2>/dev/null
+      cp "$DATA/run-$name/log.csv" "$OUT/log-$name.csv" 2>/dev/null
+    done
   done
-  run "${PROFILE_LIMIT:-200}" $PY -m torch.distributed.run --standalone --nproc-per-node "$N" -m medddpm.scaling profile \
-    --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" --size "$SIZE" --steps 5 --warmup 10 \
-    --out "$OUT/profile-$cfg-$N.json"
+  [ -n "${NO_PROFILE:-}" ] || run "${PROFILE_LIMIT:-200}" $PY -m torch.distributed.run --standalone --nproc-per-node "$N" \
+    -m medddpm.scaling profile --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" --size "$SIZE" \
+    --steps 5 --warmup 10 --out "$OUT/profile-$cfg-$N.json"
 done
 run 60 $PY -m medddpm.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "$OUT"/profile-*.json --out "$OUT/scaling.csv"
 cat "$OUT/scaling.csv"

@@ -34,6 +34,8 @@ def runs(phantoms, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     train(phantoms, root / "two", "--steps", "3", "--grad-accum", "1", "--nproc", "2")
     train(phantoms, root / "one", "--steps", "3", "--grad-accum", "2")
+    # DistributedDataParallel's buckets instead of the flat all-reduce (TF32 means nothing on a CPU)
+    train(phantoms, root / "ddp", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "opt1-ddp")
     return root
 
 
@@ -42,15 +44,18 @@ def _states(path):
     return ckpt, {**{f"model.{k}": v for k, v in ckpt["model"].items()}, **{f"ema.{k}": v for k, v in ckpt["ema"].items()}}
 
 
-def test_two_ranks_equal_one_process_with_two_micro_batches(runs):
-    two, a = _states(runs / "two")
+@pytest.mark.parametrize("run", ["two", "ddp"])
+def test_two_ranks_equal_one_process_with_two_micro_batches(runs, run):
+    """Flat all-reduce (the default) and DDP's buckets both average exactly what accumulation sums."""
+    two, a = _states(runs / run)
     one, b = _states(runs / "one")
     assert two["config"]["world_size"] == 2 and two["config"]["global_batch"] == 2 == one["config"]["global_batch"]
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)  # fp32 tolerance
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)  # bit-exact: the same sums in the same order
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
-    log = (runs / "two" / "log.csv").read_text().splitlines()
-    assert log[0] == "step,loss,global_batch" and log[-1].endswith(",2") and len(log) == 4
+    assert two["config"]["knobs"]["grad_sync"] == ("ddp" if run == "ddp" else "flat")
+    log = (runs / run / "log.csv").read_text().splitlines()
+    assert log[0] == "step,loss,global_batch,data" and log[-1].endswith(",2,host") and len(log) == 4
 
 
 def test_rank_zero_alone_writes(runs):

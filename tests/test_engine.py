@@ -27,9 +27,14 @@ def test_every_configuration_trains_on_cpu(tiny, name):
 def test_cpu_fallbacks_are_recorded():
     fast = run_config("fast")
     cpu = effective_knobs(fast, CPU)
-    assert (cpu.compile, cpu.cuda_graphs, cpu.fused_adam, cpu.data_cache) == (False, False, False, "host")
+    assert (cpu.compile, cpu.cuda_graphs, cpu.fused_adam, cpu.data_cache) == (False, False, False, "auto")
+    assert effective_knobs(dataclasses.replace(fast, data_cache="device"), CPU).data_cache == "host"
     assert (cpu.precision, cpu.channels_last, cpu.fused_ops, cpu.sdpa) == ("bf16", True, True, True)
     assert effective_knobs(fast, torch.device("cuda")) == fast
+    # several ranks: flat gradients keep the step's CUDA graph, DDP's eager buckets do not
+    assert effective_knobs(fast, torch.device("cuda"), world_size=2).cuda_graphs is True
+    ddp = dataclasses.replace(fast, grad_sync="ddp")
+    assert effective_knobs(ddp, torch.device("cuda"), world_size=2).cuda_graphs is False
 
 
 def test_ladder_adds_one_thing_per_rung():
@@ -59,6 +64,8 @@ def test_autotuned_configurations_change_only_their_tuning_knob():
 @pytest.mark.parametrize("changes,needle", [
     ({"compile_mode": "fastest"}, "compile_mode"),
     ({"data_cache": "ram"}, "data_cache"),
+    ({"loader_workers": -1}, "loader_workers"),
+    ({"grad_sync": "ring"}, "grad_sync"),
     ({"cuda_graphs": True, "checkpoint_attention": False, "compile": True, "compile_mode": "reduce-overhead"},
      "captures graphs too"),
     ({"cuda_graphs": True}, "checkpoint_attention"),
@@ -93,8 +100,7 @@ def test_a_step_returns_the_mean_loss_of_its_micro_batches(tiny):
 
 
 def _trainer(phantoms, out, config, **train):
-    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16),
-                       keep=run_config(config).data_cache != "none")
+    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16))
     cfg = TrainConfig(**{"save_every": 3, "ema_start_step": 1, "ema_every": 1, "lr": 1e-3, "log_every": 2, **train})
     return Trainer(ds, dataset_model(), cfg, run_config(config), CPU, out, (16, 16, 16))
 
@@ -103,16 +109,6 @@ def dataset_model():
     from medddpm.config import MODEL_PRESETS
 
     return MODEL_PRESETS["tiny"]
-
-
-def test_data_cache_changes_no_result(phantoms, tmp_path):
-    plain = _trainer(phantoms, tmp_path / "a", "baseline").fit(3, progress=False)
-    cached_cfg = dataclasses.replace(run_config("baseline"), data_cache="host")
-    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16), keep=True)
-    t = Trainer(ds, dataset_model(), TrainConfig(save_every=3, ema_start_step=1, ema_every=1, lr=1e-3, log_every=2),
-                cached_cfg, CPU, tmp_path / "b", (16, 16, 16))
-    assert t._volumes is not None and t._volumes[0].shape == (3, 1, 16, 16, 16)
-    assert t.fit(3, progress=False) == plain
 
 
 def test_fast_checkpoint_resumes_and_loads_under_other_configs(phantoms, tmp_path):

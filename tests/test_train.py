@@ -32,7 +32,7 @@ def test_resume_continues_the_exact_loss_sequence(phantoms, tmp_path):
         torch.testing.assert_close(a["model"][k], b["model"][k], rtol=0, atol=0)
         torch.testing.assert_close(a["ema"][k], b["ema"][k], rtol=0, atol=0)
     log = (tmp_path / "b" / "log.csv").read_text().splitlines()
-    assert log[0] == "step,loss,global_batch" and len(log) == 5 and log[1].endswith(",2")
+    assert log[0] == "step,loss,global_batch,data" and len(log) == 5 and log[1].endswith(",2,host")
 
 
 def test_checkpoint_holds_everything_needed(phantoms, tmp_path):

@@ -63,13 +63,16 @@ def check_one_setup(folder: str | Path, model: str, size: int) -> None:
 
 
 def load_bench(root: str | Path = RESULTS, only: list[str] | None = None) -> pd.DataFrame:
-    """Every GPU's ``bench.csv``, one row per GPU × configuration × model × size × batch."""
+    """Every GPU's ``bench.csv``, one row per GPU × configuration × model × size × batch, for steps
+    of one micro-batch (rows of ``bench --grad-accum`` > 1 are left out)."""
     root = Path(root)
     frames = [pd.read_csv(root / g / "bench.csv").assign(gpu_slug=g) for g in _select(root, only)
               if (root / g / "bench.csv").exists()]
     if not frames:
         return pd.DataFrame()
     b = pd.concat(frames, ignore_index=True)  # bench appends: a rerun's row replaces the earlier one
+    accum = b["grad_accum"].fillna(1) if "grad_accum" in b else pd.Series(1, index=b.index)  # stores before the column
+    b = b[accum == 1].assign(grad_accum=1)  # the book's step: one micro-batch
     return b.drop_duplicates(["gpu_slug", "config", "model", "size", "batch"], keep="last").reset_index(drop=True)
 
 
