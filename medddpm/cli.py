@@ -162,9 +162,12 @@ def cmd_train(a: argparse.Namespace) -> None:
     with _ranks(a) as (world, device):
         cfg, knobs, size, train_cfg, out, dataset, plan = world.checked(inputs)
         trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world, data=plan)
-        if a.resume:
-            world.checked(trainer.resume)
-        losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
+        try:
+            if a.resume:
+                world.checked(trainer.resume)
+            losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
+        finally:
+            trainer.close()
     if not world.main:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""

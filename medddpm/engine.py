@@ -352,6 +352,15 @@ class TrainStep:
         self.calls += 1
         return loss, marks
 
+    def release(self) -> None:
+        """Free the captured step. A graph that holds an NCCL all-reduce keeps the communicator
+        busy: release it before the process group is destroyed, or that waits for ever."""
+        if self.graph is not None:
+            torch.cuda.synchronize(self.device)
+            self.graph.reset()
+            self.graph, self.static, self.static_loss = None, [], None
+            self.calls = 0
+
     def _warmup(self, images, masks, draws, mark, marks) -> Tensor:
         with side_stream(self.device):
             return self._run(images, masks, draws, mark, marks)
@@ -364,7 +373,14 @@ class TrainStep:
             n = len(images)
             static_draws = list(zip(self.static[2 * n::2], self.static[2 * n + 1::2])) if draws is not None else None
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            # with flat gradients the step holds an NCCL all-reduce: capture after every earlier
+            # collective has finished, and let other threads (the process group's watchdog) keep
+            # making CUDA calls during the capture ("thread_local")
+            mode = "global"
+            if self.grads is not None:
+                torch.cuda.synchronize(self.device)
+                mode = "thread_local"
+            with torch.cuda.graph(self.graph, capture_error_mode=mode):
                 self.static_loss = self._run(self.static[:n], self.static[n:2 * n], static_draws, None, [])
         elif [t.shape for t in inputs] != [t.shape for t in self.static]:
             raise ValueError("a CUDA-graph step replays one input shape; got "

@@ -90,7 +90,7 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
                 torch.cuda.synchronize(device)
         kernels = _kernels(prof)
         effective = trainer.engine.settings()
-        trainer.close_feed()
+        trainer.close()
     world.close()
     if not world.main:
         return None

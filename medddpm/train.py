@@ -216,6 +216,11 @@ class Trainer:
                                    self.device, self.engine.to_device, self.engine.knobs.loader_workers)
         return self._feed
 
+    def close(self) -> None:
+        """Stop the input pipeline and free the captured step (before the process group goes)."""
+        self.close_feed()
+        self.engine.train_step.release()
+
     def close_feed(self) -> None:
         if self._feed is not None:
             self._feed.close()
