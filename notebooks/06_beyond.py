@@ -348,56 +348,70 @@ if not LP.empty:
 # %% [markdown]
 # ## The real training loop
 #
-# `medddpm train --config fast` on 128³ phantom NIfTI files (volumes decoded once and kept on the
-# GPU, no host synchronisation inside a step, losses read back every 25 steps), timed between
-# read-backs, beside `bench`:
+# `medddpm train` feeds each step through its input pipeline (`medddpm/pipeline.py`, the knob
+# `data_cache`): decoded volumes stacked on the GPU, in pinned host memory with the next
+# micro-batch copied on a side stream, or decoded ahead by loader worker processes; `auto` (every
+# configuration's default) takes the fastest whose memory rule holds, and the checkpoint and
+# `log.csv` record the choice. Below, the loop on 128³ phantom NIfTI files (steady state between
+# its read-backs, per micro-batch) against `medddpm bench --grad-accum` of the same configuration in
+# the same device run (`scripts/loop_measure.sh`, table `loop/loop_vs_bench.csv`).
 
-# %% tags=["hide-input"]
-steady = tables.steady_ms(root, G, "fast_path/train_timing").rename("train ms/step")
-if not steady.empty:
-    bench_fast = L[L["config"] == "fast"].set_index("gpu_slug")["step_ms_median"].rename("bench ms/step")
-    display(table(steady.to_frame().join(bench_fast).rename(index=gpu_name).rename_axis("GPU"), 1, index=True))
-
-# %% [markdown]
-# ## Several GPUs: torchrun and DDP
-#
-# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`) trains
-# with `DistributedDataParallel`: every GPU keeps its micro-batch, so the global batch grows with
-# the GPUs (weak scaling), and the scaling efficiency is T(1 GPU) / T(N GPUs) of the same
-# configuration. Measured with the real training loop on 128³ phantom NIfTI files, micro-batch 1,
-# no accumulation (`scripts/ddp_scaling.sh`); the all-reduce time comes from torch.profiler over
-# five steps of both ranks.
-
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two H200s (torchrun + DDP, weak scaling), for `opt1` and `fast`; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
+# %% tags=["remove-cell"]
+LB = tables.loop_vs_bench(root, G)
 SC, PR = tables.scaling(root)
+SC_EARLIER = tables.scaling_earlier(root)
+for name, value in tables.loop_facts(LB, SC, SC_EARLIER).items():
+    glue(name, value)
+
+# %% tags=["hide-input"]
+if LB.empty:
+    print("no data: run scripts/loop_measure.sh data/results/<gpu>/loop on a GPU")
+else:
+    display(table(LB[["gpu_slug", "config", "grad_accum", "data", "loop_ms_per_micro_batch", "bench_ms", "ratio"]],
+                  {"loop_ms_per_micro_batch": 1, "bench_ms": 1, "ratio": 3}))
+
+# %% [markdown]
+# {glue:text}`loop_within` rows keep the loop within 3 % of its benchmark per micro-batch; the
+# largest ratio is {glue:text}`loop_worst`. The pipeline every run chose: {glue:text}`loop_data`.
+# Before this pipeline, configurations without a data cache decoded a NIfTI file on the critical
+# path of every step and copied it from pageable memory (a copy that waits for the GPU), so the
+# GPU idled while the CPU decoded: `opt1` took {glue:text}`opt1_earlier_ms` ms/step on one → two
+# GPUs of the earlier run (`h200-x2/ddp-2026-11-22/`), against {glue:text}`opt1_a1_ms` now.
+
+# %% [markdown]
+# ## Several GPUs: torchrun, one all-reduce, one CUDA graph
+#
+# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`)
+# keeps every GPU's micro-batch (weak scaling); the scaling efficiency is T(1 GPU) / T(N GPUs) of
+# the same configuration, micro-batch and grad-accum. Gradients are averaged as the knob
+# `grad_sync` says: by default (`flat`) every parameter's gradient is a view into one flat buffer,
+# divided by the world size and all-reduced once after the last micro-batch's backward pass — the
+# same sums as `DistributedDataParallel`, tested bit-exact on CPU — so `fast` keeps its whole step,
+# all-reduce included, as one CUDA graph on several GPUs. `opt1-ddp` and `fast-ddp` keep PyTorch's
+# DDP buckets. Measured with the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two GPUs (torchrun, weak scaling), for `opt1` and `fast` with one and two micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (h200-x2/scaling.csv)"))
-if not SC.empty:
-    for _, r in SC[SC["world_size"] > 1].iterrows():
-        glue(f"{r['config']}_scaling_eff", f"{100 * r['scaling_efficiency']:.0f} %")
-        glue(f"{r['config']}_scaling_ms", f"{r['step_ms_median']:.1f}")
-    for _, r in SC[SC["world_size"] == 1].iterrows():
-        glue(f"{r['config']}_single_ms", f"{r['step_ms_median']:.1f}")
-    for _, r in PR.iterrows():
-        glue(f"{r['config']}_allreduce_ms", f"{r['allreduce_ms_per_step']:.1f}")
-        glue(f"{r['config']}_exposed_ms", f"{r['exposed_ms_per_step']:.1f}")
 
 # %% tags=["hide-input"]
 if not SC.empty:
-    display(table(SC[["machine", "config", "world_size", "step_ms_median", "volumes_per_s", "scaling_efficiency",
-                      "allreduce_ms", "nccl"]], 3))
-    display(table(PR, 2))
+    display(table(SC[["machine", "config", "grad_accum", "world_size", "step_ms_median", "volumes_per_s",
+                      "scaling_efficiency", "nccl"]], 3))
 
 # %% [markdown]
-# `fast` keeps {glue:text}`fast_scaling_eff` of its single-GPU throughput on two H200s
-# ({glue:text}`fast_single_ms` → {glue:text}`fast_scaling_ms` ms/step), although with more than
-# one rank the step is no longer one CUDA graph and its compiled NDHWC graph is not split into
-# buckets (DDP's all-reduce waits for the end of the backward pass): NCCL kernels take
-# {glue:text}`fast_allreduce_ms` ms per step, {glue:text}`fast_exposed_ms` ms of it with no other
-# kernel running. `opt1` keeps only {glue:text}`opt1_scaling_eff`
-# ({glue:text}`opt1_single_ms` → {glue:text}`opt1_scaling_ms` ms/step): its NCCL kernels span
-# {glue:text}`opt1_allreduce_ms` ms per step, {glue:text}`opt1_exposed_ms` ms exposed, while the same
-# all-reduce alone takes well under a millisecond on this NVLink pair (`allreduce_probe.txt` in the
-# results store). So the link is not the limit. Our reading, not yet proven by a trace of both
-# ranks: the eager TF32 backward launches its bucket all-reduces early, their kernels then wait on
-# the other rank while sharing the GPU with the backward, and what stays exposed is the time the
-# two ranks spend out of step.
+# {glue:text}`scaling_within` two-GPU rows reach 97 % ({glue:text}`scaling_range`): `fast`
+# {glue:text}`fast_a1_eff` ({glue:text}`fast_a1_ms` ms/step) and {glue:text}`fast_a2_eff` with two
+# micro-batches; `opt1` {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and
+# {glue:text}`opt1_a2_eff`. The earlier run, with DDP's buckets, NIfTI decoding on the critical path
+# and no CUDA graph on two ranks, kept {glue:text}`opt1_earlier_eff` for `opt1` and
+# {glue:text}`fast_earlier_eff` for `fast` ({glue:text}`fast_earlier_ms` ms/step). Its `opt1` NCCL
+# kernels spanned {glue:text}`opt1_earlier_nccl` ms a step, while the same all-reduce alone takes
+# under a millisecond on this NVLink pair (`ddp-2026-11-22/allreduce_probe.txt`): the ranks waited
+# for each other's NIfTI decoding. With the volumes on the GPU both ranks run the same kernels in
+# step. What `fast` still pays on two GPUs is its all-reduce, which the flat scheme runs after the
+# backward pass instead of overlapping it (the price of keeping the step one CUDA graph).
+
+# %% tags=["hide-input"]
+if not SC_EARLIER.empty:
+    display(table(SC_EARLIER[["machine", "run", "config", "world_size", "step_ms_median", "scaling_efficiency",
+                              "allreduce_ms"]], 3))

@@ -1,0 +1,60 @@
+"""The loop-vs-bench table (medddpm/loop.py) and the facts the book's loop and scaling prose quote."""
+import pandas as pd
+import pytest
+import torch
+
+from medddpm import loop
+from medddpm.bench import COLUMNS as BENCH_COLUMNS, bench
+from medddpm.config import MODEL_PRESETS, TrainConfig, run_config
+from medddpm.data import VolumeDataset, pair_files
+from medddpm.errors import InputError
+from medddpm.io import append_rows
+from medddpm.report import tables
+from medddpm.train import Trainer
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def runs(phantoms, tmp_path_factory):
+    root = tmp_path_factory.mktemp("loop")
+    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16))
+    for accum in (1, 2):
+        cfg = TrainConfig(grad_accum=accum, log_every=1, save_every=100, lr=1e-3)
+        Trainer(ds, MODEL_PRESETS["tiny"], cfg, run_config("opt1"), CPU, root / f"a{accum}", (16, 16, 16)).fit(3, False)
+    row = bench(MODEL_PRESETS["tiny"], run_config("opt1"), (16, 16, 16), CPU, steps=1, warmup=0, grad_accum=2)["row"]
+    append_rows(root / "bench.csv", [row], BENCH_COLUMNS)
+    return root
+
+
+def test_table_pairs_each_run_with_its_bench_row(runs):
+    df = loop.table([runs / "a1", runs / "a2"], loop.bench_rows([runs / "bench.csv"]))
+    assert list(df.columns) == loop.COLUMNS and list(df["grad_accum"]) == [1, 2]
+    a1, a2 = df.iloc[0], df.iloc[1]
+    assert a1["data"] == "host" and a1["world_size"] == 1 and a1["ratio"] != a1["ratio"]  # no bench row: NaN
+    bench_row = pd.read_csv(runs / "bench.csv").iloc[0]
+    assert a2["bench_ms"] == pytest.approx(bench_row["step_ms_median"] / 2, abs=0.01)
+    assert a2["ratio"] == pytest.approx(a2["loop_ms_per_micro_batch"] / a2["bench_ms"], rel=1e-3)
+    timing = pd.read_csv(runs / "a2" / "timing.csv")["ms_per_step"].iloc[1:]
+    assert a2["loop_ms_per_micro_batch"] == pytest.approx(timing.median() / 2, abs=0.01)
+
+
+def test_table_refuses_what_is_not_a_timed_run(runs, tmp_path):
+    with pytest.raises(InputError, match="not a timed train run"):
+        loop.table([tmp_path], [])
+    assert loop.main(["table", str(tmp_path), "--bench", str(runs / "bench.csv"), "--out", str(tmp_path / "x.csv")]) == 2
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_loop_facts_quote_the_store_or_say_what_is_missing():
+    lb = pd.DataFrame({"gpu_slug": ["h200", "h200"], "config": ["opt1", "fast"], "grad_accum": [1, 2],
+                       "data": ["device", "device"], "loop_ms_per_micro_batch": [231.7, 61.0],
+                       "bench_ms": [232.8, 58.8], "ratio": [0.995, 1.037]})
+    sc = pd.DataFrame({"config": ["fast", "fast"], "grad_accum": [1, 1], "world_size": [1, 2],
+                       "step_ms_median": [60.0, 61.7], "scaling_efficiency": [1.0, 0.9716]})
+    f = tables.loop_facts(lb, sc, pd.DataFrame())
+    assert f["loop_within"] == "1 of 2" and f["loop_worst"].startswith("1.037 (fast, grad-accum 2, H200")
+    assert f["fast_a1_eff"] == "97.2 %" and f["fast_a1_ms"] == "60.0 → 61.7" and f["scaling_within"] == "1 of 1"
+    assert f["opt1_a1_eff"].startswith("—") and f["fast_earlier_eff"].startswith("—")
+    empty = tables.loop_facts(pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    assert set(empty) == set(f) and all(v.startswith("—") for v in empty.values())
