@@ -109,3 +109,82 @@ def test_sampler_options_are_validated():
         d.sample(mask, 1, "euler")
     with pytest.raises(ValueError, match="timesteps must be"):
         DiffusionConfig(timesteps=0)
+
+
+class GaussianOracle(torch.nn.Module):
+    """The optimal ε predictor when every voxel of x₀ is N(μ, σ²) (paper §2.1's denoiser, exactly):
+    x_t ~ N(√ᾱ μ, ᾱσ² + 1 − ᾱ), so E[ε | x_t] = √(1 − ᾱ) (x_t − √ᾱ μ) / (ᾱσ² + 1 − ᾱ)."""
+
+    def __init__(self, alphas_cumprod, mu, sigma):
+        super().__init__()
+        self.abar, self.mu, self.sigma = alphas_cumprod, mu, sigma
+
+    def forward(self, x_and_mask, t):
+        x = x_and_mask[:, :1]
+        a = self.abar[t].to(x.dtype).reshape(-1, 1, 1, 1, 1)
+        return (1 - a).sqrt() * (x - a.sqrt() * self.mu) / (a * self.sigma**2 + 1 - a)
+
+
+def _linear_prediction(sampler, steps, eta, mu, sigma, T=250):
+    """Mean and standard deviation of x₀ that a sampler must produce with ``GaussianOracle``: every
+    step is then affine in x_t (x_t ← A x_t + B + s·z), so mean and variance follow in closed form
+    from DDPM eqs. 6–7 and DDIM eq. 12, re-derived here in NumPy from the schedule alone."""
+    import numpy as np
+
+    b = cosine_betas(T).numpy()
+    ab = np.cumprod(1 - b)
+    abp = np.concatenate([[1.0], ab[:-1]])
+
+    def x0_hat(a):  # E[x₀ | x_t] = p·x_t + q
+        k = np.sqrt(1 - a) / (a * sigma**2 + 1 - a)
+        return (1 - np.sqrt(1 - a) * k) / np.sqrt(a), k * np.sqrt(1 - a) * mu
+
+    m, v = 0.0, 1.0  # x_T ~ N(0, 1)
+    if sampler == "ddpm":
+        for i in reversed(range(T)):
+            p, q = x0_hat(ab[i])
+            c1, c2 = b[i] * np.sqrt(abp[i]) / (1 - ab[i]), (1 - abp[i]) * np.sqrt(1 - b[i]) / (1 - ab[i])
+            var = b[i] * (1 - abp[i]) / (1 - ab[i]) if i > 0 else 0.0
+            m, v = (c1 * p + c2) * m + c1 * q, (c1 * p + c2) ** 2 * v + var
+        return m, np.sqrt(v)
+    seq = sorted(set(np.round(np.linspace(0, T - 1, steps)).astype(int).tolist()))
+    for i, prev in zip(reversed(seq), reversed([-1] + seq[:-1])):
+        a, ap = ab[i], ab[prev] if prev >= 0 else 1.0
+        p, q = x0_hat(a)
+        ep, eq = (1 - np.sqrt(a) * p) / np.sqrt(1 - a), -np.sqrt(a) * q / np.sqrt(1 - a)  # ε̂ from x̂₀
+        s2 = eta**2 * (1 - ap) / (1 - a) * (1 - a / ap)
+        d = np.sqrt(max(1 - ap - s2, 0.0))
+        A, B = np.sqrt(ap) * p + d * ep, np.sqrt(ap) * q + d * eq
+        m, v = A * m + B, A**2 * v + s2
+    return m, np.sqrt(v)
+
+
+SAMPLERS = [("ddpm", None, 0.0), ("ddim", 250, 1.0), ("ddim", 250, 0.0), ("ddim", 50, 0.0), ("ddim", 50, 1.0),
+            ("ddim", 10, 0.0)]
+
+
+@pytest.mark.parametrize("sampler,steps,eta", SAMPLERS)
+def test_samplers_with_the_exact_denoiser_draw_what_their_equations_predict(sampler, steps, eta):
+    """Gaussian data N(μ, σ²) and its exact denoiser: the sampled mean and standard deviation of 10⁵
+    independent voxels match the closed-form prediction of the sampler's own equations within
+    five standard errors (the code is the maths), and the fine samplers (DDPM, DDIM with all 250
+    steps) reproduce the data distribution itself within 3 % of σ."""
+    mu, sigma = 0.2, 0.25
+    d = GaussianDiffusion(torch.nn.Identity())
+    d.model = GaussianOracle(d.alphas_cumprod, mu, sigma)
+    mask = torch.zeros(100, 2, 10, 10, 10, dtype=torch.float64)
+    x = d.sample(mask, 1, sampler, steps, eta, generator=torch.Generator().manual_seed(0), clip=False)
+    n = x.numel()
+    m, s = _linear_prediction(sampler, steps or 250, eta, mu, sigma)
+    assert abs(x.mean().item() - m) < 5 * s / math.sqrt(n)
+    assert abs(x.std().item() - s) < 5 * s / math.sqrt(2 * n)
+    assert abs(m - mu) < 1e-4
+    if steps in (None, 250):
+        assert abs(s - sigma) < 0.03 * sigma
+
+
+def test_fewer_ddim_steps_shrink_the_spread():
+    """DDIM's deterministic steps are a first-order discretisation: with the exact denoiser the
+    spread of Gaussian data shrinks as the steps get fewer (a fact of the sampler, not of a model)."""
+    spread = [_linear_prediction("ddim", k, 0.0, 0.2, 0.25)[1] for k in (250, 50, 10)]
+    assert spread[0] > spread[1] > spread[2] and spread[2] < 0.8 * 0.25
