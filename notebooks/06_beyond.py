@@ -373,10 +373,10 @@ else:
 # %% [markdown]
 # {glue:text}`loop_within` rows keep the loop within 3 % of its benchmark per micro-batch; the
 # largest ratio is {glue:text}`loop_worst`. The pipeline every run chose: {glue:text}`loop_data`.
-# Before this pipeline, configurations without a data cache decoded a NIfTI file on the critical
-# path of every step and copied it from pageable memory (a copy that waits for the GPU), so the
-# GPU idled while the CPU decoded: `opt1` took {glue:text}`opt1_earlier_ms` ms/step on one → two
-# GPUs of the earlier run (`h200-x2/ddp-2026-11-22/`), against {glue:text}`opt1_a1_ms` now.
+# Before this pipeline, configurations without a data cache (`opt1` among them) decoded a NIfTI
+# file on the critical path of every step and copied it from pageable memory, a copy that waits
+# for the GPU to finish the step before it: `opt1` took {glue:text}`opt1_earlier_ms` ms/step on one
+# → two GPUs of the earlier run (`h200-x2/ddp-2026-11-22/`), against {glue:text}`opt1_a1_ms` now.
 
 # %% [markdown]
 # ## Several GPUs: torchrun, one all-reduce, one CUDA graph
@@ -402,13 +402,14 @@ if not SC.empty:
 # {glue:text}`scaling_within` two-GPU rows reach 97 % ({glue:text}`scaling_range`): `fast`
 # {glue:text}`fast_a1_eff` ({glue:text}`fast_a1_ms` ms/step) and {glue:text}`fast_a2_eff` with two
 # micro-batches; `opt1` {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and
-# {glue:text}`opt1_a2_eff`. The earlier run, with DDP's buckets, NIfTI decoding on the critical path
-# and no CUDA graph on two ranks, kept {glue:text}`opt1_earlier_eff` for `opt1` and
-# {glue:text}`fast_earlier_eff` for `fast` ({glue:text}`fast_earlier_ms` ms/step). Its `opt1` NCCL
-# kernels spanned {glue:text}`opt1_earlier_nccl` ms a step, while the same all-reduce alone takes
-# under a millisecond on this NVLink pair (`ddp-2026-11-22/allreduce_probe.txt`): the ranks waited
-# for each other's NIfTI decoding. With the volumes on the GPU both ranks run the same kernels in
-# step. What `fast` still pays on two GPUs is its all-reduce, which the flat scheme runs after the
+# {glue:text}`opt1_a2_eff`. The earlier run used DDP's buckets, no CUDA graph on two ranks, and
+# (for `opt1`) NIfTI decoding on the critical path; it kept {glue:text}`opt1_earlier_eff` for
+# `opt1` and {glue:text}`fast_earlier_eff` for `fast` ({glue:text}`fast_earlier_ms` ms/step). Its
+# `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a step, while the same all-reduce
+# alone takes under a millisecond on this NVLink pair (`ddp-2026-11-22/allreduce_probe.txt`). Our
+# reading, which the new runs bear out but no trace of both ranks proves: the NCCL kernels waited
+# for the other rank's decoding, whose length varies from file to file. With the volumes on the GPU
+# both ranks run the same kernels in step. What `fast` still pays on two GPUs is its all-reduce, which the flat scheme runs after the
 # backward pass instead of overlapping it (the price of keeping the step one CUDA graph).
 
 # %% tags=["hide-input"]
