@@ -240,7 +240,7 @@ def scaling(sc: pd.DataFrame):
         for bar in container:
             cfg = ax.get_xticklabels()[round(bar.get_x() + bar.get_width() / 2)].get_text()
             r = rows.loc[cfg] if cfg in rows.index else None
-            labels.append("" if r is None else f"{r['step_ms_median']:.0f} ms/step\n{100 * r['scaling_efficiency']:.0f} %")
+            labels.append("" if r is None else f"{r['step_ms_median']:.0f} ms/step\n{100 * r['scaling_efficiency']:.1f} %")
         ax.bar_label(container, labels=labels, fontsize=7, padding=2)
     ax.set_ylabel("volumes per second (global)")
     ax.set_xlabel("configuration, micro-batches per step")
