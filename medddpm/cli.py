@@ -154,7 +154,7 @@ def cmd_train(a: argparse.Namespace) -> None:
 
     def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
         cfg, knobs, size, train_cfg, out, pairs = _train_inputs(a)
-        plan = Trainer.data_plan(pairs, cfg, effective_knobs(knobs, device, world.size), device, size)
+        plan = Trainer.data_plan(len(pairs), cfg, effective_knobs(knobs, device, world.size), device, size)
         dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none")
         dataset.validate()  # every file decoded once, before training: bad input stops here
         return cfg, knobs, size, train_cfg, out, dataset, plan

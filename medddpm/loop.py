@@ -11,7 +11,6 @@ no decode, no synchronous copy, no host stall on the critical path.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -29,10 +28,12 @@ def run_summary(run: str | Path) -> dict[str, Any]:
     """What a timed ``train`` run says of itself: configuration, data pipeline, steady ms/step."""
     import torch
 
+    from .train import steady_intervals
+
     run = Path(run)
     try:
         ckpt = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
-        timing = pd.read_csv(run / "timing.csv")["ms_per_step"].iloc[1:]
+        timing = steady_intervals(pd.read_csv(run / "timing.csv"))
     except (OSError, KeyError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"{run} is not a timed train run: {exc}") from None
     if timing.empty:

@@ -183,27 +183,24 @@ class Feed:
     def __init__(self, dataset, plan_: Plan, cache: Batch | None, indices: Callable[[int], list[list[int]]],
                  start: int, stop: int | None, device: torch.device, to_device: Callable[[Tensor], Tensor],
                  workers: int) -> None:
-        self.plan, self.cache, self.indices, self.device, self.to_device = plan_, cache, indices, device, to_device
+        self.cache, self.device, self.to_device = cache, device, to_device
         self.next_step = start
         self.per_step = len(indices(start))
-        self.loader = None
         if plan_.pipeline == "none":
-            self.loader = torch.utils.data.DataLoader(
+            loader = torch.utils.data.DataLoader(
                 _Reads(dataset), batch_sampler=_BatchIndices(indices, start, stop), num_workers=workers,
                 collate_fn=_collate, pin_memory=device.type == "cuda",
                 prefetch_factor=PREFETCH if workers else None, timeout=LOADER_TIMEOUT_S if workers else 0)
-            self._host: Iterator = iter(self.loader)
+            self._host: Iterator = iter(loader)
         else:
             self._host = (self._from_cache(idx) for idx in _BatchIndices(indices, start, stop))
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" and plan_.pipeline != "device" else None
         self._ahead = self._load()
 
-    def _from_cache(self, idx: list[int]) -> Batch | list[Batch]:
+    def _from_cache(self, idx: list[int]) -> list[Batch]:
+        """One view (pinned if the cache is) per subject of the micro-batch; joined on the device."""
         assert self.cache is not None
-        views = [(self.cache[0][i][None], self.cache[1][i][None]) for i in idx]  # views: pinned if the cache is
-        if len(views) == 1 or self.plan.pipeline == "device":
-            return views[0] if len(views) == 1 else (torch.cat([v[0] for v in views]), torch.cat([v[1] for v in views]))
-        return views  # host, several subjects: copied view by view, then joined on the GPU
+        return [(self.cache[0][i][None], self.cache[1][i][None]) for i in idx]
 
     def _next_host(self):
         try:
@@ -215,12 +212,13 @@ class Feed:
             raise LoaderError(f"data loader stopped: {first}") from None
         if isinstance(batch, str):
             raise InputError(f"data loader: {batch}")
-        return batch
+        return batch if isinstance(batch, list) else [batch]  # a loader's batch is already one stack
 
-    def _to_device(self, batch) -> Batch:
-        if isinstance(batch, list):
-            return (torch.cat([self.to_device(v[0]) for v in batch]), torch.cat([self.to_device(v[1]) for v in batch]))
-        return self.to_device(batch[0]), self.to_device(batch[1])
+    def _to_device(self, parts: list[Batch]) -> Batch:
+        moved = [(self.to_device(i), self.to_device(m)) for i, m in parts]
+        if len(moved) == 1:
+            return moved[0]
+        return torch.cat([i for i, _ in moved]), torch.cat([m for _, m in moved])
 
     def _load(self):
         batch = self._next_host()

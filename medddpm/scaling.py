@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -109,22 +108,20 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
     """Scaling rows from timed ``train`` runs (their checkpoint config and ``timing.csv``): step time
     = median of the read-back intervals after the first; efficiency = T(1 GPU) / T(N GPUs) of the
     same configuration at the same micro-batch (weak scaling: every GPU keeps its batch)."""
+    from .loop import run_summary
     from .runtime import env_info
 
     prof = load_profiles(profiles)
     prof = dict(zip(zip(prof["config"], prof["world_size"]), prof["allreduce_ms_per_step"]))
     env = env_info()
     rows = []
-    for run in map(Path, runs):
-        ckpt = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
-        c = ckpt["config"]
-        timing = pd.read_csv(run / "timing.csv")["ms_per_step"].iloc[1:]
-        ms = statistics.median(timing)
-        world, b, accum = int(c.get("world_size", 1)), c["train"]["batch_size"], c["train"]["grad_accum"]
-        rows.append({"gpu": gpu, "world_size": world, "config": c["knobs"]["name"], "size": "x".join(map(str, c["size"])),
+    for run in runs:
+        r = run_summary(run)
+        world, b, accum, ms = r["world_size"], r["micro_batch"], r["grad_accum"], r["step_ms"]
+        rows.append({"gpu": gpu, "world_size": world, "config": r["config"], "size": r["size"],
                      "micro_batch": b, "grad_accum": accum, "step_ms_median": round(ms, 2),
                      "volumes_per_s": round(world * b * accum / (ms / 1e3), 3),
-                     "allreduce_ms": round(prof.get((c["knobs"]["name"], world), float("nan")), 3),
+                     "allreduce_ms": round(prof.get((r["config"], world), float("nan")), 3),
                      "torch": env["torch"], "cuda": env["cuda"],
                      "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else ""})
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "scaling_efficiency"])

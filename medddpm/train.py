@@ -131,17 +131,18 @@ class Trainer:
         self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
         self._pending: list[Tensor] = []
         self._clock: list[tuple[int, float]] = []  # (step, seconds) at each read-back: a synced clock
-        self.data = data if data is not None else self.data_plan(dataset, model_cfg, self.engine.knobs, device,
+        self.data = data if data is not None else self.data_plan(len(dataset), model_cfg, self.engine.knobs, device,
                                                                   self.size)
         self._volumes = pipeline.stack_cache(dataset, self.data, self.engine.to_device)
         self._feed: pipeline.Feed | None = None
         self._gen = torch.Generator(device)
 
     @staticmethod
-    def data_plan(dataset, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
+    def data_plan(subjects: int, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
                   size: tuple[int, ...]) -> pipeline.Plan:
-        """The input pipeline ``knobs.data_cache`` resolves to for ``dataset`` (``pipeline.plan``)."""
-        return pipeline.plan(knobs.data_cache, len(dataset), model_cfg.in_channels, size, device)
+        """The input pipeline ``knobs.data_cache`` resolves to for ``subjects`` volumes of ``size``
+        (``pipeline.plan``; image + mask channels are the model's input channels)."""
+        return pipeline.plan(knobs.data_cache, subjects, model_cfg.in_channels, size, device)
 
     # ---- persistence --------------------------------------------------------------------------
     @property
