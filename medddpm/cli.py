@@ -80,7 +80,7 @@ def _train_inputs(a: argparse.Namespace):
     from .data import pair_files
     from .train import CHECKPOINT
 
-    cfg, knobs = model_preset(a.model), run_config(a.config)
+    cfg, knobs = model_preset(a.model), run_config(a.config, training=True)
     size = _size(a.size, cfg.native_size)
     cfg.check_size(size)
     if a.steps < 1:
@@ -192,13 +192,13 @@ def cmd_sample(a: argparse.Namespace) -> None:
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
 
-def _bench_inputs(a: argparse.Namespace):
+def _bench_inputs(a: argparse.Namespace, training: bool):
     """Model, configurations, device and size of ``bench`` / ``bench-sample``, checked."""
     from .config import model_preset, run_config
     from .runtime import resolve_device
 
     cfg = model_preset(a.model)
-    configs = [run_config(c) for c in a.config.split(",")]
+    configs = [run_config(c, training) for c in a.config.split(",")]
     device = resolve_device(a.device)
     size = _size(a.size, cfg.native_size)
     cfg.check_size(size)
@@ -212,7 +212,7 @@ def _benches(a: argparse.Namespace, run_one, describe, json_row, columns: list[s
     from .bench import COLUMNS
     from .io import append_rows
 
-    cfg, configs, device, size = _bench_inputs(a)
+    cfg, configs, device, size = _bench_inputs(a, training=what == "bench")
     results = []
     for knobs in configs:
         r = run_one(cfg, knobs, size, device)
@@ -322,7 +322,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
     s.add_argument("--device", help=DEVICE_HELP)
-    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast on a GPU, baseline on a CPU), one of: {configs}")
+    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast-w16-p8 on a GPU, baseline on a CPU), one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
@@ -346,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile, autotune, graph capture)")
     s.set_defaults(func=cmd_bench)
 
-    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration", "fast",
+    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration", "fast-w16-p8",
                      "sample_bench.csv", "repeat's time")
     s.add_argument("--sampler", default="ddim", choices=["ddpm", "ddim"], help="ancestral DDPM (all T steps) or DDIM")
     s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")

@@ -166,6 +166,8 @@ class Knobs:
     cuda_graphs: bool = False  # capture the whole training step as one CUDA graph, replay it
     data_cache: str = "auto"  # decoded volumes kept on the device, in pinned host memory, or none (decoded per draw by loader workers); auto = the fastest that fits (pipeline.plan)
     loader_workers: int = 4  # worker processes decoding NIfTI files ahead of the step when data_cache is none
+    bf16_weights: bool = False  # sampling only: conv and linear weights and biases cast to bf16 once, the numbers bf16 autocast casts them to at every call, so Inductor lays the denoiser's activations out NDHWC (a weight cast inside the graph leaves them NCDHW and cuDNN transposes around each convolution)
+    pad_channels: int = 0  # sampling only: the stem (3 channels in) and output (1 out) convolutions zero-padded to multiples of this many channels, the same sums (0 = off): cuDNN otherwise runs a small-channel kernel for the stem and transposes around the 1-channel output convolution
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
     def __post_init__(self) -> None:
@@ -187,6 +189,10 @@ class Knobs:
         if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
             raise ValueError(f"cuda_graphs captures the whole step itself; compile_mode {self.compile_mode!r} "
                              "captures graphs too: use 'default' or 'max-autotune-no-cudagraphs'")
+        if isinstance(self.pad_channels, bool) or not isinstance(self.pad_channels, int) or self.pad_channels < 0:
+            raise ValueError(f"pad_channels must be an integer >= 0 (0 = off), got {self.pad_channels!r}")
+        if self.bf16_weights and self.precision != "bf16":
+            raise ValueError("bf16_weights casts the weights autocast would cast: it needs precision 'bf16'")
         if self.cuda_graphs and self.checkpoint_attention:
             raise ValueError("cuda_graphs needs checkpoint_attention=False (recomputation reads the RNG state)")
 
@@ -241,21 +247,33 @@ DDP_VARIANTS: tuple[Knobs, ...] = (
     _rung(_FAST, "fast-ddp", grad_sync="ddp"),
 )
 
+# Sampling only (``engine.inference``; training refuses them): each adds one lever to ``fast``'s denoiser.
+_W16 = _rung(_FAST, "fast-w16", bf16_weights=True)  # weights in bf16 once: the denoiser stays NDHWC
+_P8 = _rung(_W16, "fast-w16-p8", pad_channels=8)  # + the 3- and 1-channel convolutions padded to 8
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8)
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "pad_channels")  # knobs training refuses (run_config(training=True))
+
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},
-                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS)}}
+                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *SAMPLING_VARIANTS)}}
 
 
 ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order
 
 
-def run_config(name: str) -> Knobs:
+def run_config(name: str, training: bool = False) -> Knobs:
+    """The configuration ``name``; with ``training``, one that can train (not a sampling variant)."""
     if name not in CONFIGS:
         raise ValueError(f"unknown configuration {name!r}; choose one of {sorted(CONFIGS)}")
-    return CONFIGS[name]
+    knobs = CONFIGS[name]
+    used = [k for k in SAMPLING_ONLY_KNOBS if getattr(knobs, k)]
+    if training and used:
+        raise ValueError(f"configuration {name!r} is for sampling only ({', '.join(used)}: training keeps the "
+                         f"model's own weights); train with 'fast', then sample with --config {name}")
+    return knobs
 
 
 __all__ = [
     "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
-    "LADDER", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
+    "LADDER", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
     "model_preset", "run_config", "from_dict", "asdict", "replace",
 ]

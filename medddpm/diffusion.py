@@ -43,12 +43,15 @@ def _gather(values: Tensor, t: Tensor, like: Tensor) -> Tensor:
 
 
 class GaussianDiffusion(nn.Module):
-    """Wraps a denoiser ε_θ(cat[x_t, mask], t); the schedule lives in float64 buffers."""
+    """Wraps a denoiser ε_θ(cat[x_t, mask], t); the schedule lives in float64 buffers. The
+    samplers hand the denoiser its input in ``input_format`` (the model's memory layout)."""
 
-    def __init__(self, model: nn.Module | Denoiser, cfg: DiffusionConfig = DiffusionConfig()) -> None:
+    def __init__(self, model: nn.Module | Denoiser, cfg: DiffusionConfig = DiffusionConfig(),
+                 input_format: torch.memory_format = torch.contiguous_format) -> None:
         super().__init__()
         self.model = model
         self.cfg = cfg
+        self.input_format = input_format
         betas = cosine_betas(cfg.timesteps, cfg.cosine_s, cfg.max_beta)
         alphas = 1 - betas
         abar = torch.cumprod(alphas, 0)
@@ -91,6 +94,19 @@ class GaussianDiffusion(nn.Module):
     def eps(self, x_t: Tensor, mask: Tensor, t: Tensor) -> Tensor:
         return self.model(torch.cat([x_t, mask], dim=1), t)
 
+    def conditioned(self, mask: Tensor, channels: int) -> Callable[[Tensor, Tensor], Tensor]:
+        """ε_θ(x_t, t) of one sampling chain on ``mask``: the mask is written once into the
+        denoiser's input buffer, in ``input_format``, and each step copies only x_t into the
+        buffer's first ``channels`` channels (no concatenation, no layout copy per step)."""
+        buf = torch.empty((mask.shape[0], channels + mask.shape[1], *mask.shape[2:]), device=mask.device,
+                          dtype=mask.dtype, memory_format=self.input_format)
+        buf[:, channels:] = mask
+
+        def eps(x_t: Tensor, t: Tensor) -> Tensor:
+            buf[:, :channels] = x_t
+            return self.model(buf, t)
+        return eps
+
     # ---- training ---------------------------------------------------------------------------
     def loss(self, x0: Tensor, mask: Tensor, t: Tensor | None = None, noise: Tensor | None = None) -> Tensor:
         """‖ε − ε_θ(x_t, mask, t)‖ with t ~ U{0..T−1}: L1 in the reference (DDPM eq. 14 with L1)."""
@@ -104,8 +120,9 @@ class GaussianDiffusion(nn.Module):
         return F.mse_loss(pred.float(), noise.float())
 
     # ---- sampling ---------------------------------------------------------------------------
-    def p_mean_variance(self, x_t: Tensor, mask: Tensor, t: Tensor, clip: bool = True) -> tuple[Tensor, Tensor]:
-        x0 = self.predict_x0(x_t, t, self.eps(x_t, mask, t))
+    def p_mean_variance(self, x_t: Tensor, t: Tensor, eps: Tensor, clip: bool = True) -> tuple[Tensor, Tensor]:
+        """Mean and log-variance of p_θ(x_{t−1} | x_t) from the predicted noise ``eps`` (DDPM eqs. 6–7, 11)."""
+        x0 = self.predict_x0(x_t, t, eps)
         if clip:
             x0 = x0.clamp(-1, 1)
         mean, _, log_var = self.q_posterior(x0, x_t, t)
@@ -125,9 +142,10 @@ class GaussianDiffusion(nn.Module):
         self._check_mask(mask, channels)
         shape = (mask.shape[0], channels, *mask.shape[2:])
         x = randn(shape, generator, mask.device, mask.dtype)
+        denoise = self.conditioned(mask, channels)
         for i in reversed(range(self.num_timesteps)):
             t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
-            mean, log_var = self.p_mean_variance(x, mask, t, clip)
+            mean, log_var = self.p_mean_variance(x, t, denoise(x, t), clip)
             noise = randn(shape, generator, mask.device, mask.dtype)
             x = mean + (i > 0) * (0.5 * log_var).exp() * noise
             yield i, x
@@ -152,9 +170,10 @@ class GaussianDiffusion(nn.Module):
         shape = (mask.shape[0], channels, *mask.shape[2:])
         x = randn(shape, generator, mask.device, mask.dtype)
         abars = self.alphas_cumprod.tolist()  # host copies: no synchronisation inside the loop
+        denoise = self.conditioned(mask, channels)
         for i, prev in zip(reversed(seq), reversed([-1] + seq[:-1])):
             t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
-            eps = self.eps(x, mask, t)
+            eps = denoise(x, t)
             x0 = self.predict_x0(x, t, eps)
             if clip:
                 x0 = x0.clamp(-1, 1)

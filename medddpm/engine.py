@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .config import DiffusionConfig, Knobs, ModelConfig
 from .diffusion import GaussianDiffusion
-from .model import UNet3D
+from .model import UNet3D, pad_io_channels
 from .runtime import benchmark_limit, set_backend_flags, tf32_state
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
@@ -147,6 +147,24 @@ def _in_layout(net: nn.Module | Callable, fmt: torch.memory_format) -> Callable:
     return call
 
 
+# Layers whose weights and biases bf16 autocast casts to bf16 at every call (``Knobs.bf16_weights``).
+AUTOCAST_BF16_LAYERS = (nn.Conv1d, nn.Conv3d, nn.Linear)
+
+
+def cast_autocast_weights(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Store the weights and biases of ``model``'s convolutions and linear layers in ``dtype``, in
+    place and in their own memory layout: the numbers autocast would cast them to at every call,
+    cast once. Norms keep fp32 parameters (autocast runs them in fp32). Returns the tensors cast."""
+    cast = 0
+    for m in model.modules():
+        if isinstance(m, AUTOCAST_BF16_LAYERS):
+            for p in (m.weight, m.bias):
+                if p is not None:
+                    p.data = p.data.to(dtype)
+                    cast += 1
+    return cast
+
+
 def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
               diffusion_cfg: DiffusionConfig = DiffusionConfig(),
               state: dict[str, Tensor] | None = None) -> tuple[UNet3D, GaussianDiffusion, Knobs]:
@@ -160,12 +178,16 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if state is not None:
         model.load_state_dict(state)
     model.eval().requires_grad_(False)
+    if knobs.pad_channels:
+        pad_io_channels(model, knobs.pad_channels)
+    if knobs.bf16_weights:
+        cast_autocast_weights(model)
     net = compiled(model, knobs)
     if knobs.channels_last:  # the sampler's noise is NCDHW: hand the network NDHWC, as in training
         net = _in_layout(net, memory_format(knobs))
     if knobs.cuda_graphs:
         net = GraphedDenoiser(net, device)
-    return model, GaussianDiffusion(net, diffusion_cfg).to(device), knobs
+    return model, GaussianDiffusion(net, diffusion_cfg, memory_format(knobs)).to(device), knobs
 
 
 def data_parallel(model: nn.Module, device: torch.device, knobs: Knobs) -> nn.Module:

@@ -179,6 +179,47 @@ class Stem(nn.Module):
         return self.conv(x)
 
 
+class ChannelPadded(nn.Module):
+    """``conv`` with its input and output channels zero-padded to multiples of ``multiple``: the
+    input gets zero channels, the weights zero rows and columns, and the extra output channels are
+    dropped, so the sums are those of ``conv`` (cuDNN runs its regular kernels instead of the
+    small-channel ones, and needs no layout transposes for a 1-channel output)."""
+
+    def __init__(self, conv: nn.Conv3d, multiple: int) -> None:
+        super().__init__()
+        if multiple < 1 or conv.groups != 1:
+            raise ValueError(f"channel padding needs multiple >= 1 and an ungrouped convolution, got {multiple}")
+        def up(c: int) -> int:
+            return -(-c // multiple) * multiple
+
+        self.cin, self.cout = conv.in_channels, conv.out_channels
+        w = conv.weight.detach()
+        self.conv = nn.Conv3d(up(self.cin), up(self.cout), conv.kernel_size, conv.stride, conv.padding,
+                              bias=conv.bias is not None, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            weight = torch.zeros_like(self.conv.weight)
+            weight[:self.cout, :self.cin] = w
+            self.conv.weight.copy_(weight)
+            if conv.bias is not None:
+                self.conv.bias.zero_()[:self.cout] = conv.bias
+        self.conv.to(memory_format=torch.channels_last_3d if w.is_contiguous(memory_format=torch.channels_last_3d)
+                     and not w.is_contiguous() else torch.contiguous_format)
+
+    def forward(self, x: Tensor) -> Tensor:
+        extra = self.conv.in_channels - self.cin
+        if extra:
+            x = F.pad(x, (0, 0, 0, 0, 0, 0, 0, extra))
+        y = self.conv(x)
+        return y[:, :self.cout] if self.conv.out_channels > self.cout else y
+
+
+def pad_io_channels(model: "UNet3D", multiple: int) -> None:
+    """Pad the stem (image + mask channels in) and the output convolution (noise channels out) of
+    ``model`` to multiples of ``multiple`` channels (``ChannelPadded``), in place."""
+    model.input_blocks[0][0].conv = ChannelPadded(model.input_blocks[0][0].conv, multiple)
+    model.out[-1] = ChannelPadded(model.out[-1], multiple)
+
+
 class UNet3D(nn.Module):
     """Med-DDPM's mask-conditioned 3D U-Net.
 

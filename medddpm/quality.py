@@ -78,7 +78,8 @@ def predict_eps(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, stat
     configuration's training."""
     with preserved_backend_flags():
         model, diffusion, eff = inference(model_cfg, knobs, device, state=state)
-        model.to(dtype)
+        if dtype != torch.float32:  # the float64 reference (a bf16_weights model keeps its bf16 weights)
+            model.to(dtype)
         out = []
         for k in range(0, len(t), chunk or len(t)):
             sl = slice(k, k + (chunk or len(t)))
@@ -118,7 +119,7 @@ def short_training(model_cfg: ModelConfig, config: str, size: int, device: torch
     trained weights), so every configuration is judged by the same evaluator. Rows: one per step
     (``kind='train'``) and one ``kind='eval'``."""
     torch.manual_seed(seed)
-    engine = Engine(model_cfg, run_config(config), device, lr=lr)
+    engine = Engine(model_cfg, run_config(config, training=True), device, lr=lr)
     images, masks = phantom_batch(model_cfg, size, subjects, seed=100)
     images, masks = engine.to_device(images), engine.to_device(masks)
     order = np.random.default_rng(seed).integers(0, subjects, steps)
@@ -196,7 +197,7 @@ def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, 
     dataset.validate()
     triples = held_out_triples(test_pairs, model_cfg, size)
     train_cfg = TrainConfig(lr=lr, grad_accum=1, seed=seed, log_every=eval_every, save_every=steps)
-    trainer = Trainer(dataset, model_cfg, train_cfg, run_config(config), device, out or ".", size)
+    trainer = Trainer(dataset, model_cfg, train_cfg, run_config(config, training=True), device, out or ".", size)
     tag = {"config": config, "seed": seed, "size": size[0]}
     evals = []
     while True:

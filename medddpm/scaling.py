@@ -71,7 +71,7 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
     world = World.from_env()
     device = resolve_device(world.device("cuda" if torch.cuda.is_available() else "cpu"))
     world.init(device)
-    cfg, knobs = model_preset(model), run_config(config)
+    cfg, knobs = model_preset(model), run_config(config, training=True)
     shape = (size,) * 3
     dataset = VolumeDataset(pair_files(images, masks), cfg.name, cfg.out_channels, shape, keep=True)
     with tempfile.TemporaryDirectory() as tmp:

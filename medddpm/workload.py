@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="wrap only the last step in cudaProfilerStart/Stop (ncu --profile-from-start off)")
     a = p.parse_args(argv)
     try:
-        cfg, knobs = model_preset(a.model), run_config(a.config)
+        cfg, knobs = model_preset(a.model), run_config(a.config, training=True)
         w = Workload(cfg, knobs, (a.size,) * 3, resolve_device(a.device), a.batch)
         losses = []
         for i in range(a.steps):

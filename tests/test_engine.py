@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import torch
 
-from medddpm.config import CONFIGS, LADDER, PAPER_CONFIGS, Knobs, TrainConfig, run_config
+from medddpm.config import CONFIGS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, Knobs, TrainConfig, run_config
 from medddpm.data import VolumeDataset, pair_files
 from medddpm.engine import Engine, effective_knobs, make_optimizer
 from medddpm.train import CHECKPOINT, Trainer, load_checkpoint
@@ -13,7 +13,10 @@ from medddpm.workload import Workload
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+TRAINABLE = [n for n in CONFIGS if n not in {k.name for k in SAMPLING_VARIANTS}]
+
+
+@pytest.mark.parametrize("name", TRAINABLE)
 def test_every_configuration_trains_on_cpu(tiny, name):
     work = Workload(tiny, run_config(name), (16, 16, 16), CPU)
     before = [p.detach().clone() for p in work.engine.model.parameters()]
@@ -71,10 +74,71 @@ def test_autotuned_configurations_change_only_their_tuning_knob():
     ({"cuda_graphs": True}, "checkpoint_attention"),
     ({"cudnn_benchmark_limit": -1}, "cudnn_benchmark_limit"),
     ({"cudnn_benchmark_limit": 2.5}, "cudnn_benchmark_limit"),
+    ({"bf16_weights": True}, "precision 'bf16'"),
+    ({"pad_channels": -8}, "pad_channels"),
 ])
 def test_knobs_are_validated_early(changes, needle):
     with pytest.raises(ValueError, match=needle):
         Knobs(**changes)
+
+
+def test_sampling_variants_add_one_lever_each_and_refuse_training():
+    for previous, knobs in zip((CONFIGS["fast"], *SAMPLING_VARIANTS), SAMPLING_VARIANTS):
+        a, b = dataclasses.asdict(knobs), dataclasses.asdict(previous)
+        assert len({k for k in a if a[k] != b[k]} - {"name"}) == 1 and run_config(knobs.name) == knobs
+        with pytest.raises(ValueError, match="sampling only"):
+            run_config(knobs.name, training=True)
+
+
+def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
+    """Casting conv/linear weights once gives bit for bit the denoiser output of casting them at
+    every call (autocast); norms keep fp32 parameters, and every weight keeps its layout."""
+    from medddpm.engine import AUTOCAST_BF16_LAYERS, autocast, inference
+
+    torch.manual_seed(0)
+    state = {k: v.clone() for k, v in inference(tiny, run_config("fast"), CPU)[0].state_dict().items()}
+    x = torch.randn(2, 3, 16, 16, 16)
+    t = torch.tensor([3, 200])
+    outs = {}
+    for name in ("fast", "fast-w16"):
+        model, _, knobs = inference(tiny, run_config(name), CPU, state=state)
+        with torch.inference_mode(), autocast(knobs, CPU):
+            outs[name] = model(x.contiguous(memory_format=torch.channels_last_3d), t)
+        for m in model.modules():
+            cast = knobs.bf16_weights and isinstance(m, AUTOCAST_BF16_LAYERS)
+            assert all(p.dtype == (torch.bfloat16 if cast else torch.float32) for p in m.parameters(recurse=False))
+        assert all(p.is_contiguous(memory_format=torch.channels_last_3d) for p in model.parameters() if p.ndim == 5)
+    assert torch.equal(outs["fast"], outs["fast-w16"])
+
+
+@pytest.mark.parametrize("name", ["fast", "fast-w16", "fast-w16-p8"])
+def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
+    """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
+    5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""
+    from medddpm.engine import autocast, inference
+
+    model, diffusion, knobs = inference(tiny, run_config(name), CPU)
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, i, o: seen.append((type(m).__name__, i[0] if i else None, o)))
+             for m in model.modules()]
+    net = diffusion.model
+    diffusion.model = lambda x, t: (seen.append(("denoiser input", x, None)), net(x, t))[1]
+    mask = torch.zeros(1, tiny.mask_channels, 16, 16, 16)
+    with torch.inference_mode(), autocast(knobs, CPU):
+        diffusion.sample(mask, tiny.out_channels, "ddim", 2)
+    for h in hooks:
+        h.remove()
+    assert sum(n == "denoiser input" for n, _, _ in seen) == 2
+    tensors = [(n, t) for n, i, o in seen for t in (i, o) if isinstance(t, torch.Tensor) and t.ndim == 5]
+    assert len(tensors) > 20
+    bad = [(n, tuple(t.shape), t.stride()) for n, t in tensors if not _ndhwc_order(t)]
+    assert not bad
+
+
+def _ndhwc_order(t: torch.Tensor) -> bool:
+    """Channels vary fastest, then W, H, D (dimensions of size 1 aside): NDHWC, or a channel slice of it."""
+    strides = [t.stride(d) for d in (1, 4, 3, 2) if t.shape[d] > 1]
+    return strides == sorted(strides)
 
 
 def test_optimizer_choice_follows_knobs(tiny):

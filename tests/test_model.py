@@ -112,3 +112,24 @@ def test_flop_counter_counts_attention_matmuls(tiny):
     no_attn = replace(tiny, attention_ds=())
     assert flops(tiny) > flops(no_attn)
     assert count_parameters(UNet3D(tiny)) > count_parameters(UNet3D(no_attn))
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last_3d])
+def test_channel_padding_keeps_the_model_output(tiny, layout):
+    """Stem and output convolutions padded to 8 channels (zero weights, dropped outputs) give the
+    same ε as the model itself, in either layout; the padded convolutions really are wider."""
+    from medddpm.model import pad_io_channels
+
+    torch.manual_seed(0)
+    m = UNet3D(tiny).to(memory_format=layout)
+    torch.nn.init.normal_(m.out[-1].weight, std=0.1)  # the output convolution starts at zero
+    x = torch.randn(2, tiny.in_channels, 16, 16, 16).contiguous(memory_format=layout)
+    t = torch.tensor([5, 100])
+    with torch.no_grad():
+        ref = m(x, t)
+        pad_io_channels(m, 8)
+        out = m(x, t)
+    stem, head = m.input_blocks[0][0].conv.conv, m.out[-1].conv
+    assert (stem.in_channels, head.out_channels) == (8, 8) and out.shape == ref.shape
+    assert stem.weight.is_contiguous(memory_format=layout)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
