@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 BOOK_STAMP := $(VENV)/.book-installed
 DEMO   ?= _demo
 
-.PHONY: setup setup-book chromium render book book-check nbmake test demo gpu-measure clean
+.PHONY: setup setup-book chromium render book book-check nbmake test demo gpu-measure gpu-book clean
 
 setup: $(STAMP)
 
@@ -71,6 +71,12 @@ demo: setup
 ## On a machine with an NVIDIA GPU: bench + torch.profiler tables into data/results/<gpu>/.
 gpu-measure: setup
 	PYTHON=$(BIN)/python scripts/measure_gpu.sh
+
+## On a machine with an NVIDIA GPU, one command: every chapter's measurements (papermill,
+## measure=True: end-to-end, ncu where it may read the counters, the fast-path ladder, sampling),
+## then every chapter rendered; ~25 min on an H100. Options: GPU_BOOK_ARGS="--dry-run", "--stages …".
+gpu-book: setup-book
+	$(BIN)/python -m medddpm.report.gpu_book $(GPU_BOOK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache _build build book/_build

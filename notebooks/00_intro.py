@@ -33,7 +33,7 @@ measure = False  # True: measure this machine's GPU through the package first, t
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %% tags=["remove-input"]
+# %% tags=["remove-input", "full-width"]
 from medddpm.report.measure import prepare
 from medddpm.report import tables
 from medddpm.report.present import table

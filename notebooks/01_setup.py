@@ -29,13 +29,13 @@ configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measur
 # %% tags=["remove-input"]
 
 from medddpm.report.measure import prepare
-from medddpm.report import paper, tables
-from medddpm.report.notebook import glue
-from medddpm.report.present import gpu_name, table
+from medddpm.report import paper, plots, tables
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
+from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
-glue("n_gpus", len(G))
-glue("gpu_list", ", ".join(gpu_name(g) for g in G))
+glue_facts(facts.setup(root, G))
 
 # %% [markdown]
 # ## The paper's GPUs (Table 1, as printed)
@@ -52,7 +52,10 @@ table(paper.table("table1"))
 
 # %% tags=["hide-input"]
 props = tables.gpu_properties(root, G)
-table(props.set_index("gpu").T, index=True)
+if props.empty:
+    print(plots.no_data_text("GPU in this results store", "bench"))
+else:
+    table(props.set_index("gpu").T, index=True)
 
 # %% [markdown]
 # ## Software: the paper's stack and ours

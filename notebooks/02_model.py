@@ -33,20 +33,19 @@ import pandas as pd
 
 from medddpm.config import MODEL_PRESETS
 from medddpm.report import plots
-from medddpm.report.notebook import glue
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 from medddpm.summary import summarize
 
 s = summarize(MODEL_PRESETS["whole-head"], (size, size, size))
-glue("params", f"{s['parameters']:,}")
-glue("tflops", f"{s['forward_flops'] / 1e12:.2f}")
-glue("input_shape", str(s["input_shape"]))
+glue_facts(facts.model(size))
 
 # %% [markdown]
 # At the paper's size the whole-head model has {glue:text}`params` parameters and needs
 # {glue:text}`tflops` TFLOP for one forward pass at input {glue:text}`input_shape`.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-unet", "caption": "The paper's Fig. 3, drawn from our model: every block of the whole-head Med-DDPM U-Net at its resolution level (encoder left, decoder right), with its layers, channels and output size; parameters and forward FLOPs counted from the model itself at the paper's input size."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-unet", "caption": "The paper's Fig. 3, drawn from our model: every block of the whole-head Med-DDPM U-Net at its resolution level (encoder left, decoder right), with its layers, channels and output size; parameters and forward FLOPs counted from the model itself at the paper's input size."}}
 fig, ax = plt.subplots(figsize=(14, 5.5))
 plots.unet_diagram(s, ax)
 plots.finish(fig)
@@ -60,15 +59,13 @@ blocks["GFLOP"] = blocks["flops"] / 1e9
 blocks["share of FLOPs (%)"] = 100 * blocks["flops"] / s["forward_flops"]
 table(blocks[["block", "layers", "out_shape", "params", "GFLOP", "share of FLOPs (%)"]])
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-flops", "caption": "Forward FLOPs of each block of the whole-head model at the paper's input size, counted from the model (convolutions, attention and linear layers)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-flops", "caption": "Forward FLOPs of each block of the whole-head model at the paper's input size, counted from the model (convolutions, attention and linear layers)."}}
 fig, ax = plt.subplots(figsize=(12, 3.5))
 ax.bar(blocks["block"], blocks["GFLOP"], color="#4c72b0")
 ax.set_ylabel("forward GFLOP")
 ax.set_title(f"Forward FLOPs per block at {size}³")
 ax.tick_params(axis="x", rotation=90, labelsize=7)
 plots.finish(fig)
-glue("top_block", blocks.nlargest(1, "flops")["block"].iloc[0])
-glue("top_block_share", f"{blocks['share of FLOPs (%)'].max():.0f} %")
 
 # %% [markdown]
 # The most expensive block is {glue:text}`top_block` ({glue:text}`top_block_share` of the

@@ -36,16 +36,16 @@ from medddpm.profiling import metrics as M
 from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
-from medddpm.report.notebook import glue
-from medddpm.report.present import colors, gpu_name, sci, table
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
+from medddpm.report.present import colors, gpu_name, table
 
-root, G = prepare(results_dir, gpus, measure, "ncu", size, "baseline")
+root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
 K = tables.ncu_kernels(root, G, "paper")
 base = K[K["config"] == "baseline"] if not K.empty else K
 R = store.load_table("ncu_paper_rules", root, G)
 I = store.load_table("ncu_paper_instructions", root, G)
-have = sorted(base["gpu_slug"].unique()) if not base.empty else []
-glue("ncu_gpus", ", ".join(gpu_name(g) for g in have) if have else "none")
+glue_facts(facts.characterization(root, G))
 
 # %% [markdown]
 # Baseline ncu reports in paper mode exist for: {glue:text}`ncu_gpus`.
@@ -56,10 +56,10 @@ glue("ncu_gpus", ", ".join(gpu_name(g) for g in have) if have else "none")
 # split by instruction class (`sass__inst_executed_per_opcode_category`), and elapsed cycles
 # (`gpc__cycles_elapsed.max`).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-4", "caption": "The paper's Fig. 4, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU ({glue:text}`ncu_gpus`); then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-4", "caption": "The paper's Fig. 4, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU ({glue:text}`ncu_gpus`); then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
 stacks = tables.per_gpu(M.ipc_stack, K, I, top=5)
 if stacks.empty:
-    fig = plots.no_data("baseline ncu reports in paper mode")
+    fig = plots.no_data("baseline ncu reports in paper mode", "ncu")
 else:
     gpus4 = sorted(stacks["gpu"].unique())
     fig, axes = plt.subplots(len(gpus4) + 2, 1, figsize=(9, 3.4 * (len(gpus4) + 2)))
@@ -70,9 +70,6 @@ else:
         ax.set_ylabel("IPC (instructions / active cycle / SM)")
         ax.set_title(f"IPC stack of the five longest kernels, baseline, {gpu_name(g)}")
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
-        top = stack.drop_duplicates("id").nlargest(1, "duration_ns").iloc[0]
-        glue(f"{g}_top_cycles", sci(top["cycles"], 3))
-        glue(f"{g}_top_ipc", f"{top['ipc']:.2f}")
     shares4 = tables.instruction_shares_vs_paper(K, I, ["Fig 4"])
     plots.bars(shares4, "x", "value", "Instruction classes of the dominant convolution, baseline",
                "share of instructions (%)", axes[-2])
@@ -81,19 +78,17 @@ else:
                "cycles (gpc__cycles_elapsed.max)", axes[-1], log=True)
 plots.finish(fig)
 
-# %% tags=["remove-cell"]
-fig4 = paper.values(figure="Fig 4")
-h100_cycles = fig4[(fig4["gpu"] == "H100") & (fig4["metric"] == "cycles")]["value"].iloc[0]
-glue("paper_h100_dominant_cycles", f"{sci(h100_cycles)} cycles")
-
 # %% [markdown]
 # The paper reports cycles of the *dominant* convolution on each GPU (H100: ~{glue:text}`paper_h100_dominant_cycles`) — a
 # kernel whose 128³ FP32 launches last tens of milliseconds. Our longest window kernels are of the
 # same family (`sm80_xmma_fprop_implicit_gemm…`, KN1); their cycles and IPC are listed below.
 
 # %% tags=["hide-input"]
-longest = base.sort_values("duration_ns", ascending=False).groupby("gpu_slug").head(3)
-table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instructions", "ipc"]])
+if base.empty:
+    print(plots.no_data_text("baseline ncu reports in paper mode", "ncu"))
+else:
+    longest = base.sort_values("duration_ns", ascending=False).groupby("gpu_slug").head(3)
+    table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instructions", "ipc"]])
 
 # %% [markdown]
 # ## Fig. 5 — priority scores
@@ -106,7 +101,7 @@ table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instr
 prio = tables.per_gpu(M.priority_scores, K, R)
 ranks = paper.values(figure="Fig 5").set_index("subject")["value"].astype(int).to_dict()
 if prio.empty:
-    fig = plots.no_data("baseline ncu reports in paper mode (with rule estimates)")
+    fig = plots.no_data("baseline ncu reports in paper mode (with rule estimates)", "ncu")
 else:
     fig, ax = plt.subplots(figsize=(9, 3.8))
     order5 = prio.groupby("category")["priority"].sum().sort_values(ascending=False).index.tolist()
@@ -114,7 +109,6 @@ else:
                "Summed priority score per category, baseline", "priority (ms of estimated savings)", ax, order=order5)
     plots.rotate_ticks(ax)
     plots.rank_marks(ax, order5, ranks)
-    glue("prio_order", " > ".join(order5[:3]))
 plots.finish(fig)
 
 # %% [markdown]
@@ -138,20 +132,18 @@ if not T.empty:
 if parts:
     mix6 = pd.concat(parts, ignore_index=True)
     rows6 = mix6.groupby(["gpu_slug", "scope"]).ngroups
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * rows6 + 6.2), gridspec_kw={"height_ratios": [0.45 * rows6 + 1, 3]})
+    if base.empty:  # no ncu window: the whole-step mix alone
+        fig, ax = plt.subplots(figsize=(10, 0.45 * rows6 + 1.5))
+    else:
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * rows6 + 6.2),
+                                      gridspec_kw={"height_ratios": [0.45 * rows6 + 1, 3]})
+        plots.bars(tables.kernel_shares_vs_paper(base, "Fig 6", "duration_ns"), "x", "value",
+                   "Share of the dominant convolution kernel, baseline window", "share of kernel time (%)", ax2)
+        plots.rotate_ticks(ax2, 10)
     plots.stacked_shares(mix6, ["gpu_slug", "scope"], "category", "Kernel mix, baseline", ax=ax)
-    plots.bars(tables.kernel_shares_vs_paper(base, "Fig 6", "duration_ns"), "x", "value",
-               "Share of the dominant convolution kernel, baseline window", "share of kernel time (%)", ax2)
-    plots.rotate_ticks(ax2, 10)
 else:
-    fig = plots.no_data("baseline kernel tables (ncu or torch.profiler)")
+    fig = plots.no_data("baseline kernel tables (ncu or torch.profiler)", "bench")
 plots.finish(fig)
-
-# %% tags=["remove-cell"]
-dom = (M.kernel_mix(base, "short_name", "duration_ns", ["gpu_slug"]).groupby("gpu_slug").head(1)
-       if not base.empty else pd.DataFrame())
-for _, r in dom.iterrows():
-    glue(f"{r['gpu_slug']}_dominant_share", f"{100 * r['share']:.0f} %")
 
 # %% [markdown]
 # ## Fig. 7 — instruction mix of the dominant kernel
@@ -163,7 +155,7 @@ if not (K.empty or I.empty):
                "Instruction classes of the dominant convolution, baseline", "share of instructions (%)", ax)
     plots.rotate_ticks(ax)
 else:
-    fig = plots.no_data("instruction classes of baseline ncu reports in paper mode")
+    fig = plots.no_data("instruction classes of baseline ncu reports in paper mode", "ncu")
 plots.finish(fig)
 
 # %% [markdown]
@@ -173,4 +165,7 @@ plots.finish(fig)
 # did not name get a stable `KX-xxxx` tag (a hash of the kernel's function name).
 
 # %% tags=["hide-input"]
-table(tables.abbreviations(base))
+if base.empty:
+    print(plots.no_data_text("baseline ncu reports in paper mode", "ncu"))
+else:
+    table(tables.abbreviations(base))

@@ -36,27 +36,29 @@ from medddpm.profiling import metrics as M
 from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
-from medddpm.report.notebook import glue
-from medddpm.report.present import gpu_name, table
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
+from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
+glue_facts(facts.interventions(root, G))
 T = tables.torch_kernels(root, G, "step")
 S = tables.ncu_summaries(root, G, "paper")
-have = (S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not S.empty
-        else pd.DataFrame(columns=["gpu", "config"]))
-glue("ncu_pairs", "; ".join(f"{gpu_name(g)}: {', '.join(d['config'])}" for g, d in have.groupby("gpu")) or "none")
-glue("torch_gpus", ", ".join(gpu_name(g) for g in sorted(T["gpu_slug"].unique())) if not T.empty else "none")
-table(have)
+if S.empty:
+    print(plots.no_data_text("ncu reports in paper mode", "ncu"))
+else:
+    table(S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]))
 
 # %% [markdown]
 # Nsight Compute reports (paper mode) exist for {glue:text}`ncu_pairs`.
 #
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-8", "caption": "The paper's Fig. 8, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU ({glue:text}`torch_gpus`) and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
-m8 = tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-8", "caption": "The paper's Fig. 8, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU ({glue:text}`torch_gpus`) and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
+m8 = (tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
+      if not T.empty else pd.DataFrame())
 if m8.empty:
-    fig = plots.no_data("torch.profiler step tables")
+    fig = plots.no_data("torch.profiler step tables", "bench")
 else:
     rows8 = m8.groupby(["gpu_slug", "config"], observed=True).ngroups
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * rows8 + 6), gridspec_kw={"height_ratios": [0.45 * rows8 + 1, 4]})
@@ -66,21 +68,12 @@ else:
     plots.rotate_ticks(ax2, 30)
 plots.finish(fig)
 
-# %% tags=["remove-cell"]
-conv = m8[m8["category"] == "convolution/GEMM"].set_index(["gpu_slug", "config"])["share"]
-for (g, c), v in conv.items():
-    glue(f"{g}_{c}_conv_share", f"{100 * v:.0f} %")
-
-# %% tags=["hide-input"]
-fig8 = paper.values(figure="Fig 8")
-opt2_ref = fig8[(fig8["config"] == "opt2") & (fig8["subject"] == "elementwise")].iloc[0]
-glue("paper_opt2_elementwise", f"{opt2_ref['value']:.0f}–{opt2_ref['value_high']:.0f} %")
-
 # %% [markdown]
 # The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step
-# to elementwise kernels (~{glue:text}`paper_opt2_elementwise`). In our whole-step measurements convolutions still take
-# {glue:text}`h200_opt2_conv_share` of `opt2` on the H200 (baseline: {glue:text}`h200_baseline_conv_share`),
-# while TF32 (`opt1`) brings them to {glue:text}`h200_opt1_conv_share`. With both (`opt12`), layout
+# to elementwise kernels (~{glue:text}`paper_opt2_elementwise`). In our whole-step measurements
+# on the {glue:text}`mix_ref_gpu` convolutions take {glue:text}`mix_ref_opt2_conv_share` of `opt2`
+# (baseline: {glue:text}`mix_ref_baseline_conv_share`), while TF32 (`opt1`) brings them to
+# {glue:text}`mix_ref_opt1_conv_share`. With both (`opt12`), layout
 # copies (category *copy*: elementwise kernels that copy between memory formats) take a large
 # share. The paper's 100-kernel windows may simply not contain the step's convolutions — see the
 # end-to-end chapter.
@@ -95,55 +88,55 @@ glue("paper_opt2_elementwise", f"{opt2_ref['value']:.0f}–{opt2_ref['value_high
 # %% tags=["hide-input"]
 norm = tables.normalized_scopes(root, G)
 ref61 = paper.values(figure="§6.1")
-for _, r in ref61.iterrows():
-    high = f"–{r['value_high']:.2f}" if pd.notna(r["value_high"]) else ""
-    glue(f"paper_{r['gpu']}_{r['config']}_norm_{r['metric'].replace('norm_', '')}", f"{r['value']:.2f}{high}")
-for _, r in norm.iterrows():
-    glue(f"{r['gpu']}_{r['config']}_{r['mode']}_norm_{r['metric']}", f"{r['measured']:.2f}")
-norm_table = tables.scope_pivot(norm)
-table(norm_table, index=True)
+if norm.empty:
+    print(plots.no_data_text("ncu reports in paper or step mode", "ncu"))
+else:
+    table(tables.scope_pivot(norm), index=True)
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-norm", "caption": "The paper's §6.1, measured: summed cycles, summed instructions and the geometric-mean IPC of each configuration divided by the baseline's on the same GPU, for the paper's 100-kernel window and for a whole step (ncu), beside the paper's ratios (hatched, §6.1). The line marks 1×."}}
-fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER) if not norm.empty else plots.no_data("ncu reports")
+fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER) if not norm.empty else plots.no_data("ncu reports", "ncu")
 plots.finish(fig)
 
 # %% [markdown]
-# **TF32 (`opt1`).** Over the paper's window on the H100 we measure
-# {glue:text}`h100-80gb-hbm3_opt1_paper_norm_cycles`× the cycles,
-# {glue:text}`h100-80gb-hbm3_opt1_paper_norm_instructions`× the instructions and
-# {glue:text}`h100-80gb-hbm3_opt1_paper_norm_ipc`× the IPC of the baseline; the paper reports
+# **TF32 (`opt1`).** Over the paper's window on the {glue:text}`ncu_ref_gpu` we measure
+# {glue:text}`ncu_ref_opt1_paper_norm_cycles`× the cycles,
+# {glue:text}`ncu_ref_opt1_paper_norm_instructions`× the instructions and
+# {glue:text}`ncu_ref_opt1_paper_norm_ipc`× the IPC of the baseline; the paper reports
 # {glue:text}`paper_H100_opt1_norm_cycles`×, {glue:text}`paper_H100_opt1_norm_instructions`× and
-# {glue:text}`paper_H100_opt1_norm_ipc`× (A100: {glue:text}`paper_A100_opt1_norm_cycles`×,
+# {glue:text}`paper_H100_opt1_norm_ipc`× on its H100 (A100: {glue:text}`paper_A100_opt1_norm_cycles`×,
 # {glue:text}`paper_A100_opt1_norm_instructions`×, {glue:text}`paper_A100_opt1_norm_ipc`×).
-# Over a whole step the cut is deeper: {glue:text}`h100-80gb-hbm3_opt1_step_norm_cycles`× cycles and
-# {glue:text}`h100-80gb-hbm3_opt1_step_norm_instructions`× instructions on the H100
-# ({glue:text}`h200_opt1_step_norm_cycles`× and {glue:text}`h200_opt1_step_norm_instructions`× on
-# the H200): convolutions, which TF32 moves to tensor cores, take a smaller share of the window's
-# kernel time than of a whole step's (end-to-end chapter), so the window understates what TF32 saves.
-# PyTorch's own default (`pytorch-default`: TF32 for cuDNN convolutions, not for matmuls) lands on
-# `opt1` in both scopes: {glue:text}`h100-80gb-hbm3_pytorch-default_paper_norm_cycles`× cycles in the
-# window and {glue:text}`h100-80gb-hbm3_pytorch-default_step_norm_cycles`× over a step on the H100
-# ({glue:text}`h200_pytorch-default_paper_norm_cycles`× and
-# {glue:text}`h200_pytorch-default_step_norm_cycles`× on the H200). A run that forgets to switch TF32
-# off measures a TF32 run: a baseline that keeps PyTorch's defaults already has TF32 convolutions.
+# Over a whole step: {glue:text}`ncu_ref_opt1_step_norm_cycles`× cycles and
+# {glue:text}`ncu_ref_opt1_step_norm_instructions`× instructions on the {glue:text}`ncu_ref_gpu`
+# ({glue:text}`ncu_alt_opt1_step_norm_cycles`× and {glue:text}`ncu_alt_opt1_step_norm_instructions`×
+# on the {glue:text}`ncu_alt_gpu`). Convolutions, which TF32 moves to tensor cores, take a smaller
+# share of the window's kernel time than of a whole step's (end-to-end chapter), so the window
+# understates what TF32 saves. PyTorch's own default (`pytorch-default`: TF32 for cuDNN
+# convolutions, not for matmuls) lands next to `opt1`:
+# {glue:text}`ncu_ref_pytorch-default_paper_norm_cycles`× cycles in the window and
+# {glue:text}`ncu_ref_pytorch-default_step_norm_cycles`× over a step on the {glue:text}`ncu_ref_gpu`
+# ({glue:text}`ncu_alt_pytorch-default_paper_norm_cycles`× and
+# {glue:text}`ncu_alt_pytorch-default_step_norm_cycles`× on the {glue:text}`ncu_alt_gpu`). A run
+# that forgets to switch TF32 off measures a TF32 run: a baseline that keeps PyTorch's defaults
+# already has TF32 convolutions.
 #
 # **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to
 # {glue:text}`paper_H100_opt2_norm_cycles`× and instructions to
-# {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100. We do not see this in
-# either scope: `opt2` gives {glue:text}`h100-80gb-hbm3_opt2_paper_norm_cycles`× the cycles in the
-# window and {glue:text}`h100-80gb-hbm3_opt2_step_norm_cycles`× over a whole step on the H100
-# ({glue:text}`h200_opt2_step_norm_cycles`× on the H200), in line with its slower step time in the
-# end-to-end chapter; `opt12` gives {glue:text}`h100-80gb-hbm3_opt12_step_norm_cycles`× over a step,
-# i.e. more than TF32 alone. Channels-last did not remove the convolutions' work here; it added
-# layout copies.
+# {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100.
+# {glue:text}`ncu_opt2_verdict`: on the {glue:text}`ncu_ref_gpu` `opt2` gives
+# {glue:text}`ncu_ref_opt2_paper_norm_cycles`× the cycles in the window and
+# {glue:text}`ncu_ref_opt2_step_norm_cycles`× over a whole step
+# ({glue:text}`ncu_alt_opt2_step_norm_cycles`× on the {glue:text}`ncu_alt_gpu`; compare its step
+# time in the end-to-end chapter); `opt12` gives {glue:text}`ncu_ref_opt12_step_norm_cycles`× over
+# a step against TF32 alone's {glue:text}`ncu_ref_opt1_step_norm_cycles`×. Where channels-last adds
+# cycles, it adds layout copies rather than removing the convolutions' work.
 #
 # ## Fig. 9 — instruction mix per configuration
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-9", "caption": "The paper's Fig. 9, measured: instruction classes (sass__inst_executed_per_opcode_category) of all kernels of the paper's 100-kernel window, per GPU and configuration (ncu, paper mode). Below: the class shares the paper reports for the dominant convolution (§6.1, hatched) beside the same classes of the longest convolution in our windows."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-9", "caption": "The paper's Fig. 9, measured: instruction classes (sass__inst_executed_per_opcode_category) of all kernels of the paper's 100-kernel window, per GPU and configuration (ncu, paper mode). Below: the class shares the paper reports for the dominant convolution (§6.1, hatched) beside the same classes of the longest convolution in our windows."}}
 I = store.load_table("ncu_paper_instructions", root, G)
 K = tables.ncu_kernels(root, G, "paper")
 if I.empty:
-    fig = plots.no_data("instruction classes of ncu reports in paper mode")
+    fig = plots.no_data("instruction classes of ncu reports in paper mode", "ncu")
 else:
     im = tables.ordered(M.instruction_mix(I, group=["gpu_slug", "config"]), ["gpu_slug", "config"])
     rows9 = im.groupby(["gpu_slug", "config"], observed=True).ngroups
@@ -165,7 +158,7 @@ plots.finish(fig)
 def fig_metrics(metrics, figure, title, ylabel, relative=False):
     t = tables.metric_vs_paper(S, metrics, figure)
     if t.empty:
-        plots.finish(plots.no_data("ncu reports in paper mode"))
+        plots.finish(plots.no_data("ncu reports in paper mode", "ncu"))
         return t
     meas = t.rename(columns={"measured": "value"})[["gpu", "config", "metric", "value"]]
     ref = paper.values(figure=figure, metric=metrics)
@@ -215,5 +208,5 @@ metrics_table(t13)
 # Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter
 # pass so a whole 128³ step profiles in about a minute), so they show the paper's window. What could
 # not be compared: the paper's V100 and A100 values (we had neither GPU). `pytorch-default` has no
-# counterpart in the paper; its bars are ours. The H200 is not in the paper at all; its bars stand
-# alone.
+# counterpart in the paper; its bars are ours. GPUs the paper did not run (the H200 among them)
+# have no paper bars beside theirs.

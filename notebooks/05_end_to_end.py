@@ -27,45 +27,45 @@ measure = False  # True: measure this machine's GPU through the package first, t
 size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
-# %% tags=["remove-input"]
+# %% tags=["remove-input", "full-width"]
 import matplotlib.pyplot as plt
 
 from medddpm.report.measure import prepare
 from medddpm.report import plots, tables
 from medddpm.config import PAPER_CONFIGS
-from medddpm.report.notebook import glue
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
 from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
+glue_facts(facts.end_to_end(root, G))
 B = tables.bench(root, G, list(PAPER_CONFIGS))
-glue("bench_gpus", ", ".join(gpu_name(g) for g in sorted(B["gpu_slug"].unique())) if not B.empty else "none")
-table(B[["gpu_slug", "config", "size", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
-   "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last", "torch", "cudnn"]])
+if B.empty:
+    print(plots.no_data_text("bench rows of the paper's configurations", "bench"))
+else:
+    table(B[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
+             "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last"]])
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-step", "caption": "Measured training step (forward + L1 loss + backward + Adam, batch 1, the paper's 128³ whole-head model, CUDA events after warm-up) per configuration of the paper on each GPU in the results store ({glue:text}`bench_gpus`): median step time, forward time and peak allocated memory. The paper reports no step times."}}
-fig, axes = plt.subplots(3, 1, figsize=(8, 10))  # one panel per row
-for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), ("fwd_ms_median", "forward ms"),
-                                   ("peak_mem_gib", "peak allocated GiB")]):
-    plots.bars(B.assign(series=B["gpu_slug"].map(gpu_name)), "config", col, label, label, ax,
-               order=[c for c in tables.CONFIG_ORDER if c in set(B["config"])])
-    ax.tick_params(axis="x", rotation=25)
-fig.suptitle(f"Training step at {', '.join(B['size'].unique())}, batch {', '.join(map(str, B['batch'].unique()))}")
+if B.empty:
+    fig = plots.no_data("bench rows of the paper's configurations", "bench")
+else:
+    fig, axes = plt.subplots(3, 1, figsize=(8, 10))  # one panel per row
+    for ax, (col, label) in zip(axes, [("step_ms_median", "ms per training step"), ("fwd_ms_median", "forward ms"),
+                                       ("peak_mem_gib", "peak allocated GiB")]):
+        plots.bars(B.assign(series=B["gpu_slug"].map(gpu_name)), "config", col, label, label, ax,
+                   order=[c for c in tables.CONFIG_ORDER if c in set(B["config"])])
+        ax.tick_params(axis="x", rotation=25)
+    fig.suptitle(f"Training step at {', '.join(B['size'].unique())}, batch {', '.join(map(str, B['batch'].unique()))}")
 plots.finish(fig)
-for _, r in B.iterrows():
-    glue(f"{r['gpu_slug']}_{r['config']}_step_ms", f"{r['step_ms_median']:.0f}")
-    glue(f"{r['gpu_slug']}_{r['config']}_speedup", f"{r['speedup_vs_baseline']:.1f}")
-ms = B.set_index(["gpu_slug", "config"])["step_ms_median"]
-if "h200" in G:
-    glue("h200_opt2_vs_baseline", "slower" if ms["h200", "opt2"] > ms["h200", "baseline"] else "faster")
-    glue("h200_opt12_vs_opt1", "slower" if ms["h200", "opt12"] > ms["h200", "opt1"] else "faster")
 
 # %% [markdown]
-# On the H200 a true-FP32 step takes {glue:text}`h200_baseline_step_ms` ms; TF32 (`opt1`) makes it
-# {glue:text}`h200_opt1_speedup`× faster ({glue:text}`h200_opt1_step_ms` ms), while channels-last
-# alone (`opt2`, {glue:text}`h200_opt2_step_ms` ms) is {glue:text}`h200_opt2_vs_baseline` than the
-# baseline, and `opt12` ({glue:text}`h200_opt12_step_ms` ms) is {glue:text}`h200_opt12_vs_opt1`
-# than TF32 alone. PyTorch's own defaults
-# (`pytorch-default`, {glue:text}`h200_pytorch-default_step_ms` ms) already use TF32 for
+# On the {glue:text}`ref_gpu` a true-FP32 step takes {glue:text}`ref_baseline_step_ms` ms; TF32
+# (`opt1`) makes it {glue:text}`ref_opt1_speedup`× faster ({glue:text}`ref_opt1_step_ms` ms), while
+# channels-last alone (`opt2`, {glue:text}`ref_opt2_step_ms` ms) is
+# {glue:text}`ref_opt2_vs_baseline` than the baseline, and `opt12` ({glue:text}`ref_opt12_step_ms`
+# ms) is {glue:text}`ref_opt12_vs_opt1` than TF32 alone. PyTorch's own defaults
+# (`pytorch-default`, {glue:text}`ref_pytorch-default_step_ms` ms) already use TF32 for
 # convolutions.
 #
 # ## How much of a step does the paper's window cover?
@@ -76,19 +76,21 @@ if "h200" in G:
 
 # %% tags=["hide-input"]
 C = tables.coverage(root, G)
-for _, r in C.iterrows():
-    glue(f"{r['gpu_slug']}_{r['config']}_coverage", f"{100 * r['coverage']:.1f} %")
-table(C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "step_kernel_us", "coverage"]], 3)
+if C.empty:
+    print(plots.no_data_text("torch.profiler tables of the first and a steady step", "bench"))
+else:
+    table(C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "step_kernel_us", "coverage"]], 3)
 
 # %% [markdown]
-# The window covers {glue:text}`h200_baseline_coverage` of a baseline step on the H200 and
-# {glue:text}`h100-80gb-hbm3_baseline_coverage` on the H100: conclusions about "the training step"
-# drawn from it rest on a few percent of the work. Its kernel mix differs from the whole step's:
+# The window covers {glue:text}`cov_ref_baseline_coverage` of a baseline step on the
+# {glue:text}`cov_ref_gpu` and {glue:text}`cov_alt_baseline_coverage` on the
+# {glue:text}`cov_alt_gpu`: conclusions about "the training step" drawn from it rest on that
+# share of the work. Its kernel mix differs from the whole step's:
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-window", "caption": "Share of kernel time per category in the paper's 100-kernel ncu window (the 11th–110th kernel from process start) and in a whole steady-state step (torch.profiler), per GPU ({glue:text}`bench_gpus`) and configuration of the paper."}}
 W = tables.window_vs_step(root, G)
 if W.empty:
-    fig = plots.no_data("torch.profiler tables of the first and a steady step")
+    fig = plots.no_data("torch.profiler tables of the first and a steady step", "bench")
 else:
     fig, ax = plt.subplots(figsize=(10, 0.35 * W.groupby(["gpu_slug", "config", "scope"]).ngroups + 1.5))
     plots.stacked_shares(W, ["gpu_slug", "config", "scope"], "category", "Kernel mix: the paper's window vs a whole step", ax=ax)
@@ -104,13 +106,10 @@ plots.finish(fig)
 
 # %% tags=["hide-input"]
 A = tables.step_agreement(root, G)
-if not A.empty:
-    glue("agree_max_time_dev", f"{100 * (A['time_ratio'] - 1).abs().max():.1f} %")
-    glue("agree_max_count_dev", f"{(A['ncu_kernels'] - A['torch_kernels']).abs().max():d}")
+if A.empty:
+    print(plots.no_data_text("ncu step-mode reports beside torch.profiler step tables", "ncu"))
 else:
-    glue("agree_max_time_dev", "— (no step-mode report)")
-    glue("agree_max_count_dev", "—")
-table(A, 3)
+    table(A, 3)
 
 # %% [markdown]
 # Across every GPU × configuration with both records, summed kernel time differs by at most

@@ -31,24 +31,23 @@ configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-nd
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
-import pandas as pd
 
 from medddpm.profiling import metrics as M
-from medddpm.profiling.categories import conv_pass
 from medddpm.report import plots, tables
 from medddpm.report.measure import prepare
 from IPython.display import display
 
-from medddpm.report.notebook import glue
-from medddpm.report.present import gpu_name, table
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
+from medddpm.report.present import table
 
-root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
+root, G = prepare(results_dir, gpus, measure, "ladder", size, configs)
+glue_facts(facts.beyond(root, G))
 L = tables.ladder(root, G)
-glue("ladder_gpus", ", ".join(gpu_name(g) for g in sorted(L["gpu_slug"].unique())) if not L.empty else "none")
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-ladder", "caption": "The fast-path ladder: median training step (forward + L1 loss + backward + Adam, 128³, batch 1, CUDA events) for each rung, per GPU ({glue:text}`ladder_gpus`); each bar labelled with its speed-up over the previous rung and over the FP32 baseline. The paper's best (OPT1) is the second rung."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-ladder", "caption": "The fast-path ladder: median training step (forward + L1 loss + backward + Adam, 128³, batch 1, CUDA events) for each rung, per GPU ({glue:text}`ladder_gpus`); each bar labelled with its speed-up over the previous rung and over the FP32 baseline. The paper's best (OPT1) is the second rung."}}
 if L.empty:
-    fig = plots.no_data("bench rows of the ladder's configurations")
+    fig = plots.no_data("bench rows of the ladder's configurations", "ladder")
 else:
     fig, ax = plt.subplots(figsize=(11, 4.8))
     plots.ladder(L, ax)
@@ -56,8 +55,9 @@ else:
 plots.finish(fig)
 
 # %% tags=["hide-input"]
-table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
-   "speedup_vs_baseline", "tflops", "peak_fraction"]], 3)
+if not L.empty:
+    table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
+             "speedup_vs_baseline", "tflops", "peak_fraction"]], 3)
 
 # %% [markdown]
 # Larger batches for `fast` (the same step, N volumes at once):
@@ -67,62 +67,45 @@ FB = tables.bench(root, G, ["fast"], batch=None)
 if not FB.empty:
     table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3)
 
-# %% tags=["remove-cell"]
-ms = L.set_index(["gpu_slug", "config"])
-for (g, c), r in ms.iterrows():
-    glue(f"{g}_{c}_ms", f"{r['step_ms_median']:.1f}")
-    glue(f"{g}_{c}_x", f"{r['speedup_vs_baseline']:.1f}")
-    glue(f"{g}_{c}_tflops", f"{r['tflops']:.0f}")
-if ("h200", "fast") in ms.index:
-    f = ms.loc[("h200", "fast")]
-    glue("h200_fast_vs_opt1", f"{ms.loc[('h200', 'opt1'), 'step_ms_median'] / f['step_ms_median']:.1f}")
-    glue("h200_fast_peak_pct", f"{100 * f['peak_fraction']:.0f} %")
-    glue("h200_target_verdict", "meets" if f["step_ms_median"] <= 50 else "misses")
-    glue("h200_floor_ms", f"{f['step_ms_median'] * f['peak_fraction']:.0f}")
-
 # %% [markdown]
-# On the H200 `fast` takes {glue:text}`h200_fast_ms` ms a step: {glue:text}`h200_fast_x`× the FP32
-# baseline and {glue:text}`h200_fast_vs_opt1`× the paper's best (OPT1, {glue:text}`h200_opt1_ms`
-# ms). It {glue:text}`h200_target_verdict` the 50 ms target. It reaches
-# {glue:text}`h200_fast_tflops` TFLOP/s of model arithmetic, {glue:text}`h200_fast_peak_pct` of the
-# bf16 matmul peak measured on the same GPU (`peaks.json`). The H100 gives
-# {glue:text}`h100-80gb-hbm3_fast_ms` ms. The biggest single steps are bf16
-# ({glue:text}`h200_bf16_ms` ms) and `torch.compile` ({glue:text}`h200_bf16-compile_ms` ms), which
+# On the {glue:text}`ref_gpu` `fast` takes {glue:text}`ref_fast_ms` ms a step:
+# {glue:text}`ref_fast_x`× the FP32 baseline and {glue:text}`ref_fast_vs_opt1`× the paper's best
+# (OPT1, {glue:text}`ref_opt1_ms` ms). It {glue:text}`ref_target_verdict` the 50 ms target. It
+# reaches {glue:text}`ref_fast_tflops` TFLOP/s of model arithmetic,
+# {glue:text}`ref_fast_peak_pct` of the bf16 matmul peak measured on the same GPU (`peaks.json`).
+# The {glue:text}`alt_gpu` gives {glue:text}`alt_fast_ms` ms. The biggest single steps are bf16
+# ({glue:text}`ref_bf16_ms` ms) and `torch.compile` ({glue:text}`ref_bf16-compile_ms` ms), which
 # fuses GroupNorm, SiLU and the elementwise tails into Triton kernels.
 #
 # **What the paper's OPT2 would have needed.** Channels-last only pays once nothing converts back:
 # with PyTorch's own GroupNorm and upsampling, cuDNN inserts `nchwToNhwc`/`nhwcToNchw` transposes
 # around every convolution (see the kernel mix below). Written layout-preserving, NDHWC is the
-# fastest layout ({glue:text}`h200_bf16-ndhwc_ms` ms against {glue:text}`h200_bf16-compile-tuned_ms`
+# fastest layout ({glue:text}`ref_bf16-ndhwc_ms` ms against {glue:text}`ref_bf16-compile-tuned_ms`
 # ms for the same knobs in NCDHW).
 
 # %% [markdown]
 # ## Where the time goes
 #
 # Every kernel of one steady step (torch.profiler), grouped by the book's categories, for the best
-# NCDHW rung and for `fast` (H200). Inductor names its fused kernels after the operations in them,
+# NCDHW rung and for `fast`. Inductor names its fused kernels after the operations in them,
 # so a fused GroupNorm kernel that contains a `permute` is counted under "layout transform" here.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-fast-mix", "caption": "Share of kernel time per category in every kernel of one steady training step (torch.profiler, whole step) of `baseline`, `opt1`, the best NCDHW rung (`bf16-compile-tuned`) and `fast`, per GPU with tables for them."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-fast-mix", "caption": "Share of kernel time per category in every kernel of one steady training step (torch.profiler, whole step) of `baseline`, `opt1`, the best NCDHW rung (`bf16-compile-tuned`) and `fast`, per GPU with tables for them."}}
 T = tables.torch_kernels(root, G, "step", ["baseline", "opt1", "bf16-compile-tuned", "fast"])
 if not T.empty:
     mix = tables.ordered(M.kernel_mix(T, duration="duration_us", group=["gpu_slug", "config"]), ["gpu_slug", "config"])
     fig, ax = plt.subplots(figsize=(10, 0.45 * mix.groupby(["gpu_slug", "config"], observed=True).ngroups + 1.5))
     plots.stacked_shares(mix, ["gpu_slug", "config"], "category", "Kernel mix of one step", ax=ax)
-    plots.finish(fig)
-    conv = T[T["category"] == "convolution/GEMM"].groupby(["gpu_slug", "config"])["duration_us"].sum() / 1e3
-    total = T.groupby(["gpu_slug", "config"])["duration_us"].sum() / 1e3
-    for (g, c), v in conv.items():
-        glue(f"{g}_{c}_conv_ms", f"{v:.1f}")
-        glue(f"{g}_{c}_kernel_ms", f"{total[g, c]:.1f}")
-        glue(f"{g}_{c}_other_ms", f"{total[g, c] - v:.1f}")
+else:
+    fig = plots.no_data("torch.profiler step tables of the ladder", "ladder")
+plots.finish(fig)
 
 # %% [markdown]
-# In `fast` the convolutions (cuDNN implicit GEMMs, forward, data-gradient and weight-gradient)
-# take {glue:text}`h200_fast_conv_ms` of {glue:text}`h200_fast_kernel_ms` ms of kernel time; the
-# remaining {glue:text}`h200_fast_other_ms` ms are Triton kernels of the normalizations and their
+# In `fast` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward,
+# data-gradient and weight-gradient) take {glue:text}`ref_fast_conv_ms` of
+# {glue:text}`ref_fast_kernel_ms` ms of kernel time; the remaining {glue:text}`ref_fast_other_ms` ms are Triton kernels of the normalizations and their
 # backward, and elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the
-# measured bf16 matmul peak) is {glue:text}`h200_floor_ms` ms, so the convolutions alone sit well
+# measured bf16 matmul peak) is {glue:text}`ref_floor_ms` ms, so the convolutions alone sit well
 # above it, and the normalization kernels are further still from their bandwidth bound: both are
 # where the rest of the gap to 50 ms lies.
 
@@ -135,7 +118,7 @@ if not T.empty:
 # counters plus 2 × FFMA + FADD + FMUL thread instructions
 # (`medddpm.profiling.metrics.roofline_points`); one tensor-path operation is one FLOP, checked on
 # matmuls of known size (`scripts/roofline_probe.py`, `roofline_probe.csv`:
-# {glue:text}`probe_ratio`× the 2n³ FLOPs on the H100).
+# {glue:text}`probe_ratio`× the 2n³ FLOPs).
 #
 # The points of a whole step come from ncu's roofline mode (`medddpm profile --mode roofline`):
 # every kernel of one steady training step with its time, its DRAM bytes and the FLOP counter of
@@ -151,55 +134,17 @@ if not T.empty:
 # %% tags=["remove-cell"]
 RR = tables.ceilings(root, G)
 RW = tables.roofline(root, G, "roofline")
-glue("roof_step_gpus", ", ".join(gpu_name(g) for g in sorted(RW["gpu_slug"].unique())) if not RW.empty else "none")
-passes = tables.results_csv(root, G, "fast_path/ncu_passes")
-by_path = passes.groupby("flop_paths")["passes"].max() if not passes.empty else {}
-glue("passes_tensor", f"{by_path['bf16']}" if "bf16" in by_path else "—")
-glue("passes_fp32", f"{by_path['fp32']}" if "fp32" in by_path else "—")
-glue("fast_step_kernels", f"{RW.loc[RW['config'] == 'fast'].groupby('gpu_slug').size().max():,}"
-     if not RW.empty and (RW["config"] == "fast").any() else "—")
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-roofline-step", "caption": "Roofline of a whole training step (ncu roofline mode: every kernel of one steady step, 128³, batch 1) for `baseline`, `opt1` and `fast`, per GPU ({glue:text}`roof_step_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the step's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-roofline-step", "caption": "Roofline of a whole training step (ncu roofline mode: every kernel of one steady step, 128³, batch 1) for `baseline`, `opt1` and `fast`, per GPU ({glue:text}`roof_step_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the step's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
 if RW.empty or RR.empty:
-    fig = plots.no_data("ncu roofline-mode reports and the GPU's peaks.json")
+    fig = plots.no_data("ncu roofline-mode reports and the GPU's peaks.json", "roofline")
 else:
     fig = plots.roofline(RW, RR, ["baseline", "opt1", "fast"])
 plots.finish(fig)
 
 # %% tags=["remove-cell"]
 RWS = tables.roofline_summary(RW, RR)
-for _, r in RWS.iterrows():
-    key = f"step_{r['gpu_slug']}_{r['config']}"
-    glue(f"{key}_no_flops_share", f"{100 * r['no_flops_share']:.0f} %")
-    glue(f"{key}_half_bound_share", f"{100 * r['half_bound_share']:.0f} %")
-    glue(f"{key}_tflops", f"{r['window_tflops']:.0f}")
-for _, r in tables.roofline_highlights(RW, RR).iterrows():
-    key = f"step_{r['gpu_slug']}_{r['config']}_{r['what']}"
-    if pd.notna(r["conv_pass"]):
-        glue(f"{key}_kind", r["conv_pass"])
-    glue(f"{key}_tflops", f"{r['tflops']:.1f}")
-    glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
-    glue(f"{key}_share", f"{100 * r['share']:.1f} %")
-NS = tables.normalized_scopes(root, G)
-for _, r in NS[(NS["config"] == "fast") & (NS["mode"] == "step")].iterrows() if not NS.empty else []:
-    glue(f"ncu_{r['gpu']}_fast_{r['metric']}", f"{r['measured']:.2f}")
-CA = tables.fast_path_csv(root, G, "cudnn_all_bench")
-if not CA.empty:
-    CA = CA[CA["gpu_slug"] == "h200"].groupby("config")["step_ms_median"]
-    glue("cudnn_all_ms", f"{CA.median().get('fast-cudnn-all', float('nan')):.1f}")
-    glue("cudnn_all_fast_ms", " and ".join(f"{v:.1f}" for v in CA.get_group("fast")) if "fast" in CA.groups else "—")
 GAP = tables.roofline_gap(RW, RR)
-for (g, c), d in GAP.groupby(["gpu_slug", "config"], observed=True):
-    key = f"step_{g}_{c}"
-    glue(f"{key}_time_ms", f"{d['time_ms'].sum():.1f}")
-    glue(f"{key}_bound_ms", f"{d['bound_ms'].sum():.1f}")
-    glue(f"{key}_gap_ms", f"{d['gap_ms'].sum():.1f}")
-    glue(f"{key}_target_reach", "within reach of" if d["bound_ms"].sum() <= 50 else "beyond")
-    for _, r in d.iterrows():
-        cat = r["category"].split("/")[0].replace(" ", "_")
-        glue(f"{key}_{cat}_gap_ms", f"{r['gap_ms']:.1f}")
-        glue(f"{key}_{cat}_gap_pct", f"{100 * r['gap_share']:.0f} %")
-        glue(f"{key}_{cat}_bound_pct", f"{100 * r['bound_ms'] / r['time_ms']:.0f} %")
 
 # %% tags=["hide-input"]
 if not RWS.empty:
@@ -217,76 +162,57 @@ if not GAP.empty:
                                                        "gap_ms": "above it (ms)", "gap_share": "share of the gap"}), 2)
 
 # %% [markdown]
-# On the H200 the `fast` step spends {glue:text}`step_h200_fast_time_ms` ms in kernels, against
-# {glue:text}`step_h200_fast_bound_ms` ms if every kernel ran at its roofline bound with the DRAM
-# traffic and FLOPs it has now, so the 50 ms target is {glue:text}`step_h200_fast_target_reach` the
-# hardware for this traffic. (ncu flushes the caches before each kernel, so these bytes are what a
-# kernel moves from a cold L2: an upper bound on its traffic inside a step, and the bound an upper
-# bound too.) What stands between is {glue:text}`step_h200_fast_gap_ms` ms above the bounds, and
-# {glue:text}`step_h200_fast_convolution_gap_pct` of it
-# ({glue:text}`step_h200_fast_convolution_gap_ms` ms) lies in the convolutions. The Triton kernels
-# of the fused NDHWC GroupNorm and the elementwise tails already run at
-# {glue:text}`step_h200_fast_Triton_pointwise_bound_pct` (pointwise) and
-# {glue:text}`step_h200_fast_Triton_reduction_bound_pct` (reductions) of their bandwidth bound:
-# they have little left to gain from better kernels, only from moving fewer bytes (fusing the
-# normalization into the convolutions' prologues and epilogues). The longest convolution kernel of
-# the step is a {glue:text}`step_h200_fast_conv_kind` at {glue:text}`step_h200_fast_conv_tflops`
-# TFLOP/s, {glue:text}`step_h200_fast_conv_compute_pct` of the bf16 roof
-# ({glue:text}`step_h200_fast_conv_share` of the step). In the FP32 baseline the longest kernel is a
-# {glue:text}`step_h200_baseline_conv_kind` too, at {glue:text}`step_h200_baseline_conv_tflops`
-# TFLOP/s ({glue:text}`step_h200_baseline_conv_compute_pct` of the FP32 roof,
-# {glue:text}`step_h200_baseline_conv_share` of the step). The paper's 100-kernel window (below)
-# holds {glue:text}`window_grad_kernels` gradient convolutions, so it cannot see these. On the H100 `fast` is
-# {glue:text}`step_h100-80gb-hbm3_fast_time_ms` ms of kernels against a bound of
-# {glue:text}`step_h100-80gb-hbm3_fast_bound_ms` ms.
+# On the {glue:text}`step_ref_gpu` the `fast` step spends {glue:text}`step_ref_fast_time_ms` ms in
+# kernels, against {glue:text}`step_ref_fast_bound_ms` ms if every kernel ran at its roofline bound
+# with the DRAM traffic and FLOPs it has now, so the 50 ms target is
+# {glue:text}`step_ref_fast_target_reach` the hardware for this traffic. (ncu flushes the caches
+# before each kernel, so these bytes are what a kernel moves from a cold L2: an upper bound on its
+# traffic inside a step, and the bound an upper bound too.) What stands between is
+# {glue:text}`step_ref_fast_gap_ms` ms above the bounds, and
+# {glue:text}`step_ref_fast_convolution_gap_pct` of it
+# ({glue:text}`step_ref_fast_convolution_gap_ms` ms) lies in the convolutions. The Triton kernels
+# of the fused NDHWC GroupNorm and the elementwise tails run at
+# {glue:text}`step_ref_fast_Triton_pointwise_bound_pct` (pointwise) and
+# {glue:text}`step_ref_fast_Triton_reduction_bound_pct` (reductions) of their bandwidth bound:
+# they gain from moving fewer bytes (fusing the normalization into the convolutions' prologues and
+# epilogues) more than from better kernels. The longest convolution kernel of the step is a
+# {glue:text}`step_ref_fast_conv_kind` at {glue:text}`step_ref_fast_conv_tflops` TFLOP/s,
+# {glue:text}`step_ref_fast_conv_compute_pct` of the bf16 roof
+# ({glue:text}`step_ref_fast_conv_share` of the step). In the FP32 baseline the longest kernel is a
+# {glue:text}`step_ref_baseline_conv_kind` too, at {glue:text}`step_ref_baseline_conv_tflops`
+# TFLOP/s ({glue:text}`step_ref_baseline_conv_compute_pct` of the FP32 roof,
+# {glue:text}`step_ref_baseline_conv_share` of the step). The paper's 100-kernel window (below)
+# holds {glue:text}`window_grad_kernels` gradient convolutions, so it cannot see these. On the
+# {glue:text}`step_alt_gpu` `fast` is {glue:text}`step_alt_fast_time_ms` ms of kernels against a
+# bound of {glue:text}`step_alt_fast_bound_ms` ms.
 #
 # Most of that gap is in cuDNN's convolution kernels, so one more knob lets cuDNN's autotuner time
 # every algorithm it offers for each convolution instead of PyTorch's first ten
-# (`cudnn_benchmark_limit=0`, configuration `fast-cudnn-all`). Timed in one session on the H200,
+# (`cudnn_benchmark_limit=0`, configuration `fast-cudnn-all`). Timed in one session on the {glue:text}`ref_gpu`,
 # beside `fast` before and after it, it takes {glue:text}`cudnn_all_ms` ms a step against
 # {glue:text}`cudnn_all_fast_ms` ms: the algorithms cuDNN has do not close the gap.
 #
 # **`fast` in the paper's metrics.** Profiled like the paper's configurations over a whole step
-# (ncu step mode, the one-pass `core` set), `fast` on the H200 executes
-# {glue:text}`ncu_h200_fast_instructions`× the FP32 baseline's instructions in
-# {glue:text}`ncu_h200_fast_cycles`× its cycles, at {glue:text}`ncu_h200_fast_ipc`× its
-# geometric-mean IPC (H100: {glue:text}`ncu_h100-80gb-hbm3_fast_instructions`×,
-# {glue:text}`ncu_h100-80gb-hbm3_fast_cycles`×, {glue:text}`ncu_h100-80gb-hbm3_fast_ipc`×). The
+# (ncu step mode, the one-pass `core` set), `fast` on the {glue:text}`ncu_ref_gpu` executes
+# {glue:text}`ncu_ref_fast_instructions`× the FP32 baseline's instructions in
+# {glue:text}`ncu_ref_fast_cycles`× its cycles, at {glue:text}`ncu_ref_fast_ipc`× its
+# geometric-mean IPC ({glue:text}`ncu_alt_gpu`: {glue:text}`ncu_alt_fast_instructions`×,
+# {glue:text}`ncu_alt_fast_cycles`×, {glue:text}`ncu_alt_fast_ipc`×). The
 # §6.1 figure of {doc}`04_interventions` draws these beside `opt1`, `opt2` and `opt12`.
 #
 # **The paper's window.** The paper-mode reports (its 100-kernel window with `--set full`, which
 # records the same counters) give the same view for the paper's configurations, `opt12` included:
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-roofline", "caption": "Roofline of the paper's 100-kernel window (ncu, full set) for `baseline`, `opt1` and `opt12`, per GPU ({glue:text}`roof_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the window's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-roofline", "caption": "Roofline of the paper's 100-kernel window (ncu, full set) for `baseline`, `opt1` and `opt12`, per GPU ({glue:text}`roof_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the window's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
 RP = tables.roofline(root, G, "paper")
-glue("roof_gpus", ", ".join(gpu_name(g) for g in sorted(RP["gpu_slug"].unique())) if not RP.empty else "none")
 if RP.empty or RR.empty:
-    fig = plots.no_data("ncu reports with DRAM counters and the GPU's peaks.json")
+    fig = plots.no_data("ncu reports with DRAM counters and the GPU's peaks.json", "ncu")
 else:
     fig = plots.roofline(RP, RR, ["baseline", "opt1", "opt12"])
 plots.finish(fig)
 
 # %% tags=["remove-cell"]
-probe = tables.results_csv(root, G, "fast_path/roofline_probe")
-glue("probe_ratio", f"{probe['flops_over_expected'].min():.4f}–{probe['flops_over_expected'].max():.4f}"
-     if not probe.empty else "—")
 RS = tables.roofline_summary(RP, RR)
-for _, r in RS.iterrows():
-    for col in ("no_flops_share", "half_bound_share"):
-        glue(f"{r['gpu_slug']}_{r['config']}_{col}", f"{100 * r[col]:.0f} %")
-    glue(f"{r['gpu_slug']}_{r['config']}_window_tflops", f"{r['window_tflops']:.0f}")
-for _, r in tables.roofline_highlights(RP, RR).iterrows():
-    key = f"{r['gpu_slug']}_{r['config']}_{r['what']}"
-    glue(f"{key}_tflops", f"{r['tflops']:.0f}")
-    glue(f"{key}_roof", f"{r['roof_tflops']:.0f}")
-    glue(f"{key}_compute_pct", f"{100 * r['compute_fraction']:.0f} %")
-    glue(f"{key}_tbps", f"{r['dram_tbps']:.2f}")
-    glue(f"{key}_bw_pct", f"{100 * r['bandwidth_fraction']:.0f} %")
-glue("window_grad_kernels", f"{RP['short_name'].map(conv_pass).isin(['data gradient', 'weight gradient']).sum():,}" if not RP.empty else "—")
-big = RP[RP["category"] == "convolution/GEMM"].nlargest(1, "duration_ns") if not RP.empty else RP
-if not big.empty:
-    glue("roof_conv_tflop", f"{big['flops'].iloc[0] / 1e12:.3f}")
-glue("conv_formula_tflop", f"{2 * 128**3 * 64 * 64 * 27 / 1e12:.3f}")  # 64→64 channels, 3³ kernel, 128³ voxels
 
 # %% tags=["hide-input"]
 if not RS.empty:
@@ -296,18 +222,18 @@ if not RS.empty:
 # %% [markdown]
 # The counters check out on the model too: the longest convolution of the window counts
 # {glue:text}`roof_conv_tflop` TFLOP, and a 64→64-channel 3³ convolution over 128³ voxels is
-# 2 · 128³ · 64 · 64 · 27 = {glue:text}`conv_formula_tflop` TFLOP. On the H200, in the FP32
-# baseline, that convolution reaches {glue:text}`h200_baseline_conv_tflops` TFLOP/s,
-# {glue:text}`h200_baseline_conv_compute_pct` of the FP32 roof: the paper's baseline is
+# 2 · 128³ · 64 · 64 · 27 = {glue:text}`conv_formula_tflop` TFLOP. On the {glue:text}`win_ref_gpu`,
+# in the FP32 baseline, that convolution reaches {glue:text}`win_baseline_conv_tflops` TFLOP/s,
+# {glue:text}`win_baseline_conv_compute_pct` of the FP32 roof: the paper's baseline is
 # compute-bound on the FP32 pipes. TF32 (`opt1`) moves it to the tensor cores at
-# {glue:text}`h200_opt1_conv_tflops` TFLOP/s, {glue:text}`h200_opt1_conv_compute_pct` of the TF32
-# roof ({glue:text}`h200_opt1_conv_roof`). The normalization statistics kernel
-# (`RowwiseMomentsCUDAKernel`), at a few FLOP per byte, moves {glue:text}`h200_opt1_norm_tbps` TB/s
-# of DRAM traffic, {glue:text}`h200_opt1_norm_bw_pct` of the bandwidth: far under both roofs, so
+# {glue:text}`win_opt1_conv_tflops` TFLOP/s, {glue:text}`win_opt1_conv_compute_pct` of the TF32
+# roof ({glue:text}`win_opt1_conv_roof`). The normalization statistics kernel
+# (`RowwiseMomentsCUDAKernel`), at a few FLOP per byte, moves {glue:text}`win_opt1_norm_tbps` TB/s
+# of DRAM traffic, {glue:text}`win_opt1_norm_bw_pct` of the bandwidth: far under both roofs, so
 # neither DRAM nor the FP32 pipes limit it. That gap is the room the fused NDHWC GroupNorm kernels
-# of the ladder take. In `opt12`, {glue:text}`h200_opt12_no_flops_share` of the
-# window's time on the H200 goes to kernels with no FLOPs at all: the layout copies channels-last
-# pays for, which run at {glue:text}`h200_opt12_copy_bw_pct` of the DRAM bandwidth.
+# of the ladder take. In `opt12`, {glue:text}`win_opt12_no_flops_share` of the
+# window's time goes to kernels with no FLOPs at all: the layout copies channels-last
+# pays for, which run at {glue:text}`win_opt12_copy_bw_pct` of the DRAM bandwidth.
 #
 # ## Does the fast path compute the same model?
 #
@@ -328,20 +254,14 @@ if not A.empty:
 
 # %% tags=["hide-input"]
 LP = tables.loss_parity(root, G)
-for _, r in LP.drop_duplicates("gpu_slug").iterrows():
-    glue(f"{r['gpu_slug']}_lp_band", f"{r['band_low']:.4f}–{r['band_high']:.4f}")
-    glue(f"{r['gpu_slug']}_lp_seeds", f"{r['band_seeds']}")
-for _, r in LP[LP["config"] != "baseline"].drop_duplicates(["gpu_slug", "config"]).iterrows():
-    glue(f"{r['gpu_slug']}_{r['config']}_lp", f"{r['loss']:.4f}")
-    glue(f"{r['gpu_slug']}_{r['config']}_lp_verdict", "inside" if r["inside_band"] else "outside")
 if not LP.empty:
     display(table(LP.assign(size=LP["size"].astype(str) + "³")[["gpu_slug", "config", "seed", "size", "steps", "loss"]]
                   .rename(columns={"loss": "held-out L1 loss"}), 4))
 
 # %% [markdown]
-# On the H200 the baseline's held-out loss after 50 steps spans {glue:text}`h200_lp_band` over
-# {glue:text}`h200_lp_seeds` seeds; `fast` (seed 0) ends at {glue:text}`h200_fast_lp`,
-# **{glue:text}`h200_fast_lp_verdict`** that band. Three seeds make a narrow band and 50 steps a
+# On the {glue:text}`lp_ref_gpu` the baseline's held-out loss after 50 steps spans
+# {glue:text}`lp_band` over {glue:text}`lp_seeds` seeds; `fast` (seed 0) ends at
+# {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`** that band. Three seeds make a narrow band and 50 steps a
 # short run; the training parity of {doc}`07_quality` (1,000 steps on MNI152-based subjects,
 # held-out subjects, a prediction band from the seeds) is the longer test.
 
@@ -360,12 +280,10 @@ if not LP.empty:
 LB = tables.loop_vs_bench(root, G)
 SC, PR = tables.scaling(root)
 SC_EARLIER = tables.scaling_earlier(root)
-for name, value in tables.loop_facts(LB, SC, SC_EARLIER).items():
-    glue(name, value)
 
 # %% tags=["hide-input"]
 if LB.empty:
-    print("no data: run scripts/loop_measure.sh data/results/<gpu>/loop on a GPU")
+    print(plots.no_data_text("training-loop runs (loop/loop_vs_bench.csv)", "loop"))
 else:
     display(table(LB[["gpu_slug", "config", "grad_accum", "data", "loop_ms_per_micro_batch", "bench_ms", "ratio"]],
                   {"loop_ms_per_micro_batch": 1, "bench_ms": 1, "ratio": 3}))
@@ -391,7 +309,7 @@ else:
 # DDP buckets. Measured with the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two GPUs (torchrun, weak scaling), for `opt1` and `fast` with one and two micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
-plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (h200-x2/scaling.csv)"))
+plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
 
 # %% tags=["hide-input"]
 if not SC.empty:

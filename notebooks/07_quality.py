@@ -27,9 +27,9 @@
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
-measure = False  # True: time the configurations on this machine's GPU first (bench; quality runs: scripts/quality_measure.sh)
+measure = False  # True: time sampling on this machine's GPU first (bench-sample; quality runs: scripts/quality_measure.sh)
 size = 128  # volume side when measuring
-configs = "baseline,opt1,bf16,fast"  # configurations to measure
+configs = "opt1,fast,fast-w16-p8"  # sampling configurations to measure (DDIM 50 and DDPM 250)
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -37,36 +37,33 @@ from IPython.display import display
 
 from medddpm.report import plots, tables
 from medddpm.report.measure import prepare
-from medddpm.report.notebook import glue
-from medddpm.report.present import gpu_name, sci, table
+from medddpm.report import facts
+from medddpm.report.notebook import glue_facts
+from medddpm.report.present import table
 
-root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
+root, G = prepare(results_dir, gpus, measure, "sampling", size, configs)
 QG = [g for g in G if (root / g / "quality").is_dir()]  # GPUs with quality results
-QGPU = QG[0] if QG else None  # the one this chapter's quality sections show
-glue("q_gpu", gpu_name(QGPU) if QGPU else "no GPU (no quality results in this store)")
-glue("sample_gpus", ", ".join(gpu_name(g) for g in G) or "none")
+QGPU = facts.roles(QG)["ref"]  # the one this chapter's quality sections show
+glue_facts(facts.quality(root, G))
 
 # %% [markdown]
 # ## Sampling in seconds
 #
-# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, batch 1, one untimed
-# warm-up run (compilation and the capture of one denoising step as a CUDA graph), then whole
-# sampling chains timed with CUDA events. The denoiser runs under inference mode in each
-# configuration; in `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step.
+# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, one untimed warm-up
+# run (compilation and the capture of one denoising step as a CUDA graph), then whole sampling
+# chains timed with CUDA events. The denoiser runs under inference mode in each configuration; in
+# `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step. Two levers only a sampler
+# can pull, each a configuration of its own that training refuses: `fast-w16` stores the
+# convolution and linear weights in bf16 once (the numbers autocast casts them to at every call),
+# and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero
+# channels to 8 (the same sums).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets of issue 10 for `fast` on the H200. The paper reports no sampling times."}}
-TARGET_S = {"ddpm": 4.0, "ddim": 1.0}  # the sampling targets of issue 10 (H200, per volume)
-SB = tables.sample_bench(root, G)  # 128³ rows
-if not SB.empty:
-    plots.finish(plots.sampling(SB, TARGET_S))
-    for _, r in SB.iterrows():
-        glue(f"{r['gpu_slug']}_{r['config']}_{r['sampler']}_s", f"{r['s_per_volume_median']:.2f}")
-    for _, r in tables.sampling_targets(SB, TARGET_S).iterrows():
-        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_verdict", "meets" if r["meets"] else "misses")
-        glue(f"{r['gpu_slug']}_fast_{r['sampler']}_target", f"{r['target_s']:g}")
-        glue(f"{r['gpu_slug']}_{r['sampler']}_fast_vs_opt1", f"{r['speedup_vs_reference']:.1f}")
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
+SB = tables.sample_bench(root, G)  # 128³ rows, every batch
+if SB.empty:
+    plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)", "sampling"))
 else:
-    plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)"))
+    plots.finish(plots.sampling(SB[SB["batch"] == 1], facts.SAMPLING_TARGETS_S))
 
 # %% tags=["hide-input"]
 if not SB.empty:
@@ -74,33 +71,41 @@ if not SB.empty:
                       "s_per_volume_max", "peak_mem_gib"]], 3))
 
 # %% [markdown]
-# On the H200, `fast` samples a volume with DDIM 50 in {glue:text}`h200_fast_ddim_s` s
-# ({glue:text}`h200_ddim_fast_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps in
-# {glue:text}`h200_fast_ddpm_s` s ({glue:text}`h200_ddpm_fast_vs_opt1`×). That
-# {glue:text}`h200_fast_ddim_verdict` the DDIM target of {glue:text}`h200_fast_ddim_target` s and
-# {glue:text}`h200_fast_ddpm_verdict` the DDPM target of {glue:text}`h200_fast_ddpm_target` s.
-
-# %% [markdown]
+# On the {glue:text}`samp_ref_gpu` the fastest sampler, {glue:text}`samp_best`, samples a volume
+# with DDIM 50 in {glue:text}`samp_best_ddim_s` s ({glue:text}`samp_best_ddim_vs_opt1`× faster than
+# `opt1`) and with DDPM's 250 steps in {glue:text}`samp_best_ddpm_s` s
+# ({glue:text}`samp_best_ddpm_vs_opt1`×): it {glue:text}`samp_best_ddim_verdict` the DDIM target
+# of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target
+# of {glue:text}`samp_best_ddpm_target` s. `fast` took {glue:text}`samp_fast_ddim_s` s and
+# {glue:text}`samp_fast_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
+# {glue:text}`samp_fast-w16_ddpm_s` s. Several volumes a batch, seconds per volume with DDIM 50
+# ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`; one 128³ volume already fills
+# the GPU, so batching is a throughput knob, not a latency one.
+#
 # Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside
 # the replayed CUDA graph included), milliseconds per step by kernel category:
 
 # %% tags=["hide-input"]
-per_cat = tables.denoise_categories(root, G)
-if not per_cat.empty:
-    for c, total in per_cat.sum().items():
-        glue(f"denoise_{c}_ms", f"{total:.1f}")
-        for cat in ("convolution/GEMM", "layout transform"):
-            if cat in per_cat.index:
-                glue(f"denoise_{c}_{cat.split('/')[0].replace(' ', '_')}_ms", f"{per_cat.loc[cat, c]:.1f}")
+per_cat = tables.denoise_categories(root, [facts.roles(SB["gpu_slug"] if not SB.empty else [])["ref"] or ""])
+if per_cat.empty:
+    print(plots.no_data_text("denoising-step kernel tables (sampling/denoise_kernels.csv)", "sampling"))
+else:
     display(table(per_cat, 2, index=True))
 
 # %% [markdown]
 # A `fast` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
-# convolutions {glue:text}`denoise_fast_convolution_ms` ms and cuDNN's NCHW↔NHWC transposes
-# {glue:text}`denoise_fast_layout_transform_ms` ms: under inference the compiled network pays
-# layout round-trips that its training step almost entirely avoids (handing it NDHWC input did not
-# remove them).
-# Removing those is the first step towards the sampling targets.
+# convolutions {glue:text}`denoise_fast_conv_ms` ms and cuDNN's NCHW↔NHWC transposes
+# {glue:text}`denoise_fast_layout_ms` ms. Under inference mode the compiled network casts each
+# weight to bf16 inside its graph, and Inductor lays those casts and the activations around them
+# out NCDHW (in training, the activations saved for the backward pass keep the eager NDHWC
+# layout); cuDNN then transposes the input, the weight and the output of almost every
+# convolution. With the weights stored in bf16 once, Inductor keeps every activation NDHWC; with
+# the two odd-channel convolutions padded, no small-channel kernel, copy or transpose is left
+# either: a {glue:text}`samp_best` step takes {glue:text}`denoise_best_ms` ms, convolutions
+# {glue:text}`denoise_best_conv_ms` ms, transposes {glue:text}`denoise_best_layout_ms` ms. What is
+# left is convolutions and the Triton normalization kernels: the per-layer work of the training
+# step (every convolution at its shape's best, every norm at its minimal bytes) is what would take
+# DDPM under its target.
 
 # %% [markdown]
 # ## Does every configuration compute the same network?
@@ -113,12 +118,10 @@ if not per_cat.empty:
 
 # %% tags=["hide-input"]
 A = tables.quality_csv(root, QG, "agreement")
-if not A.empty:
+if A.empty:
+    print(plots.no_data_text("denoiser agreement (quality/agreement.csv)", "quality"))
+else:
     A = A[A["gpu_slug"] == QGPU]
-    worst = A.groupby("config", sort=False)[["rel_l2", "max_abs"]].max()
-    for c, r in worst.iterrows():
-        glue(f"q_{c}_rel", sci(r["rel_l2"]))
-    glue("q_rms", f"{A['ref_rms'].min():.2f}–{A['ref_rms'].max():.2f}")
     display(table(A.pivot_table(index="config", columns="t", values="rel_l2", sort=False)
                   .rename(columns=lambda t: f"relative L2, t = {t}"), 6, index=True))
     display(table(A.pivot_table(index="config", columns="t", values="max_abs", sort=False)
@@ -127,9 +130,11 @@ if not A.empty:
 # %% [markdown]
 # The FP32 configurations (baseline, and `opt2`, which only changes the layout) agree with FP64 to
 # {glue:text}`q_baseline_rel` (worst relative L2 over t); the TF32 ones to
-# {glue:text}`q_opt1_rel` (`opt1`); the bf16 ones to {glue:text}`q_bf16_rel` (`bf16`) and
-# {glue:text}`q_fast_rel` (`fast`), against an ε whose RMS is {glue:text}`q_rms`. Each sits at its
-# format's rounding level: none adds error of its own.
+# {glue:text}`q_opt1_rel` (`opt1`); the bf16 ones to {glue:text}`q_bf16_rel` (`bf16`),
+# {glue:text}`q_fast_rel` (`fast`), {glue:text}`q_fast-w16_rel` (`fast-w16`) and
+# {glue:text}`q_fast-w16-p8_rel` (`fast-w16-p8`), against an ε whose RMS is {glue:text}`q_rms`.
+# Each sits at its format's rounding level: none adds error of its own, and the sampling levers
+# compute the same network as `fast`.
 
 # %% [markdown]
 # ## Does every configuration train the same model?
@@ -148,18 +153,8 @@ PC, PV = tables.parity_curves(root, QG), tables.parity_verdict(root, QG)
 if not PV.empty:
     PV = PV[PV["gpu_slug"] == QGPU]
     plots.finish(plots.parity(PC, PV, QGPU))
-    b = PV.iloc[0]
-    glue("p_band", f"{b['band_low']:.4f}–{b['band_high']:.4f}")
-    glue("p_seeds", f"{b['seeds_low']:.4f}–{b['seeds_high']:.4f}")
-    glue("p_start", f"{b['loss_step0']:.3f}")
-    glue("p_steps", f"{int(b['steps']):,}")
-    others = PV[PV["config"] != "baseline"]
-    glue("p_inside", f"{int(others['inside_band'].sum())} of {len(others)}")
-    glue("p_range", f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
-    glue("p_gpu", gpu_name(QGPU))
 else:
-    glue("p_steps", "—")
-    plots.finish(plots.no_data("training-parity runs (quality/parity_*.csv)"))
+    plots.finish(plots.no_data("training-parity runs (quality/parity_*.csv)", "quality"))
 
 # %% tags=["hide-input"]
 if not PV.empty:
@@ -169,7 +164,7 @@ if not PV.empty:
                                    "inside_band": "inside the band"}), 4))
 
 # %% [markdown]
-# On the {glue:text}`p_gpu`, the held-out loss falls from {glue:text}`p_start` to the baseline
+# On the {glue:text}`q_gpu`, the held-out loss falls from {glue:text}`p_start` to the baseline
 # seeds' {glue:text}`p_seeds` after {glue:text}`p_steps` steps; the prediction band is
 # {glue:text}`p_band`. The other configurations end at {glue:text}`p_range`:
 # **{glue:text}`p_inside`** lie inside the band. At this length and scale, none of the paper's
@@ -187,10 +182,9 @@ if not PV.empty:
 
 # %% tags=["hide-input"]
 per = tables.sample_agreement(root, QGPU).drop("fast-long", errors="ignore") if QGPU else None
-if per is not None and not per.empty:
-    for s, r in per.iterrows():
-        glue(f"s_{s}_psnr", "identical" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.1f} dB")
-        glue(f"s_{s}_ssim", f"{r['ssim']:.3f}")
+if per is None or per.empty:
+    print(plots.no_data_text("sample agreement (quality/sample_agreement.csv)", "quality"))
+else:
     display(table(per.rename(columns={"psnr_db": "PSNR, dB", "ssim": "SSIM", "mae": "mean |Δ|",
                                       "max_abs": "max |Δ|", "mae_brain": "mean |Δ| in brain"})
                   .rename_axis("sample (mean of 2 subjects)"), 4, index=True))
@@ -204,14 +198,14 @@ if per is not None and not per.empty:
 # a sample and the anatomy it stands for. Where they sit, the difference maps show (absolute
 # difference to the FP32 sample; black 0, yellow 0.05 or more on the [−1, 1] scale):
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-diff", "caption": "Where the configurations' samples differ from the FP32 sample ({glue:text}`q_gpu`, same checkpoint, seed and DDIM 50 chain): orthogonal slices through the held-out subject's lesion, the FP32 sample first, then the absolute difference of each configuration (black 0, yellow ≥ 0.05 on the [−1, 1] intensity scale)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-diff", "caption": "Where the configurations' samples differ from the FP32 sample ({glue:text}`q_gpu`, same checkpoint, seed and DDIM 50 chain): orthogonal slices through the held-out subject's lesion, the FP32 sample first, then the absolute difference of each configuration (black 0, yellow ≥ 0.05 on the [−1, 1] intensity scale)."}}
 SL = tables.quality_slices(root, QGPU) if QGPU else None
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique())[:1],
                               {"baseline": "FP32 sample", "opt1": "|opt1 − FP32|", "pytorch-default": "|default − FP32|",
                                "bf16": "|bf16 − FP32|", "fast": "|fast − FP32|"}, diff_to="baseline"))
 else:
-    plots.finish(plots.no_data("sample slices (quality/slices.parquet)"))
+    plots.finish(plots.no_data("sample slices (quality/slices.parquet)", "quality"))
 
 # %% [markdown]
 # Intensities inside the brain mask, per source, for each held-out subject (`fast-long`: the
@@ -228,7 +222,7 @@ if not H.empty:
         ax.set_title(f"held-out subject {s}")
     plots.finish(fig)
 else:
-    plots.finish(plots.no_data("brain histograms (quality/histograms.csv)"))
+    plots.finish(plots.no_data("brain histograms (quality/histograms.csv)", "quality"))
 
 # %% [markdown]
 # The configurations' histograms (`baseline`, `fast`) lie on top of each other. Neither has the
@@ -244,26 +238,16 @@ else:
 # above, and from a longer run, `medddpm train --config fast` for 20,000 steps on the same 6
 # training subjects (lr 1e-4, EMA weights). Slices go through each subject's lesion.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³): per held-out subject, the mask (brain and lesion), the real image and `fast` DDIM 50 samples from the 1,000-step checkpoint and from the 20,000-step model, in orthogonal slices through the lesion."}}
-SB64 = tables.sample_bench(root, QG, size="64x64x64")
-if not SB64.empty:
-    f = SB64[(SB64["config"] == "fast") & (SB64["sampler"] == "ddim") & (SB64["gpu_slug"] == QGPU)]
-    glue("fig1_s", f"{f['s_per_volume_median'].iloc[-1]:.2f}" if not f.empty else "—")
-LR = tables.long_run(root, QGPU) if QGPU else None
-if LR is not None:
-    glue("long_steps", f"{LR['steps']:,}")
-    glue("long_loss", f"{LR['loss_tail']:.3f}")
-    glue("long_tail", f"{LR['tail']}")
-    glue("long_ms", f"{LR['ms_per_step']:.1f}")
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³): per held-out subject, the mask (brain and lesion), the real image and `fast` DDIM 50 samples from the 1,000-step checkpoint and from the 20,000-step model, in orthogonal slices through the lesion."}}
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique()),
                               {"mask": "mask", "real": "real image", "fast": "1,000 steps", "fast-long": "20,000 steps"}))
 else:
-    plots.finish(plots.no_data("sample slices (quality/slices.parquet)"))
+    plots.finish(plots.no_data("sample slices (quality/slices.parquet)", "quality"))
 
 # %% [markdown]
 # One 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the
-# {glue:text}`p_gpu` (`bench-sample`, warm). The long run trained {glue:text}`long_steps` steps at
+# {glue:text}`q_gpu` (`bench-sample`, warm). The long run trained {glue:text}`long_steps` steps at
 # {glue:text}`long_ms` ms/step (steady state of the real training loop) to a training loss of
 # {glue:text}`long_loss` (mean of its last {glue:text}`long_tail` steps). After 1,000 steps the samples follow the
 # mask's brain outline and lesion but are mostly noise; after 20,000 the anatomy appears —

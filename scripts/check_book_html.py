@@ -1,10 +1,15 @@
-"""Open every page of the built book in headless Chromium and check it as a reader would see it:
-each page in the table of contents exists and loads, and every image has a non-zero natural size.
+"""Open every page of the built book in headless Chromium at a laptop's width (1300 px) and check
+it as a reader would see it: each page in the table of contents exists and loads, every image has
+a non-zero natural size, no table of the pages in NO_SCROLL scrolls sideways, and a figure in a
+full-width cell (a multi-panel figure) is drawn wider than the text column. A screenshot of the
+pages in SCREENSHOTS is written to --screenshots.
 
 Usage: python scripts/check_book_html.py [_build/html] [--toc _toc.yml] [--chromium /usr/bin/chromium]
+                                         [--screenshots _build/screenshots]
 
 How: each page is copied with a small script that, once the page has loaded, writes the natural
-size of every <img> into the DOM; `chromium --headless --dump-dom` prints that DOM.
+size of every <img>, the rendered widths of full-width figures and of the text, and every
+sideways-scrolling table into the DOM; `chromium --headless --dump-dom` prints that DOM.
 """
 from __future__ import annotations
 
@@ -28,15 +33,31 @@ PROBE = """<script>(function () {
     if (imgs.some(function (i) { return !i.complete; }) && Date.now() - t0 < 8000) {
       return setTimeout(report, 100);
     }
+    var para = document.querySelector('article p');
+    var text = para ? para.getBoundingClientRect().width : 0;
+    var scrolling = Array.from(document.querySelectorAll('table')).map(function (t) {
+      for (var e = t.parentElement; e && e !== document.body; e = e.parentElement) {
+        var o = getComputedStyle(e).overflowX;
+        if (o === 'auto' || o === 'scroll') { return {sw: e.scrollWidth, cw: e.clientWidth}; }
+      }
+      return {sw: t.scrollWidth, cw: t.scrollWidth};
+    }).filter(function (r) { return r.sw > r.cw + 2; });
+    var wide = Array.from(document.querySelectorAll('div.cell.tag_full-width img')).map(function (i) {
+      return {src: i.getAttribute('src'), shown: i.getBoundingClientRect().width, natural: i.naturalWidth};
+    });
     var pre = document.createElement('pre'); pre.id = 'medddpm-check';
-    pre.textContent = JSON.stringify({title: document.title, images: imgs.map(function (i) {
+    pre.textContent = JSON.stringify({title: document.title, text: text, scrolling: scrolling, wide: wide,
+      images: imgs.map(function (i) {
       return {src: i.getAttribute('src'), w: i.naturalWidth, h: i.naturalHeight, ok: i.complete};
     })});
     document.body.appendChild(pre);
   }
   document.addEventListener('DOMContentLoaded', report);
 })();</script>"""
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+WIDTH = 1300  # px: a laptop's browser window
+NO_SCROLL = ("chapters/00_intro", "chapters/05_end_to_end")  # pages whose tables must fit the width
+SCREENSHOTS = ("chapters/00_intro", "chapters/06_beyond")
+FLAGS = [f"--window-size={WIDTH},1000", "--hide-scrollbars", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--allow-file-access-from-files", "--virtual-time-budget=10000"]
 
@@ -76,11 +97,34 @@ def check_page(chromium: str, html: Path, profile: Path) -> dict:
     return json.loads(h.unescape(m.group(1)))
 
 
+def layout_failures(page: str, result: dict) -> list[str]:
+    """Tables that scroll sideways on a NO_SCROLL page; full-width figures drawn no wider than the text."""
+    out = []
+    if page in NO_SCROLL:
+        out += [f"{page}: a table scrolls sideways at {WIDTH} px ({r['sw']} px in {r['cw']} px)" for r in result["scrolling"]]
+    text = result.get("text") or 0
+    for img in result.get("wide", []):
+        if text and img["natural"] > 1.1 * text and img["shown"] <= 1.05 * text:
+            out.append(f"{page}: multi-panel figure {img['src']} is drawn {img['shown']:.0f} px wide, in the "
+                       f"{text:.0f} px text column")
+    return out
+
+
+def screenshot(chromium: str, html: Path, png: Path, profile: Path) -> None:
+    png.parent.mkdir(parents=True, exist_ok=True)
+    flags = [f for f in FLAGS if not f.startswith("--window-size")] + [f"--window-size={WIDTH},2400"]
+    subprocess.run([chromium, *flags, f"--user-data-dir={profile}", f"--screenshot={png}", html.as_uri()],
+                   capture_output=True, text=True, timeout=120)
+    if not png.exists() or png.stat().st_size == 0:
+        raise RuntimeError(f"{html.name}: Chromium wrote no screenshot")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("site", nargs="?", default="_build/html")
     ap.add_argument("--toc", default="_toc.yml")
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
+    ap.add_argument("--screenshots", default=None, help=f"folder for {WIDTH} px screenshots (default: <site>/../screenshots)")
     a = ap.parse_args(argv)
     if not shutil.which(a.chromium):
         print(f"check_book_html: error: Chromium not found ({a.chromium}); install Debian's chromium", file=sys.stderr)
@@ -100,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
                 images += 1
                 if not (img["ok"] and img["w"] > 0 and img["h"] > 0):
                     failures.append(f"{page}: image {img['src']} has natural size {img['w']}×{img['h']}")
-            print(f"{page}: loaded ({result['title']!r}), {len(result['images'])} images")
+            failures += layout_failures(page, result)
+            print(f"{page}: loaded ({result['title']!r}), {len(result['images'])} images, {len(result['wide'])} "
+                  f"full-width, text column {result['text']:.0f} px at {WIDTH} px")
+            if page in SCREENSHOTS:
+                shots = Path(a.screenshots) if a.screenshots else site.parent / "screenshots"
+                png = shots / f"{page.replace('/', '_')}-{WIDTH}px.png"
+                screenshot(a.chromium, html, png, Path(tmp) / "profile")
+                print(f"{page}: screenshot {png}")
     for f in failures:
         print("FAIL", f, file=sys.stderr)
     pages = len(toc_pages(Path(a.toc)))

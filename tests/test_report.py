@@ -265,24 +265,46 @@ def test_ladder_from_committed_results():
 def test_tables_for_readers_have_no_index_nan_or_slugs():
     import pandas as pd
 
-    from medddpm.report.present import color, gpu_name, table
+    from medddpm.report.present import color, gpu_name, register_gpus, table
 
+    register_gpus(RESULTS)
     df = pd.DataFrame({"gpu_slug": ["h100-80gb-hbm3", "h200"], "config": ["opt1", "fast"],
                        "step_ms_median": [1240.4591, float("nan")], "batch": [1, 2], "channels_last": [False, True]},
                       index=[7, 9])
     html = table(df)._repr_html_()
-    assert "H100 SXM 80GB" in html and "h100-80gb-hbm3" not in html and "nan" not in html.lower()
+    assert "H100 80GB HBM3" in html and "h100-80gb-hbm3" not in html and "nan" not in html.lower()
     assert "—" in html and "1,240.46" in html and ">7<" not in html and "step, ms (median)" in html
     assert "overflow-x:auto" in html  # wide tables scroll
     assert table(df.set_index("config"), index=True)._repr_html_().count("<th>") == 5
     assert gpu_name("h200 (paper)") == "H200 (paper)" and gpu_name("unknown-gpu") == "unknown-gpu"
     assert color("fast") == color("fast") != color("opt1") and color("other (rest)") == "#D0D0D0"
-    assert color("h200") == color("H200") != color("H100 SXM 80GB")
+    assert color("h200") == color("H200") != color("H100 80GB HBM3") == color("H100 (paper)")
     from medddpm.report.present import sci
 
     assert sci(0.0013) == "1.3 × 10⁻³" and sci(8.2e8) == "8.2 × 10⁸" and sci(1.554e-05, 3) == "1.55 × 10⁻⁵"
     tiny = table(pd.DataFrame({"rel_l2": [1.554e-05]}), 4)._repr_html_()
     assert "10⁻⁵" in tiny and "e-05" not in tiny
+
+
+def test_gpu_names_come_from_the_results_and_every_gpu_keeps_its_colour(tmp_path):
+    """Issue 22: a GPU is named by what its results record, shortened alike for known and unknown
+    GPUs, and gets the same colour in every build."""
+    import json
+
+    import pandas as pd
+
+    from medddpm.report.present import GPU_PALETTE, color, gpu_color, gpu_name, register_gpus, short_gpu_name
+
+    assert short_gpu_name("NVIDIA L40S") == "L40S" and short_gpu_name("NVIDIA H200") == "H200"
+    assert short_gpu_name("NVIDIA H100 80GB HBM3") == "H100 80GB HBM3" and short_gpu_name("Tesla V100-SXM2-32GB") == "V100-SXM2-32GB"
+    (tmp_path / "l40s").mkdir()
+    (tmp_path / "l40s" / "info.json").write_text(json.dumps({"gpu": "NVIDIA L40S"}))
+    (tmp_path / "rtx").mkdir()  # no info.json: the bench rows' name
+    pd.DataFrame({"gpu": ["NVIDIA GeForce RTX 4090"], "config": ["opt1"]}).to_csv(tmp_path / "rtx" / "bench.csv", index=False)
+    assert register_gpus(tmp_path) == {"l40s": "L40S", "rtx": "RTX 4090"}
+    assert gpu_name("l40s") == "L40S" and gpu_name("rtx (paper)") == "RTX 4090 (paper)" and gpu_name("l40s-x4") == "4× L40S"
+    assert color("l40s") == color("L40S") == gpu_color("L40S") in GPU_PALETTE  # fixed by the name
+    assert gpu_color("H100 80GB HBM3") == gpu_color("H100") != gpu_color("H200")
 
 
 def test_every_chapter_is_executed_again_on_an_incremental_build():

@@ -1,6 +1,7 @@
 """Measuring the local GPU through the package: the one path behind ``make gpu-measure``
-(``scripts/measure_gpu.sh``) and ``measure=True`` in the notebooks, so the same notebook is a
-per-GPU papermill run on a GPU machine and a pure renderer on a laptop.
+(``scripts/measure_gpu.sh``), ``make gpu-book`` (``gpu_book``) and ``measure=True`` in the
+notebooks, so the same notebook is a per-GPU papermill run on a GPU machine and a pure renderer
+on a laptop. ``STAGES`` are the kinds of measurement, each owned by one chapter.
 
     python -m medddpm.report.measure [--out data/results/<gpu-slug>] [--size 128] [--configs …]
 """
@@ -47,17 +48,22 @@ def _nvidia_smi_csv(folder: Path) -> None:
         write_text_atomic(folder / "nvidia-smi.csv", p.stdout)
 
 
-def end_to_end(root: Path, size: int = 128, configs: str = ALL_CONFIGS, folder: Path | None = None) -> Path:
-    """info.json, nvidia-smi.csv, bench.csv and torch.profiler tables of every configuration for the
-    local GPU, in ``folder`` (default ``root/<gpu-slug>``)."""
+def _environment(folder: Path) -> None:
+    """info.json (versions, GPU) and nvidia-smi.csv of the local GPU in ``folder``."""
     from ..runtime import env_info
 
-    folder = folder or local_gpu_folder(root)
-    local_gpu_folder(root)  # a GPU is required even when the folder is given
-    check_one_setup(folder, MODEL, size)
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "info.json", json.dumps(env_info(), indent=2, default=str))
     _nvidia_smi_csv(folder)
+
+
+def end_to_end(root: Path, size: int = 128, configs: str = ALL_CONFIGS, folder: Path | None = None) -> Path:
+    """info.json, nvidia-smi.csv, bench.csv and torch.profiler tables of every configuration for the
+    local GPU, in ``folder`` (default ``root/<gpu-slug>``)."""
+    folder = folder or local_gpu_folder(root)
+    local_gpu_folder(root)  # a GPU is required even when the folder is given
+    check_one_setup(folder, MODEL, size)
+    _environment(folder)
     _run(["bench", "--model", MODEL, "--size", str(size), "--config", configs, "--steps", "10",
           "--warmup", "3", "--device", "cuda", "--out", str(folder / "bench.csv")])
     _run(["torch-kernels", "--model", MODEL, "--size", str(size), "--configs", configs, "--out", str(folder)])
@@ -75,16 +81,42 @@ def ncu_modes(root: Path, size: int, configs: str) -> Path:
     return folder
 
 
+def ladder(root: Path, size: int, configs: str) -> Path:
+    """The fast-path ladder's rungs timed on the local GPU (bench.csv rows, 5 warm-up steps for
+    compilation, autotuning and graph capture)."""
+    folder = local_gpu_folder(root)
+    check_one_setup(folder, MODEL, size)
+    _environment(folder)
+    _run(["bench", "--model", MODEL, "--size", str(size), "--config", configs, "--steps", "10", "--warmup", "5",
+          "--device", "cuda", "--out", str(folder / "bench.csv")])
+    return folder
+
+
+def sampling(root: Path, size: int, configs: str) -> Path:
+    """Seconds per sampled volume on the local GPU (sample_bench.csv): DDIM 50 and DDPM (all 250
+    steps) of each configuration, batch 1."""
+    folder = local_gpu_folder(root)
+    _environment(folder)
+    out = str(folder / "sample_bench.csv")
+    for sampler, extra in (("ddim", ["--steps", "50", "--repeats", "2"]), ("ddpm", ["--repeats", "1"])):
+        _run(["bench-sample", "--model", MODEL, "--size", str(size), "--config", configs, "--sampler", sampler,
+              *extra, "--device", "cuda", "--out", out])
+    return folder
+
+
+STAGES = {"end_to_end": end_to_end, "ncu": ncu_modes, "ladder": ladder, "sampling": sampling}
+
+
 def prepare(results_dir, gpus, measure: bool, what: str, size: int, configs: str) -> tuple[Path, list[str]]:
-    """A notebook's first step: measure the local GPU if asked (``what``: 'end_to_end' or
-    'ncu'), then return the results folder and the GPUs to render."""
+    """A notebook's first step: measure the local GPU if asked (``what``: one of ``STAGES``), then
+    return the results folder and the GPUs to render."""
     from . import paper, tables
 
-    if what not in ("end_to_end", "ncu"):
-        raise ValueError(f"what must be 'end_to_end' or 'ncu', got {what!r}")
+    if what not in STAGES:
+        raise ValueError(f"what must be one of {sorted(STAGES)}, got {what!r}")
     root = paper.results_dir(results_dir)
     if measure:
-        (end_to_end if what == "end_to_end" else ncu_modes)(root, size, configs)
+        STAGES[what](root, size, configs)
     return root, tables.select_gpus(root, gpus)
 
 

@@ -18,6 +18,12 @@ def glue(name: str, value: Any, display: bool = False) -> None:
     _glue(name, value, display=display)
 
 
+def glue_facts(facts: dict[str, str]) -> None:
+    """Glue every fact of a chapter (``medddpm.report.facts``) under its name, for the prose."""
+    for name, value in facts.items():
+        glue(name, value)
+
+
 def execute(source: str | Path, target: str | Path, parameters: dict[str, Any] | None = None,
             cwd: str | Path | None = None, kernel: str = "python3") -> Path:
     """Run one jupytext notebook with papermill and write the executed .ipynb atomically."""

@@ -84,11 +84,32 @@ def rank_marks(ax, order: list[str], ranks: dict[str, int], label: str = "paper'
     ax.legend(handles + [star], labels + [label], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
-def no_data(what: str, figsize=(8, 1.6)):
-    """A placeholder figure saying what this results store lacks, so that figure numbers stay
-    the same whatever was measured (a GPU's store without ncu reports, say)."""
+# The command that measures each kind of result on a GPU (`make gpu-book` runs them all).
+RUN = {
+    "bench": "make gpu-measure  (medddpm bench + torch-kernels)",
+    "ncu": "medddpm profile --mode paper --gpu-label <gpu> --out data/results/<gpu>  (and --mode step)",
+    "roofline": "medddpm profile --mode roofline --configs baseline,opt1,fast --gpu-label <gpu> --out data/results/<gpu>",
+    "ladder": "scripts/fast_measure.sh data/results/<gpu> env peaks ladder batches agree train kernels",
+    "sampling": "scripts/sample_measure.sh data/results/<gpu>",
+    "quality": "scripts/quality_measure.sh data/results/<gpu> DEMO WORK env agree parity:baseline:0:keep … sample",
+    "loop": "scripts/loop_measure.sh data/results/<gpu>/loop",
+    "scaling": "scripts/ddp_scaling.sh data/results/<gpu>-x2 <gpu>-x2 opt1 fast",
+}
+
+
+def no_data_text(what: str, run: str | None = None) -> str:
+    """One line saying what this results store lacks and, with ``run`` (a ``RUN`` key or a command),
+    how to measure it."""
+    how = RUN.get(run, run) if run else None
+    return f"No data: {what}." + (f" Run: {how}" if how else "")
+
+
+def no_data(what: str, run: str | None = None, figsize=(8, 1.6)):
+    """A placeholder figure saying what this results store lacks and the command that measures it,
+    so that figure numbers stay the same whatever was measured (a store without ncu reports, say)."""
     fig, ax = plt.subplots(figsize=figsize)
-    ax.text(0.5, 0.5, f"Not measured in this results store: {what}", ha="center", va="center", fontsize=10)
+    ax.text(0.5, 0.5, no_data_text(what, run).replace(" Run: ", "\nRun: "), ha="center", va="center", fontsize=10,
+            wrap=True)
     ax.set_axis_off()
     return fig
 

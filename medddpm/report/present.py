@@ -1,6 +1,9 @@
 """How the book shows things to people: GPU names, tables and a colour for every category.
 
-* ``gpu_name('h100-80gb-hbm3')`` → 'H100 SXM 80GB'; unknown slugs are returned as they are.
+* ``gpu_name('l40s')`` → 'L40S': the name the results store records for the GPU folder
+  (``info.json``'s ``gpu``, else ``bench.csv``'s ``gpu`` column; ``register_gpus``), shortened
+  the same way for every GPU ('NVIDIA L40S' → 'L40S'); ``GPU_NAMES`` for folders with no record
+  (multi-GPU machines, the paper's GPUs); a folder the book knows nothing of keeps its name.
 * ``table(df)``: an HTML table with no index column, '—' for missing values, numbers rounded
   and grouped, in a box that scrolls sideways instead of being cut off at the page edge.
 * ``color(name)``: one colour per category (kernel category, configuration, GPU, instruction
@@ -16,15 +19,11 @@ import pandas as pd
 
 from .paper import PAPER_SUFFIX
 
-GPU_NAMES = {
-    "h100-80gb-hbm3": "H100 SXM 80GB",
-    "h200": "H200",
+GPU_NAMES = {  # folders without a recorded name (a multi-GPU machine's: "<gpu>-x<N>" also works)
     "h200-x2": "2× H200",
-    "a100-sxm4-40gb": "A100 SXM4 40GB",
-    "a100-sxm4-80gb": "A100 SXM4 80GB",
-    "v100-sxm2-32gb": "V100 SXM2 32GB",
 }
 MISSING = "—"
+WRAP_CHARS = 24  # table cells with longer text may wrap onto several lines
 # Column names as a reader sees them (units in the header); others are shown as they are.
 HEADERS = {
     "gpu_slug": "GPU", "gpu": "GPU", "config": "configuration", "size": "volume", "batch": "batch",
@@ -66,21 +65,80 @@ CLASS_COLORS = {"Floating Point": "#56B4E9", "Integer": "#E69F00", "Load/Store":
                 "Conversion": "#999999", "Miscellaneous": "#5E5E5E"}
 OTHER_REST = "other (rest)"
 # GPUs keep their own colours (blue, vermillion, green), apart from the categories'.
-GPU_COLORS = {"H100 SXM 80GB": "#0072B2", "H200": "#D55E00", "2× H200": "#009E73",
-              "A100 SXM4 40GB": "#CC79A7", "A100 SXM4 80GB": "#CC79A7", "V100 SXM2 32GB": "#56B4E9"}
-# The paper names its GPUs by family; each has the hue of our GPU of that family.
-GPU_COLORS.update({"H100": GPU_COLORS["H100 SXM 80GB"], "A100": GPU_COLORS["A100 SXM4 40GB"],
-                   "V100": GPU_COLORS["V100 SXM2 32GB"]})
+# The paper names its GPUs by family (V100, A100, H100); ours of a family share its hue.
+FAMILY_COLORS = {"H100": "#0072B2", "H200": "#D55E00", "A100": "#CC79A7", "V100": "#56B4E9", "B200": "#009E73"}
+MACHINE_COLOR = "#009E73"  # several GPUs of one host ("2× H200")
+# Any other GPU: a colour from these, fixed by a hash of its name (the same in every build).
+GPU_PALETTE = ["#E69F00", "#8A6000", "#1F4E79", "#8F3F00", "#66C5AB", "#E7B5D3", "#5E5E5E", "#A3D5F2"]
 
 _assigned: dict[str, str] = {}
+_recorded: dict[str, str] = {}  # GPU folder → recorded name, from ``register_gpus``
+
+
+def short_gpu_name(full: str) -> str:
+    """A GPU's name as the driver reports it, shortened for readers: 'NVIDIA H100 80GB HBM3' →
+    'H100 80GB HBM3', 'NVIDIA L40S' → 'L40S', 'Tesla V100-SXM2-32GB' → 'V100-SXM2-32GB'."""
+    words = str(full).split()
+    while words and words[0] in ("NVIDIA", "Tesla", "GeForce"):
+        words = words[1:]
+    return " ".join(words) or str(full)
+
+
+def register_gpus(root: Any) -> dict[str, str]:
+    """Read each GPU folder's recorded name under results ``root`` (``info.json``'s ``gpu``, else the
+    ``gpu`` column of ``bench.csv``), for ``gpu_name``; returns {folder: short name}."""
+    import json
+    from pathlib import Path
+
+    found = {}
+    for folder in sorted(p for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []:
+        name = None
+        if (folder / "info.json").exists():
+            try:
+                name = json.loads((folder / "info.json").read_text()).get("gpu")
+            except (json.JSONDecodeError, AttributeError):
+                name = None
+        if not name and (folder / "bench.csv").exists():
+            gpus = pd.read_csv(folder / "bench.csv", usecols=lambda c: c == "gpu").get("gpu", pd.Series(dtype=str))
+            name = gpus.dropna().iloc[-1] if len(gpus.dropna()) else None
+        if name and str(name).lower() != "cpu":
+            found[folder.name] = short_gpu_name(name)
+    _recorded.update(found)
+    return found
 
 
 def gpu_name(slug: Any) -> Any:
-    """Human name of a results-store GPU folder ('h200' → 'H200'); '(paper)' suffixes are kept."""
+    """Readers' name of a results-store GPU folder ('h200' → 'H200', 'l40s' → 'L40S', 'h200-x2' →
+    '2× H200'); '(paper)' suffixes are kept; a folder with no recorded name keeps its own."""
     if not isinstance(slug, str):
         return slug
     base, sep, rest = slug.partition(" ")
-    return GPU_NAMES.get(base, base) + sep + rest
+    if base in _recorded:
+        return _recorded[base] + sep + rest
+    if base in GPU_NAMES:
+        return GPU_NAMES[base] + sep + rest
+    machine, x, n = base.rpartition("-x")
+    if x and n.isdigit() and machine in _recorded:
+        return f"{n}× {_recorded[machine]}" + sep + rest
+    return base + sep + rest
+
+
+def gpu_color(name: str) -> str:
+    """The colour of a GPU (a readers' name): its family's, a machine's, else one fixed by its name."""
+    import zlib
+
+    if "×" in name:
+        return MACHINE_COLOR
+    family = name.split()[0].split("-")[0] if name.split() else name
+    if family in FAMILY_COLORS:
+        return FAMILY_COLORS[family]
+    return GPU_PALETTE[zlib.crc32(name.encode()) % len(GPU_PALETTE)]
+
+
+def is_gpu(name: str) -> bool:
+    """Whether ``name`` is a GPU of the store (folder or readers' name) or one of the paper's."""
+    return (name in _recorded or name in _recorded.values() or name in GPU_NAMES or name in GPU_NAMES.values()
+            or name in FAMILY_COLORS or gpu_name(name) != name)
 
 
 def header(column: Any) -> str:
@@ -95,8 +153,8 @@ def color(name: str) -> str:
     if name == OTHER_REST:
         return "#D0D0D0"
     name = name.removesuffix(PAPER_SUFFIX)  # the paper's value of a series has the series' colour
-    if gpu_name(name) in GPU_COLORS:
-        return GPU_COLORS[gpu_name(name)]
+    if is_gpu(name):
+        return gpu_color(gpu_name(name))
     if name in CLASS_COLORS:
         return CLASS_COLORS[name]
     if name not in _assigned:
@@ -155,7 +213,8 @@ class Table:
             for c in df.columns:
                 text = _cell(gpu_name(r[c]) if str(c).lower() in ("gpu", "gpu_slug", "machine") else r[c], self._digits(c))
                 align = "right" if isinstance(r[c], numbers.Number) and not isinstance(r[c], bool) else "left"
-                cells.append(f'<td style="text-align:{align};white-space:nowrap">{html.escape(text)}</td>')
+                wrap = "" if align == "left" and len(text) > WRAP_CHARS else ";white-space:nowrap"  # prose wraps, numbers do not
+                cells.append(f'<td style="text-align:{align}{wrap}">{html.escape(text)}</td>')
             rows.append("<tr>" + "".join(cells) + "</tr>")
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
         return ('<div class="medddpm-table" style="overflow-x:auto;max-width:100%">'

@@ -1,0 +1,399 @@
+"""The numbers the book's prose quotes, one function per chapter: each returns {name: text}, and a
+chapter glues them all with one call (``notebook.glue_facts``).
+
+Every function returns every one of its names, whatever the results store holds: where the data
+is missing the text is "—" and what is missing, so each sentence still reads. Prose never names a
+GPU itself: a chapter's reference GPU (``ref``) and second GPU (``alt``) are chosen from the GPUs
+that hold the chapter's data, the committed H200 and H100 first (``PREFERRED``), and their names
+are facts too (``ref_gpu``, ``alt_gpu``).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from ..config import LADDER, PAPER_CONFIGS
+from . import paper, tables
+from .present import gpu_name, register_gpus, sci
+
+PREFERRED = ("h200", "h100-80gb-hbm3")  # the committed GPUs, reference first
+NCU_PREFERRED = ("h100-80gb-hbm3", "h200")  # for the paper's counters: the paper's own GPU first
+STEP_TARGET_MS = 50.0  # issue 21: a fast training step on the reference GPU
+SAMPLING_TARGETS_S = {"ddim": 1.0, "ddpm": 4.0}  # issue 20: seconds per 128³ volume, batch 1, H200
+ONE_GPU = "— (one GPU in this store)"
+
+
+def missing(what: str) -> str:
+    """The text of a fact whose data the store lacks."""
+    return f"— (no {what} in this results store)"
+
+
+def number(value: Any, spec: str, what: str) -> str:
+    """``value`` formatted with ``spec``, or ``missing(what)`` when it is absent or not finite."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return missing(what)
+    return format(value, spec)
+
+
+def pct(value: Any, what: str, digits: int = 0) -> str:
+    """A fraction as a percentage ('12 %'), or ``missing(what)``."""
+    text = number(None if value is None else 100 * value, f".{digits}f", what)
+    return text if text.startswith("—") else f"{text} %"
+
+
+def roles(gpus: Iterable[str], preferred: tuple[str, ...] = PREFERRED) -> dict[str, str | None]:
+    """The reference and second GPU among ``gpus``: ``preferred`` ones first, then the rest sorted."""
+    have = sorted(set(gpus))
+    order = [g for g in preferred if g in have] + [g for g in have if g not in preferred]
+    return {"ref": order[0] if order else None, "alt": order[1] if len(order) > 1 else None}
+
+
+def _names(r: Mapping[str, str | None], prefix: str = "") -> dict[str, str]:
+    return {f"{prefix}ref_gpu": gpu_name(r["ref"]) if r["ref"] else missing("GPU with this data"),
+            f"{prefix}alt_gpu": gpu_name(r["alt"]) if r["alt"] else ONE_GPU}
+
+
+def gpu_list(gpus: Iterable[str]) -> str:
+    names = [gpu_name(g) for g in sorted(set(gpus))]
+    return ", ".join(names) if names else "none"
+
+
+def _get(table: pd.DataFrame | pd.Series, key: Any, column: str | None = None) -> Any:
+    """``table.loc[key, column]`` or None."""
+    if table is None or len(table) == 0 or key is None or (isinstance(key, tuple) and None in key):
+        return None
+    try:
+        v = table.loc[key] if column is None else table.loc[key, column]
+    except (KeyError, TypeError, IndexError, ValueError, pd.errors.IndexingError):
+        return None
+    return v.iloc[0] if isinstance(v, pd.Series) and column is not None and len(v) else v
+
+
+# ---- chapters ------------------------------------------------------------------------------
+
+def setup(root: Path, gpus: list[str]) -> dict[str, str]:
+    """01: the GPUs of the store."""
+    register_gpus(root)  # GPU names from the store's records
+    return {"n_gpus": str(len(gpus)), "gpu_list": gpu_list(gpus)}
+
+
+def model(size: int = 128) -> dict[str, str]:
+    """02: parameters and FLOPs of the paper's model at ``size``³ (counted, not measured)."""
+    from ..config import model_preset
+    from ..summary import summarize
+
+    s = summarize(model_preset("whole-head"), (size,) * 3)
+    top = max(s["blocks"], key=lambda b: b["flops"])
+    return {"params": f"{s['parameters']:,}", "tflops": f"{s['forward_flops'] / 1e12:.2f}",
+            "input_shape": str(s["input_shape"]), "top_block": str(top["block"]),
+            "top_block_share": f"{100 * top['flops'] / s['forward_flops']:.0f} %"}
+
+
+def characterization(root: Path, gpus: list[str]) -> dict[str, str]:
+    """03: which GPUs have baseline ncu reports, the paper's dominant-kernel cycles, Fig. 5's order."""
+    register_gpus(root)  # GPU names from the store's records
+    from ..profiling import metrics as M
+    from ..profiling import store
+
+    k = tables.ncu_kernels(root, gpus, "paper")
+    base = k[k["config"] == "baseline"] if not k.empty else k
+    fig4 = paper.values(figure="Fig 4")
+    h100 = fig4[(fig4["gpu"] == "H100") & (fig4["metric"] == "cycles")]["value"]
+    f = {"ncu_gpus": gpu_list(base["gpu_slug"]) if not base.empty else "none",
+         "paper_h100_dominant_cycles": f"{sci(h100.iloc[0])} cycles",
+         "prio_order": missing("baseline ncu report in paper mode with rule estimates")}
+    prio = tables.per_gpu(M.priority_scores, k, store.load_table("ncu_paper_rules", root, gpus)) if not k.empty else k
+    if not prio.empty:
+        f["prio_order"] = " > ".join(prio.groupby("category")["priority"].sum().sort_values(ascending=False).index[:3])
+    return f
+
+
+def end_to_end(root: Path, gpus: list[str]) -> dict[str, str]:
+    """05: step times of the paper's configurations, the window's coverage, ncu vs torch.profiler."""
+    register_gpus(root)  # GPU names from the store's records
+    b = tables.bench(root, gpus, list(PAPER_CONFIGS))
+    r = roles(b["gpu_slug"] if not b.empty else [])
+    f = {"bench_gpus": gpu_list(b["gpu_slug"]) if not b.empty else "none", **_names(r)}
+    ms = b.set_index(["gpu_slug", "config"])["step_ms_median"] if not b.empty else pd.Series(dtype=float)
+    x = b.set_index(["gpu_slug", "config"])["speedup_vs_baseline"] if not b.empty else pd.Series(dtype=float)
+    for cfg in PAPER_CONFIGS:
+        f[f"ref_{cfg}_step_ms"] = number(_get(ms, (r["ref"], cfg)), ".0f", f"bench row of {cfg}")
+        f[f"ref_{cfg}_speedup"] = number(_get(x, (r["ref"], cfg)), ".1f", f"bench rows of {cfg} and baseline")
+
+    def compare(a: str, b_: str) -> str:
+        va, vb = _get(ms, (r["ref"], a)), _get(ms, (r["ref"], b_))
+        return missing(f"bench rows of {a} and {b_}") if va is None or vb is None else ("slower" if va > vb else "faster")
+    f["ref_opt2_vs_baseline"], f["ref_opt12_vs_opt1"] = compare("opt2", "baseline"), compare("opt12", "opt1")
+    c = tables.coverage(root, gpus)
+    cr = roles(c["gpu_slug"] if not c.empty else [])
+    cov = c[c["config"] == "baseline"].set_index("gpu_slug")["coverage"] if not c.empty else pd.Series(dtype=float)
+    f.update(_names(cr, "cov_"))
+    for role in ("ref", "alt"):
+        f[f"cov_{role}_baseline_coverage"] = pct(_get(cov, cr[role]), "torch.profiler first-step table", 1)
+    a = tables.step_agreement(root, gpus)
+    f["agree_max_time_dev"] = pct((a["time_ratio"] - 1).abs().max(), "ncu step-mode report", 1) if not a.empty \
+        else missing("ncu step-mode report")
+    f["agree_max_count_dev"] = (f"{(a['ncu_kernels'] - a['torch_kernels']).abs().max():d}" if not a.empty
+                                else missing("ncu step-mode report"))
+    return f
+
+
+NORM_CONFIGS = ("opt1", "opt2", "opt12", "pytorch-default")
+NORM_METRICS = ("cycles", "instructions", "ipc")
+
+
+def interventions(root: Path, gpus: list[str]) -> dict[str, str]:
+    """04: the kernel mix of whole steps and the §6.1 ratios of ncu reports, beside the paper's."""
+    register_gpus(root)  # GPU names from the store's records
+    from ..profiling import metrics as M
+
+    t = tables.torch_kernels(root, gpus, "step")
+    s = tables.ncu_summaries(root, gpus, "paper")
+    have = (s[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not s.empty
+            else pd.DataFrame(columns=["gpu", "config"]))
+    f = {"ncu_pairs": "; ".join(f"{gpu_name(g)}: {', '.join(d['config'])}" for g, d in have.groupby("gpu")) or "none",
+         "torch_gpus": gpu_list(t["gpu_slug"]) if not t.empty else "none"}
+    fig8 = paper.values(figure="Fig 8")
+    ref = fig8[(fig8["config"] == "opt2") & (fig8["subject"] == "elementwise")].iloc[0]
+    f["paper_opt2_elementwise"] = f"{ref['value']:.0f}–{ref['value_high']:.0f} %"
+    r = roles(t["gpu_slug"] if not t.empty else [])
+    f.update(_names(r, "mix_"))
+    mix = M.kernel_mix(t, "category", "duration_us", ["gpu_slug", "config"]) if not t.empty else pd.DataFrame()
+    conv = (mix[mix["category"] == "convolution/GEMM"].set_index(["gpu_slug", "config"])["share"]
+            if not mix.empty else pd.Series(dtype=float))
+    for cfg in ("baseline", "opt1", "opt2", "opt12"):
+        f[f"mix_ref_{cfg}_conv_share"] = pct(_get(conv, (r["ref"], cfg)), f"torch.profiler step table of {cfg}")
+    for _, p in paper.values(figure="§6.1").iterrows():
+        high = f"–{p['value_high']:.2f}" if pd.notna(p["value_high"]) else ""
+        f[f"paper_{p['gpu']}_{p['config']}_norm_{p['metric'].replace('norm_', '')}"] = f"{p['value']:.2f}{high}"
+    norm = tables.normalized_scopes(root, gpus)
+    nr = roles(norm["gpu"] if not norm.empty else [], NCU_PREFERRED)
+    f.update(_names(nr, "ncu_"))
+    vals = norm.set_index(["gpu", "config", "mode", "metric"])["measured"] if not norm.empty else pd.Series(dtype=float)
+    for role in ("ref", "alt"):
+        for cfg in NORM_CONFIGS:
+            for mode in ("paper", "step"):
+                for metric in NORM_METRICS:
+                    f[f"ncu_{role}_{cfg}_{mode}_norm_{metric}"] = number(
+                        _get(vals, (nr[role], cfg, mode, metric)), ".2f", f"ncu {mode}-mode report of {cfg}")
+    opt2 = _get(vals, (nr["ref"], "opt2", "step", "cycles"))
+    f["ncu_opt2_verdict"] = (missing("ncu step-mode report of opt2") if opt2 is None else
+                             "We do not see this in either scope" if opt2 >= 1 else "We see cycles fall too")
+    return f
+
+
+def _ladder_facts(root: Path, gpus: list[str], f: dict[str, str]) -> dict[str, str | None]:
+    lad = tables.ladder(root, gpus)
+    r = roles(lad["gpu_slug"] if not lad.empty else [])
+    f["ladder_gpus"] = gpu_list(lad["gpu_slug"]) if not lad.empty else "none"
+    f.update(_names(r))
+    ms = lad.set_index(["gpu_slug", "config"]) if not lad.empty else pd.DataFrame(columns=["step_ms_median"])
+    for role in ("ref", "alt"):
+        for cfg in LADDER:
+            f[f"{role}_{cfg}_ms"] = number(_get(ms, (r[role], cfg), "step_ms_median"), ".1f", f"bench row of {cfg}")
+    fast = _get(ms, (r["ref"], "fast"), "step_ms_median")
+    opt1 = _get(ms, (r["ref"], "opt1"), "step_ms_median")
+    f["ref_fast_x"] = number(_get(ms, (r["ref"], "fast"), "speedup_vs_baseline"), ".1f", "bench rows of fast and baseline")
+    f["ref_fast_tflops"] = number(_get(ms, (r["ref"], "fast"), "tflops"), ".0f", "bench row of fast")
+    f["ref_fast_vs_opt1"] = number(opt1 / fast if fast and opt1 else None, ".1f", "bench rows of fast and opt1")
+    peak = _get(ms, (r["ref"], "fast"), "peak_fraction")
+    f["ref_fast_peak_pct"] = pct(peak, "peaks.json")
+    f["ref_target_verdict"] = (missing("bench row of fast") if fast is None
+                               else "meets" if fast <= STEP_TARGET_MS else "misses")
+    f["ref_floor_ms"] = number(fast * peak if fast and peak == peak and peak is not None else None, ".0f", "peaks.json")
+    return r
+
+
+def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
+    """06: the fast-path ladder, its kernels, the rooflines, parity, the loop and several GPUs."""
+    register_gpus(root)  # GPU names from the store's records
+    from ..profiling.categories import conv_pass
+
+    f: dict[str, str] = {}
+    r = _ladder_facts(root, gpus, f)
+    t = tables.torch_kernels(root, gpus, "step", ["fast"])
+    conv = t[t["category"] == "convolution/GEMM"].groupby("gpu_slug")["duration_us"].sum() / 1e3 if not t.empty else {}
+    total = t.groupby("gpu_slug")["duration_us"].sum() / 1e3 if not t.empty else {}
+    c, tot = _get(pd.Series(conv, dtype=float), r["ref"]), _get(pd.Series(total, dtype=float), r["ref"])
+    f["ref_fast_conv_ms"] = number(c, ".1f", "torch.profiler step table of fast")
+    f["ref_fast_kernel_ms"] = number(tot, ".1f", "torch.profiler step table of fast")
+    f["ref_fast_other_ms"] = number(tot - c if c is not None and tot is not None else None, ".1f",
+                                    "torch.profiler step table of fast")
+    roofs = tables.ceilings(root, gpus)
+    rw = tables.roofline(root, gpus, "roofline")
+    f["roof_step_gpus"] = gpu_list(rw["gpu_slug"]) if not rw.empty else "none"
+    passes = tables.results_csv(root, gpus, "fast_path/ncu_passes")
+    by_path = passes.groupby("flop_paths")["passes"].max() if not passes.empty else pd.Series(dtype=float)
+    f["passes_tensor"] = number(_get(by_path, "bf16"), "d", "fast_path/ncu_passes.csv")
+    f["passes_fp32"] = number(_get(by_path, "fp32"), "d", "fast_path/ncu_passes.csv")
+    nfast = rw.loc[rw["config"] == "fast"].groupby("gpu_slug").size().max() if not rw.empty else None
+    f["fast_step_kernels"] = number(None if nfast is None or nfast != nfast else int(nfast), ",", "roofline report of fast")
+    sr = roles(rw["gpu_slug"] if not rw.empty else [])
+    f.update(_names(sr, "step_"))
+    gap = tables.roofline_gap(rw, roofs)
+    hi = tables.roofline_highlights(rw, roofs)
+    for role in ("ref", "alt"):
+        d = gap[(gap["gpu_slug"] == sr[role]) & (gap["config"] == "fast")] if not gap.empty else gap
+        what = "ncu roofline report of fast"
+        tm, bm = (d["time_ms"].sum(), d["bound_ms"].sum()) if len(d) else (None, None)
+        f[f"step_{role}_fast_time_ms"] = number(tm, ".1f", what)
+        f[f"step_{role}_fast_bound_ms"] = number(bm, ".1f", what)
+        if role == "ref":
+            f["step_ref_fast_gap_ms"] = number(d["gap_ms"].sum() if len(d) else None, ".1f", what)
+            f["step_ref_fast_target_reach"] = (missing(what) if bm is None else
+                                               "within reach of" if bm <= STEP_TARGET_MS else "beyond")
+            by_cat = d.set_index("category") if len(d) else pd.DataFrame(columns=["gap_ms", "gap_share", "bound_ms", "time_ms"])
+            f["step_ref_fast_convolution_gap_ms"] = number(_get(by_cat, "convolution/GEMM", "gap_ms"), ".1f", what)
+            f["step_ref_fast_convolution_gap_pct"] = pct(_get(by_cat, "convolution/GEMM", "gap_share"), what)
+            for cat in ("Triton pointwise", "Triton reduction"):
+                b_, t_ = _get(by_cat, cat, "bound_ms"), _get(by_cat, cat, "time_ms")
+                f[f"step_ref_fast_{cat.replace(' ', '_')}_bound_pct"] = pct(b_ / t_ if b_ is not None and t_ else None, what)
+    hs = hi.set_index(["gpu_slug", "config", "what"]) if not hi.empty else pd.DataFrame(
+        columns=["conv_pass", "tflops", "compute_fraction", "share"])
+    for cfg in ("fast", "baseline"):
+        what = f"ncu roofline report of {cfg}"
+        key = (sr["ref"], cfg, "conv")
+        kind = _get(hs, key, "conv_pass")
+        f[f"step_ref_{cfg}_conv_kind"] = kind if isinstance(kind, str) else missing(what)
+        f[f"step_ref_{cfg}_conv_tflops"] = number(_get(hs, key, "tflops"), ".1f", what)
+        f[f"step_ref_{cfg}_conv_compute_pct"] = pct(_get(hs, key, "compute_fraction"), what)
+        f[f"step_ref_{cfg}_conv_share"] = pct(_get(hs, key, "share"), what, 1)
+    norm = tables.normalized_scopes(root, gpus)
+    norm = norm[(norm["config"] == "fast") & (norm["mode"] == "step")] if not norm.empty else norm
+    nr = roles(norm["gpu"] if not norm.empty else [])
+    f.update(_names(nr, "ncu_"))
+    vals = norm.set_index(["gpu", "metric"])["measured"] if not norm.empty else pd.Series(dtype=float)
+    for role in ("ref", "alt"):
+        for metric in NORM_METRICS:
+            f[f"ncu_{role}_fast_{metric}"] = number(_get(vals, (nr[role], metric)), ".2f", "ncu step-mode report of fast")
+    ca = tables.fast_path_csv(root, gpus, "cudnn_all_bench")
+    ca = ca[ca["gpu_slug"] == r["ref"]].groupby("config")["step_ms_median"] if not ca.empty else None
+    f["cudnn_all_ms"] = number(ca.median().get("fast-cudnn-all") if ca is not None else None, ".1f",
+                               "fast_path/cudnn_all_bench.csv")
+    f["cudnn_all_fast_ms"] = (" and ".join(f"{v:.1f}" for v in ca.get_group("fast")) if ca is not None and "fast" in ca.groups
+                              else missing("fast_path/cudnn_all_bench.csv"))
+    rp = tables.roofline(root, gpus, "paper")
+    f["roof_gpus"] = gpu_list(rp["gpu_slug"]) if not rp.empty else "none"
+    probe = tables.results_csv(root, gpus, "fast_path/roofline_probe")
+    f["probe_ratio"] = (f"{probe['flops_over_expected'].min():.4f}–{probe['flops_over_expected'].max():.4f}"
+                        if not probe.empty else missing("fast_path/roofline_probe.csv"))
+    f["window_grad_kernels"] = (f"{rp['short_name'].map(conv_pass).isin(['data gradient', 'weight gradient']).sum():,}"
+                                if not rp.empty else missing("ncu report in paper mode"))
+    big = rp[rp["category"] == "convolution/GEMM"].nlargest(1, "duration_ns") if not rp.empty else rp
+    f["roof_conv_tflop"] = f"{big['flops'].iloc[0] / 1e12:.3f}" if len(big) else missing("ncu report in paper mode")
+    f["conv_formula_tflop"] = f"{2 * 128**3 * 64 * 64 * 27 / 1e12:.3f}"  # 64→64 channels, 3³ kernel, 128³ voxels
+    wr = roles(rp["gpu_slug"] if not rp.empty else [])
+    f.update(_names(wr, "win_"))
+    wh = tables.roofline_highlights(rp, roofs)
+    wh = wh.set_index(["gpu_slug", "config", "what"]) if not wh.empty else pd.DataFrame(
+        columns=["tflops", "roof_tflops", "compute_fraction", "dram_tbps", "bandwidth_fraction"])
+    for cfg in ("baseline", "opt1"):
+        what = f"ncu report of {cfg} in paper mode"
+        f[f"win_{cfg}_conv_tflops"] = number(_get(wh, (wr["ref"], cfg, "conv"), "tflops"), ".0f", what)
+        f[f"win_{cfg}_conv_compute_pct"] = pct(_get(wh, (wr["ref"], cfg, "conv"), "compute_fraction"), what)
+    f["win_opt1_conv_roof"] = number(_get(wh, (wr["ref"], "opt1", "conv"), "roof_tflops"), ".0f", "peaks.json")
+    f["win_opt1_norm_tbps"] = number(_get(wh, (wr["ref"], "opt1", "norm"), "dram_tbps"), ".2f", "ncu report of opt1")
+    f["win_opt1_norm_bw_pct"] = pct(_get(wh, (wr["ref"], "opt1", "norm"), "bandwidth_fraction"), "ncu report of opt1")
+    f["win_opt12_copy_bw_pct"] = pct(_get(wh, (wr["ref"], "opt12", "copy"), "bandwidth_fraction"), "ncu report of opt12")
+    rs = tables.roofline_summary(rp, roofs)
+    rs = rs.set_index(["gpu_slug", "config"]) if not rs.empty else pd.DataFrame(columns=["no_flops_share"])
+    f["win_opt12_no_flops_share"] = pct(_get(rs, (wr["ref"], "opt12"), "no_flops_share"), "ncu report of opt12")
+    lp = tables.loss_parity(root, gpus)
+    lr = roles(lp["gpu_slug"] if not lp.empty else [])
+    f.update(_names(lr, "lp_"))
+    band = lp[lp["gpu_slug"] == lr["ref"]] if not lp.empty else lp
+    fast_lp = band[band["config"] == "fast"] if len(band) else band
+    f["lp_band"] = (f"{band['band_low'].iloc[0]:.4f}–{band['band_high'].iloc[0]:.4f}" if len(band)
+                    else missing("fast_path/loss_parity.csv"))
+    f["lp_seeds"] = f"{band['band_seeds'].iloc[0]}" if len(band) else missing("fast_path/loss_parity.csv")
+    f["lp_fast"] = f"{fast_lp['loss'].iloc[0]:.4f}" if len(fast_lp) else missing("loss-parity row of fast")
+    f["lp_fast_verdict"] = (("inside" if fast_lp["inside_band"].iloc[0] else "outside") if len(fast_lp)
+                            else missing("loss-parity row of fast"))
+    sc, _ = tables.scaling(root)
+    f.update(tables.loop_facts(tables.loop_vs_bench(root, gpus), sc, tables.scaling_earlier(root)))
+    return f
+
+
+SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8")  # the chapter's rows, slow to fast
+AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8")
+SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "fast", "real")
+
+
+def quality(root: Path, gpus: list[str]) -> dict[str, str]:
+    """07: sampling speed and its kernels, denoiser agreement, training parity, sample agreement,
+    the long run."""
+    register_gpus(root)  # GPU names from the store's records
+    sb = tables.sample_bench(root, gpus)
+    one = sb[sb["batch"] == 1] if not sb.empty else sb
+    r = roles(one["gpu_slug"] if not one.empty else [])
+    f = {"sample_gpus": gpu_list(sb["gpu_slug"]) if not sb.empty else "none", **_names(r, "samp_")}
+    s = one.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"] if not one.empty else pd.Series(dtype=float)
+    for cfg in SAMPLING_CONFIGS:
+        for smp in ("ddim", "ddpm"):
+            f[f"samp_{cfg}_{smp}_s"] = number(_get(s, (r["ref"], cfg, smp)), ".2f", f"sample_bench row of {cfg}")
+    mine = one[one["gpu_slug"] == r["ref"]] if not one.empty else one
+    ddim = mine[mine["sampler"] == "ddim"] if len(mine) else mine
+    best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"] if len(ddim) else None
+    f["samp_best"] = best or missing("sample_bench.csv")
+    for smp, target in SAMPLING_TARGETS_S.items():
+        v = _get(s, (r["ref"], best, smp)) if best else None
+        opt1 = _get(s, (r["ref"], "opt1", smp))
+        f[f"samp_best_{smp}_s"] = number(v, ".2f", f"sample_bench row of {best or 'any configuration'}")
+        f[f"samp_best_{smp}_target"] = f"{target:g}"
+        f[f"samp_best_{smp}_verdict"] = missing("sample_bench.csv") if v is None else ("meets" if v <= target else "misses")
+        f[f"samp_best_{smp}_vs_opt1"] = number(opt1 / v if v and opt1 else None, ".1f", "sample_bench rows of opt1")
+    batches = sb[(sb["gpu_slug"] == r["ref"]) & (sb["config"] == best) & (sb["sampler"] == "ddim")] if best else sb
+    f["samp_best_ddim_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
+                                             zip(batches["batch"], batches["s_per_volume_median"]))
+                                   if len(batches) else missing("sample_bench.csv"))
+    dk = tables.denoise_categories(root, [r["ref"]] if r["ref"] else [])
+    for key, cfg in (("denoise_fast", "fast"), ("denoise_best", best or "fast")):
+        col = dk[cfg] if not dk.empty and cfg in dk.columns else None
+        what = f"denoising-step kernel table of {cfg}"
+        f[f"{key}_ms"] = number(col.sum() if col is not None else None, ".1f", what)
+        f[f"{key}_conv_ms"] = number(_get(col, "convolution/GEMM") if col is not None else None, ".1f", what)
+        f[f"{key}_layout_ms"] = number((_get(col, "layout transform") or 0.0) if col is not None else None, ".1f", what)
+    qg = [g for g in gpus if (Path(root) / g / "quality").is_dir()]
+    q = roles(qg)["ref"]
+    f["q_gpu"] = gpu_name(q) if q else missing("quality results")
+    a = tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
+    worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
+    for cfg in AGREEMENT_CONFIGS:
+        v = _get(worst, cfg)
+        f[f"q_{cfg}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg}")
+    f["q_rms"] = (f"{a['ref_rms'].min():.2f}–{a['ref_rms'].max():.2f}" if not a.empty
+                  else missing("quality/agreement.csv"))
+    pv = tables.parity_verdict(root, [q]) if q else pd.DataFrame()
+    what = "training-parity runs (quality/parity_*.csv)"
+    if pv.empty:
+        f.update({k: missing(what) for k in ("p_band", "p_seeds", "p_start", "p_steps", "p_inside", "p_range")})
+    else:
+        b = pv.iloc[0]
+        others = pv[pv["config"] != "baseline"]
+        f.update(p_band=f"{b['band_low']:.4f}–{b['band_high']:.4f}", p_seeds=f"{b['seeds_low']:.4f}–{b['seeds_high']:.4f}",
+                 p_start=f"{b['loss_step0']:.3f}", p_steps=f"{int(b['steps']):,}",
+                 p_inside=f"{int(others['inside_band'].sum())} of {len(others)}",
+                 p_range=f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
+    per = tables.sample_agreement(root, q) if q else pd.DataFrame()
+    for src in SAMPLE_SOURCES:
+        row = per.loc[src] if src in per.index else None
+        f[f"s_{src}_psnr"] = (missing(f"sample agreement of {src}") if row is None else
+                              "identical" if row["psnr_db"] == float("inf") else f"{row['psnr_db']:.1f} dB")
+        f[f"s_{src}_ssim"] = number(None if row is None else row["ssim"], ".3f", f"sample agreement of {src}")
+    sb64 = tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
+    fig1 = sb64[(sb64["config"] == "fast") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
+    f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
+    lr = tables.long_run(root, q) if q else None
+    what = "long run (quality/long_log.csv)"
+    f["long_steps"] = number(lr and lr["steps"], ",", what)
+    f["long_loss"] = number(lr and lr["loss_tail"], ".3f", what)
+    f["long_tail"] = number(lr and lr["tail"], "d", what)
+    f["long_ms"] = number(lr and lr["ms_per_step"], ".1f", what)
+    return f
+
+
+CHAPTERS = {"01_setup": setup, "03_characterization": characterization, "04_interventions": interventions,
+            "05_end_to_end": end_to_end, "06_beyond": beyond, "07_quality": quality}

@@ -1,0 +1,72 @@
+"""The book's prose facts (issue 22): one function per chapter, every quoted name always there,
+'—' and what is missing where the store lacks the data, GPUs named by role from the store."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from book_stores import COMMITTED, REPO, STORES
+from medddpm.report import facts, tables
+from medddpm.report.present import register_gpus
+from test_book_stores import referenced
+
+GPUS = ["h100-80gb-hbm3", "h200"]
+
+
+@pytest.mark.parametrize("store", ["committed", *STORES])
+@pytest.mark.parametrize("chapter", sorted(facts.CHAPTERS))
+def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
+    root = COMMITTED if store == "committed" else STORES[store](tmp_path / "results")
+    gpus = tables.select_gpus(root, None)
+    f = facts.CHAPTERS[chapter](root, gpus)
+    assert referenced(REPO / "notebooks" / f"{chapter}.py") <= set(f)
+    assert all(isinstance(v, str) and v for v in f.values())
+    if store == "empty":
+        assert all(v.startswith("—") or v in ("none", "0") or k.startswith(("paper_", "conv_formula"))
+                   or k.endswith("_target") for k, v in f.items()), {k: v for k, v in f.items() if not v.startswith("—")}
+
+
+def test_the_model_chapter_needs_no_store():
+    f = facts.model(128)
+    assert referenced(REPO / "notebooks" / "02_model.py") <= set(f) and f["params"] == "40,226,433"
+
+
+def test_roles_prefer_the_committed_gpus_then_any():
+    assert facts.roles(["h100-80gb-hbm3", "h200", "l40s"]) == {"ref": "h200", "alt": "h100-80gb-hbm3"}
+    assert facts.roles(["l40s", "a10"]) == {"ref": "a10", "alt": "l40s"}
+    assert facts.roles(["h100-80gb-hbm3"]) == {"ref": "h100-80gb-hbm3", "alt": None}
+    assert facts.roles([]) == {"ref": None, "alt": None}
+    assert facts.roles(["h200", "h100-80gb-hbm3"], facts.NCU_PREFERRED)["ref"] == "h100-80gb-hbm3"
+
+
+def test_facts_quote_the_store_and_name_the_gpus_it_holds(tmp_path):
+    register_gpus(COMMITTED)
+    f = facts.end_to_end(COMMITTED, GPUS)
+    b = tables.bench(COMMITTED, GPUS, ["opt1"]).set_index("gpu_slug")
+    assert f["ref_gpu"] == "H200" and f["alt_gpu"] == "H100 80GB HBM3"
+    assert f["ref_opt1_step_ms"] == f"{b.loc['h200', 'step_ms_median']:.0f}"
+    one = facts.end_to_end(COMMITTED, ["h100-80gb-hbm3"])
+    assert one["ref_gpu"] == "H100 80GB HBM3" and one["cov_alt_gpu"] == facts.ONE_GPU
+    root = STORES["unknown-gpu-measured-only"](tmp_path / "results")
+    register_gpus(root)
+    unknown = facts.end_to_end(root, ["l40s"])
+    assert unknown["ref_gpu"] == "L40S" and unknown["ref_opt1_step_ms"][0].isdigit()
+    assert facts.beyond(root, ["l40s"])["ref_fast_ms"] == "— (no bench row of fast in this results store)"
+
+
+def test_missing_and_number_formatting():
+    assert facts.number(float("nan"), ".1f", "x") == facts.missing("x") == "— (no x in this results store)"
+    assert facts.number(3.14159, ".2f", "x") == "3.14" and facts.pct(0.256, "x") == "26 %"
+    assert facts.pct(None, "bench row").startswith("—")
+
+
+def test_headline_has_gpus_as_rows_and_only_measured_ones(tmp_path):
+    register_gpus(COMMITTED)
+    h = tables.headline(COMMITTED, GPUS)
+    assert list(h.columns) == ["result", "scope", "GPU", "ours", "paper (H100)", "chapter"]
+    assert set(h["GPU"]) == {"H200", "H100 80GB HBM3"} and h["ours"].notna().all()
+    firsts = h[h["result"] != ""]
+    assert not firsts.duplicated(["result", "scope"]).any() and (h.loc[h["result"] == "", "chapter"] == "").all()
+    root = STORES["unknown-gpu-measured-only"](tmp_path / "results")
+    register_gpus(root)
+    assert set(tables.headline(root, ["l40s"])["GPU"]) == {"L40S"}
