@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,12 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "data" / "results"
 UNKNOWN = ("l40s", "NVIDIA L40S")  # a GPU the book has never seen: (folder, name)
+GLUE_REF = re.compile(r"\{glue:text\}`([^`]+)`")
+
+
+def referenced(source: Path) -> set[str]:
+    """Glue names a chapter's markdown and figure captions quote."""
+    return set(GLUE_REF.findall(source.read_text()))
 
 
 def _link(src: Path, dst: Path) -> None:

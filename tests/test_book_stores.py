@@ -1,23 +1,14 @@
 """Every chapter executes on every kind of results store (issue 22): one GPU, an unknown GPU with
 only ``make gpu-measure`` output (no ncu, fast path, sampling, quality or scaling), an empty
 store; and every value its prose quotes ({glue:text}`name`) is glued, so the book builds."""
-import re
-from pathlib import Path
-
-import nbformat
 import pytest
 
-from book_stores import REPO, STORES
+from book_stores import REPO, STORES, referenced
 
+nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("papermill")
 pytest.importorskip("myst_nb")
 CHAPTERS = sorted((REPO / "notebooks").glob("[0-9]*.py"))
-GLUE_REF = re.compile(r"\{glue:text\}`([^`]+)`")
-
-
-def referenced(source: Path) -> set[str]:
-    """Glue names the chapter's markdown and figure captions quote."""
-    return set(GLUE_REF.findall(source.read_text()))
 
 
 def glued(nb) -> set[str]:

@@ -1,14 +1,11 @@
 """The book's prose facts (issue 22): one function per chapter, every quoted name always there,
 '—' and what is missing where the store lacks the data, GPUs named by role from the store."""
-from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from book_stores import COMMITTED, REPO, STORES
+from book_stores import COMMITTED, REPO, STORES, referenced
 from medddpm.report import facts, tables
 from medddpm.report.present import register_gpus
-from test_book_stores import referenced
 
 GPUS = ["h100-80gb-hbm3", "h200"]
 
