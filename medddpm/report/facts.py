@@ -94,10 +94,10 @@ def model(size: int = 128) -> dict[str, str]:
 
 def characterization(root: Path, gpus: list[str]) -> dict[str, str]:
     """03: which GPUs have baseline ncu reports, the paper's dominant-kernel cycles, Fig. 5's order."""
-    register_gpus(root)  # GPU names from the store's records
     from ..profiling import metrics as M
     from ..profiling import store
 
+    register_gpus(root)  # GPU names from the store's records
     k = tables.ncu_kernels(root, gpus, "paper")
     base = k[k["config"] == "baseline"] if not k.empty else k
     fig4 = paper.values(figure="Fig 4")
@@ -147,9 +147,9 @@ NORM_METRICS = ("cycles", "instructions", "ipc")
 
 def interventions(root: Path, gpus: list[str]) -> dict[str, str]:
     """04: the kernel mix of whole steps and the §6.1 ratios of ncu reports, beside the paper's."""
-    register_gpus(root)  # GPU names from the store's records
     from ..profiling import metrics as M
 
+    register_gpus(root)  # GPU names from the store's records
     t = tables.torch_kernels(root, gpus, "step")
     s = tables.ncu_summaries(root, gpus, "paper")
     have = (s[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]) if not s.empty
@@ -186,6 +186,8 @@ def interventions(root: Path, gpus: list[str]) -> dict[str, str]:
 
 
 def _ladder_facts(root: Path, gpus: list[str], f: dict[str, str]) -> dict[str, str | None]:
+    """The ladder's facts into ``f`` (step times of every rung on the reference and second GPU,
+    ``fast`` against the baseline, OPT1, the bf16 peak and the 50 ms target); returns the roles."""
     lad = tables.ladder(root, gpus)
     r = roles(lad["gpu_slug"] if not lad.empty else [])
     f["ladder_gpus"] = gpu_list(lad["gpu_slug"]) if not lad.empty else "none"
@@ -209,9 +211,9 @@ def _ladder_facts(root: Path, gpus: list[str], f: dict[str, str]) -> dict[str, s
 
 def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     """06: the fast-path ladder, its kernels, the rooflines, parity, the loop and several GPUs."""
-    register_gpus(root)  # GPU names from the store's records
     from ..profiling.categories import conv_pass
 
+    register_gpus(root)  # GPU names from the store's records
     f: dict[str, str] = {}
     r = _ladder_facts(root, gpus, f)
     t = tables.torch_kernels(root, gpus, "step", ["fast"])
