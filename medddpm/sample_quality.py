@@ -7,6 +7,8 @@ Volumes are read in canonical (RAS) orientation, as the model sees them: images 
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -130,4 +132,80 @@ def slice_image(slices: pd.DataFrame, source: str, subject: str, view: str) -> n
         raise KeyError(f"no {view} slice of {subject} from {source}")
     out = np.zeros((part["row"].max() + 1, part["col"].max() + 1), np.float32)
     out[part["row"].to_numpy(), part["col"].to_numpy()] = part["value"].to_numpy()
+    return out
+
+
+# ---- samplers against the real image (issue 20: quality/samplers.csv) ---------------------------
+
+@dataclass(frozen=True)
+class SamplerRun:
+    """One way of sampling a checkpoint: the sampler, its steps and η, and the denoiser's
+    configuration; ``name`` is its samples' folder."""
+
+    sampler: str  # "ddpm" (all T steps) or "ddim"
+    steps: int  # denoising steps
+    eta: float  # DDIM η (0 deterministic, 1 ≈ DDPM); 1.0 for DDPM, whose noise is the posterior's
+    config: str  # run configuration of the denoiser
+
+    @property
+    def name(self) -> str:
+        return f"{self.sampler}{self.steps}-eta{self.eta:g}-{self.config}"
+
+    @classmethod
+    def parse(cls, name: str) -> "SamplerRun":
+        """The inverse of ``name`` ('ddim50-eta0-fast-w16-p8')."""
+        m = re.fullmatch(r"(ddpm|ddim)(\d+)-eta([0-9.]+)-(.+)", name)
+        if not m:
+            raise InputError(f"{name!r} is not a sampler run name like 'ddim50-eta0-fast'")
+        return cls(m[1], int(m[2]), float(m[3]), m[4])
+
+
+MATCH_BACKGROUND = 0.1  # a sampler matches DDPM 250 if its background mean lies within this of DDPM's
+MATCH_CORRELATION = 0.05  # … and its in-brain correlation with the real image is at most this much lower
+
+
+def fidelity_metrics(real: np.ndarray, x: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """A sample against its subject's real image: the background (label 0) mean and standard
+    deviation, the Pearson correlation inside the brain (label > 0), and PSNR and 3D SSIM."""
+    brain, background = labels > 0, labels == 0
+    a, b = real[brain].astype(np.float64), x[brain].astype(np.float64)
+    corr = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+    m = agreement_metrics(real, x, labels)
+    return {"background_mean": float(x[background].mean()), "background_std": float(x[background].std()),
+            "brain_corr": corr, "psnr_db": m["psnr_db"], "ssim": m["ssim"]}
+
+
+def sampler_table(volumes: Mapping[str, Mapping[str, np.ndarray]], labels: Mapping[str, np.ndarray],
+                  reference: tuple[str, int, float] = ("ddpm", 250, 1.0)) -> pd.DataFrame:
+    """One row per (sampler run, held-out subject) of ``volumes`` ({``SamplerRun.name`` or
+    ``REAL``: {subject: volume}}) against the subject's real image, plus the real image's own row
+    (its background, for scale), and whether each run matches the quality of the ``reference``
+    (sampler, steps, η) of the same configuration (``MATCH_BACKGROUND``, ``MATCH_CORRELATION``, on
+    the subjects' means)."""
+    if REAL not in volumes:
+        raise InputError("the real images are needed (source 'real')")
+    rows = []
+    for source, subjects in volumes.items():
+        run = None if source == REAL else SamplerRun.parse(source)
+        for subject, x in subjects.items():
+            rows.append({"sampler": run.sampler if run else REAL, "steps": run.steps if run else 0,
+                         "eta": run.eta if run else float("nan"), "config": run.config if run else "",
+                         "subject": subject, **fidelity_metrics(volumes[REAL][subject], x, labels[subject])})
+    out = pd.DataFrame(rows)
+    means = out.groupby(["sampler", "steps", "eta", "config"], dropna=False)[["background_mean", "brain_corr"]].mean()
+    verdict = {}
+    for key, m in means.iterrows():
+        sampler, steps, eta, config = key
+        if sampler == REAL:
+            continue
+        ref_key = (*reference, config)
+        if ref_key not in means.index:
+            verdict[key] = "no reference"
+            continue
+        r = means.loc[ref_key]
+        ok = (abs(m["background_mean"] - r["background_mean"]) <= MATCH_BACKGROUND
+              and m["brain_corr"] >= r["brain_corr"] - MATCH_CORRELATION)
+        verdict[key] = "yes" if ok else "no"
+    keys = list(zip(out["sampler"], out["steps"], out["eta"], out["config"]))
+    out["matches_reference"] = [verdict.get(k, "") for k in keys]
     return out

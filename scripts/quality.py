@@ -8,6 +8,10 @@
     quality.py sample  --work W --data DEMO --checkpoint CKPT --configs ...   # W/samples/<cfg>/*.nii.gz (GPU)
     quality.py compare --out OUT --data DEMO --samples W/samples              # → sample_agreement.csv,
                                                                               #   histograms.csv, slices.parquet
+    quality.py samplers --out OUT --data DEMO --checkpoint CKPT --configs fast-w16-p8 \
+                        [--runs ddpm250,ddim250-eta0,ddim250-eta1,ddim50-eta0,ddim50-eta1] --work W
+                                                  # held-out masks sampled per run (W/samplers/<run>/,
+                                                  # kept: a second call resumes) → samplers.csv
 
 DEMO is a folder with images/ and masks/ (``medddpm demo-data``); its last ``--held-out``
 subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.quality`` and
@@ -103,9 +107,49 @@ def compare(a: argparse.Namespace, out: Path) -> None:
     print(agreement.groupby("source")[["psnr_db", "ssim", "mae"]].mean().round(4).to_string())
 
 
+DEFAULT_RUNS = "ddpm250,ddim250-eta0,ddim250-eta1,ddim50-eta0,ddim50-eta1"  # issue 20's comparison
+
+
+def samplers(a: argparse.Namespace, out: Path) -> None:
+    """Every sampler run × configuration on the held-out masks of one checkpoint, each sample
+    against its subject's real image (``sample_quality.sampler_table``) → samplers.csv."""
+    from medddpm.sample import sample_masks
+    from medddpm.sample_quality import SamplerRun, brain_labels, sample_volumes, sampler_table
+
+    _, held = _pairs(a)
+    masks = split(a)
+    runs = []
+    for spec in a.runs.split(","):
+        sampler, _, rest = spec.partition("-eta")
+        kind, steps = sampler[:4], int(sampler[4:] or 0)
+        if kind not in ("ddpm", "ddim") or steps < 1:
+            raise SystemExit(f"quality.py: error: --runs item {spec!r} is not like 'ddpm250' or 'ddim50-eta0'")
+        eta = 1.0 if kind == "ddpm" else float(rest or 0)
+        runs += [SamplerRun(kind, steps, eta, c) for c in a.configs]
+    device = resolve_device(a.device)
+    folders = {}
+    for run in runs:
+        folder = Path(a.work) / "samplers" / run.name
+        folders[run.name] = folder
+        if folder.is_dir() and len(list(folder.glob("*.nii.gz"))) == len(held):
+            print(f"{run.name}: kept from an earlier call", flush=True)
+            continue
+        shutil.rmtree(folder, ignore_errors=True)  # a partial folder is sampled again
+        sample_masks(a.checkpoint, masks, folder, device, sampler=run.sampler,
+                     steps=None if run.sampler == "ddpm" else run.steps, eta=0.0 if run.sampler == "ddpm" else run.eta,
+                     seed=0, config=run.config, progress=False)
+        print(f"{run.name}: sampled {len(held)} held-out masks", flush=True)
+    volumes = sample_volumes(folders, held)
+    table = sampler_table(volumes, brain_labels(held, MASK_LABELS[a.model]))
+    append_csv(out / "samplers.csv", table.assign(checkpoint=str(a.checkpoint)), env_info(device))
+    print(table.groupby(["sampler", "steps", "eta", "config"], dropna=False)[
+        ["background_mean", "brain_corr", "psnr_db", "ssim"]].mean().round(3).to_string())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["agree", "parity", "split", "sample", "compare"], help="which step")
+    p.add_argument("what", choices=["agree", "parity", "split", "sample", "compare", "samplers"], help="which step")
+    p.add_argument("--runs", default=DEFAULT_RUNS, help="samplers: comma-separated ddpm250 / ddim<N>-eta<η>")
     p.add_argument("--out", help="results folder of this GPU (tables go to OUT/quality/)")
     p.add_argument("--data", help="demo-data folder with images/ and masks/")
     p.add_argument("--held-out", type=int, default=2, help="last subjects never trained on (default 2)")
@@ -127,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     a.seeds = [int(s) for s in a.seeds.split(",")]
     a.keep = set(filter(None, a.keep.split(",")))
     needs = {"agree": ["out"], "parity": ["out", "data"], "split": ["data"], "sample": ["data", "checkpoint"],
-             "compare": ["out", "data", "samples"]}[a.what]
+             "compare": ["out", "data", "samples"], "samplers": ["out", "data", "checkpoint"]}[a.what]
     missing = [f"--{n}" for n in needs if getattr(a, n) is None]
     if missing:
         p.error(f"{a.what} needs {', '.join(missing)}")
@@ -135,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.what in ("split", "sample"):
         {"split": split, "sample": sample}[a.what](a)
     else:
-        {"agree": agree, "parity": parity, "compare": compare}[a.what](a, out)
+        {"agree": agree, "parity": parity, "compare": compare, "samplers": samplers}[a.what](a, out)
     return 0
 
 

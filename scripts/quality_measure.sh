@@ -11,7 +11,9 @@
 # (bench-sample 64³ DDIM 50 of fast and baseline → OUT/sample_bench.csv) · long (`medddpm train
 # --config fast` on the training subjects for up to LONG_STEPS steps or LONG_S seconds, whichever
 # comes first (checkpoints every 1000 steps), then `medddpm sample --config fast` DDIM 50 of the
-# held-out masks → WORK/samples/fast-long; log.csv → OUT/quality/long_log.csv). Concurrent copies of this
+# held-out masks → WORK/samples/fast-long; log.csv → OUT/quality/long_log.csv) · samplers (that
+# checkpoint sampled by DDPM 250 and DDIM 250/50 at η 0 and 1 under SAMPLER_CONFIGS, each sample
+# against the real image → OUT/quality/samplers.csv; resumable). Concurrent copies of this
 # script must use different OUT folders (tables are appended). Logs: OUT/log.txt, OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: quality_measure.sh OUT DATA WORK STAGE...}; DATA=${2:?}; WORK=${3:?}; shift 3
@@ -49,6 +51,9 @@ for stage in "$@"; do
       cp "$WORK/long/log.csv" "$OUT/quality/long_log.csv"; cp "$WORK/long/timing.csv" "$OUT/quality/long_timing.csv"
       run 300 $PY -m medddpm sample --checkpoint "$WORK/long/checkpoint.pt" --masks "$held" --config fast \
         --sampler ddim --steps 50 --quiet --out "$WORK/samples/fast-long" ;;
+    samplers)  # issue 20: DDPM 250 and DDIM 250/50 at η 0 and 1 from the long run's checkpoint → quality/samplers.csv
+      run "${LIMIT:-580}" $Q samplers --out "$OUT" --data "$DATA" --work "$WORK" --checkpoint "$WORK/long/checkpoint.pt" \
+        --configs "${SAMPLER_CONFIGS:-fast-w16-p8}" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

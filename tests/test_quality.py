@@ -128,3 +128,58 @@ def test_long_run_and_steady_state_skip_the_first_interval(tmp_path):
     run = tables.long_run(tmp_path, "g", tail=5)
     assert run == {"steps": 10, "loss_tail": pytest.approx(0.2), "tail": 5, "ms_per_step": 11.0}
     assert tables.long_run(tmp_path, "other") is None
+
+
+def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches():
+    """Issue 20: a sampler's row holds the background it draws, its in-brain correlation with the
+    real image and PSNR/SSIM; a grey-background sampler does not match DDPM 250's quality."""
+    import numpy as np
+
+    from medddpm.sample_quality import REAL, SamplerRun, sampler_table
+
+    rng = np.random.default_rng(0)
+    labels = np.zeros((16, 16, 16), np.int64)
+    labels[4:12, 4:12, 4:12] = 1
+    real = np.where(labels > 0, rng.uniform(-0.5, 0.8, labels.shape), -0.95).astype(np.float32)
+    good = (real + rng.normal(0, 0.05, real.shape)).astype(np.float32)  # DDPM-like: black background
+    grey = np.where(labels > 0, good, -0.2 + rng.normal(0, 0.25, real.shape)).astype(np.float32)
+    runs = {REAL: {"s1": real}, "ddpm250-eta1-fast": {"s1": good}, "ddim50-eta0-fast": {"s1": grey},
+            "ddim50-eta0-fast-w16-p8": {"s1": good}}
+    t = sampler_table(runs, {"s1": labels}).set_index(["sampler", "steps", "config"])
+    assert t.loc[(REAL, 0, ""), "background_mean"] == pytest.approx(-0.95)
+    assert t.loc[("ddim", 50, "fast"), "background_mean"] == pytest.approx(-0.2, abs=0.03)
+    assert t.loc[("ddpm", 250, "fast"), "brain_corr"] > 0.95 and t.loc[("ddpm", 250, "fast"), "psnr_db"] > 20
+    assert t.loc[("ddim", 50, "fast"), "matches_reference"] == "no"
+    assert t.loc[("ddpm", 250, "fast"), "matches_reference"] == "yes"
+    assert t.loc[("ddim", 50, "fast-w16-p8"), "matches_reference"] == "no reference"  # no DDPM run of it
+    assert SamplerRun.parse("ddim50-eta0-fast-w16-p8") == SamplerRun("ddim", 50, 0.0, "fast-w16-p8")
+    assert SamplerRun("ddpm", 250, 1.0, "fast").name == "ddpm250-eta1-fast"
+    with pytest.raises(Exception, match="not a sampler run name"):
+        SamplerRun.parse("fast")
+
+
+def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    from medddpm.cli import main as cli
+
+    run = tmp_path / "run"
+    assert cli(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+                "--size", "16", "--steps", "2", "--out", str(run), "--device", "cpu", "--quiet"]) == 0
+    spec = importlib.util.spec_from_file_location("quality_script", Path(__file__).parents[1] / "scripts" / "quality.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["samplers", "--out", str(tmp_path / "out"), "--data", str(phantoms), "--held-out", "1", "--model", "tiny",
+            "--checkpoint", str(run / "checkpoint.pt"), "--configs", "baseline", "--runs", "ddpm250,ddim5-eta0",
+            "--work", str(tmp_path / "work"), "--device", "cpu"]
+    assert script.main(argv) == 0
+    table = pd.read_csv(tmp_path / "out" / "quality" / "samplers.csv")
+    assert set(zip(table["sampler"], table["steps"])) == {("real", 0), ("ddpm", 250), ("ddim", 5)}
+    assert set(table["matches_reference"].dropna()) <= {"yes", "no"} and table["psnr_db"].notna().all()
+    first = (tmp_path / "work" / "samplers" / "ddim5-eta0-baseline").stat().st_mtime_ns
+    assert script.main(argv) == 0  # a second call keeps the samples it has
+    assert (tmp_path / "work" / "samplers" / "ddim5-eta0-baseline").stat().st_mtime_ns == first
+    assert len(pd.read_csv(tmp_path / "out" / "quality" / "samplers.csv")) == 2 * len(table)
