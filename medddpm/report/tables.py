@@ -299,53 +299,6 @@ def loop_vs_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
     return results_csv(root, gpus, "loop/loop_vs_bench")
 
 
-LOOP_TARGET = 1.03  # loop / bench per micro-batch: the loop may add at most 3 % to its benchmark
-SCALING_TARGET = 0.97  # T(1 GPU) / T(N GPUs) of the real loop, weak scaling
-
-
-def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dict[str, str]:
-    """The prose facts of the training-loop and multi-GPU sections, always every key: '—' (with
-    what is missing) where the store lacks the data."""
-    from .present import gpu_name
-
-    dash = "— (no {} in the results store)"
-    f: dict[str, str] = {}
-    if lb.empty:
-        f.update(loop_rows=dash.format("loop_vs_bench.csv"), loop_within=dash.format("loop rows"),
-                 loop_worst=dash.format("loop rows"), loop_data=dash.format("loop rows"))
-    else:
-        worst = lb.loc[lb["ratio"].idxmax()]
-        f["loop_rows"] = str(len(lb))
-        f["loop_within"] = f"{int((lb['ratio'] <= LOOP_TARGET).sum())} of {len(lb)}"
-        f["loop_worst"] = (f"{worst['ratio']:.3f} ({worst['config']}, grad-accum {int(worst['grad_accum'])}, "
-                           f"{gpu_name(worst['gpu_slug'])}: {worst['loop_ms_per_micro_batch']:.1f} against "
-                           f"{worst['bench_ms']:.1f} ms)")
-        f["loop_data"] = ", ".join(sorted(lb["data"].astype(str).unique()))
-    multi = sc[sc["world_size"] > 1] if not sc.empty else sc
-    if multi.empty:
-        f.update(scaling_within=dash.format("scaling.csv"), scaling_range=dash.format("scaling.csv"))
-    else:
-        eff = multi["scaling_efficiency"]
-        f["scaling_within"] = f"{int((eff >= SCALING_TARGET).sum())} of {len(multi)}"
-        f["scaling_range"] = f"{100 * eff.min():.1f}–{100 * eff.max():.1f} %"
-    for cfg in ("opt1", "fast"):
-        for accum in (1, 2):
-            key = f"{cfg}_a{accum}"
-            row = multi[(multi["config"] == cfg) & (multi["grad_accum"] == accum)] if not multi.empty else multi
-            f[f"{key}_eff"] = f"{100 * row['scaling_efficiency'].iloc[0]:.1f} %" if len(row) else dash.format("row")
-            one = sc[(sc["config"] == cfg) & (sc["grad_accum"] == accum) & (sc["world_size"] == 1)] if not sc.empty else sc
-            f[f"{key}_ms"] = (f"{one['step_ms_median'].iloc[0]:.1f} → {row['step_ms_median'].iloc[0]:.1f}"
-                              if len(row) and len(one) else dash.format("row"))
-        old = earlier[(earlier["config"] == cfg) & (earlier["world_size"] > 1)] if not earlier.empty else earlier
-        old1 = earlier[(earlier["config"] == cfg) & (earlier["world_size"] == 1)] if not earlier.empty else earlier
-        f[f"{cfg}_earlier_eff"] = f"{100 * old['scaling_efficiency'].iloc[0]:.1f} %" if len(old) else dash.format("earlier run")
-        nccl = old["allreduce_ms"].iloc[0] if len(old) and "allreduce_ms" in old else float("nan")
-        f[f"{cfg}_earlier_nccl"] = f"{nccl:.1f}" if nccl == nccl else dash.format("earlier profile")
-        f[f"{cfg}_earlier_ms"] = (f"{old1['step_ms_median'].iloc[0]:.1f} → {old['step_ms_median'].iloc[0]:.1f}"
-                                  if len(old) and len(old1) else dash.format("earlier run"))
-    return f
-
-
 def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The book's results in one table (intro), GPUs as rows so that it stays narrow whatever the
     store holds: per result, one row per GPU with a measurement (ours), the result's scope, the
