@@ -43,11 +43,12 @@ def _gather(values: Tensor, t: Tensor, like: Tensor) -> Tensor:
 
 
 class GaussianDiffusion(nn.Module):
-    """Wraps a denoiser ε_θ(cat[x_t, mask], t); the schedule lives in float64 buffers. The
-    samplers hand the denoiser its input in ``input_format`` (the model's memory layout)."""
+    """Wraps a denoiser ε_θ(cat[x_t, mask], t); the schedule lives in float64 buffers. With
+    ``input_format`` (the model's memory layout) the denoiser gets its input in that layout;
+    without, as the caller's tensors make it (training hands NDHWC batches to an NDHWC model)."""
 
     def __init__(self, model: nn.Module | Denoiser, cfg: DiffusionConfig = DiffusionConfig(),
-                 input_format: torch.memory_format = torch.contiguous_format) -> None:
+                 input_format: torch.memory_format | None = None) -> None:
         super().__init__()
         self.model = model
         self.cfg = cfg
@@ -92,14 +93,15 @@ class GaussianDiffusion(nn.Module):
         return mean, _gather(self.posterior_variance, t, x_t), _gather(self.posterior_log_variance, t, x_t)
 
     def eps(self, x_t: Tensor, mask: Tensor, t: Tensor) -> Tensor:
-        return self.model(torch.cat([x_t, mask], dim=1), t)
+        x = torch.cat([x_t, mask], dim=1)
+        return self.model(x if self.input_format is None else x.contiguous(memory_format=self.input_format), t)
 
     def conditioned(self, mask: Tensor, channels: int) -> Callable[[Tensor, Tensor], Tensor]:
         """ε_θ(x_t, t) of one sampling chain on ``mask``: the mask is written once into the
         denoiser's input buffer, in ``input_format``, and each step copies only x_t into the
         buffer's first ``channels`` channels (no concatenation, no layout copy per step)."""
         buf = torch.empty((mask.shape[0], channels + mask.shape[1], *mask.shape[2:]), device=mask.device,
-                          dtype=mask.dtype, memory_format=self.input_format)
+                          dtype=mask.dtype, memory_format=self.input_format or torch.contiguous_format)
         buf[:, channels:] = mask
 
         def eps(x_t: Tensor, t: Tensor) -> Tensor:

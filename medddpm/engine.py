@@ -140,29 +140,19 @@ class GraphedDenoiser:
         return static, out, graph
 
 
-def _in_layout(net: nn.Module | Callable, fmt: torch.memory_format) -> Callable:
-    """``net`` called with its first input converted to ``fmt`` (inside a captured graph, too)."""
-    def call(x: Tensor, *rest: Tensor) -> Tensor:
-        return net(x.contiguous(memory_format=fmt), *rest)
-    return call
-
-
 # Layers whose weights and biases bf16 autocast casts to bf16 at every call (``Knobs.bf16_weights``).
 AUTOCAST_BF16_LAYERS = (nn.Conv1d, nn.Conv3d, nn.Linear)
 
 
-def cast_autocast_weights(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> int:
+def cast_autocast_weights(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
     """Store the weights and biases of ``model``'s convolutions and linear layers in ``dtype``, in
     place and in their own memory layout: the numbers autocast would cast them to at every call,
-    cast once. Norms keep fp32 parameters (autocast runs them in fp32). Returns the tensors cast."""
-    cast = 0
+    cast once. Norms keep fp32 parameters (autocast runs them in fp32)."""
     for m in model.modules():
         if isinstance(m, AUTOCAST_BF16_LAYERS):
             for p in (m.weight, m.bias):
                 if p is not None:
                     p.data = p.data.to(dtype)
-                    cast += 1
-    return cast
 
 
 def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
@@ -182,9 +172,7 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
         pad_io_channels(model, knobs.pad_channels)
     if knobs.bf16_weights:
         cast_autocast_weights(model)
-    net = compiled(model, knobs)
-    if knobs.channels_last:  # the sampler's noise is NCDHW: hand the network NDHWC, as in training
-        net = _in_layout(net, memory_format(knobs))
+    net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
     if knobs.cuda_graphs:
         net = GraphedDenoiser(net, device)
     return model, GaussianDiffusion(net, diffusion_cfg, memory_format(knobs)).to(device), knobs
