@@ -153,11 +153,13 @@ class SamplerRun:
 
     @classmethod
     def parse(cls, name: str) -> "SamplerRun":
-        """The inverse of ``name`` ('ddim50-eta0-fast-w16-p8')."""
-        m = re.fullmatch(r"(ddpm|ddim)(\d+)-eta([0-9.]+)-(.+)", name)
-        if not m:
+        """The inverse of ``name`` ('ddim50-eta0-fast-w16-p8'); η may be left out: DDPM's is 1,
+        DDIM's 0 ('ddpm250-fast', 'ddim50-fast')."""
+        m = re.fullmatch(r"(ddpm|ddim)(\d+)(?:-eta([0-9.]+))?-(.+)", name)
+        if not m or int(m[2]) < 1:
             raise InputError(f"{name!r} is not a sampler run name like 'ddim50-eta0-fast'")
-        return cls(m[1], int(m[2]), float(m[3]), m[4])
+        eta = float(m[3]) if m[3] is not None else (1.0 if m[1] == "ddpm" else 0.0)
+        return cls(m[1], int(m[2]), eta, m[4])
 
 
 MATCH_BACKGROUND = 0.1  # a sampler matches DDPM 250 if its background mean lies within this of DDPM's

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from medddpm.config import model_preset, run_config
 from medddpm.data import MASK_LABELS, pair_files
+from medddpm.errors import InputError
 from medddpm.io import append_csv, atomic_path, write_text_atomic
 from medddpm.quality import FP64, denoiser_agreement, split_held_out, training_parity
 from medddpm.runtime import env_info, resolve_device
@@ -116,16 +117,9 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
     from medddpm.sample import sample_masks
     from medddpm.sample_quality import SamplerRun, brain_labels, sample_volumes, sampler_table
 
+    runs = [SamplerRun.parse(f"{spec}-{c}") for spec in a.runs.split(",") for c in a.configs]  # checked first
     _, held = _pairs(a)
     masks = split(a)
-    runs = []
-    for spec in a.runs.split(","):
-        sampler, _, rest = spec.partition("-eta")
-        kind, steps = sampler[:4], int(sampler[4:] or 0)
-        if kind not in ("ddpm", "ddim") or steps < 1:
-            raise SystemExit(f"quality.py: error: --runs item {spec!r} is not like 'ddpm250' or 'ddim50-eta0'")
-        eta = 1.0 if kind == "ddpm" else float(rest or 0)
-        runs += [SamplerRun(kind, steps, eta, c) for c in a.configs]
     device = resolve_device(a.device)
     folders = {}
     for run in runs:
@@ -176,10 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         p.error(f"{a.what} needs {', '.join(missing)}")
     out = Path(a.out) / "quality" if a.out else None
-    if a.what in ("split", "sample"):
-        {"split": split, "sample": sample}[a.what](a)
-    else:
-        {"agree": agree, "parity": parity, "compare": compare, "samplers": samplers}[a.what](a, out)
+    try:
+        if a.what in ("split", "sample"):
+            {"split": split, "sample": sample}[a.what](a)
+        else:
+            {"agree": agree, "parity": parity, "compare": compare, "samplers": samplers}[a.what](a, out)
+    except InputError as exc:
+        print(f"quality.py: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

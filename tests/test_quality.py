@@ -154,6 +154,7 @@ def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches
     assert t.loc[("ddim", 50, "fast-w16-p8"), "matches_reference"] == "no reference"  # no DDPM run of it
     assert SamplerRun.parse("ddim50-eta0-fast-w16-p8") == SamplerRun("ddim", 50, 0.0, "fast-w16-p8")
     assert SamplerRun("ddpm", 250, 1.0, "fast").name == "ddpm250-eta1-fast"
+    assert SamplerRun.parse("ddpm250-fast") == SamplerRun("ddpm", 250, 1.0, "fast")  # η left out: the sampler's own
     with pytest.raises(Exception, match="not a sampler run name"):
         SamplerRun.parse("fast")
 
@@ -183,3 +184,16 @@ def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp
     assert script.main(argv) == 0  # a second call keeps the samples it has
     assert (tmp_path / "work" / "samplers" / "ddim5-eta0-baseline").stat().st_mtime_ns == first
     assert len(pd.read_csv(tmp_path / "out" / "quality" / "samplers.csv")) == 2 * len(table)
+
+
+def test_samplers_step_refuses_a_bad_run_name_in_one_line(phantoms, tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("quality_script", Path(__file__).parents[1] / "scripts" / "quality.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["samplers", "--out", str(tmp_path), "--data", str(phantoms), "--checkpoint", "x.pt",
+                        "--runs", "ddim", "--work", str(tmp_path / "w"), "--device", "cpu"]) == 2
+    assert "not a sampler run name" in capsys.readouterr().err and not (tmp_path / "quality").exists()
+    assert not (tmp_path / "w").exists()  # nothing written before the check
