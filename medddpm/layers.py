@@ -13,6 +13,7 @@ forward, data-gradient and weight-gradient passes each do that much (paper §3.2
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Iterable
 
@@ -55,7 +56,7 @@ def conv_layers(cfg: ModelConfig, size: tuple[int, int, int], batch: int = 1) ->
                              "stride": s, "in_volume": vin, "out_volume": vout,
                              "signature": signature(mod.in_channels, mod.out_channels, k, vin, vout),
                              "gflop_per_pass": 2 * mod.in_channels * mod.out_channels * k ** 3
-                             * int(torch.tensor(vout).prod()) * out.shape[0] / 1e9})
+                             * math.prod(vout) * out.shape[0] / 1e9})
             hooks.append(m.register_forward_hook(hook))
     with torch.no_grad():
         model(x, t)
@@ -144,11 +145,12 @@ def profile_step_convs(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
 
 def isolated_ms(row: pd.Series, which: str, dtype: torch.dtype, device: torch.device, reps: int = 20) -> float:
     """Median milliseconds of one call of ``which`` pass of the convolution ``row`` (a
-    ``conv_layers`` row) on its own, NDHWC, cuDNN's autotuner on: the shape's best that cuDNN
-    offers PyTorch."""
+    ``conv_layers`` row) on its own, NDHWC, under the process's cuDNN flags (``layer_table`` turns
+    the autotuner on: the shape's best that cuDNN offers PyTorch)."""
     import torch.nn.functional as F
 
-    torch.backends.cudnn.benchmark = True
+    from .bench import Timer
+
     fmt = torch.channels_last_3d
     x = torch.randn(1, row["cin"], *row["in_volume"], device=device, dtype=dtype).contiguous(memory_format=fmt)
     w = torch.randn(row["cout"], row["cin"], *(row["kernel"],) * 3, device=device, dtype=dtype).contiguous(memory_format=fmt)
@@ -163,14 +165,11 @@ def isolated_ms(row: pd.Series, which: str, dtype: torch.dtype, device: torch.de
 
     for _ in range(3):
         call()
-    times = []
+    timer, times = Timer(device), []
     for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        a = timer.mark()
         call()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(timer.ms(a, timer.mark()))
     return float(pd.Series(times).median())
 
 
@@ -179,6 +178,7 @@ def layer_table(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
     count and the milliseconds lost to it, the largest loss first."""
     layers = conv_layers(cfg, size)
     table = attribute(profile_step_convs(cfg, knobs, size, device), layers)
+    torch.backends.cudnn.benchmark = True  # the isolated times: cuDNN's autotuner picks each shape's best
     dtype = torch.bfloat16 if knobs.precision == "bf16" else torch.float32
     first = layers.drop_duplicates("signature").set_index("signature")
     best = [isolated_ms(first.loc[s], p, dtype, device) * c if s in first.index and p in PASSES else float("nan")

@@ -202,8 +202,7 @@ class ChannelPadded(nn.Module):
             self.conv.weight.copy_(weight)
             if conv.bias is not None:
                 self.conv.bias.zero_()[:self.cout] = conv.bias
-        self.conv.to(memory_format=torch.channels_last_3d if w.is_contiguous(memory_format=torch.channels_last_3d)
-                     and not w.is_contiguous() else torch.contiguous_format)
+        self.conv.to(memory_format=torch.contiguous_format if w.is_contiguous() else torch.channels_last_3d)
 
     def forward(self, x: Tensor) -> Tensor:
         extra = self.conv.in_channels - self.cin

@@ -86,7 +86,8 @@ if not SB.empty:
 # the replayed CUDA graph included), milliseconds per step by kernel category:
 
 # %% tags=["hide-input"]
-per_cat = tables.denoise_categories(root, [facts.roles(SB["gpu_slug"] if not SB.empty else [])["ref"] or ""])
+SGPU = facts.roles(SB["gpu_slug"] if not SB.empty else [])["ref"]  # the GPU the prose above quotes
+per_cat = tables.denoise_categories(root, [SGPU] if SGPU else [])
 if per_cat.empty:
     print(plots.no_data_text("denoising-step kernel tables (sampling/denoise_kernels.csv)", "sampling"))
 else:

@@ -137,8 +137,7 @@ def gpu_color(name: str) -> str:
 
 def is_gpu(name: str) -> bool:
     """Whether ``name`` is a GPU of the store (folder or readers' name) or one of the paper's."""
-    return (name in _recorded or name in _recorded.values() or name in GPU_NAMES or name in GPU_NAMES.values()
-            or name in FAMILY_COLORS or gpu_name(name) != name)
+    return gpu_name(name) != name or name in {*_recorded.values(), *GPU_NAMES.values(), *FAMILY_COLORS}
 
 
 def header(column: Any) -> str:
