@@ -162,12 +162,13 @@ class Knobs:
     checkpoint_attention: bool = True  # recompute attention in backward (reference behaviour)
     fused_ops: bool = False  # layout-preserving GroupNorm+SiLU and x2 upsampling (medddpm/ndhwc.py)
     sdpa: bool = False  # attention through F.scaled_dot_product_attention (same maths)
+    triton_norm: bool = False  # GroupNorm(+SiLU, + a ResBlock's time-embedding add) through medddpm/kernels.py's Triton kernels at minimal bytes (forward 2 reads + 1 write, backward 4 reads + 1 write); needs fused_ops; the PyTorch reference runs where Triton cannot
     fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
     cuda_graphs: bool = False  # capture the whole training step as one CUDA graph, replay it
     data_cache: str = "auto"  # decoded volumes kept on the device, in pinned host memory, or none (decoded per draw by loader workers); auto = the fastest that fits (pipeline.plan)
     loader_workers: int = 4  # worker processes decoding NIfTI files ahead of the step when data_cache is none
     bf16_weights: bool = False  # sampling only: conv and linear weights and biases cast to bf16 once, the numbers bf16 autocast casts them to at every call, so Inductor lays the denoiser's activations out NDHWC (a weight cast inside the graph leaves them NCDHW and cuDNN transposes around each convolution)
-    pad_channels: int = 0  # sampling only: the stem (3 channels in) and output (1 out) convolutions zero-padded to multiples of this many channels, the same sums (0 = off): cuDNN otherwise runs a small-channel kernel for the stem and transposes around the 1-channel output convolution
+    pad_channels: int = 0  # the stem (3 channels in) and output (1 out) convolutions zero-padded to multiples of this many channels, the same sums (0 = off): cuDNN otherwise runs small-channel kernels (a 4 TFLOP/s weight gradient for the output) and transposes around the 1-channel output; training pads its own weights at every call, sampling once
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
     def __post_init__(self) -> None:
@@ -193,6 +194,8 @@ class Knobs:
             raise ValueError(f"pad_channels must be an integer >= 0 (0 = off), got {self.pad_channels!r}")
         if self.bf16_weights and self.precision != "bf16":
             raise ValueError("bf16_weights casts the weights autocast would cast: it needs precision 'bf16'")
+        if self.triton_norm and not self.fused_ops:
+            raise ValueError("triton_norm replaces the fused NDHWC GroupNorm: it needs fused_ops=True")
         if self.cuda_graphs and self.checkpoint_attention:
             raise ValueError("cuda_graphs needs checkpoint_attention=False (recomputation reads the RNG state)")
 
@@ -247,14 +250,21 @@ DDP_VARIANTS: tuple[Knobs, ...] = (
     _rung(_FAST, "fast-ddp", grad_sync="ddp"),
 )
 
+# Issue 21: `fast` with GroupNorm(+SiLU, + the time-embedding add) in the Triton kernels of
+# medddpm/kernels.py, at the operation's minimal bytes, instead of Inductor's kernels.
+_TNORM = _rung(_FAST, "fast-tnorm", triton_norm=True)
+_PAD = _rung(_FAST, "fast-p8", pad_channels=8)  # the 3- and 1-channel convolutions padded to 8 channels
+KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8))
+
 # Sampling only (``engine.inference``; training refuses them): each adds one lever to ``fast``'s denoiser.
 _W16 = _rung(_FAST, "fast-w16", bf16_weights=True)  # weights in bf16 once: the denoiser stays NDHWC
 _P8 = _rung(_W16, "fast-w16-p8", pad_channels=8)  # + the 3- and 1-channel convolutions padded to 8
-SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8)
-SAMPLING_ONLY_KNOBS = ("bf16_weights", "pad_channels")  # knobs training refuses (run_config(training=True))
+_P8_TNORM = _rung(_P8, "fast-w16-p8-tnorm", triton_norm=True)  # + the Triton GroupNorm kernels
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM)
+SAMPLING_ONLY_KNOBS = ("bf16_weights",)  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},
-                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *SAMPLING_VARIANTS)}}
+                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
 
 
 ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order
@@ -274,6 +284,6 @@ def run_config(name: str, training: bool = False) -> Knobs:
 
 __all__ = [
     "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
-    "LADDER", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
+    "LADDER", "KERNEL_VARIANTS", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
     "model_preset", "run_config", "from_dict", "asdict", "replace",
 ]

@@ -1,5 +1,6 @@
-"""Per-layer accounting of a training step's convolutions (issue 21): every convolution of the
-model with its shape and FLOPs per pass, and the kernels of a profiled step attributed to them.
+"""Per-layer accounting of a training step (issue 21): every convolution of the model with its
+shape and FLOPs per pass, and the kernels of a profiled step attributed to them; every GroupNorm
+with the bytes it must move, timed in both implementations of the fast path.
 
 Layers that share a shape (two 64→64 3³ convolutions at 128³, say) cannot be told apart by their
 kernels' arguments, so kernels are attributed to a shape *signature* and the table lists every
@@ -9,10 +10,16 @@ forward, data-gradient and weight-gradient passes each do that much (paper §3.2
 
     python -m medddpm.layers --size 128            # the whole-head model's convolutions (no GPU)
     python -m medddpm.layers --profile --config fast --out data/results/<gpu>/fast_path/layers.csv   # GPU
+    python -m medddpm.layers --norms --out data/results/<gpu>/fast_path/norms.csv                    # GPU
+
+A GroupNorm(+SiLU) of N elements stored in 2 bytes moves at least 3·2N bytes forward (read x for
+the statistics, read x and write y) and 5·2N backward (read x and dy for the reductions, read both
+and write dx): ``MIN_PASSES``.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from typing import Iterable
@@ -25,44 +32,49 @@ from .config import Knobs, ModelConfig, model_preset, replace, run_config
 from .model import UNet3D
 from .profiling.categories import CONV_PASSES, conv_pass, short_name
 
+MIN_PASSES = {"forward": 3, "step": 8}  # tensor-sized reads + writes of a GroupNorm: forward; forward + backward
 PASSES = tuple(CONV_PASSES.values())  # forward convolution, data gradient, weight gradient
 OTHER_PASS = "other kernels of the op"  # layout transforms, reductions… launched by a convolution op
 
 
+def volume_text(v: Iterable[int]) -> str:
+    """'128³' for a cube, else the sides joined by '×' ('4096' for a flat token axis)."""
+    v = tuple(v)
+    return f"{v[0]}³" if len(v) == 3 and len(set(v)) == 1 else "×".join(map(str, v))
+
+
 def signature(cin: int, cout: int, kernel: int, in_volume: Iterable[int], out_volume: Iterable[int]) -> str:
     """A convolution's shape as one string: '64→64 k3 128³→64³' (a cube's side once)."""
-    def vol(v: Iterable[int]) -> str:
-        v = tuple(v)
-        return f"{v[0]}³" if len(set(v)) == 1 else "×".join(map(str, v))
-    return f"{cin}→{cout} k{kernel} {vol(in_volume)}→{vol(out_volume)}"
+    return f"{cin}→{cout} k{kernel} {volume_text(in_volume)}→{volume_text(out_volume)}"
 
 
-def conv_layers(cfg: ModelConfig, size: tuple[int, int, int], batch: int = 1) -> pd.DataFrame:
-    """One row per 3-D convolution of the U-Net at ``size`` (meta device, seconds on a laptop):
-    module name, channels, kernel, stride, input and output volume, signature and GFLOP per pass."""
+def _module_rows(cfg: ModelConfig, size: tuple[int, int, int], batch: int, kind: type, row, **model_kw) -> pd.DataFrame:
+    """One ``row(name, module, input, output)`` per call of a ``kind`` module in a forward pass of
+    the U-Net at ``size`` on the meta device (no memory, seconds on a laptop)."""
     cfg.check_size(size)
     with torch.device("meta"):
-        model = UNet3D(cfg)
+        model = UNet3D(cfg, **model_kw)
         x = torch.empty(batch, cfg.in_channels, *size)
         t = torch.zeros(batch, dtype=torch.long)
     rows: list[dict] = []
-    hooks = []
-    for name, m in model.named_modules():
-        if isinstance(m, nn.Conv3d):
-            def hook(mod, args, out, name=name):
-                k, s = mod.kernel_size[0], mod.stride[0]
-                vin, vout = tuple(args[0].shape[2:]), tuple(out.shape[2:])
-                rows.append({"layer": name, "cin": mod.in_channels, "cout": mod.out_channels, "kernel": k,
-                             "stride": s, "in_volume": vin, "out_volume": vout,
-                             "signature": signature(mod.in_channels, mod.out_channels, k, vin, vout),
-                             "gflop_per_pass": 2 * mod.in_channels * mod.out_channels * k ** 3
-                             * math.prod(vout) * out.shape[0] / 1e9})
-            hooks.append(m.register_forward_hook(hook))
+    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: rows.append(row(name, mod, args[0], out)))
+             for name, m in model.named_modules() if isinstance(m, kind)]
     with torch.no_grad():
         model(x, t)
     for h in hooks:
         h.remove()
     return pd.DataFrame(rows)
+
+
+def conv_layers(cfg: ModelConfig, size: tuple[int, int, int], batch: int = 1) -> pd.DataFrame:
+    """One row per 3-D convolution of the U-Net at ``size`` (meta device, seconds on a laptop):
+    module name, channels, kernel, stride, input and output volume, signature and GFLOP per pass."""
+    def row(name: str, mod: nn.Conv3d, x: torch.Tensor, out: torch.Tensor) -> dict:
+        k, vin, vout = mod.kernel_size[0], tuple(x.shape[2:]), tuple(out.shape[2:])
+        return {"layer": name, "cin": mod.in_channels, "cout": mod.out_channels, "kernel": k, "stride": mod.stride[0],
+                "in_volume": vin, "out_volume": vout, "signature": signature(mod.in_channels, mod.out_channels, k, vin, vout),
+                "gflop_per_pass": 2 * mod.in_channels * mod.out_channels * k ** 3 * math.prod(vout) * out.shape[0] / 1e9}
+    return _module_rows(cfg, size, batch, nn.Conv3d, row)
 
 
 def kernel_signature(input_shape: list[int], weight_shape: list[int], output_volume: Iterable[int] | None) -> str | None:
@@ -149,8 +161,6 @@ def isolated_ms(row: pd.Series, which: str, dtype: torch.dtype, device: torch.de
     the autotuner on: the shape's best that cuDNN offers PyTorch)."""
     import torch.nn.functional as F
 
-    from .bench import Timer
-
     fmt = torch.channels_last_3d
     x = torch.randn(1, row["cin"], *row["in_volume"], device=device, dtype=dtype).contiguous(memory_format=fmt)
     w = torch.randn(row["cout"], row["cin"], *(row["kernel"],) * 3, device=device, dtype=dtype).contiguous(memory_format=fmt)
@@ -163,14 +173,7 @@ def isolated_ms(row: pd.Series, which: str, dtype: torch.dtype, device: torch.de
             return F.conv3d(x, w, None, stride, pad)
         return torch.ops.aten.convolution_backward(g, x, w, None, stride, pad, (1, 1, 1), False, (0, 0, 0), 1, mask[which])
 
-    for _ in range(3):
-        call()
-    timer, times = Timer(device), []
-    for _ in range(reps):
-        a = timer.mark()
-        call()
-        times.append(timer.ms(a, timer.mark()))
-    return float(pd.Series(times).median())
+    return _median_ms(call, device, reps)
 
 
 def layer_table(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device) -> pd.DataFrame:
@@ -189,23 +192,130 @@ def layer_table(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], devi
     return table.sort_values("lost_ms", ascending=False).reset_index(drop=True)
 
 
+def norm_layers(cfg: ModelConfig, size: tuple[int, int, int], batch: int = 1) -> pd.DataFrame:
+    """One row per GroupNorm of the U-Net at ``size`` (meta device): module name, channels,
+    groups, volume, whether SiLU follows and whether a time embedding is added to its input, its
+    signature ('64 ch 128³ +emb SiLU'), elements and the minimal megabytes (2-byte activations)."""
+    def row(name: str, mod: nn.GroupNorm, x: torch.Tensor, out: torch.Tensor) -> dict:
+        add = name.endswith("out_layers.0")  # a ResBlock's second norm: h + emb
+        n, vol = x.numel(), tuple(x.shape[2:])
+        return {"layer": name, "channels": x.shape[1], "groups": mod.num_groups, "volume": vol, "silu": mod.silu,
+                "add": add, "signature": f"{x.shape[1]} ch {volume_text(vol)}{' +emb' if add else ''}"
+                                         f"{' SiLU' if mod.silu else ''}",
+                "elements": n, **{f"min_{k}_mb": p * 2 * n / 1e6 for k, p in MIN_PASSES.items()}}
+    return _module_rows(cfg, size, batch, nn.GroupNorm, row, fused_ops=True)
+
+
+def norm_ms(row: pd.Series, impl: str, backward: bool, device: torch.device, reps: int = 10) -> float:
+    """Median milliseconds of one GroupNorm ``row`` (a ``norm_layers`` row), bf16 NDHWC, forward
+    only or forward + backward, replayed as a CUDA graph, in ``impl``: "inductor" (``ndhwc.group_norm_silu`` after the
+    addend, compiled: the fast path's kernels) or "triton" (``kernels.group_norm_silu``)."""
+    from . import kernels, ndhwc
+
+    c, groups, vol, silu = int(row["channels"]), int(row["groups"]), tuple(map(int, row["volume"])), bool(row["silu"])
+    x = torch.randn(1, c, *vol, device=device, dtype=torch.bfloat16).movedim(1, -1).contiguous().movedim(-1, 1)
+    w = torch.randn(c, device=device, requires_grad=backward)
+    b = torch.randn(c, device=device, requires_grad=backward)
+    a = torch.randn(1, c, device=device, dtype=torch.bfloat16, requires_grad=backward) if row["add"] else None
+    x.requires_grad_(backward)
+    if impl == "triton":
+        fn = functools.partial(kernels.group_norm_silu, groups=groups, eps=1e-5, silu=silu)
+    elif impl == "inductor":
+        torch._dynamo.reset()
+
+        def plain(x, weight, bias, add):
+            if add is not None:
+                x = x + add.reshape(*add.shape, *(1,) * len(vol))
+            return ndhwc.group_norm_silu(x, groups, weight, bias, 1e-5, silu)
+        fn = torch.compile(plain)
+    else:
+        raise ValueError(f"impl must be 'inductor' or 'triton', got {impl!r}")
+    g = torch.randn_like(x)
+
+    def call():
+        with torch.set_grad_enabled(backward):
+            y = fn(x, weight=w, bias=b, add=a)
+            if backward:
+                y.backward(g)
+
+    return _replay_ms(call, device, reps)
+
+
+def _replay_ms(call, device: torch.device, reps: int) -> float:
+    """Median milliseconds of ``call`` replayed as a CUDA graph (as the fast path runs it: no host
+    overhead), or called plainly on a CPU."""
+    from .engine import side_stream
+
+    run = call
+    if device.type == "cuda":
+        with side_stream(device):
+            for _ in range(3):
+                call()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        run = graph.replay
+    return _median_ms(run, device, reps)
+
+
+def _median_ms(run, device: torch.device, reps: int) -> float:
+    """Median milliseconds of ``run()`` over ``reps`` calls after 3 untimed ones (``bench.Timer``)."""
+    from .bench import Timer
+
+    for _ in range(3):
+        run()
+    timer, times = Timer(device), []
+    for _ in range(reps):
+        t0 = timer.mark()
+        run()
+        times.append(timer.ms(t0, timer.mark()))
+    return float(pd.Series(times).median())
+
+
+def norm_table(cfg: ModelConfig, size: tuple[int, int, int], device: torch.device,
+               min_elements: int = 4_000_000) -> pd.DataFrame:
+    """Per GroupNorm signature with at least ``min_elements`` (they hold nearly all the bytes):
+    its layers, the minimal megabytes of the step's norms, and the milliseconds of each
+    implementation forward and forward + backward (per layer × count), with the bandwidth that
+    the minimal bytes imply (TB/s)."""
+    layers = norm_layers(cfg, size)
+    big = layers[layers["elements"] >= min_elements]
+    rows = []
+    for sig, group in big.groupby("signature", sort=False):
+        row = group.iloc[0]
+        out = {"signature": sig, "layers": ", ".join(group["layer"]), "count": len(group),
+               "min_forward_mb": row["min_forward_mb"] * len(group), "min_step_mb": row["min_step_mb"] * len(group)}
+        for impl in ("inductor", "triton"):
+            for which, backward in (("forward", False), ("step", True)):
+                ms = norm_ms(row, impl, backward, device) * len(group)
+                out[f"{impl}_{which}_ms"] = ms
+                out[f"{impl}_{which}_tbs"] = out[f"min_{which}_mb"] / ms / 1e3  # MB/ms = GB/s → TB/s
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m medddpm.layers", description="the model's convolutions, by shape")
     p.add_argument("--model", default="whole-head")
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--profile", action="store_true", help="profile a training step on the GPU (needs CUDA)")
+    p.add_argument("--norms", action="store_true", help="time every large GroupNorm shape in both "
+                   "implementations against its minimal bytes (needs CUDA)")
     p.add_argument("--config", default="fast", help="run configuration of the profiled step")
     p.add_argument("--out", help="CSV for the profiled table (with --profile)")
     a = p.parse_args(argv)
     try:
         cfg = model_preset(a.model)
-        if a.profile:
+        if a.profile or a.norms:
             knobs = run_config(a.config, training=True)
             if not torch.cuda.is_available():
-                raise ValueError("--profile needs a CUDA GPU; this machine has none")
+                raise ValueError(f"{'--profile' if a.profile else '--norms'} needs a CUDA GPU; this machine has none")
             from .io import atomic_path
 
-            t = layer_table(cfg, knobs, (a.size,) * 3, torch.device("cuda"))
+            if a.profile:
+                t = layer_table(cfg, knobs, (a.size,) * 3, torch.device("cuda"))
+            else:
+                t = norm_table(cfg, (a.size,) * 3, torch.device("cuda"))
             if a.out:
                 with atomic_path(a.out, ".csv") as tmp:
                     t.to_csv(tmp, index=False)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
+from . import kernels
 from .ndhwc import group_norm_silu, upsample2x
 
 
@@ -33,14 +34,24 @@ class GroupNorm(nn.GroupNorm):
     """GroupNorm that optionally computes in fp32 and casts back (the reference's GroupNorm32).
 
     With ``fused`` it runs ``ndhwc.group_norm_silu`` instead (always fp32 statistics, layout kept),
-    applying the SiLU that follows it when ``silu`` is set; the parameters are the same.
+    applying the SiLU that follows it when ``silu`` is set; with ``triton`` as well, the Triton
+    kernels of ``medddpm.kernels`` (the same maths at minimal bytes), which also take the ``add``
+    that a ResBlock adds to the norm's input. The parameters are the same in every case.
     """
 
-    def __init__(self, groups: int, channels: int, fp32: bool, fused: bool = False, silu: bool = False) -> None:
+    def __init__(self, groups: int, channels: int, fp32: bool, fused: bool = False, silu: bool = False,
+                 triton: bool = False) -> None:
         super().__init__(groups, channels)
-        self.fp32, self.fused, self.silu = fp32, fused, silu
+        if triton and not fused:
+            raise ValueError("the Triton GroupNorm kernels are the fused (NDHWC) path: triton needs fused")
+        self.fp32, self.fused, self.silu, self.triton = fp32, fused, silu, triton
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, add: Tensor | None = None) -> Tensor:
+        """GroupNorm(x + add)(+SiLU); ``add`` is (N, C), broadcast over the voxels."""
+        if self.triton:
+            return kernels.group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu, add)
+        if add is not None:
+            x = x + add.to(x.dtype).reshape(*add.shape, *(1,) * (x.ndim - 2))
         if self.fused:
             return group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu)
         if not self.fp32:
@@ -49,10 +60,10 @@ class GroupNorm(nn.GroupNorm):
         return F.group_norm(x.float(), self.num_groups, w, b, self.eps).to(x.dtype)
 
 
-def norm_act(cfg: ModelConfig, channels: int, fused: bool) -> list[nn.Module]:
+def norm_act(cfg: ModelConfig, channels: int, fused: bool, triton: bool = False) -> list[nn.Module]:
     """GroupNorm then SiLU as two modules (indices 0 and 1 of a Sequential, so state-dict keys do
     not depend on ``fused``); fused, the norm applies the SiLU and the second module is Identity."""
-    return [GroupNorm(cfg.num_groups, channels, cfg.norm_fp32, fused, silu=fused),
+    return [GroupNorm(cfg.num_groups, channels, cfg.norm_fp32, fused, silu=fused, triton=triton),
             nn.Identity() if fused else nn.SiLU()]
 
 
@@ -64,14 +75,18 @@ def zeroed(module: nn.Module) -> nn.Module:
 
 
 class ResBlock(nn.Module):
-    """GroupNorm-SiLU-Conv, + timestep embedding, GroupNorm-SiLU-Dropout-Conv(0), + skip (Fig. 3 ④)."""
+    """GroupNorm-SiLU-Conv, + timestep embedding, GroupNorm-SiLU-Dropout-Conv(0), + skip (Fig. 3 ④).
 
-    def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig, fused: bool = False) -> None:
+    With ``triton`` the embedding is added inside the second GroupNorm's kernels (in fp32, never
+    written out as its own tensor)."""
+
+    def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig, fused: bool = False,
+                 triton: bool = False) -> None:
         super().__init__()
-        self.in_layers = nn.Sequential(*norm_act(cfg, cin, fused), nn.Conv3d(cin, cout, 3, padding=1))
+        self.in_layers = nn.Sequential(*norm_act(cfg, cin, fused, triton), nn.Conv3d(cin, cout, 3, padding=1))
         self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, cout))
         self.out_layers = nn.Sequential(
-            *norm_act(cfg, cout, fused),
+            *norm_act(cfg, cout, fused, triton),
             nn.Dropout(cfg.dropout),
             zeroed(nn.Conv3d(cout, cout, 3, padding=1)),
         )
@@ -79,8 +94,11 @@ class ResBlock(nn.Module):
 
     def forward(self, x: Tensor, emb: Tensor) -> Tensor:
         h = self.in_layers(x)
-        h = h + self.emb_layers(emb).to(h.dtype)[:, :, None, None, None]
-        return self.skip(x) + self.out_layers(h)
+        norm, *rest = self.out_layers
+        h = norm(h, add=self.emb_layers(emb))
+        for layer in rest:
+            h = layer(h)
+        return self.skip(x) + h
 
 
 class Attention(nn.Module):
@@ -92,12 +110,12 @@ class Attention(nn.Module):
     """
 
     def __init__(self, channels: int, cfg: ModelConfig, checkpointed: bool, fused: bool = False,
-                 sdpa: bool = False) -> None:
+                 sdpa: bool = False, triton: bool = False) -> None:
         super().__init__()
         self.heads = cfg.num_heads
         self.checkpointed = checkpointed
         self.sdpa = sdpa
-        self.norm = GroupNorm(cfg.num_groups, channels, cfg.norm_fp32, fused)
+        self.norm = GroupNorm(cfg.num_groups, channels, cfg.norm_fp32, fused, triton=triton)
         self.qkv = nn.Conv1d(channels, 3 * channels, 1)
         self.proj_out = zeroed(nn.Conv1d(channels, channels, 1))
 
@@ -170,10 +188,43 @@ class Block(nn.ModuleList):
         return x
 
 
+def round_up(c: int, multiple: int) -> int:
+    return -(-c // multiple) * multiple
+
+
+def padded_conv3d(conv: nn.Conv3d, x: Tensor, multiple: int) -> Tensor:
+    """``conv(x)`` computed with its input and output channels zero-padded to multiples of
+    ``multiple``: zero input channels meet zero weight columns, the extra outputs are dropped, so
+    the sums are ``conv``'s and gradients reach its own weight and bias through the padding."""
+    weight, bias = conv.weight, conv.bias
+    cout, cin = weight.shape[:2]
+    extra_in, extra_out = round_up(cin, multiple) - cin, round_up(cout, multiple) - cout
+    if extra_in:
+        x = F.pad(x, (0, 0, 0, 0, 0, 0, 0, extra_in))
+        weight = F.pad(weight, (0, 0, 0, 0, 0, 0, 0, extra_in))
+    if extra_out:
+        weight = F.pad(weight, (0, 0, 0, 0, 0, 0, 0, 0, 0, extra_out))
+        bias = None if bias is None else F.pad(bias, (0, extra_out))
+    y = F.conv3d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+    return y[:, :cout] if extra_out else y
+
+
+class PaddableConv3d(nn.Conv3d):
+    """A Conv3d that, with ``pad_to`` > 0, runs as ``padded_conv3d`` at every call: the same
+    parameters and state-dict keys, cuDNN's regular kernels instead of its small-channel ones
+    (the stem sees 3 channels, the output convolution writes 1). Training uses this; sampling
+    pads the weights once (``ChannelPadded``)."""
+
+    pad_to: int = 0  # channel multiple (0 = a plain Conv3d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return padded_conv3d(self, x, self.pad_to) if self.pad_to else super().forward(x)
+
+
 class Stem(nn.Module):
     def __init__(self, cin: int, cout: int) -> None:
         super().__init__()
-        self.conv = nn.Conv3d(cin, cout, 3, padding=1)
+        self.conv = PaddableConv3d(cin, cout, 3, padding=1)
 
     def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
         return self.conv(x)
@@ -189,12 +240,10 @@ class ChannelPadded(nn.Module):
         super().__init__()
         if multiple < 1 or conv.groups != 1:
             raise ValueError(f"channel padding needs multiple >= 1 and an ungrouped convolution, got {multiple}")
-        def up(c: int) -> int:
-            return -(-c // multiple) * multiple
-
         self.cin, self.cout = conv.in_channels, conv.out_channels
         w = conv.weight.detach()
-        self.conv = nn.Conv3d(up(self.cin), up(self.cout), conv.kernel_size, conv.stride, conv.padding,
+        self.conv = nn.Conv3d(round_up(self.cin, multiple), round_up(self.cout, multiple), conv.kernel_size,
+                              conv.stride, conv.padding,
                               bias=conv.bias is not None, device=w.device, dtype=w.dtype)
         with torch.no_grad():
             weight = torch.zeros_like(self.conv.weight)
@@ -226,12 +275,13 @@ class UNet3D(nn.Module):
     (N, in_channels, D, H, W) and integer or fractional timesteps ``t`` of shape (N,), and returns
     the predicted noise of shape (N, out_channels, D, H, W).
 
-    ``fused_ops`` and ``sdpa`` choose the fast-path implementations (``Knobs``); they change no
-    parameter, so a state dict loads into the model built either way.
+    ``fused_ops``, ``sdpa``, ``triton_norm`` and ``pad_channels`` choose the fast-path
+    implementations (``Knobs``); they change no parameter, so a state dict loads into the model
+    built either way.
     """
 
     def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
-                 sdpa: bool = False) -> None:
+                 sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         mc = cfg.model_channels
@@ -239,10 +289,10 @@ class UNet3D(nn.Module):
         self.time_embed = nn.Sequential(nn.Linear(mc, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
 
         def attention(ch: int) -> Attention:
-            return Attention(ch, cfg, checkpoint_attention, fused_ops, sdpa)
+            return Attention(ch, cfg, checkpoint_attention, fused_ops, sdpa, triton_norm)
 
         def resblock(cin: int, cout: int) -> ResBlock:
-            return ResBlock(cin, cout, emb_dim, cfg, fused_ops)
+            return ResBlock(cin, cout, emb_dim, cfg, fused_ops, triton_norm)
 
         ch = mc * cfg.channel_mult[0]
         self.input_blocks = nn.ModuleList([Block([Stem(cfg.in_channels, ch)])])
@@ -279,9 +329,10 @@ class UNet3D(nn.Module):
                 self.output_blocks.append(Block(layers))
 
         self.out = nn.Sequential(
-            *norm_act(cfg, ch, fused_ops),
-            zeroed(nn.Conv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
+            *norm_act(cfg, ch, fused_ops, triton_norm),
+            zeroed(PaddableConv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
         )
+        self.input_blocks[0][0].conv.pad_to = self.out[-1].pad_to = pad_channels
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
         if x.ndim != 5 or x.shape[1] != self.cfg.in_channels:

@@ -27,7 +27,7 @@ results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time every rung on this machine's GPU first (about 10 minutes)
 size = 128  # volume side when measuring
-configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast"  # rungs to measure
+configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast,fast-tnorm-p8"  # rungs (and the best kernel variant) to measure
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -108,6 +108,90 @@ plots.finish(fig)
 # measured bf16 matmul peak) is {glue:text}`ref_floor_ms` ms, so the convolutions alone sit well
 # above it, and the normalization kernels are further still from their bandwidth bound: both are
 # where the rest of the gap to 50 ms lies.
+
+# %% [markdown]
+# ## The last milliseconds: every norm at its minimal bytes, every convolution at its best
+#
+# Two levers past `fast`, each a knob and its own configuration (`medddpm/config.py`,
+# `KERNEL_VARIANTS`): `fast-tnorm` runs GroupNorm + SiLU, and the time-embedding add in front of a
+# ResBlock's second norm, through hand-written Triton kernels (`medddpm/kernels.py`) that move
+# the fewest bytes the operation allows (forward: one read for the statistics, one read and one
+# write for the apply; backward: one read of x and dy for the reductions, one read of each and one
+# write of dx), where Inductor's generated kernels move more. `fast-p8` zero-pads the stem (3
+# channels in) and the output convolution (1 channel out) to 8 channels, the same sums and the
+# same parameters; `fast-tnorm-p8` has both.
+
+# %% tags=["hide-input"]
+KV = tables.kernel_variants(root, G)
+if KV.empty:
+    print(plots.no_data_text("bench rows of fast's kernel variants", "ladder"))
+else:
+    display(table(KV[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "peak_mem_gib",
+                      "speedup_vs_fast"]], 2))
+
+# %% [markdown]
+# On the {glue:text}`kv_ref_gpu` the best variant, {glue:text}`kv_ref_best`, takes
+# {glue:text}`kv_ref_best_ms` ms a step against `fast`'s {glue:text}`kv_ref_fast_ms` ms
+# ({glue:text}`kv_ref_best_x`×, {glue:text}`kv_ref_best_gain_ms` ms less): it
+# {glue:text}`kv_ref_best_verdict` the 50 ms target, by {glue:text}`kv_ref_best_to_target_ms` ms.
+# The norm kernels alone give {glue:text}`kv_ref_fast-tnorm_ms` ms and the padding alone
+# {glue:text}`kv_ref_fast-p8_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
+# takes {glue:text}`kv_alt_best_ms` ms against {glue:text}`kv_alt_fast_ms` ms. `fast` stays the
+# ladder's last rung until a variant also passes training parity (the loss-parity runs of the
+# quality chapter); the denoiser's ε of `fast-tnorm` is {glue:text}`kv_fast-tnorm_rel` from the
+# FP64 one (relative L2, worst over t, 64³), `fast`'s {glue:text}`kv_fast_rel`.
+#
+# **The norms, shape by shape** ({glue:text}`nm_gpu`; `python -m medddpm.layers --norms`): each
+# GroupNorm shape of the 128³ step with at least 4 M elements ({glue:text}`nm_shapes` shapes,
+# {glue:text}`nm_layers` of the model's 39 norms), bf16 NDHWC, replayed as a CUDA graph in both
+# implementations, beside the minimal bytes (megabytes for all layers of the shape):
+
+# %% tags=["hide-input"]
+NM = tables.norm_costs(root, G)
+if NM.empty:
+    print(plots.no_data_text("GroupNorm timings (fast_path/norms.csv)", "ladder"))
+else:
+    display(table(NM[["gpu_slug", "signature", "count", "min_step_mb", "inductor_forward_ms", "triton_forward_ms",
+                      "inductor_step_ms", "triton_step_ms", "inductor_step_tbs", "triton_step_tbs"]], 2))
+
+# %% [markdown]
+# Forward and backward together these norms must move {glue:text}`nm_min_step_gb` GB. Inductor's
+# kernels take {glue:text}`nm_inductor_step_ms` ms for them ({glue:text}`nm_inductor_step_tbs`
+# TB/s of necessary traffic), the Triton kernels {glue:text}`nm_triton_step_ms` ms
+# ({glue:text}`nm_triton_step_tbs` TB/s); forward only, {glue:text}`nm_inductor_forward_ms`
+# against {glue:text}`nm_triton_forward_ms` ms. Kernel by kernel, on the largest norm
+# ({glue:text}`nt_shape`), the Triton kernels move their necessary bytes at
+# {glue:text}`nt_apply_tbs` TB/s (forward apply), {glue:text}`nt_stats_tbs` (statistics),
+# {glue:text}`nt_reduce_tbs` (backward reductions) and {glue:text}`nt_dx_tbs` (dx)
+# (`fast_path/norm_tiles.csv`, six launch shapes); the slower of these, and the smaller shapes in
+# the table above, are where the norms still lose time against the memory's speed.
+#
+# **The convolutions, layer by layer** ({glue:text}`ly_gpu`; `python -m medddpm.layers --profile
+# --config fast`): every convolution kernel of one `fast` step (profiled without its CUDA graph),
+# attributed to its shape and pass, beside cuDNN's autotuned time for that shape on its own
+# (× the layers of that shape). The largest first; kernels of a convolution op that compute no
+# pass (bias gradients, copies) at the end:
+
+# %% tags=["hide-input"]
+LY = tables.layer_costs(root, G)
+if LY.empty:
+    print(plots.no_data_text("per-layer convolution accounting (fast_path/layers.csv)", "ladder"))
+else:
+    display(table(LY[["gpu_slug", "signature", "pass", "count", "ms", "tflops", "isolated_ms", "lost_ms"]].head(16),
+                  {"ms": 2, "tflops": 0, "isolated_ms": 2, "lost_ms": 2}))
+
+# %% [markdown]
+# The step's convolution passes take {glue:text}`ly_conv_ms` ms; the same shapes on their own,
+# each at cuDNN's best algorithm, take {glue:text}`ly_isolated_ms` ms, and
+# {glue:text}`ly_above` of {glue:text}`ly_rows` shape-and-pass rows run slower in the step than
+# alone. So no convolution loses time to its place in the step: what is left is the shapes
+# themselves. The largest is {glue:text}`ly_top` at {glue:text}`ly_top_tflops` TFLOP/s
+# ({glue:text}`ly_top_ms` ms), the slowest {glue:text}`ly_slow` at {glue:text}`ly_slow_tflops`
+# TFLOP/s ({glue:text}`ly_slow_ms` ms); `fast-p8` pads that convolution to 8 output channels, and
+# the table of variants above shows what that is worth. Kernels that compute no pass add
+# {glue:text}`ly_other_ms` ms. The milliseconds still between the best variant and 50 ms are in
+# the 64-channel 128³ convolutions, already at cuDNN's best for their shape, in the norms'
+# reductions, and in the Triton elementwise kernels around them.
 
 # %% [markdown]
 # ## The roofline

@@ -29,7 +29,7 @@ results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time sampling on this machine's GPU first (bench-sample; quality runs: scripts/quality_measure.sh)
 size = 128  # volume side when measuring
-configs = "opt1,fast,fast-w16-p8"  # sampling configurations to measure (DDIM 50 and DDPM 250)
+configs = "opt1,fast,fast-w16-p8,fast-w16-p8-tnorm"  # sampling configurations to measure (DDIM 50 and DDPM 250)
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -56,7 +56,9 @@ glue_facts(facts.quality(root, G))
 # can pull, each a configuration of its own that training refuses: `fast-w16` stores the
 # convolution and linear weights in bf16 once (the numbers autocast casts them to at every call),
 # and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero
-# channels to 8 (the same sums).
+# channels to 8 (the same sums). `fast-w16-p8-tnorm` also runs GroupNorm + SiLU through the Triton
+# kernels of `medddpm/kernels.py`, which read and write each activation the fewest times the
+# operation allows (the training step's lever, see "Beyond the paper").
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
 SB = tables.sample_bench(root, G)  # 128³ rows, every batch
@@ -133,7 +135,9 @@ else:
 # {glue:text}`q_baseline_rel` (worst relative L2 over t); the TF32 ones to
 # {glue:text}`q_opt1_rel` (`opt1`); the bf16 ones to {glue:text}`q_bf16_rel` (`bf16`),
 # {glue:text}`q_fast_rel` (`fast`), {glue:text}`q_fast-w16_rel` (`fast-w16`) and
-# {glue:text}`q_fast-w16-p8_rel` (`fast-w16-p8`), against an ε whose RMS is {glue:text}`q_rms`.
+# {glue:text}`q_fast-w16-p8_rel` (`fast-w16-p8`); with the Triton norm kernels
+# {glue:text}`q_fast-tnorm_rel` (`fast-tnorm`) and {glue:text}`q_fast-w16-p8-tnorm_rel`
+# (`fast-w16-p8-tnorm`), against an ε whose RMS is {glue:text}`q_rms`.
 # Each sits at its format's rounding level: none adds error of its own, and the sampling levers
 # compute the same network as `fast`.
 

@@ -1,7 +1,11 @@
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():  # Triton's interpreter runs medddpm.kernels on CPU tensors (read at import)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from medddpm.config import MODEL_PRESETS
 from medddpm.data import write_phantoms

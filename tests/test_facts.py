@@ -67,3 +67,32 @@ def test_headline_has_gpus_as_rows_and_only_measured_ones(tmp_path):
     root = STORES["unknown-gpu-measured-only"](tmp_path / "results")
     register_gpus(root)
     assert set(tables.headline(root, ["l40s"])["GPU"]) == {"L40S"}
+
+
+def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
+    """Issue 21's facts from a small store: the fastest kernel variant beside fast, the target
+    verdict, the norms' totals against their minimal bytes, and the convolutions against their
+    isolated times."""
+    import pandas as pd
+
+    g = tmp_path / "results" / "h200"
+    (g / "fast_path").mkdir(parents=True)
+    cols = pd.read_csv(COMMITTED / "h200" / "bench.csv", nrows=1).columns
+    rows = pd.DataFrame([dict(zip(cols, [None] * len(cols)), gpu="NVIDIA H200", config=c, model="whole-head",
+                              size="128x128x128", batch=1, step_ms_median=ms, grad_accum=1)
+                         for c, ms in (("fast", 60.0), ("fast-tnorm", 52.0), ("fast-p8", 48.0))])
+    rows.to_csv(g / "bench.csv", index=False)
+    pd.DataFrame({"signature": ["a", "b"], "count": [2, 1], "min_forward_mb": [300.0, 100.0],
+                  "min_step_mb": [800.0, 200.0], "inductor_forward_ms": [0.2, 0.1], "inductor_step_ms": [0.8, 0.2],
+                  "triton_forward_ms": [0.1, 0.1], "triton_step_ms": [0.4, 0.1]}).to_csv(g / "fast_path" / "norms.csv",
+                                                                                          index=False)
+    pd.DataFrame({"signature": ["s1", "s1", "s2"], "pass": ["weight gradient", "other kernels of the op", "data gradient"],
+                  "ms": [2.0, 0.5, 1.0], "tflops": [100.0, None, 400.0], "isolated_ms": [2.5, None, 0.8],
+                  "lost_ms": [-0.5, 0.5, 0.2]}).to_csv(g / "fast_path" / "layers.csv", index=False)
+    f = facts.beyond(tmp_path / "results", ["h200"])
+    assert (f["kv_ref_best"], f["kv_ref_best_ms"], f["kv_ref_best_verdict"]) == ("fast-p8", "48.0", "meets")
+    assert f["kv_ref_best_gain_ms"] == "12.0" and f["kv_ref_fast-tnorm_ms"] == "52.0"
+    assert f["nm_triton_step_ms"] == "0.5" and f["nm_inductor_step_ms"] == "1.0" and f["nm_min_step_gb"] == "1.0"
+    assert f["nm_triton_step_tbs"] == "2.0"  # 1000 MB in 0.5 ms
+    assert (f["ly_conv_ms"], f["ly_isolated_ms"], f["ly_other_ms"], f["ly_above"]) == ("3.0", "3.3", "0.5", "1")
+    assert f["ly_top"] == "s1 (weight gradient)" and f["ly_slow"] == "s1 (weight gradient)"

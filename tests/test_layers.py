@@ -49,3 +49,26 @@ def test_profiling_runs_the_step_and_needs_a_gpu_for_kernels(tiny, capsys):
         assert main(["--profile", "--model", "tiny", "--size", "16"]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err
     assert main(["--profile", "--config", "fast-w16"]) == 2 and "sampling only" in capsys.readouterr().err
+
+
+def test_norm_layers_list_every_groupnorm_with_its_minimal_bytes():
+    from medddpm.layers import MIN_PASSES, norm_layers
+
+    t = norm_layers(MODEL_PRESETS["whole-head"], (32, 32, 32))
+    model = UNet3D(MODEL_PRESETS["whole-head"])
+    assert len(t) == sum(isinstance(m, torch.nn.GroupNorm) for m in model.modules())
+    first = t.iloc[0]
+    assert first["layer"] == "input_blocks.1.0.in_layers.0" and first["signature"] == "64 ch 32³ SiLU"
+    assert first["min_step_mb"] == MIN_PASSES["step"] * 2 * 64 * 32 ** 3 / 1e6
+    # a ResBlock's second norm takes the time embedding; attention's norm has no SiLU
+    assert t.set_index("layer").loc["input_blocks.1.0.out_layers.0", "add"]
+    attn = t[t["layer"].str.endswith(".norm")]
+    assert len(attn) > 0 and not attn["silu"].any() and not attn["add"].any()
+
+
+def test_norm_table_refuses_an_unknown_implementation():
+    from medddpm.layers import norm_layers, norm_ms
+
+    row = norm_layers(MODEL_PRESETS["tiny"], (16, 16, 16)).iloc[0]
+    with pytest.raises(ValueError, match="impl must be"):
+        norm_ms(row, "cudnn", False, torch.device("cpu"))

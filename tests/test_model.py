@@ -133,3 +133,26 @@ def test_channel_padding_keeps_the_model_output(tiny, layout):
     assert (stem.in_channels, head.out_channels) == (8, 8) and out.shape == ref.shape
     assert stem.weight.is_contiguous(memory_format=layout)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_channel_padding_changes_no_sum_no_gradient_and_no_key(tiny):
+    """pad_channels (training): the stem and output convolutions pad their own weights at every
+    call; outputs and every parameter's gradient equal the unpadded model's, state dicts match."""
+    torch.manual_seed(0)
+    ref = UNet3D(tiny).double()
+    with torch.no_grad():
+        for p in ref.parameters():  # the zero-initialised output convolution would hide differences
+            p.add_(0.05 * torch.randn_like(p))
+    padded = UNet3D(tiny, pad_channels=8).double()
+    assert padded.state_dict().keys() == ref.state_dict().keys()
+    padded.load_state_dict(ref.state_dict())
+    assert padded.out[-1].pad_to == 8 and padded.input_blocks[0][0].conv.pad_to == 8
+    x = torch.randn(2, tiny.in_channels, 16, 16, 16, dtype=torch.float64)
+    t = torch.tensor([3, 120])
+    out_ref, out_pad = ref(x, t), padded(x, t)
+    assert out_pad.shape == out_ref.shape
+    torch.testing.assert_close(out_pad, out_ref, rtol=1e-10, atol=1e-10)
+    out_ref.square().sum().backward()
+    out_pad.square().sum().backward()
+    for (name, a), b in zip(ref.named_parameters(), padded.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-9, atol=1e-12, msg=name)

@@ -144,6 +144,8 @@ def test_rules_and_instances(tables):
     ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda lambda>(int)", None, "copy", None),
     ("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>(long)", None, "normalization", None),
     ("void at::native::reduce_kernel<512, 1, ReduceOp<float>>(T3)", "reduce_kernel", "reduction", None),
+    ("_bwd_dx_kernel", "_bwd_dx_kernel", "normalization", None),  # medddpm/kernels.py's GroupNorm
+    ("_stats_kernel", "_stats_kernel", "normalization", None),
 ])
 def test_categories_and_abbreviations(name, short, cat, abbr):
     if short:

@@ -209,6 +209,84 @@ def _ladder_facts(root: Path, gpus: list[str], f: dict[str, str]) -> dict[str, s
     return r
 
 
+def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
+    """Issue 21's facts into ``f``: ``fast`` against its kernel variants (kv_), the GroupNorm
+    implementations against their minimal bytes (nm_), the convolutions layer by layer (ly_)."""
+    kv = tables.kernel_variants(root, gpus)
+    have = kv.groupby("gpu_slug")["config"].nunique() if not kv.empty else pd.Series(dtype=int)
+    r = roles(have[have > 1].index)  # GPUs with a variant beside fast
+    f.update(_names(r, "kv_"))
+    ms = kv.set_index(["gpu_slug", "config"])["step_ms_median"] if not kv.empty else pd.Series(dtype=float)
+    what = "bench rows of fast's kernel variants"
+    for role in ("ref", "alt"):
+        mine = kv[(kv["gpu_slug"] == r[role]) & (kv["config"] != "fast")] if r[role] else kv.iloc[0:0]
+        best = mine.loc[mine["step_ms_median"].idxmin()] if len(mine) else None
+        fast = _get(ms, (r[role], "fast"))
+        f[f"kv_{role}_fast_ms"] = number(fast, ".1f", "bench row of fast")
+        f[f"kv_{role}_best"] = str(best["config"]) if best is not None else missing(what)
+        f[f"kv_{role}_best_ms"] = number(None if best is None else best["step_ms_median"], ".1f", what)
+        f[f"kv_{role}_best_x"] = number(None if best is None or fast is None else fast / best["step_ms_median"],
+                                        ".2f", what)
+        if role == "ref":
+            f["kv_ref_best_gain_ms"] = number(None if best is None or fast is None else fast - best["step_ms_median"],
+                                              ".1f", what)
+            f["kv_ref_best_verdict"] = (missing(what) if best is None else
+                                        "meets" if best["step_ms_median"] <= STEP_TARGET_MS else "misses")
+            f["kv_ref_best_to_target_ms"] = number(None if best is None else best["step_ms_median"] - STEP_TARGET_MS,
+                                                   ".1f", what)
+            for cfg in ("fast-tnorm", "fast-p8"):
+                f[f"kv_ref_{cfg}_ms"] = number(_get(ms, (r["ref"], cfg)), ".1f", f"bench row of {cfg}")
+    qg = [g for g in gpus if (Path(root) / g / "quality").is_dir()]
+    q = roles(qg)["ref"]
+    a = tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
+    worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
+    for cfg in ("fast", "fast-tnorm"):
+        v = _get(worst, cfg)
+        f[f"kv_{cfg}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg}")
+    nm = tables.norm_costs(root, gpus)
+    nr = roles(nm["gpu_slug"] if not nm.empty else [])
+    f["nm_gpu"] = gpu_name(nr["ref"]) if nr["ref"] else missing("fast_path/norms.csv")
+    mine = nm[nm["gpu_slug"] == nr["ref"]] if not nm.empty else nm
+    what = "fast_path/norms.csv"
+    for impl in ("inductor", "triton"):
+        for which in ("forward", "step"):
+            t = mine[f"{impl}_{which}_ms"].sum() if len(mine) else None
+            f[f"nm_{impl}_{which}_ms"] = number(t, ".1f", what)
+            f[f"nm_{impl}_{which}_tbs"] = number(mine[f"min_{which}_mb"].sum() / t / 1e3 if t else None, ".1f", what)
+    nt = tables.fast_path_csv(root, [nr["ref"]] if nr["ref"] else [], "norm_tiles")
+    if not nt.empty:  # the default launch shapes (candidate 0) on the largest norm
+        nt = nt[nt["candidate"] == 0]
+        nt = nt[nt["channels"] * nt["side"] ** 3 == (nt["channels"] * nt["side"] ** 3).max()]
+    what = "fast_path/norm_tiles.csv"
+    f["nt_shape"] = (f"{int(nt['channels'].iloc[0])} channels × {int(nt['side'].iloc[0])}³" if len(nt) else missing(what))
+    per = nt.set_index("kernel")["tbs"] if len(nt) else pd.Series(dtype=float)
+    for key, kernel in (("stats", "_stats_kernel"), ("apply", "_apply_kernel"), ("reduce", "_bwd_reduce_kernel"),
+                        ("dx", "_bwd_dx_kernel")):
+        f[f"nt_{key}_tbs"] = number(_get(per, kernel), ".1f", what)
+    what = "fast_path/norms.csv"
+    f["nm_min_step_gb"] = number(mine["min_step_mb"].sum() / 1e3 if len(mine) else None, ".1f", what)
+    f["nm_shapes"] = number(len(mine) if len(mine) else None, "d", what)
+    f["nm_layers"] = number(int(mine["count"].sum()) if len(mine) else None, "d", what)
+    ly = tables.layer_costs(root, gpus)
+    lr = roles(ly["gpu_slug"] if not ly.empty else [])
+    f["ly_gpu"] = gpu_name(lr["ref"]) if lr["ref"] else missing("fast_path/layers.csv")
+    mine = ly[ly["gpu_slug"] == lr["ref"]] if not ly.empty else ly
+    what = "fast_path/layers.csv"
+    passes = mine[mine["isolated_ms"].notna()] if len(mine) else mine
+    f["ly_conv_ms"] = number(passes["ms"].sum() if len(passes) else None, ".1f", what)
+    f["ly_isolated_ms"] = number(passes["isolated_ms"].sum() if len(passes) else None, ".1f", what)
+    f["ly_other_ms"] = number(mine.loc[mine["isolated_ms"].isna(), "ms"].sum() if len(mine) else None, ".1f", what)
+    above = passes[passes["lost_ms"] > 0] if len(passes) else passes
+    f["ly_above"] = number(len(above) if len(passes) else None, "d", what)
+    f["ly_rows"] = number(len(passes) if len(passes) else None, "d", what)
+    top = passes.nlargest(1, "ms") if len(passes) else passes
+    slow = passes[passes["ms"] >= 0.5].nsmallest(1, "tflops") if len(passes) else passes
+    for key, row in (("top", top), ("slow", slow)):
+        f[f"ly_{key}"] = (f"{row['signature'].iloc[0]} ({row['pass'].iloc[0]})" if len(row) else missing(what))
+        f[f"ly_{key}_ms"] = number(row["ms"].iloc[0] if len(row) else None, ".2f", what)
+        f[f"ly_{key}_tflops"] = number(row["tflops"].iloc[0] if len(row) else None, ".0f", what)
+
+
 def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     """06: the fast-path ladder, its kernels, the rooflines, parity, the loop and several GPUs."""
     from ..profiling.categories import conv_pass
@@ -216,6 +294,7 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     register_gpus(root)  # GPU names from the store's records
     f: dict[str, str] = {}
     r = _ladder_facts(root, gpus, f)
+    _kernel_facts(root, gpus, f)
     t = tables.torch_kernels(root, gpus, "step", ["fast"])
     conv = t[t["category"] == "convolution/GEMM"].groupby("gpu_slug")["duration_us"].sum() / 1e3 if not t.empty else {}
     total = t.groupby("gpu_slug")["duration_us"].sum() / 1e3 if not t.empty else {}
@@ -363,8 +442,8 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
     return f
 
 
-SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8")  # the chapter's rows, slow to fast
-AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8")
+SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm")  # slow to fast
+AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm")
 SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "fast", "real")
 
 

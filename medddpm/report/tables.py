@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import CONFIGS, PAPER_CONFIGS
+from ..config import CONFIGS, KERNEL_VARIANTS, PAPER_CONFIGS
 from ..profiling import metrics as M
 from ..profiling import store
-from ..profiling.categories import CATEGORY_PATTERNS, PAPER_ABBREVIATIONS, category, conv_pass, short_name
+from ..profiling.categories import CATEGORY_PATTERNS, CONV_PASSES, PAPER_ABBREVIATIONS, category, conv_pass, short_name
 from ..profiling.torchprof import PAPER_COUNT, PAPER_SKIP, kernels_only, window_coverage
 from . import paper
 from .present import gpu_name
@@ -244,6 +244,35 @@ def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
         d["peak_fraction"] = d["tflops"] / peak
         rows.append(d)
     return pd.concat(rows, ignore_index=True)
+
+
+def kernel_variants(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``fast`` and its kernel variants (``config.KERNEL_VARIANTS``: the Triton GroupNorm kernels,
+    channel padding) at batch 1, each with its speed-up over ``fast`` on the same GPU."""
+    names = ["fast", *(k.name for k in KERNEL_VARIANTS)]
+    b = bench(root, gpus, names)
+    if b.empty:
+        return b
+    fast = b[b["config"] == "fast"].set_index("gpu_slug")["step_ms_median"]
+    return b.assign(speedup_vs_fast=b["gpu_slug"].map(fast) / b["step_ms_median"])
+
+
+def norm_costs(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``fast_path/norms.csv`` (``python -m medddpm.layers --norms``): per large GroupNorm shape, its
+    minimal megabytes and each implementation's milliseconds, forward and forward + backward."""
+    return fast_path_csv(root, gpus, "norms")
+
+
+def layer_costs(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``fast_path/layers.csv`` (``python -m medddpm.layers --profile``): per convolution shape and
+    pass, its milliseconds in a profiled step beside cuDNN's isolated best for that shape, the
+    largest loss first; rows of kernels no pass names (bias gradients, copies) last."""
+    t = fast_path_csv(root, gpus, "layers")
+    if t.empty:
+        return t
+    other = ~t["pass"].isin(list(CONV_PASSES.values()))
+    return pd.concat([t[~other].sort_values("ms", ascending=False), t[other].sort_values("ms", ascending=False)],
+                     ignore_index=True)
 
 
 def fast_path_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
