@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .config import DiffusionConfig, Knobs, ModelConfig
 from .diffusion import GaussianDiffusion
-from .model import UNet3D, pad_io_channels
+from .model import UNet3D, freeze_channel_padding
 from .runtime import benchmark_limit, set_backend_flags, tf32_state
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
@@ -168,10 +168,9 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if state is not None:
         model.load_state_dict(state)
     model.eval().requires_grad_(False)
-    if knobs.pad_channels:
-        pad_io_channels(model, knobs.pad_channels)
     if knobs.bf16_weights:
         cast_autocast_weights(model)
+    freeze_channel_padding(model)  # after the cast: the padded weights hold the cast numbers
     net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
     if knobs.cuda_graphs:
         net = GraphedDenoiser(net, device)

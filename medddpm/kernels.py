@@ -63,7 +63,7 @@ def reference_group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tens
     """SiLU(GroupNorm(x + add)) in fp32, returned in ``x``'s dtype and layout: the maths of
     ``group_norm_silu`` in plain tensor operations (``add`` is (N, C), broadcast over voxels)."""
     if add is not None:
-        x32 = x.float() + add.float().reshape(*add.shape, *(1,) * (x.ndim - 2))
+        x32 = x.float() + ndhwc.per_channel(add.float(), x)
         return ndhwc.group_norm_silu(x32, groups, weight, bias, eps, silu).to(x.dtype)
     return ndhwc.group_norm_silu(x, groups, weight, bias, eps, silu)
 
@@ -101,12 +101,24 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
 
 
-def _plan(x: Tensor, tile: int) -> tuple[int, int, int, int, int]:
-    """(N, S, C, BLOCK_C, BLOCK_S) for ``x`` seen as (N, S, C) with ``tile`` elements per step."""
+def _shape(x: Tensor) -> tuple[int, int, int, int]:
+    """(N, S, C, BLOCK_C) of ``x`` seen as (N, S, C), BLOCK_C the channels padded to a power of two."""
     n, c = x.shape[:2]
-    s = x.numel() // max(n * c, 1)
-    block_c = triton.next_power_of_2(c)
-    return n, s, c, block_c, max(1, tile // block_c)
+    return n, x.numel() // max(n * c, 1), c, triton.next_power_of_2(c)
+
+
+def _rows(block_c: int, tile: int) -> int:
+    """Rows of a ``tile``-element block of ``block_c`` channels."""
+    return max(1, tile // block_c)
+
+
+def _reduction(x: Tensor, tile: int, sums: int) -> tuple[int, int, int, int, int, int, Tensor]:
+    """(N, S, C, BLOCK_C, BLOCK_S, rows per program, partials) of a reduction kernel over ``x``'s
+    rows, ``tile`` elements per loop step; partials is the (N, P, ``sums``, C) fp32 buffer it fills."""
+    n, s, c, block_c = _shape(x)
+    block_s = _rows(block_c, tile)
+    p, rows = _chunks(n, s, block_s, x.device)
+    return n, s, c, block_c, block_s, rows, torch.empty(n, p, sums, c, device=x.device, dtype=torch.float32)
 
 
 def _chunks(n: int, s: int, block_s: int, device: torch.device) -> tuple[int, int]:
@@ -317,11 +329,9 @@ if triton is not None:
         """(y, group mean, group rstd) of SiLU(GroupNorm(x + add)); x channels-last."""
         x = _as_nsc(x)
         tiles = TILES
-        n, s, c, block_c, block_s = _plan(x, tiles.stats_tile)
-        p, rows = _chunks(n, s, block_s, x.device)
+        n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.stats_tile, 2)
         f32 = dict(device=x.device, dtype=torch.float32)
-        part = torch.empty(n, p, 2, c, **f32)
-        _stats_kernel[(p, n)](x, part, s, c, rows, BLOCK_S=block_s, BLOCK_C=block_c, STAGES=tiles.stages,
+        _stats_kernel[(part.shape[1], n)](x, part, s, c, rows, BLOCK_S=block_s, BLOCK_C=block_c, STAGES=tiles.stages,
                               num_warps=tiles.stats_warps)
         mean, rstd = torch.empty(n, groups, **f32), torch.empty(n, groups, **f32)
         scale, shift = torch.empty(n, c, **f32), torch.empty(n, c, **f32)
@@ -329,7 +339,7 @@ if triton is not None:
                                      shift, s, c, groups, eps, HAS_ADD=add is not None, BLOCK_C=block_c,
                                      BLOCK_G=triton.next_power_of_2(groups), num_warps=4)
         y = torch.empty_like(x)
-        _, _, _, _, apply_s = _plan(x, tiles.apply_tile)
+        apply_s = _rows(block_c, tiles.apply_tile)
         _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, scale, shift, s, c, SILU=silu, BLOCK_S=apply_s,
                                                     BLOCK_C=block_c, num_warps=tiles.apply_warps)
         return y, mean, rstd
@@ -346,12 +356,10 @@ if triton is not None:
         """(dx, dweight, dbias, dadd) of ``group_norm_silu``; dadd is empty when there is no addend."""
         x, dy = _as_nsc(x), _as_nsc(dy)
         tiles = TILES
-        n, s, c, block_c, block_s = _plan(x, tiles.reduce_tile)
-        p, rows = _chunks(n, s, block_s, x.device)
+        n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.reduce_tile, 3)
         f32 = dict(device=x.device, dtype=torch.float32)
-        part = torch.empty(n, p, 3, c, **f32)
         has_add = add is not None
-        _bwd_reduce_kernel[(p, n)](dy, x, add if has_add else x, weight, bias, mean, rstd, part, s, c, groups, rows,
+        _bwd_reduce_kernel[(part.shape[1], n)](dy, x, add if has_add else x, weight, bias, mean, rstd, part, s, c, groups, rows,
                                    SILU=silu, HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c, STAGES=tiles.stages,
                                    num_warps=tiles.reduce_warps)
         k1, k2, k3 = (torch.empty(n, c, **f32) for _ in range(3))
@@ -361,7 +369,7 @@ if triton is not None:
                                    groups, HAS_ADD=has_add, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
                                    num_warps=4)
         dx = torch.empty_like(x)
-        _, _, _, _, dx_s = _plan(x, tiles.dx_tile)
+        dx_s = _rows(block_c, tiles.dx_tile)
         _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, add if has_add else x, weight, bias, mean, rstd, k1, k2,
                                                   k3, s, c, groups, SILU=silu, HAS_ADD=has_add, BLOCK_S=dx_s,
                                                   BLOCK_C=block_c, num_warps=tiles.dx_warps)
@@ -376,13 +384,13 @@ if triton is not None:
         x, weight, bias, add, groups, eps, silu = inputs
         _, mean, rstd = output
         ctx.save_for_backward(x, weight, bias, add, mean, rstd)
-        ctx.groups, ctx.silu, ctx.has_add = groups, silu, add is not None
+        ctx.groups, ctx.silu = groups, silu
         ctx.mark_non_differentiable(mean, rstd)
 
     def _backward(ctx, dy, _dmean, _drstd):
         x, weight, bias, add, mean, rstd = ctx.saved_tensors
         dx, dw, db, dadd = torch.ops.medddpm.group_norm_silu_backward(dy, x, weight, bias, add, mean, rstd,
                                                                       ctx.groups, ctx.silu)
-        return dx, dw, db, (dadd if ctx.has_add else None), None, None, None
+        return dx, dw, db, (None if add is None else dadd), None, None, None
 
     _gn_forward.register_autograd(_backward, setup_context=_setup_context)

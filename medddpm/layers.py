@@ -19,7 +19,6 @@ and write dx): ``MIN_PASSES``.
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import sys
 from typing import Iterable
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 
 from .config import Knobs, ModelConfig, model_preset, replace, run_config
-from .model import UNet3D
+from .model import GroupNorm, UNet3D
 from .profiling.categories import CONV_PASSES, conv_pass, short_name
 
 MIN_PASSES = {"forward": 3, "step": 8}  # tensor-sized reads + writes of a GroupNorm: forward; forward + backward
@@ -207,34 +206,27 @@ def norm_layers(cfg: ModelConfig, size: tuple[int, int, int], batch: int = 1) ->
 
 
 def norm_ms(row: pd.Series, impl: str, backward: bool, device: torch.device, reps: int = 10) -> float:
-    """Median milliseconds of one GroupNorm ``row`` (a ``norm_layers`` row), bf16 NDHWC, forward
-    only or forward + backward, replayed as a CUDA graph, in ``impl``: "inductor" (``ndhwc.group_norm_silu`` after the
-    addend, compiled: the fast path's kernels) or "triton" (``kernels.group_norm_silu``)."""
-    from . import kernels, ndhwc
-
-    c, groups, vol, silu = int(row["channels"]), int(row["groups"]), tuple(map(int, row["volume"])), bool(row["silu"])
-    x = torch.randn(1, c, *vol, device=device, dtype=torch.bfloat16).movedim(1, -1).contiguous().movedim(-1, 1)
-    w = torch.randn(c, device=device, requires_grad=backward)
-    b = torch.randn(c, device=device, requires_grad=backward)
-    a = torch.randn(1, c, device=device, dtype=torch.bfloat16, requires_grad=backward) if row["add"] else None
-    x.requires_grad_(backward)
-    if impl == "triton":
-        fn = functools.partial(kernels.group_norm_silu, groups=groups, eps=1e-5, silu=silu)
-    elif impl == "inductor":
-        torch._dynamo.reset()
-
-        def plain(x, weight, bias, add):
-            if add is not None:
-                x = x + add.reshape(*add.shape, *(1,) * len(vol))
-            return ndhwc.group_norm_silu(x, groups, weight, bias, 1e-5, silu)
-        fn = torch.compile(plain)
-    else:
+    """Median milliseconds of one GroupNorm ``row`` (a ``norm_layers`` row) as the fast path's
+    model runs it (``model.GroupNorm``, bf16 NDHWC, with its addend), forward only or forward +
+    backward, replayed as a CUDA graph, in ``impl``: "inductor" (the fused norm, compiled: the
+    kernels Inductor generates) or "triton" (``kernels.group_norm_silu``)."""
+    if impl not in ("inductor", "triton"):
         raise ValueError(f"impl must be 'inductor' or 'triton', got {impl!r}")
+    c = int(row["channels"])
+    norm = GroupNorm(int(row["groups"]), c, fp32=True, fused=True, silu=bool(row["silu"]),
+                     triton=impl == "triton").to(device).requires_grad_(backward)
+    fn = norm
+    if impl == "inductor":
+        torch._dynamo.reset()
+        fn = torch.compile(norm)
+    x = torch.randn(1, c, *map(int, row["volume"]), device=device, dtype=torch.bfloat16)
+    x = x.movedim(1, -1).contiguous().movedim(-1, 1).requires_grad_(backward)
+    a = torch.randn(1, c, device=device, dtype=torch.bfloat16, requires_grad=backward) if row["add"] else None
     g = torch.randn_like(x)
 
     def call():
         with torch.set_grad_enabled(backward):
-            y = fn(x, weight=w, bias=b, add=a)
+            y = fn(x, add=a)
             if backward:
                 y.backward(g)
 
@@ -302,12 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--norms", action="store_true", help="time every large GroupNorm shape in both "
                    "implementations against its minimal bytes (needs CUDA)")
     p.add_argument("--config", default="fast", help="run configuration of the profiled step")
-    p.add_argument("--out", help="CSV for the profiled table (with --profile)")
+    p.add_argument("--out", help="CSV for the table of --profile or --norms")
     a = p.parse_args(argv)
     try:
         cfg = model_preset(a.model)
         if a.profile or a.norms:
-            knobs = run_config(a.config, training=True)
+            knobs = run_config(a.config, training=True) if a.profile else None  # a bad name: one error first
             if not torch.cuda.is_available():
                 raise ValueError(f"{'--profile' if a.profile else '--norms'} needs a CUDA GPU; this machine has none")
             from .io import atomic_path

@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
 from . import kernels
-from .ndhwc import group_norm_silu, upsample2x
+from .ndhwc import group_norm_silu, per_channel, upsample2x
 
 
 def timestep_embedding(t: Tensor, dim: int, max_period: float = 1000.0) -> Tensor:
@@ -51,7 +51,7 @@ class GroupNorm(nn.GroupNorm):
         if self.triton:
             return kernels.group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu, add)
         if add is not None:
-            x = x + add.to(x.dtype).reshape(*add.shape, *(1,) * (x.ndim - 2))
+            x = x + per_channel(add.to(x.dtype), x)
         if self.fused:
             return group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu)
         if not self.fp32:
@@ -192,33 +192,52 @@ def round_up(c: int, multiple: int) -> int:
     return -(-c // multiple) * multiple
 
 
-def padded_conv3d(conv: nn.Conv3d, x: Tensor, multiple: int) -> Tensor:
-    """``conv(x)`` computed with its input and output channels zero-padded to multiples of
-    ``multiple``: zero input channels meet zero weight columns, the extra outputs are dropped, so
-    the sums are ``conv``'s and gradients reach its own weight and bias through the padding."""
-    weight, bias = conv.weight, conv.bias
+def padded_params(weight: Tensor, bias: Tensor | None, multiple: int) -> tuple[Tensor, Tensor | None]:
+    """A convolution's weight and bias with zero input columns and zero output rows appended up to
+    multiples of ``multiple`` channels (gradients reach the originals through the padding)."""
     cout, cin = weight.shape[:2]
-    extra_in, extra_out = round_up(cin, multiple) - cin, round_up(cout, multiple) - cout
-    if extra_in:
-        x = F.pad(x, (0, 0, 0, 0, 0, 0, 0, extra_in))
-        weight = F.pad(weight, (0, 0, 0, 0, 0, 0, 0, extra_in))
-    if extra_out:
-        weight = F.pad(weight, (0, 0, 0, 0, 0, 0, 0, 0, 0, extra_out))
-        bias = None if bias is None else F.pad(bias, (0, extra_out))
-    y = F.conv3d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
-    return y[:, :cout] if extra_out else y
+    extra_out = round_up(cout, multiple) - cout
+    weight = F.pad(weight, (0, 0, 0, 0, 0, 0, 0, round_up(cin, multiple) - cin, 0, extra_out))
+    return weight, None if bias is None else F.pad(bias, (0, extra_out))
 
 
 class PaddableConv3d(nn.Conv3d):
-    """A Conv3d that, with ``pad_to`` > 0, runs as ``padded_conv3d`` at every call: the same
-    parameters and state-dict keys, cuDNN's regular kernels instead of its small-channel ones
-    (the stem sees 3 channels, the output convolution writes 1). Training uses this; sampling
-    pads the weights once (``ChannelPadded``)."""
+    """A Conv3d that, with ``pad_to`` > 0, runs with its input and output channels zero-padded to
+    multiples of ``pad_to``: zero input channels meet zero weight columns and the extra outputs
+    are dropped, so the sums are the convolution's, with cuDNN's regular kernels instead of its
+    small-channel ones (the stem sees 3 channels, the output convolution writes 1). The parameters
+    and state-dict keys stay the model's. Training pads the weights at every call;
+    ``freeze_padding`` (sampling) pads them once, into buffers kept in the weight's layout."""
 
     pad_to: int = 0  # channel multiple (0 = a plain Conv3d)
 
+    def freeze_padding(self) -> None:
+        with torch.no_grad():
+            weight, bias = padded_params(self.weight, self.bias, self.pad_to)
+        fmt = torch.contiguous_format if self.weight.is_contiguous() else torch.channels_last_3d
+        self.register_buffer("padded_weight", weight.contiguous(memory_format=fmt), persistent=False)
+        self.register_buffer("padded_bias", bias, persistent=False)
+
     def forward(self, x: Tensor) -> Tensor:
-        return padded_conv3d(self, x, self.pad_to) if self.pad_to else super().forward(x)
+        if not self.pad_to:
+            return super().forward(x)
+        if hasattr(self, "padded_weight"):
+            weight, bias = self.padded_weight, self.padded_bias
+        else:
+            weight, bias = padded_params(self.weight, self.bias, self.pad_to)
+        extra_in = weight.shape[1] - x.shape[1]
+        if extra_in:
+            x = F.pad(x, (0, 0, 0, 0, 0, 0, 0, extra_in))
+        y = F.conv3d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        return y[:, :self.out_channels] if weight.shape[0] > self.out_channels else y
+
+
+def freeze_channel_padding(model: nn.Module) -> None:
+    """Pad the weights of ``model``'s channel-padded convolutions once (sampling: the compiled
+    denoiser then reads the padded weights as they are, instead of padding them at every step)."""
+    for m in model.modules():
+        if isinstance(m, PaddableConv3d) and m.pad_to:
+            m.freeze_padding()
 
 
 class Stem(nn.Module):
@@ -228,44 +247,6 @@ class Stem(nn.Module):
 
     def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
         return self.conv(x)
-
-
-class ChannelPadded(nn.Module):
-    """``conv`` with its input and output channels zero-padded to multiples of ``multiple``: the
-    input gets zero channels, the weights zero rows and columns, and the extra output channels are
-    dropped, so the sums are those of ``conv`` (cuDNN runs its regular kernels instead of the
-    small-channel ones, and needs no layout transposes for a 1-channel output)."""
-
-    def __init__(self, conv: nn.Conv3d, multiple: int) -> None:
-        super().__init__()
-        if multiple < 1 or conv.groups != 1:
-            raise ValueError(f"channel padding needs multiple >= 1 and an ungrouped convolution, got {multiple}")
-        self.cin, self.cout = conv.in_channels, conv.out_channels
-        w = conv.weight.detach()
-        self.conv = nn.Conv3d(round_up(self.cin, multiple), round_up(self.cout, multiple), conv.kernel_size,
-                              conv.stride, conv.padding,
-                              bias=conv.bias is not None, device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            weight = torch.zeros_like(self.conv.weight)
-            weight[:self.cout, :self.cin] = w
-            self.conv.weight.copy_(weight)
-            if conv.bias is not None:
-                self.conv.bias.zero_()[:self.cout] = conv.bias
-        self.conv.to(memory_format=torch.contiguous_format if w.is_contiguous() else torch.channels_last_3d)
-
-    def forward(self, x: Tensor) -> Tensor:
-        extra = self.conv.in_channels - self.cin
-        if extra:
-            x = F.pad(x, (0, 0, 0, 0, 0, 0, 0, extra))
-        y = self.conv(x)
-        return y[:, :self.cout] if self.conv.out_channels > self.cout else y
-
-
-def pad_io_channels(model: "UNet3D", multiple: int) -> None:
-    """Pad the stem (image + mask channels in) and the output convolution (noise channels out) of
-    ``model`` to multiples of ``multiple`` channels (``ChannelPadded``), in place."""
-    model.input_blocks[0][0].conv = ChannelPadded(model.input_blocks[0][0].conv, multiple)
-    model.out[-1] = ChannelPadded(model.out[-1], multiple)
 
 
 class UNet3D(nn.Module):

@@ -53,6 +53,11 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     return y.reshape(n, d, h, w, c).permute(0, 4, 1, 2, 3)
 
 
+def per_channel(v: Tensor, like: Tensor) -> Tensor:
+    """``v`` of shape (N, C) viewed to broadcast over ``like``'s (N, C, *spatial) voxels."""
+    return v.reshape(*v.shape, *(1,) * (like.ndim - 2))
+
+
 def _finish(y: Tensor, silu: bool, dtype: torch.dtype) -> Tensor:
     return (F.silu(y) if silu else y).to(dtype)
 

@@ -124,7 +124,8 @@ plots.finish(fig)
 # %% tags=["hide-input"]
 KV = tables.kernel_variants(root, G)
 if KV.empty:
-    print(plots.no_data_text("bench rows of fast's kernel variants", "ladder"))
+    print(plots.no_data_text("bench rows of fast's kernel variants", "medddpm bench --size 128 --warmup 5 "
+                             "--config fast,fast-tnorm,fast-p8,fast-tnorm-p8 --out data/results/<gpu>/bench.csv"))
 else:
     display(table(KV[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "peak_mem_gib",
                       "speedup_vs_fast"]], 2))
@@ -147,9 +148,10 @@ else:
 # implementations, beside the minimal bytes (megabytes for all layers of the shape):
 
 # %% tags=["hide-input"]
-NM = tables.norm_costs(root, G)
+NM = tables.fast_path_csv(root, G, "norms")  # python -m medddpm.layers --norms
 if NM.empty:
-    print(plots.no_data_text("GroupNorm timings (fast_path/norms.csv)", "ladder"))
+    print(plots.no_data_text("GroupNorm timings (fast_path/norms.csv)",
+                             "python -m medddpm.layers --norms --out data/results/<gpu>/fast_path/norms.csv"))
 else:
     display(table(NM[["gpu_slug", "signature", "count", "min_step_mb", "inductor_forward_ms", "triton_forward_ms",
                       "inductor_step_ms", "triton_step_ms", "inductor_step_tbs", "triton_step_tbs"]], 2))
@@ -175,7 +177,8 @@ else:
 # %% tags=["hide-input"]
 LY = tables.layer_costs(root, G)
 if LY.empty:
-    print(plots.no_data_text("per-layer convolution accounting (fast_path/layers.csv)", "ladder"))
+    print(plots.no_data_text("per-layer convolution accounting (fast_path/layers.csv)",
+                             "python -m medddpm.layers --profile --out data/results/<gpu>/fast_path/layers.csv"))
 else:
     display(table(LY[["gpu_slug", "signature", "pass", "count", "ms", "tflops", "isolated_ms", "lost_ms"]].head(16),
                   {"ms": 2, "tflops": 0, "isolated_ms": 2, "lost_ms": 2}))

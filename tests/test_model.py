@@ -116,9 +116,10 @@ def test_flop_counter_counts_attention_matmuls(tiny):
 
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last_3d])
 def test_channel_padding_keeps_the_model_output(tiny, layout):
-    """Stem and output convolutions padded to 8 channels (zero weights, dropped outputs) give the
-    same ε as the model itself, in either layout; the padded convolutions really are wider."""
-    from medddpm.model import pad_io_channels
+    """Stem and output convolutions padded to 8 channels once (zero weights, dropped outputs, as
+    the sampler does) give the same ε as the model itself, in either layout; the padded
+    convolutions really are wider."""
+    from medddpm.model import freeze_channel_padding
 
     torch.manual_seed(0)
     m = UNet3D(tiny).to(memory_format=layout)
@@ -127,11 +128,13 @@ def test_channel_padding_keeps_the_model_output(tiny, layout):
     t = torch.tensor([5, 100])
     with torch.no_grad():
         ref = m(x, t)
-        pad_io_channels(m, 8)
+        m.input_blocks[0][0].conv.pad_to = m.out[-1].pad_to = 8
+        freeze_channel_padding(m)
         out = m(x, t)
-    stem, head = m.input_blocks[0][0].conv.conv, m.out[-1].conv
-    assert (stem.in_channels, head.out_channels) == (8, 8) and out.shape == ref.shape
-    assert stem.weight.is_contiguous(memory_format=layout)
+    stem, head = m.input_blocks[0][0].conv.padded_weight, m.out[-1].padded_weight
+    assert (stem.shape[1], head.shape[0]) == (8, 8) and out.shape == ref.shape
+    assert stem.is_contiguous(memory_format=layout)
+    assert m.state_dict().keys() == UNet3D(tiny).state_dict().keys()  # padded buffers are not saved
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 

@@ -209,6 +209,12 @@ def _ladder_facts(root: Path, gpus: list[str], f: dict[str, str]) -> dict[str, s
     return r
 
 
+def _agreement(root: Path, gpus: list[str]) -> tuple[str | None, pd.DataFrame]:
+    """The reference GPU among those with quality results, and its denoiser-agreement rows."""
+    q = roles([g for g in gpus if (Path(root) / g / "quality").is_dir()])["ref"]
+    return q, tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
+
+
 def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     """Issue 21's facts into ``f``: ``fast`` against its kernel variants (kv_), the GroupNorm
     implementations against their minimal bytes (nm_), the convolutions layer by layer (ly_)."""
@@ -236,14 +242,12 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
                                                    ".1f", what)
             for cfg in ("fast-tnorm", "fast-p8"):
                 f[f"kv_ref_{cfg}_ms"] = number(_get(ms, (r["ref"], cfg)), ".1f", f"bench row of {cfg}")
-    qg = [g for g in gpus if (Path(root) / g / "quality").is_dir()]
-    q = roles(qg)["ref"]
-    a = tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
+    _, a = _agreement(root, gpus)
     worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
     for cfg in ("fast", "fast-tnorm"):
         v = _get(worst, cfg)
         f[f"kv_{cfg}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg}")
-    nm = tables.norm_costs(root, gpus)
+    nm = tables.fast_path_csv(root, gpus, "norms")
     nr = roles(nm["gpu_slug"] if not nm.empty else [])
     f["nm_gpu"] = gpu_name(nr["ref"]) if nr["ref"] else missing("fast_path/norms.csv")
     mine = nm[nm["gpu_slug"] == nr["ref"]] if not nm.empty else nm
@@ -481,10 +485,8 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         f[f"{key}_ms"] = number(col.sum() if col is not None else None, ".1f", what)
         f[f"{key}_conv_ms"] = number(_get(col, "convolution/GEMM") if col is not None else None, ".1f", what)
         f[f"{key}_layout_ms"] = number((_get(col, "layout transform") or 0.0) if col is not None else None, ".1f", what)
-    qg = [g for g in gpus if (Path(root) / g / "quality").is_dir()]
-    q = roles(qg)["ref"]
+    q, a = _agreement(root, gpus)
     f["q_gpu"] = gpu_name(q) if q else missing("quality results")
-    a = tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
     worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
     for cfg in AGREEMENT_CONFIGS:
         v = _get(worst, cfg)

@@ -257,12 +257,6 @@ def kernel_variants(root: Path, gpus: list[str]) -> pd.DataFrame:
     return b.assign(speedup_vs_fast=b["gpu_slug"].map(fast) / b["step_ms_median"])
 
 
-def norm_costs(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``fast_path/norms.csv`` (``python -m medddpm.layers --norms``): per large GroupNorm shape, its
-    minimal megabytes and each implementation's milliseconds, forward and forward + backward."""
-    return fast_path_csv(root, gpus, "norms")
-
-
 def layer_costs(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``fast_path/layers.csv`` (``python -m medddpm.layers --profile``): per convolution shape and
     pass, its milliseconds in a profiled step beside cuDNN's isolated best for that shape, the
@@ -270,9 +264,8 @@ def layer_costs(root: Path, gpus: list[str]) -> pd.DataFrame:
     t = fast_path_csv(root, gpus, "layers")
     if t.empty:
         return t
-    other = ~t["pass"].isin(list(CONV_PASSES.values()))
-    return pd.concat([t[~other].sort_values("ms", ascending=False), t[other].sort_values("ms", ascending=False)],
-                     ignore_index=True)
+    t = t.assign(is_pass=t["pass"].isin(list(CONV_PASSES.values())))
+    return t.sort_values(["is_pass", "ms"], ascending=False, kind="stable").drop(columns="is_pass").reset_index(drop=True)
 
 
 def fast_path_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
