@@ -169,6 +169,7 @@ class Knobs:
     loader_workers: int = 4  # worker processes decoding NIfTI files ahead of the step when data_cache is none
     bf16_weights: bool = False  # sampling only: conv and linear weights and biases cast to bf16 once, the numbers bf16 autocast casts them to at every call, so Inductor lays the denoiser's activations out NDHWC (a weight cast inside the graph leaves them NCDHW and cuDNN transposes around each convolution)
     pad_channels: int = 0  # the stem (3 channels in) and output (1 out) convolutions zero-padded to multiples of this many channels, the same sums (0 = off): cuDNN otherwise runs small-channel kernels (a 4 TFLOP/s weight gradient for the output) and transposes around the 1-channel output; training pads its own weights at every call, sampling once
+    triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW (the training step's image + mask at the stem) stays with cuDNN; needs channels_last, excludes pad_channels
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
     def __post_init__(self) -> None:
@@ -196,6 +197,11 @@ class Knobs:
             raise ValueError("bf16_weights casts the weights autocast would cast: it needs precision 'bf16'")
         if self.triton_norm and not self.fused_ops:
             raise ValueError("triton_norm replaces the fused NDHWC GroupNorm: it needs fused_ops=True")
+        if self.triton_conv and not self.channels_last:
+            raise ValueError("triton_conv's kernels read and write NDHWC activations: it needs channels_last=True")
+        if self.triton_conv and self.pad_channels:
+            raise ValueError("triton_conv runs the thin convolutions at their own channel counts: "
+                             "pad_channels must be 0 with it")
         if self.cuda_graphs and self.checkpoint_attention:
             raise ValueError("cuda_graphs needs checkpoint_attention=False (recomputation reads the RNG state)")
 
@@ -254,13 +260,18 @@ DDP_VARIANTS: tuple[Knobs, ...] = (
 # medddpm/kernels.py, at the operation's minimal bytes, instead of Inductor's kernels.
 _TNORM = _rung(_FAST, "fast-tnorm", triton_norm=True)
 _PAD = _rung(_FAST, "fast-p8", pad_channels=8)  # the 3- and 1-channel convolutions padded to 8 channels
-KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8))
+# And the thin convolutions (3 channels in, 1 out) as Triton kernels instead of cuDNN's small-channel ones.
+_TCONV = _rung(_FAST, "fast-tconv", triton_conv=True)
+_TRITON = _rung(_TNORM, "fast-tnorm-tconv", triton_conv=True)  # both Triton levers
+KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON)
 
-# Sampling only (``engine.inference``; training refuses them): each adds one lever to ``fast``'s denoiser.
+# Sampling only (``engine.inference``; training refuses them): each adds one lever to ``fast``'s
+# denoiser, to a kernel variant's or to the sampling variant before it.
 _W16 = _rung(_FAST, "fast-w16", bf16_weights=True)  # weights in bf16 once: the denoiser stays NDHWC
 _P8 = _rung(_W16, "fast-w16-p8", pad_channels=8)  # + the 3- and 1-channel convolutions padded to 8
 _P8_TNORM = _rung(_P8, "fast-w16-p8-tnorm", triton_norm=True)  # + the Triton GroupNorm kernels
-SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM)
+_W16_TRITON = _rung(_TRITON, "fast-w16-tnorm-tconv", bf16_weights=True)  # fast-tnorm-tconv's denoiser, weights in bf16 once
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON)
 SAMPLING_ONLY_KNOBS = ("bf16_weights",)  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},

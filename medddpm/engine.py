@@ -90,7 +90,8 @@ def autocast(knobs: Knobs, device: torch.device) -> contextlib.AbstractContextMa
 def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> UNet3D:
     """The U-Net with the knobs' operator choices, on ``device`` in the knobs' layout."""
     model = UNet3D(model_cfg, checkpoint_attention=knobs.checkpoint_attention, fused_ops=knobs.fused_ops,
-                   sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels)
+                   sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels,
+                   triton_conv=knobs.triton_conv)
     return model.to(device=device, memory_format=memory_format(knobs))
 
 

@@ -1,5 +1,8 @@
 """Triton kernels of the fast path (issue 21), each beside the PyTorch reference it must equal.
 
+Two operations live here: GroupNorm + SiLU (below) and the thin 3³ convolutions (``conv3d_thin``,
+after it).
+
 ``group_norm_silu`` is GroupNorm with fp32 statistics, an optional SiLU (the reference's
 GroupNorm32 + SiLU, paper Fig. 3 ④) and an optional per-(sample, channel) addend folded into its
 input (a ResBlock's time embedding, ``h + emb`` before ``out_layers``), over activations stored
@@ -53,6 +56,11 @@ class Tiles:
     apply_warps: int = 4  # warps of an apply program
     dx_tile: int = 2048  # elements a backward dx program handles (more live values: a smaller tile)
     dx_warps: int = 4  # warps of a dx program
+    conv_tile: int = 4096  # elements of a thin convolution program's widest tile (voxels × gathered taps or channels)
+    conv_warps: int = 4  # warps of a thin convolution's forward or data-gradient program
+    wgrad_tile: int = 4096  # the same for the weight-gradient programs (one more accumulator: the weight's)
+    wgrad_warps: int = 8  # warps of a weight-gradient program (its accumulator is the whole weight)
+    wgrad_programs_per_sm: int = 4  # weight-gradient programs per SM (each a partial weight, summed after)
 
 
 TILES = Tiles()  # the launch shapes in use (a module global, so a probe can swap it)
@@ -394,3 +402,311 @@ if triton is not None:
         return dx, dw, db, (None if add is None else dadd), None, None, None
 
     _gn_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# Thin 3³ convolutions: the stem (3 channels in) and the output convolution (1 channel out).
+#
+# cuDNN runs these at 4–35 TFLOP/s (its small-channel kernels: a weight gradient of 1.8 ms for the
+# output convolution at 128³, ``fast_path/layers.csv``), though each pass only has to stream its
+# wide side (64 channels) once. Here each pass is matrix products over tiles of voxels:
+#
+# - a thin *input* (≤ THIN channels): its 27 neighbours are gathered into one column per voxel,
+#   row tap·T + t (plus a row of ones for the bias), so the pass is (voxels × 27T+1) @ (27T+1 ×
+#   C_out) — the wide output is written once;
+# - a thin *output*: every voxel's products with all 27 taps at once, (voxels × C_in) @ (C_in ×
+#   27·C_out), written tap-major in fp32, then y(v) = Σ_tap z_tap(v + offset(tap)) — the wide
+#   input is read once, and the 27 shifted reads are of the 27·C_out-wide products;
+# - the weight gradient: gather(thin side) @ (wide side), summed over voxels in per-program
+#   partials (then ``torch.sum``: deterministic); the ones row gives the bias gradient.
+#
+# The data gradient of a convolution is a convolution of dy with the weight's taps mirrored and its
+# channels swapped: the same forward kernels with the offsets negated (SIGN = −1).
+# The reference is ``F.conv3d`` (and autograd's own convolution backward).
+# ---------------------------------------------------------------------------------------------
+
+THIN = 8  # the most channels a thin side may have (27·8 + 1 gathered rows fit a 256-row tile)
+TAPS = 27  # a 3×3×3 kernel
+
+
+def thin_conv_supported(conv: torch.nn.Conv3d) -> bool:
+    """True when ``conv`` is a convolution ``conv3d_thin`` computes: 3³ kernel, stride 1, zero
+    padding 1, no dilation or groups, and at most ``THIN`` channels on one side."""
+    return (tuple(conv.kernel_size) == (3, 3, 3) and tuple(conv.stride) == (1, 1, 1)
+            and tuple(conv.padding) == (1, 1, 1) and tuple(conv.dilation) == (1, 1, 1) and conv.groups == 1
+            and conv.padding_mode == "zeros" and min(conv.in_channels, conv.out_channels) <= THIN)
+
+
+def conv3d_thin(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.conv3d(x, weight, bias, padding=1)`` for a 3³ kernel with at most ``THIN`` channels on
+    one side, through the Triton kernels where they run (``runs_on``; x, weight and bias of one
+    dtype), else through ``F.conv3d`` itself. The output is channels-last."""
+    cout, cin = weight.shape[:2]
+    if x.ndim != 5 or tuple(weight.shape[2:]) != (3, 3, 3) or x.shape[1] != cin:
+        raise ValueError(f"conv3d_thin needs x (N, {cin}, D, H, W) and a 3³ weight, got x {tuple(x.shape)} "
+                         f"and weight {tuple(weight.shape)}")
+    if min(cin, cout) > THIN:
+        raise ValueError(f"conv3d_thin needs at most {THIN} channels on one side, got {cin}→{cout}")
+    if not runs_on(x) or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        return torch.nn.functional.conv3d(x, weight, bias, padding=1)
+    return torch.ops.medddpm.conv3d_thin(x, weight, bias)
+
+
+def _per_tap(weight: Tensor, dgrad: bool) -> Tensor:
+    """The weight as (27, K, M): the forward pass multiplies input channels K into output channels
+    M per tap; the data gradient swaps them (K = C_out, M = C_in), dy being its input."""
+    w = weight.flatten(2)  # (C_out, C_in, 27)
+    return w.permute(2, 0, 1) if dgrad else w.permute(2, 1, 0)
+
+
+def _exact_dot(t: Tensor) -> bool:
+    """Products in fp32: for fp32 tensors (no TF32), and under Triton's interpreter, whose bf16
+    ``tl.dot`` is wrong (Triton 3.9)."""
+    return t.dtype == torch.float32 or INTERPRET
+
+
+def _pow2(n: int) -> int:
+    """``n`` rounded up to a power of two, at least 16 (the smallest ``tl.dot`` side)."""
+    return max(16, triton.next_power_of_2(n))
+
+
+def _block_rows(tile: int, *widths: int) -> int:
+    """Voxels per program for a ``tile``-element budget over the widest of ``widths``."""
+    return max(16, tile // max(widths))
+
+
+def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) -> Tensor:
+    """One forward-shaped pass: y = conv(inp) (``dgrad`` False) or dx = conv(dy) with the mirrored
+    taps and swapped channels (``dgrad`` True); NDHWC out."""
+    inp = _as_nsc(inp)
+    taps = _per_tap(weight, dgrad)
+    k, m = taps.shape[1:]
+    n, _, d, h, w = inp.shape
+    nv = n * d * h * w
+    out = torch.empty((n, m, d, h, w), device=inp.device, dtype=inp.dtype, memory_format=torch.channels_last_3d)
+    exact, warps = _exact_dot(inp), TILES.conv_warps
+    if k <= THIN:  # thin input: one gathered product
+        block_k, block_o = _pow2(TAPS * k + 1), _pow2(m)
+        mat = torch.zeros(block_k, block_o, device=inp.device, dtype=inp.dtype)
+        mat[:TAPS * k, :m] = taps.reshape(TAPS * k, m)
+        if bias is not None:
+            mat[TAPS * k, :m] = bias
+        rows = _block_rows(TILES.conv_tile, block_k, block_o)
+        kernel = _tconv_dgrad_gather_kernel if dgrad else _tconv_fprop_gather_kernel
+        kernel[(triton.cdiv(nv, rows),)](inp, mat, out, nv, d, h, w, k, m, BLOCK_V=rows, BLOCK_K=block_k,
+                                         BLOCK_O=block_o, IEEE=exact, num_warps=warps)
+        return out
+    # thin output: every voxel times every tap, then the shifted sum
+    block_c, block_z = _pow2(k), _pow2(TAPS * m)
+    mat = torch.zeros(block_c, block_z, device=inp.device, dtype=inp.dtype)
+    mat[:k, :TAPS * m] = taps.permute(1, 0, 2).reshape(k, TAPS * m)
+    z = torch.empty(TAPS * m, nv, device=inp.device, dtype=torch.float32)
+    rows = _block_rows(TILES.conv_tile, block_c, block_z)
+    kernel = _tconv_dgrad_products_kernel if dgrad else _tconv_fprop_products_kernel
+    kernel[(triton.cdiv(nv, rows),)](inp, mat, z, nv, k, TAPS * m, BLOCK_V=rows, BLOCK_C=block_c, BLOCK_Z=block_z,
+                                     IEEE=exact, num_warps=warps)
+    block_o = triton.next_power_of_2(m)
+    rows = max(16, TILES.conv_tile // block_o)
+    kernel = _tconv_dgrad_sum_kernel if dgrad else _tconv_fprop_sum_kernel
+    kernel[(triton.cdiv(nv, rows),)](z, z if bias is None else bias, out, nv, d, h, w, m, HAS_BIAS=bias is not None,
+                                     BLOCK_V=rows, BLOCK_O=block_o, num_warps=warps)
+    return out
+
+
+def _thin_wgrad(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[Tensor, Tensor]:
+    """(dweight, dbias) of the thin convolution: Σ over voxels of gather(thin side) · (wide side),
+    per-program partials summed by ``torch.sum``; dbias is empty without a bias."""
+    dy, x = _as_nsc(dy), _as_nsc(x)
+    cout, cin = weight.shape[:2]
+    thin_is_input = cin <= cout
+    thin, wide = (x, dy) if thin_is_input else (dy, x)
+    t, cw = thin.shape[1], wide.shape[1]
+    n, _, d, h, w = x.shape
+    nv = n * d * h * w
+    block_k, block_w = _pow2(TAPS * t + 1), _pow2(cw)
+    rows = _block_rows(TILES.wgrad_tile, block_k, block_w)
+    programs = max(1, min(triton.cdiv(nv, rows), TILES.wgrad_programs_per_sm * _sm_count(x.device)))
+    per_prog = triton.cdiv(triton.cdiv(nv, programs), rows) * rows
+    programs = triton.cdiv(nv, per_prog)
+    part = torch.empty(programs, block_k, block_w, device=x.device, dtype=torch.float32)
+    _tconv_wgrad_kernel[(programs,)](thin, wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
+                                     BLOCK_V=rows, BLOCK_K=block_k, BLOCK_W=block_w, STAGES=TILES.stages,
+                                     IEEE=_exact_dot(x), num_warps=TILES.wgrad_warps)
+    acc = part.sum(0)  # [tap·T + thin channel, wide channel]; row 27·T sums the wide side
+    dw = acc[:TAPS * t, :cw].reshape(TAPS, t, cw).permute(*((2, 1, 0) if thin_is_input else (1, 2, 0)))
+    db = acc[TAPS * t, :cw] if thin_is_input else dy.sum(dim=(0, 2, 3, 4), dtype=torch.float32)
+    dweight = torch.empty_like(weight)
+    dweight.copy_(dw.reshape(weight.shape))
+    return dweight, db.to(weight.dtype) if has_bias else weight.new_empty(0)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _voxel_coords(v, D, H, W):
+        """(d, h, w) of flat voxel indices over (N, D, H, W)."""
+        return (v // (H * W)) % D, (v // W) % H, v % W
+
+    @triton.jit
+    def _tap_offsets(tap, SIGN: tl.constexpr):
+        """(dd, dh, dw) of tap index ``tap`` = 9·(dd+1) + 3·(dh+1) + (dw+1), times SIGN."""
+        return SIGN * (tap // 9 - 1), SIGN * ((tap // 3) % 3 - 1), SIGN * (tap % 3 - 1)
+
+    @triton.jit
+    def _inside(d, h, w, dd, dh, dw, D, H, W):
+        return (d + dd >= 0) & (d + dd < D) & (h + dh >= 0) & (h + dh < H) & (w + dw >= 0) & (w + dw < W)
+
+    @triton.jit
+    def _tap_gather(ptr, v, d, h, w, valid, D, H, W, T, SIGN: tl.constexpr, BLOCK_K: tl.constexpr):
+        """[BLOCK_K, BLOCK_V] of a T-channel NDHWC tensor: row tap·T + t holds channel t of the voxel
+        SIGN·(tap's offset) away (zero outside the volume: the zero padding), row 27·T holds 1, the
+        rest 0. Voxels run along the tile's fast axis, so neighbouring lanes load neighbouring voxels."""
+        j = tl.arange(0, BLOCK_K)
+        dd, dh, dw = _tap_offsets(j // T, SIGN)
+        m = valid[None, :] & (j < 27 * T)[:, None] & _inside(d[None, :], h[None, :], w[None, :], dd[:, None],
+                                                             dh[:, None], dw[:, None], D, H, W)
+        off = (v[None, :] + (dd * H * W + dh * W + dw)[:, None]).to(tl.int64) * T + (j % T)[:, None]
+        a = tl.load(ptr + off, mask=m, other=0.0)
+        return tl.where(valid[None, :] & (j == 27 * T)[:, None], 1.0, a).to(a.dtype)
+
+    @triton.jit
+    def _dot(a, b, IEEE: tl.constexpr):
+        """a @ b accumulated in fp32; with IEEE the operands are multiplied in fp32 (no TF32 for fp32
+        operands; bf16 products are exact in fp32 either way)."""
+        if IEEE:
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return tl.dot(a, b)
+
+    @triton.jit
+    def _gather_conv(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, SIGN: tl.constexpr, BLOCK_V: tl.constexpr,
+                     BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr):
+        """y[v, :CO] = gather(x)[:, v] · M for one tile of voxels (M: [BLOCK_K, BLOCK_O], bias in row 27·T)."""
+        v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = v < NV
+        d, h, w = _voxel_coords(v, D, H, W)
+        a = _tap_gather(x_ptr, v, d, h, w, valid, D, H, W, T, SIGN, BLOCK_K)
+        k = tl.arange(0, BLOCK_K)
+        o = tl.arange(0, BLOCK_O)
+        y = _dot(tl.trans(a), tl.load(m_ptr + k[:, None] * BLOCK_O + o[None, :]), IEEE)
+        tl.store(y_ptr + v.to(tl.int64)[:, None] * CO + o[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=valid[:, None] & (o < CO)[None, :])
+
+    @triton.jit
+    def _tap_products(x_ptr, m_ptr, z_ptr, NV, CI, NZ, BLOCK_V: tl.constexpr, BLOCK_C: tl.constexpr,
+                      BLOCK_Z: tl.constexpr, IEEE: tl.constexpr):
+        """z[tap·CO + o, v] = Σ_c x[v, c] · M[c, tap·CO + o] for one tile of voxels (fp32, tap-major)."""
+        v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = v < NV
+        c = tl.arange(0, BLOCK_C)
+        zc = tl.arange(0, BLOCK_Z)
+        xs = tl.load(x_ptr + v.to(tl.int64)[:, None] * CI + c[None, :], mask=valid[:, None] & (c < CI)[None, :],
+                     other=0.0)
+        z = _dot(xs, tl.load(m_ptr + c[:, None] * BLOCK_Z + zc[None, :]), IEEE)
+        tl.store(z_ptr + zc.to(tl.int64)[None, :] * NV + v[:, None], z, mask=valid[:, None] & (zc < NZ)[None, :])
+
+    @triton.jit
+    def _tap_sum(z_ptr, b_ptr, y_ptr, NV, D, H, W, CO, SIGN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 BLOCK_V: tl.constexpr, BLOCK_O: tl.constexpr):
+        """y[v, o] = Σ_tap z[tap·CO + o, v + SIGN·offset(tap)] (+ bias[o]) for one tile of voxels."""
+        v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = v < NV
+        d, h, w = _voxel_coords(v, D, H, W)
+        o = tl.arange(0, BLOCK_O)
+        acc = tl.zeros([BLOCK_V, BLOCK_O], tl.float32)
+        for tap in tl.static_range(27):
+            dd, dh, dw = _tap_offsets(tap, SIGN)
+            m = valid & _inside(d, h, w, dd, dh, dw, D, H, W)
+            row = (tap * CO + o).to(tl.int64) * NV
+            acc += tl.load(z_ptr + row[None, :] + (v + (dd * H * W + dh * W + dw))[:, None],
+                           mask=m[:, None] & (o < CO)[None, :], other=0.0)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + o, mask=o < CO, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + v.to(tl.int64)[:, None] * CO + o[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=valid[:, None] & (o < CO)[None, :])
+
+    # One kernel per pass, so that profiles (and ``medddpm.layers``) can tell the passes apart.
+    @triton.jit
+    def _tconv_fprop_gather_kernel(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
+                                   BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr):
+        _gather_conv(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, 1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE)
+
+    @triton.jit
+    def _tconv_dgrad_gather_kernel(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
+                                   BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr):
+        _gather_conv(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, -1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE)
+
+    @triton.jit
+    def _tconv_fprop_products_kernel(x_ptr, m_ptr, z_ptr, NV, CI, NZ, BLOCK_V: tl.constexpr, BLOCK_C: tl.constexpr,
+                                     BLOCK_Z: tl.constexpr, IEEE: tl.constexpr):
+        _tap_products(x_ptr, m_ptr, z_ptr, NV, CI, NZ, BLOCK_V, BLOCK_C, BLOCK_Z, IEEE)
+
+    @triton.jit
+    def _tconv_dgrad_products_kernel(x_ptr, m_ptr, z_ptr, NV, CI, NZ, BLOCK_V: tl.constexpr, BLOCK_C: tl.constexpr,
+                                     BLOCK_Z: tl.constexpr, IEEE: tl.constexpr):
+        _tap_products(x_ptr, m_ptr, z_ptr, NV, CI, NZ, BLOCK_V, BLOCK_C, BLOCK_Z, IEEE)
+
+    @triton.jit
+    def _tconv_fprop_sum_kernel(z_ptr, b_ptr, y_ptr, NV, D, H, W, CO, HAS_BIAS: tl.constexpr, BLOCK_V: tl.constexpr,
+                                BLOCK_O: tl.constexpr):
+        _tap_sum(z_ptr, b_ptr, y_ptr, NV, D, H, W, CO, 1, HAS_BIAS, BLOCK_V, BLOCK_O)
+
+    @triton.jit
+    def _tconv_dgrad_sum_kernel(z_ptr, b_ptr, y_ptr, NV, D, H, W, CO, HAS_BIAS: tl.constexpr, BLOCK_V: tl.constexpr,
+                                BLOCK_O: tl.constexpr):
+        _tap_sum(z_ptr, b_ptr, y_ptr, NV, D, H, W, CO, -1, HAS_BIAS, BLOCK_V, BLOCK_O)
+
+    @triton.jit
+    def _tconv_wgrad_kernel(thin_ptr, wide_ptr, part_ptr, NV, D, H, W, T, CW, rows_per_prog, SIGN: tl.constexpr,
+                            BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr,
+                            STAGES: tl.constexpr, IEEE: tl.constexpr):
+        """One program's share of Σ_v gather(thin)[:, v] · wide[v, :] ([BLOCK_K, BLOCK_W]): the thin
+        input x gathered forward against dy (SIGN 1; the ones row sums dy), or the thin dy gathered
+        mirrored against x (SIGN −1)."""
+        p = tl.program_id(0)
+        cw = tl.arange(0, BLOCK_W)
+        acc = tl.zeros([BLOCK_K, BLOCK_W], tl.float32)
+        for i in tl.range(0, rows_per_prog, BLOCK_V, num_stages=STAGES):
+            v = p * rows_per_prog + i + tl.arange(0, BLOCK_V)
+            valid = v < NV
+            d, h, w = _voxel_coords(v, D, H, W)
+            wide = tl.load(wide_ptr + v.to(tl.int64)[:, None] * CW + cw[None, :],
+                           mask=valid[:, None] & (cw < CW)[None, :], other=0.0)
+            acc += _dot(_tap_gather(thin_ptr, v, d, h, w, valid, D, H, W, T, SIGN, BLOCK_K), wide, IEEE)
+        r = tl.arange(0, BLOCK_K)[:, None] * BLOCK_W + cw[None, :]
+        tl.store(part_ptr + p * BLOCK_K * BLOCK_W + r, acc)
+
+    @torch.library.custom_op("medddpm::conv3d_thin", mutates_args=())
+    def _tc_forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """conv3d(x, weight, bias, padding=1), 3³, a thin side (``conv3d_thin``)."""
+        return _thin_pass(x, weight, bias, dgrad=False)
+
+    @_tc_forward.register_fake
+    def _(x, weight, bias):
+        n, _, d, h, w = x.shape
+        return torch.empty((n, weight.shape[0], d, h, w), device=x.device, dtype=x.dtype,
+                           memory_format=torch.channels_last_3d)
+
+    @torch.library.custom_op("medddpm::conv3d_thin_backward", mutates_args=())
+    def _tc_backward(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool, needs_dx: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """(dx, dweight, dbias) of ``conv3d_thin``; dx is empty unless ``needs_dx``, dbias unless ``has_bias``."""
+        dx = _thin_pass(dy, weight, None, dgrad=True) if needs_dx else x.new_empty(0)
+        return (dx, *_thin_wgrad(dy, x, weight, has_bias))
+
+    @_tc_backward.register_fake
+    def _(dy, x, weight, has_bias, needs_dx):
+        dx = torch.empty(x.shape, device=x.device, dtype=x.dtype, memory_format=torch.channels_last_3d) \
+            if needs_dx else x.new_empty(0)
+        return dx, torch.empty_like(weight), weight.new_empty(weight.shape[0] if has_bias else 0)
+
+    def _tc_setup_context(ctx, inputs, output) -> None:
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    def _tc_backward_rule(ctx, dy):
+        x, weight = ctx.saved_tensors
+        needs_dx = ctx.needs_input_grad[0]
+        dx, dw, db = torch.ops.medddpm.conv3d_thin_backward(dy, x, weight, ctx.has_bias, needs_dx)
+        return (dx if needs_dx else None), dw, (db if ctx.has_bias else None)
+
+    _tc_forward.register_autograd(_tc_backward_rule, setup_context=_tc_setup_context)

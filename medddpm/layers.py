@@ -33,6 +33,7 @@ from .profiling.categories import CONV_PASSES, conv_pass, short_name
 
 MIN_PASSES = {"forward": 3, "step": 8}  # tensor-sized reads + writes of a GroupNorm: forward; forward + backward
 PASSES = tuple(CONV_PASSES.values())  # forward convolution, data gradient, weight gradient
+THIN_CONV_OPS = ("medddpm::conv3d_thin", "medddpm::conv3d_thin_backward")  # the Triton thin convolutions' ops
 OTHER_PASS = "other kernels of the op"  # layout transforms, reductions… launched by a convolution op
 
 
@@ -141,6 +142,9 @@ def profile_step_convs(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         elif e.name == "aten::cudnn_convolution":
             inp, weight = e.input_shapes[:2]
             sig, default = kernel_signature(inp, weight, _output_volume(e, inp, weight)), OTHER_PASS
+        elif e.name in THIN_CONV_OPS:  # medddpm/kernels.py: (x, weight, …) or (dy, x, weight, …); same volume out
+            inp, weight = e.input_shapes[:2] if e.name == THIN_CONV_OPS[0] else e.input_shapes[1:3]
+            sig, default = kernel_signature(inp, weight, None), OTHER_PASS
         else:
             continue
         stack = [e]
@@ -306,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
             if a.profile:
                 t = layer_table(cfg, knobs, (a.size,) * 3, torch.device("cuda"))
+                t.insert(0, "config", knobs.name)
             else:
                 t = norm_table(cfg, (a.size,) * 3, torch.device("cuda"))
             if a.out:

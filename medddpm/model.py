@@ -201,15 +201,22 @@ def padded_params(weight: Tensor, bias: Tensor | None, multiple: int) -> tuple[T
     return weight, None if bias is None else F.pad(bias, (0, extra_out))
 
 
-class PaddableConv3d(nn.Conv3d):
-    """A Conv3d that, with ``pad_to`` > 0, runs with its input and output channels zero-padded to
-    multiples of ``pad_to``: zero input channels meet zero weight columns and the extra outputs
-    are dropped, so the sums are the convolution's, with cuDNN's regular kernels instead of its
-    small-channel ones (the stem sees 3 channels, the output convolution writes 1). The parameters
-    and state-dict keys stay the model's. Training pads the weights at every call;
-    ``freeze_padding`` (sampling) pads them once, into buffers kept in the weight's layout."""
+class ThinConv3d(nn.Conv3d):
+    """The model's thin convolutions: the stem sees 3 channels, the output convolution writes 1,
+    and cuDNN runs both with its small-channel kernels. Two fast paths, the same sums:
 
-    pad_to: int = 0  # channel multiple (0 = a plain Conv3d)
+    - ``pad_to`` > 0: input and output channels zero-padded to multiples of ``pad_to`` (zero input
+      channels meet zero weight columns, the extra outputs are dropped), so cuDNN takes its regular
+      kernels. Training pads the weights at every call; ``freeze_padding`` (sampling) pads them
+      once, into buffers kept in the weight's layout.
+    - ``triton``: ``kernels.conv3d_thin``, each pass at the bytes of its wide side (in autocast's
+      dtype where autocast is on, as ``F.conv3d`` would run), for an NDHWC input; an NCDHW one
+      (the training step's image + mask) runs as a plain or padded Conv3d.
+
+    The parameters and state-dict keys stay the model's."""
+
+    pad_to: int = 0  # channel multiple (0 = no padding)
+    triton: bool = False  # through kernels.conv3d_thin where it runs
 
     def freeze_padding(self) -> None:
         with torch.no_grad():
@@ -219,6 +226,8 @@ class PaddableConv3d(nn.Conv3d):
         self.register_buffer("padded_bias", bias, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.triton and kernels.runs_on(x):
+            return self._triton(x)
         if not self.pad_to:
             return super().forward(x)
         if hasattr(self, "padded_weight"):
@@ -231,19 +240,26 @@ class PaddableConv3d(nn.Conv3d):
         y = F.conv3d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
         return y[:, :self.out_channels] if weight.shape[0] > self.out_channels else y
 
+    def _triton(self, x: Tensor) -> Tensor:
+        weight, bias = self.weight, self.bias
+        kind = x.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        x, weight = x.to(dtype), weight.to(dtype)
+        return kernels.conv3d_thin(x, weight, None if bias is None else bias.to(dtype))
+
 
 def freeze_channel_padding(model: nn.Module) -> None:
     """Pad the weights of ``model``'s channel-padded convolutions once (sampling: the compiled
     denoiser then reads the padded weights as they are, instead of padding them at every step)."""
     for m in model.modules():
-        if isinstance(m, PaddableConv3d) and m.pad_to:
+        if isinstance(m, ThinConv3d) and m.pad_to:
             m.freeze_padding()
 
 
 class Stem(nn.Module):
     def __init__(self, cin: int, cout: int) -> None:
         super().__init__()
-        self.conv = PaddableConv3d(cin, cout, 3, padding=1)
+        self.conv = ThinConv3d(cin, cout, 3, padding=1)
 
     def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
         return self.conv(x)
@@ -256,13 +272,14 @@ class UNet3D(nn.Module):
     (N, in_channels, D, H, W) and integer or fractional timesteps ``t`` of shape (N,), and returns
     the predicted noise of shape (N, out_channels, D, H, W).
 
-    ``fused_ops``, ``sdpa``, ``triton_norm`` and ``pad_channels`` choose the fast-path
+    ``fused_ops``, ``sdpa``, ``triton_norm``, ``pad_channels`` and ``triton_conv`` choose the fast-path
     implementations (``Knobs``); they change no parameter, so a state dict loads into the model
     built either way.
     """
 
     def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
-                 sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0) -> None:
+                 sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0,
+                 triton_conv: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         mc = cfg.model_channels
@@ -311,9 +328,13 @@ class UNet3D(nn.Module):
 
         self.out = nn.Sequential(
             *norm_act(cfg, ch, fused_ops, triton_norm),
-            zeroed(PaddableConv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
+            zeroed(ThinConv3d(mc * cfg.channel_mult[0], cfg.out_channels, 3, padding=1)),
         )
-        self.input_blocks[0][0].conv.pad_to = self.out[-1].pad_to = pad_channels
+        for thin in (self.input_blocks[0][0].conv, self.out[-1]):
+            if triton_conv and not kernels.thin_conv_supported(thin):
+                raise ValueError(f"triton_conv: the {thin.in_channels}→{thin.out_channels} convolution has no "
+                                 f"thin side (at most {kernels.THIN} channels)")
+            thin.pad_to, thin.triton = pad_channels, triton_conv
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
         if x.ndim != 5 or x.shape[1] != self.cfg.in_channels:

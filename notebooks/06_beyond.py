@@ -27,7 +27,7 @@ results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time every rung on this machine's GPU first (about 10 minutes)
 size = 128  # volume side when measuring
-configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast,fast-tnorm-p8"  # rungs (and the best kernel variant) to measure
+configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast,fast-tnorm-tconv"  # rungs (and the best kernel variant) to measure
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -119,13 +119,21 @@ plots.finish(fig)
 # write for the apply; backward: one read of x and dy for the reductions, one read of each and one
 # write of dx), where Inductor's generated kernels move more. `fast-p8` zero-pads the stem (3
 # channels in) and the output convolution (1 channel out) to 8 channels, the same sums and the
-# same parameters; `fast-tnorm-p8` has both.
+# same parameters; `fast-tnorm-p8` has both. `fast-tconv` runs those two thin convolutions through
+# Triton kernels of their own instead (`kernels.conv3d_thin`), each pass a matrix product per
+# tile of voxels that streams the 64-channel side once: a thin input's 27 neighbours gathered
+# into one row per voxel; a thin output as every voxel's products with all 27 taps, then their
+# shifted sum; the weight gradient as gathered thin side × wide side, summed per program. An
+# input that reaches the stem NCDHW (the training step's image + mask) stays with cuDNN, whose
+# kernels for it beat these in the step; the sampler's NDHWC input takes them.
+# `fast-tnorm-tconv` has both Triton levers.
 
 # %% tags=["hide-input"]
 KV = tables.kernel_variants(root, G)
 if KV.empty:
     print(plots.no_data_text("bench rows of fast's kernel variants", "medddpm bench --size 128 --warmup 5 "
-                             "--config fast,fast-tnorm,fast-p8,fast-tnorm-p8 --out data/results/<gpu>/bench.csv"))
+                             "--config fast,fast-tnorm,fast-p8,fast-tnorm-p8,fast-tconv,fast-tnorm-tconv "
+                             "--out data/results/<gpu>/bench.csv"))
 else:
     display(table(KV[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "peak_mem_gib",
                       "speedup_vs_fast"]], 2))
@@ -135,12 +143,20 @@ else:
 # {glue:text}`kv_ref_best_ms` ms a step against `fast`'s {glue:text}`kv_ref_fast_ms` ms
 # ({glue:text}`kv_ref_best_x`×, {glue:text}`kv_ref_best_gain_ms` ms less): it
 # {glue:text}`kv_ref_best_verdict` the 50 ms target, by {glue:text}`kv_ref_best_to_target_ms` ms.
-# The norm kernels alone give {glue:text}`kv_ref_fast-tnorm_ms` ms and the padding alone
-# {glue:text}`kv_ref_fast-p8_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
-# takes {glue:text}`kv_alt_best_ms` ms against {glue:text}`kv_alt_fast_ms` ms. `fast` stays the
-# ladder's last rung until a variant also passes training parity (the loss-parity runs of the
-# quality chapter); the denoiser's ε of `fast-tnorm` is {glue:text}`kv_fast-tnorm_rel` from the
-# FP64 one (relative L2, worst over t, 64³), `fast`'s {glue:text}`kv_fast_rel`.
+# The norm kernels alone give {glue:text}`kv_ref_fast-tnorm_ms` ms, the padding alone
+# {glue:text}`kv_ref_fast-p8_ms` ms and the thin-convolution kernels alone
+# {glue:text}`kv_ref_fast-tconv_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
+# takes {glue:text}`kv_alt_best_ms` ms against {glue:text}`kv_alt_fast_ms` ms
+# ({glue:text}`kv_alt_best_x`×).
+#
+# **Is it still right?** The denoiser's ε of {glue:text}`kv_ref_best` is {glue:text}`kv_best_rel`
+# from the FP64 one (relative L2, worst over t and GPUs, 64³), `fast`'s {glue:text}`kv_fast_rel`
+# and `fast-tnorm`'s {glue:text}`kv_fast-tnorm_rel`: the same bf16 rounding level. After 50
+# training steps at 64³ (seed 0, the quality chapter's loss-parity runs) its held-out loss is
+# {glue:text}`kv_best_lp` ({glue:text}`kv_best_lp_verdict` the FP32 baseline's seed band
+# {glue:text}`kv_lp_band`), `fast`'s {glue:text}`kv_fast_lp` ({glue:text}`kv_fast_lp_verdict`).
+# One seed of each cannot separate them from each other; `fast` stays the ladder's last rung and
+# the variants stay variants, measured beside it.
 #
 # **The norms, shape by shape** ({glue:text}`nm_gpu`; `python -m medddpm.layers --norms`): each
 # GroupNorm shape of the 128³ step with at least 4 M elements ({glue:text}`nm_shapes` shapes,
@@ -169,10 +185,11 @@ else:
 # the table above, are where the norms still lose time against the memory's speed.
 #
 # **The convolutions, layer by layer** ({glue:text}`ly_gpu`; `python -m medddpm.layers --profile
-# --config fast`): every convolution kernel of one `fast` step (profiled without its CUDA graph),
-# attributed to its shape and pass, beside cuDNN's autotuned time for that shape on its own
-# (× the layers of that shape). The largest first; kernels of a convolution op that compute no
-# pass (bias gradients, copies) at the end:
+# --config` {glue:text}`ly_config`): every convolution kernel of one step of
+# {glue:text}`ly_config` (profiled without its CUDA graph), attributed to its shape and pass,
+# beside cuDNN's autotuned time for that shape on its own (× the layers of that shape). The
+# largest first; kernels of a convolution op that compute no pass (bias gradients, copies) at the
+# end:
 
 # %% tags=["hide-input"]
 LY = tables.layer_costs(root, G)
@@ -180,7 +197,8 @@ if LY.empty:
     print(plots.no_data_text("per-layer convolution accounting (fast_path/layers.csv)",
                              "python -m medddpm.layers --profile --out data/results/<gpu>/fast_path/layers.csv"))
 else:
-    display(table(LY[["gpu_slug", "signature", "pass", "count", "ms", "tflops", "isolated_ms", "lost_ms"]].head(16),
+    display(table(LY[["gpu_slug", "config", "signature", "pass", "count", "ms", "tflops", "isolated_ms",
+                      "lost_ms"]].head(16),
                   {"ms": 2, "tflops": 0, "isolated_ms": 2, "lost_ms": 2}))
 
 # %% [markdown]
@@ -190,11 +208,31 @@ else:
 # alone. So no convolution loses time to its place in the step: what is left is the shapes
 # themselves. The largest is {glue:text}`ly_top` at {glue:text}`ly_top_tflops` TFLOP/s
 # ({glue:text}`ly_top_ms` ms), the slowest {glue:text}`ly_slow` at {glue:text}`ly_slow_tflops`
-# TFLOP/s ({glue:text}`ly_slow_ms` ms); `fast-p8` pads that convolution to 8 output channels, and
-# the table of variants above shows what that is worth. Kernels that compute no pass add
-# {glue:text}`ly_other_ms` ms. The milliseconds still between the best variant and 50 ms are in
-# the 64-channel 128³ convolutions, already at cuDNN's best for their shape, in the norms'
-# reductions, and in the Triton elementwise kernels around them.
+# TFLOP/s ({glue:text}`ly_slow_ms` ms). The two thin convolutions (3 channels in, 1 out) took
+# {glue:text}`ly_thin_fast_ms` ms of `fast`'s step with cuDNN and take {glue:text}`ly_thin_ms` ms
+# here. Kernels that compute no pass add {glue:text}`ly_other_ms` ms. The milliseconds still
+# between the best variant and 50 ms are in the 64-channel 128³ convolutions, already at cuDNN's
+# best for their shape, in the norms' reductions, and in the Triton elementwise kernels around
+# them.
+#
+# **The thin convolutions on their own** ({glue:text}`tc_gpu`; `scripts/thin_conv_probe.py`):
+# each pass a training step runs, cuDNN (autotuned) against the Triton kernels with the package's
+# launch shapes, replayed as CUDA graphs, and the bandwidth the Triton pass reaches on its minimal
+# bytes (the 64-channel side once, the thin side once):
+
+# %% tags=["hide-input"]
+TC = tables.thin_convs(root, G)
+if TC.empty:
+    print(plots.no_data_text("thin-convolution timings (fast_path/thin_convs.csv)",
+                             "python scripts/thin_conv_probe.py --out data/results/<gpu>/fast_path/thin_convs.csv"))
+else:
+    display(table(TC[["gpu_slug", "shape", "pass", "ms_cudnn", "ms_triton", "speedup", "triton_tbs"]],
+                  {"ms_cudnn": 3, "ms_triton": 3, "speedup": 1, "triton_tbs": 2}))
+
+# %% [markdown]
+# Together these passes take {glue:text}`tc_cudnn_ms` ms with cuDNN and {glue:text}`tc_triton_ms`
+# ms with the Triton kernels. Passes where cuDNN stays ahead: {glue:text}`tc_cudnn_ahead`. The
+# training step keeps cuDNN for the stem in any case (its input arrives NCDHW).
 
 # %% [markdown]
 # ## The roofline

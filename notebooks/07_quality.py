@@ -29,7 +29,7 @@ results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time sampling on this machine's GPU first (bench-sample; quality runs: scripts/quality_measure.sh)
 size = 128  # volume side when measuring
-configs = "opt1,fast,fast-w16-p8,fast-w16-p8-tnorm"  # sampling configurations to measure (DDIM 50 and DDPM 250)
+configs = "opt1,fast,fast-w16-p8,fast-w16-tnorm-tconv"  # sampling configurations to measure (DDIM 50 and DDPM 250)
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -58,7 +58,9 @@ glue_facts(facts.quality(root, G))
 # and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero
 # channels to 8 (the same sums). `fast-w16-p8-tnorm` also runs GroupNorm + SiLU through the Triton
 # kernels of `medddpm/kernels.py`, which read and write each activation the fewest times the
-# operation allows (the training step's lever, see "Beyond the paper").
+# operation allows (the training step's lever, see "Beyond the paper"). `fast-w16-tnorm-tconv`
+# runs those norm kernels and, instead of the padding, the Triton thin convolutions of the same
+# module for the stem and the output convolution.
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
 SB = tables.sample_bench(root, G)  # 128³ rows, every batch
@@ -80,7 +82,10 @@ if not SB.empty:
 # of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target
 # of {glue:text}`samp_best_ddpm_target` s. `fast` took {glue:text}`samp_fast_ddim_s` s and
 # {glue:text}`samp_fast_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
-# {glue:text}`samp_fast-w16_ddpm_s` s. Several volumes a batch, seconds per volume with DDIM 50
+# {glue:text}`samp_fast-w16_ddpm_s` s; `fast-w16-p8-tnorm` {glue:text}`samp_fast-w16-p8-tnorm_ddim_s` s and
+# {glue:text}`samp_fast-w16-p8-tnorm_ddpm_s` s; `fast-w16-tnorm-tconv`
+# {glue:text}`samp_fast-w16-tnorm-tconv_ddim_s` s and {glue:text}`samp_fast-w16-tnorm-tconv_ddpm_s` s.
+# Several volumes a batch, seconds per volume with DDIM 50
 # ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`; one 128³ volume already fills
 # the GPU, so batching is a throughput knob, not a latency one.
 #
@@ -104,7 +109,8 @@ else:
 # layout); cuDNN then transposes the input, the weight and the output of almost every
 # convolution. With the weights stored in bf16 once, Inductor keeps every activation NDHWC; with
 # the two odd-channel convolutions padded, no small-channel kernel, copy or transpose is left
-# either: a {glue:text}`samp_best` step takes {glue:text}`denoise_best_ms` ms, convolutions
+# either: a {glue:text}`denoise_best_config` step (the fastest sampler with a kernel table) takes
+# {glue:text}`denoise_best_ms` ms, convolutions
 # {glue:text}`denoise_best_conv_ms` ms, transposes {glue:text}`denoise_best_layout_ms` ms. What is
 # left is convolutions and the Triton normalization kernels: the per-layer work of the training
 # step (every convolution at its shape's best, every norm at its minimal bytes) is what would take
@@ -137,7 +143,10 @@ else:
 # {glue:text}`q_fast_rel` (`fast`), {glue:text}`q_fast-w16_rel` (`fast-w16`) and
 # {glue:text}`q_fast-w16-p8_rel` (`fast-w16-p8`); with the Triton norm kernels
 # {glue:text}`q_fast-tnorm_rel` (`fast-tnorm`) and {glue:text}`q_fast-w16-p8-tnorm_rel`
-# (`fast-w16-p8-tnorm`), against an ε whose RMS is {glue:text}`q_rms`.
+# (`fast-w16-p8-tnorm`); with the thin-convolution kernels as well
+# {glue:text}`q_fast-tnorm-tconv_rel` (`fast-tnorm-tconv`) and
+# {glue:text}`q_fast-w16-tnorm-tconv_rel` (`fast-w16-tnorm-tconv`); against an ε whose RMS is
+# {glue:text}`q_rms`.
 # Each sits at its format's rounding level: none adds error of its own, and the sampling levers
 # compute the same network as `fast`.
 

@@ -5,6 +5,9 @@
 #                                           # implementations (OUT/norms.csv), the training step (OUT/bench.csv)
 #   scripts/norm_measure.sh OUT sampling    # the sampler with the kernels, its kernels per step, ε agreement
 #   scripts/norm_measure.sh OUT layers      # per-layer accounting of fast's convolutions (OUT/layers.csv)
+#   scripts/norm_measure.sh OUT thin        # the Triton thin convolutions: each pass against cuDNN
+#                                           # (OUT/thin_convs.csv), the step and the sampler with them
+#   scripts/norm_measure.sh OUT thin-check  # their GPU tests, loss parity and per-layer table of fast-tnorm-tconv
 #
 # Commands go to OUT/commands.log, their output to OUT/log.txt.
 set -uo pipefail
@@ -33,6 +36,17 @@ print(k.groupby('category')['ms_per_step'].sum().round(2).sort_values().to_strin
       run 200 $PY scripts/quality.py agree --out "$OUT" --size 64 --configs fast-tnorm,fast-w16-p8-tnorm ;;
     layers)
       run 300 $PY -m medddpm.layers --profile --config fast --size 128 --out "$OUT/layers.csv" ;;
-    *) echo "unknown stage $stage (kernels, sampling, layers)" >&2; exit 2 ;;
+    thin)
+      run 120 $PY scripts/thin_conv_probe.py --out "$OUT/thin_convs.csv"
+      run 300 $PY -m medddpm bench --model whole-head --size 128 --config ${THIN_CONFIGS:-fast-tconv,fast-tnorm-tconv} --steps 10 \
+        --warmup 5 --device cuda --out "$OUT/bench.csv"
+      B="$PY -m medddpm bench-sample --model whole-head --size 128 --device cuda --out $OUT/sample_bench.csv"
+      run 150 $B --config fast-w16-tnorm-tconv --sampler ddim --steps 50 --repeats 3
+      run 150 $B --config fast-w16-tnorm-tconv --sampler ddpm --repeats 2 ;;
+    thin-check)
+      run 150 $PY -m pytest tests/test_kernels.py -q -p no:cacheprovider -x -k "matches_conv3d or bf16_accumulates or triton_convolutions"
+      run 200 $PY scripts/fast_path.py loss --out "$OUT" --size 64 --configs fast-tnorm-tconv --seeds 0 --steps 50
+      run 200 $PY -m medddpm.layers --profile --config fast-tnorm-tconv --size 128 --out "$OUT/layers.csv" ;;
+    *) echo "unknown stage $stage (kernels, sampling, layers, thin, thin-check)" >&2; exit 2 ;;
   esac
 done

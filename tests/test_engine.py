@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import torch
 
-from medddpm.config import CONFIGS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, Knobs, TrainConfig, run_config
+from medddpm.config import CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, Knobs, TrainConfig, run_config
 from medddpm.data import VolumeDataset, pair_files
 from medddpm.engine import Engine, effective_knobs, make_optimizer
 from medddpm.train import CHECKPOINT, Trainer, load_checkpoint
@@ -83,9 +83,13 @@ def test_knobs_are_validated_early(changes, needle):
 
 
 def test_sampling_variants_add_one_lever_each_and_refuse_training():
-    for previous, knobs in zip((CONFIGS["fast"], *SAMPLING_VARIANTS), SAMPLING_VARIANTS):
-        a, b = dataclasses.asdict(knobs), dataclasses.asdict(previous)
-        assert len({k for k in a if a[k] != b[k]} - {"name"}) == 1 and run_config(knobs.name) == knobs
+    """Each sampling variant adds one lever to fast, to a kernel variant or to a sampling variant
+    before it."""
+    for i, knobs in enumerate(SAMPLING_VARIANTS):
+        a = dataclasses.asdict(knobs)
+        bases = (CONFIGS["fast"], *KERNEL_VARIANTS, *SAMPLING_VARIANTS[:i])
+        changes = [{k for k in a if a[k] != b[k]} - {"name"} for b in map(dataclasses.asdict, bases)]
+        assert min(map(len, changes)) == 1 and run_config(knobs.name) == knobs
         with pytest.raises(ValueError, match="sampling only"):
             run_config(knobs.name, training=True)
 
@@ -111,7 +115,7 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
     assert torch.equal(outs["fast"], outs["fast-w16"])
 
 
-@pytest.mark.parametrize("name", ["fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm"])
+@pytest.mark.parametrize("name", ["fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv"])
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
     5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""

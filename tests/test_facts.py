@@ -96,3 +96,32 @@ def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
     assert f["nm_triton_step_tbs"] == "2.0"  # 1000 MB in 0.5 ms
     assert (f["ly_conv_ms"], f["ly_isolated_ms"], f["ly_other_ms"], f["ly_above"]) == ("3.0", "3.3", "0.5", "1")
     assert f["ly_top"] == "s1 (weight gradient)" and f["ly_slow"] == "s1 (weight gradient)"
+
+
+def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_path):
+    """layers.csv holds fast's table (no config column: written before it existed) and a newer
+    configuration's; the facts quote the newer one and the thin convolutions of both, and the
+    thin-convolution probe's rows with the package's launch shapes."""
+    import pandas as pd
+
+    from medddpm import kernels
+
+    g = tmp_path / "results" / "h200" / "fast_path"
+    g.mkdir(parents=True)
+    (g.parent / "info.json").write_text('{"gpu": "NVIDIA H200"}')
+    rows = lambda ms: pd.DataFrame({"signature": ["64→1 k3 8³→8³", "64→64 k3 8³→8³"], "pass": ["weight gradient"] * 2,
+                                    "ms": ms, "tflops": [1.0, 2.0], "isolated_ms": [1.0, 1.0], "lost_ms": [0.0, 0.0]})
+    pd.concat([rows([3.0, 1.0]).assign(config="fast"), rows([0.5, 1.0]).assign(config="fast-tconv")]).to_csv(
+        g / "layers.csv", index=False)
+    t = kernels.TILES
+    probe = pd.DataFrame({"shape": ["64→1 k3 8³"] * 3, "pass": ["weight gradient"] * 3, "min_mb": [10.0] * 3,
+                          "impl": ["cuDNN", "Triton", "Triton"], "candidate": [-1, 0, 1], "ms": [2.0, 0.5, 0.1],
+                          "conv_tile": [None, t.conv_tile, t.conv_tile * 2]})
+    probe.to_csv(g / "thin_convs.csv", index=False)
+    f = facts.beyond(tmp_path / "results", ["h200"])
+    assert (f["ly_config"], f["ly_thin_fast_ms"], f["ly_thin_ms"]) == ("fast-tconv", "3.00", "0.50")
+    tc = tables.thin_convs(tmp_path / "results", ["h200"])
+    assert tc["ms_triton"].tolist() == [0.5] and tc["speedup"].tolist() == [4.0]  # the package's tiles, not the fastest
+    assert (f["tc_cudnn_ms"], f["tc_triton_ms"], f["tc_cudnn_ahead"]) == ("2.00", "0.50", "none")
+    assert len(tables.layer_costs(tmp_path / "results", ["h200"], "all")) == 4
+    assert set(tables.layer_costs(tmp_path / "results", ["h200"], "fast")["config"]) == {"fast"}

@@ -136,23 +136,143 @@ def test_model_with_triton_norm_matches_the_fused_model():
     torch.manual_seed(0)
     with preserved_backend_flags():
         set_tf32(False)  # a GPU's TF32 convolutions would differ by more than the norms do
-        _compare_models(cfg)
+        fast = _compare_models(cfg, dict(checkpoint_attention=False, fused_ops=True, sdpa=True),
+                               dict(triton_norm=True), 1e-4, 1e-3, 1e-4)
+    assert sum(isinstance(m, nn.GroupNorm) and m.triton for m in fast.modules()) > 0
 
 
-def _compare_models(cfg):
-    ref = UNet3D(cfg, checkpoint_attention=False, fused_ops=True, sdpa=True).to(DEVICE, memory_format=NDHWC)
+def _compare_models(cfg, base: dict, lever: dict, out_tol: float, grad_rtol: float, grad_atol: float) -> UNet3D:
+    """The model built with ``lever`` against the one without (same parameters, jittered so the
+    zero-initialised output layers hide nothing): state-dict keys, ε and every parameter gradient."""
+    ref = UNet3D(cfg, **base).to(DEVICE, memory_format=NDHWC)
     with torch.no_grad():
-        for p in ref.parameters():  # zero-initialised output layers would hide differences
+        for p in ref.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    fast = UNet3D(cfg, checkpoint_attention=False, fused_ops=True, sdpa=True, triton_norm=True)
+    fast = UNet3D(cfg, **base, **lever)
+    assert fast.state_dict().keys() == ref.state_dict().keys()
     fast.load_state_dict(ref.state_dict())
     fast = fast.to(DEVICE, memory_format=NDHWC)
-    assert sum(isinstance(m, nn.GroupNorm) and m.triton for m in fast.modules()) > 0
     x = torch.randn(2, cfg.in_channels, 16, 16, 16, device=DEVICE).contiguous(memory_format=NDHWC)
     t = torch.tensor([3, 120], device=DEVICE)
     out_ref, out_fast = ref(x, t), fast(x, t)
-    torch.testing.assert_close(out_fast, out_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out_fast, out_ref, rtol=out_tol, atol=out_tol)
     out_ref.square().sum().backward()
     out_fast.square().sum().backward()
     for (name, a), b in zip(ref.named_parameters(), fast.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4 * a.grad.abs().max().item(), msg=name)
+        torch.testing.assert_close(b.grad, a.grad, rtol=grad_rtol, atol=grad_atol * a.grad.abs().max().item(), msg=name)
+    return fast
+
+
+# --- thin 3³ convolutions (kernels.conv3d_thin) ------------------------------------------------
+
+@pytest.fixture
+def exact_fp32():
+    """fp32 convolutions without TF32 (PyTorch's cuDNN default on a GPU): the references are exact."""
+    from medddpm.runtime import preserved_backend_flags, set_tf32
+
+    with preserved_backend_flags():
+        set_tf32(False)
+        yield
+
+
+def _conv_inputs(n, cin, cout, spatial, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, cin, *spatial, generator=g).to(DEVICE, dtype).contiguous(memory_format=NDHWC)
+    w = (0.2 * torch.randn(cout, cin, 3, 3, 3, generator=g)).to(DEVICE, dtype)
+    b = torch.randn(cout, generator=g).to(DEVICE, dtype)
+    return x.requires_grad_(True), w.requires_grad_(True), b.requires_grad_(True)
+
+
+@needs_triton
+@pytest.mark.parametrize("n,cin,cout,spatial", [
+    (1, 3, 16, (5, 6, 7)),    # the stem's shape: a thin input (gathered taps), odd volume, partial tile
+    (2, 16, 1, (4, 5, 6)),    # the output convolution's: a thin output (27 shifted loads), two samples
+    (1, 2, 24, (3, 3, 3)),    # channels that are no power of two; every voxel on the border
+    (2, 20, 3, (4, 4, 5)),
+    (1, 8, 8, (4, 4, 4)),     # THIN on both sides
+])
+def test_thin_convolution_matches_conv3d_and_its_gradients(n, cin, cout, spatial, exact_fp32):
+    x, w, b = _conv_inputs(n, cin, cout, spatial)
+    assert kernels.runs_on(x)
+    out = kernels.conv3d_thin(x, w, b)
+    ref = F.conv3d(x, w, b, padding=1)
+    assert out.shape == ref.shape and out.is_contiguous(memory_format=NDHWC)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(ref)
+    for name, got, want in zip("xwb", _grads(out, (x, w, b), g), _grads(ref, (x, w, b), g)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item(), msg=name)
+
+
+@needs_triton
+def test_thin_convolution_without_bias_and_without_an_input_gradient(exact_fp32):
+    x, w, _ = _conv_inputs(1, 16, 1, (4, 4, 4))
+    x = x.detach()
+    out = kernels.conv3d_thin(x, w)
+    (dw,) = torch.autograd.grad(out.square().sum(), w)
+    (want,) = torch.autograd.grad(F.conv3d(x, w, padding=1).square().sum(), w)
+    torch.testing.assert_close(dw, want, rtol=1e-4, atol=1e-5 * want.abs().max().item())
+
+
+@needs_triton
+def test_thin_convolution_in_bf16_accumulates_in_fp32(exact_fp32):
+    """bf16 in and out: within a few bf16 units of the fp32 convolution of the same bf16 numbers."""
+    x, w, b = _conv_inputs(2, 16, 1, (6, 6, 6), torch.bfloat16)
+    out = kernels.conv3d_thin(x, w, b)
+    exact = F.conv3d(x.float(), w.float(), b.float(), padding=1)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), exact, rtol=2 ** -6, atol=2e-2)
+    gw = torch.autograd.grad(out.float().sum(), w)[0].float()
+    gw_exact = torch.autograd.grad(F.conv3d(x.float(), w.float(), b.float(), padding=1).sum(), w)[0].float()
+    torch.testing.assert_close(gw, gw_exact, rtol=2 ** -6, atol=2e-2 * gw_exact.abs().max().item())
+
+
+@needs_triton
+def test_thin_convolution_is_deterministic():
+    x, w, b = _conv_inputs(1, 3, 16, (8, 8, 8), torch.bfloat16)
+    runs = []
+    for _ in range(2):
+        out = kernels.conv3d_thin(x, w, b)
+        runs.append((out, *_grads(out, (x, w, b), torch.ones_like(out))))
+    assert all(torch.equal(p, q) for p, q in zip(*runs))
+
+
+@needs_triton
+def test_thin_convolution_op_registration_is_consistent():
+    x, w, b = _conv_inputs(1, 3, 16, (3, 4, 3))
+    torch.library.opcheck(torch.ops.medddpm.conv3d_thin.default, (x, w, b))
+    x, w, _ = _conv_inputs(1, 16, 1, (3, 3, 4))
+    torch.library.opcheck(torch.ops.medddpm.conv3d_thin.default, (x, w, None))
+
+
+def test_thin_convolution_refuses_shapes_it_does_not_compute_and_falls_back_elsewhere():
+    with pytest.raises(ValueError, match="at most 8 channels on one side"):
+        kernels.conv3d_thin(torch.randn(1, 16, 4, 4, 4), torch.randn(16, 16, 3, 3, 3))
+    with pytest.raises(ValueError, match="3³ weight"):
+        kernels.conv3d_thin(torch.randn(1, 3, 4, 4, 4), torch.randn(16, 3, 1, 1, 1))
+    x, w = torch.randn(1, 3, 4, 4, 4), torch.randn(16, 3, 3, 3, 3)  # NCDHW: the reference path
+    assert not kernels.runs_on(x)
+    torch.testing.assert_close(kernels.conv3d_thin(x, w), F.conv3d(x, w, padding=1))
+    assert kernels.thin_conv_supported(nn.Conv3d(64, 1, 3, padding=1))
+    assert not kernels.thin_conv_supported(nn.Conv3d(64, 1, 3, padding=1, stride=2))
+    assert not kernels.thin_conv_supported(nn.Conv3d(64, 64, 3, padding=1))
+
+
+def test_triton_conv_knob_is_validated():
+    with pytest.raises(ValueError, match="channels_last"):
+        Knobs(triton_conv=True)
+    with pytest.raises(ValueError, match="pad_channels must be 0"):
+        Knobs(triton_conv=True, channels_last=True, pad_channels=8)
+    assert run_config("fast-tconv").triton_conv and run_config("fast-tnorm-tconv").triton_norm
+
+
+@needs_triton
+def test_model_with_triton_convolutions_matches_the_model():
+    """The stem and output convolutions through the Triton kernels: same parameters and state-dict
+    keys, same ε and parameter gradients as the model through F.conv3d."""
+    from medddpm.runtime import preserved_backend_flags, set_tf32
+
+    torch.manual_seed(0)
+    with preserved_backend_flags():
+        set_tf32(False)
+        fast = _compare_models(MODEL_PRESETS["tiny"], {}, dict(triton_conv=True), 1e-5, 1e-4, 1e-5)
+    assert fast.out[-1].triton and fast.input_blocks[0][0].conv.triton

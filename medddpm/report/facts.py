@@ -10,6 +10,7 @@ are facts too (``ref_gpu``, ``alt_gpu``).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -215,6 +216,15 @@ def _agreement(root: Path, gpus: list[str]) -> tuple[str | None, pd.DataFrame]:
     return q, tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
 
 
+def _thin_signature(signature: str) -> bool:
+    """True for a 3³ convolution with a thin side ('64→1 k3 128³→128³'), the kind
+    ``kernels.conv3d_thin`` computes."""
+    from ..kernels import THIN  # here, not at import: the report's import stays free of torch
+
+    m = re.match(r"(\d+)→(\d+) k3 ", signature)
+    return bool(m) and min(int(m[1]), int(m[2])) <= THIN
+
+
 def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     """Issue 21's facts into ``f``: ``fast`` against its kernel variants (kv_), the GroupNorm
     implementations against their minimal bytes (nm_), the convolutions layer by layer (ly_)."""
@@ -240,13 +250,24 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
                                         "meets" if best["step_ms_median"] <= STEP_TARGET_MS else "misses")
             f["kv_ref_best_to_target_ms"] = number(None if best is None else best["step_ms_median"] - STEP_TARGET_MS,
                                                    ".1f", what)
-            for cfg in ("fast-tnorm", "fast-p8"):
+            for cfg in ("fast-tnorm", "fast-p8", "fast-tconv"):
                 f[f"kv_ref_{cfg}_ms"] = number(_get(ms, (r["ref"], cfg)), ".1f", f"bench row of {cfg}")
-    _, a = _agreement(root, gpus)
+            ref_best = None if best is None else str(best["config"])
+    a = tables.quality_csv(root, gpus, "agreement")  # ε against FP64: any GPU's rows
     worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
-    for cfg in ("fast", "fast-tnorm"):
+    for key, cfg in (("fast", "fast"), ("fast-tnorm", "fast-tnorm"), ("best", ref_best)):
         v = _get(worst, cfg)
-        f[f"kv_{cfg}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg}")
+        f[f"kv_{key}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg or 'the best variant'}")
+    lp = tables.loss_parity(root, gpus)
+    lp = lp[lp["gpu_slug"] == r["ref"]] if not lp.empty else lp
+    for key, cfg in (("fast", "fast"), ("best", ref_best)):
+        row = lp[lp["config"] == cfg] if len(lp) else lp
+        what = f"loss-parity row of {cfg or 'the best variant'} on the reference GPU"
+        f[f"kv_{key}_lp"] = f"{row['loss'].iloc[0]:.4f}" if len(row) else missing(what)
+        f[f"kv_{key}_lp_verdict"] = (("inside" if row["inside_band"].iloc[0] else "outside") if len(row)
+                                     else missing(what))
+    f["kv_lp_band"] = (f"{lp['band_low'].iloc[0]:.4f}–{lp['band_high'].iloc[0]:.4f}" if len(lp)
+                       else missing("baseline loss-parity rows"))
     nm = tables.fast_path_csv(root, gpus, "norms")
     nr = roles(nm["gpu_slug"] if not nm.empty else [])
     f["nm_gpu"] = gpu_name(nr["ref"]) if nr["ref"] else missing("fast_path/norms.csv")
@@ -276,6 +297,12 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     f["ly_gpu"] = gpu_name(lr["ref"]) if lr["ref"] else missing("fast_path/layers.csv")
     mine = ly[ly["gpu_slug"] == lr["ref"]] if not ly.empty else ly
     what = "fast_path/layers.csv"
+    f["ly_config"] = str(mine["config"].iloc[0]) if len(mine) else missing(what)
+    every = tables.layer_costs(root, [lr["ref"]], "all") if lr["ref"] else ly
+    thin = every[every["signature"].map(_thin_signature)] if len(every) else every
+    per = thin.groupby("config")["ms"].sum() if len(thin) else pd.Series(dtype=float)
+    f["ly_thin_fast_ms"] = number(_get(per, "fast"), ".2f", "layers.csv rows of fast")
+    f["ly_thin_ms"] = number(_get(per, f["ly_config"]), ".2f", what)
     passes = mine[mine["isolated_ms"].notna()] if len(mine) else mine
     f["ly_conv_ms"] = number(passes["ms"].sum() if len(passes) else None, ".1f", what)
     f["ly_isolated_ms"] = number(passes["isolated_ms"].sum() if len(passes) else None, ".1f", what)
@@ -289,6 +316,16 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
         f[f"ly_{key}"] = (f"{row['signature'].iloc[0]} ({row['pass'].iloc[0]})" if len(row) else missing(what))
         f[f"ly_{key}_ms"] = number(row["ms"].iloc[0] if len(row) else None, ".2f", what)
         f[f"ly_{key}_tflops"] = number(row["tflops"].iloc[0] if len(row) else None, ".0f", what)
+    tc = tables.thin_convs(root, gpus)
+    tr = roles(tc["gpu_slug"] if not tc.empty else [])
+    tmine = tc[tc["gpu_slug"] == tr["ref"]] if not tc.empty else tc
+    what = "fast_path/thin_convs.csv"
+    f["tc_gpu"] = gpu_name(tr["ref"]) if tr["ref"] else missing(what)
+    for impl in ("cudnn", "triton"):
+        f[f"tc_{impl}_ms"] = number(tmine[f"ms_{impl}"].sum() if len(tmine) else None, ".2f", what)
+    ahead = tmine[tmine["speedup"] < 1] if len(tmine) else tmine
+    f["tc_cudnn_ahead"] = (missing(what) if not len(tmine) else "none" if not len(ahead) else
+                           "; ".join(f"{sh} ({ps})" for sh, ps in zip(ahead["shape"], ahead["pass"])))
 
 
 def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -446,8 +483,10 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
     return f
 
 
-SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm")  # slow to fast
-AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm")
+SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
+                    "fast-w16-tnorm-tconv")  # slow to fast
+AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
+                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv")
 SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "fast", "real")
 
 
@@ -479,7 +518,10 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
                                              zip(batches["batch"], batches["s_per_volume_median"]))
                                    if len(batches) else missing("sample_bench.csv"))
     dk = tables.denoise_categories(root, [r["ref"]] if r["ref"] else [])
-    for key, cfg in (("denoise_fast", "fast"), ("denoise_best", best or "fast")):
+    profiled = ddim[ddim["config"].isin(dk.columns)] if len(ddim) and not dk.empty else ddim.iloc[0:0]
+    best_profiled = profiled.loc[profiled["s_per_volume_median"].idxmin(), "config"] if len(profiled) else None
+    f["denoise_best_config"] = best_profiled or missing("denoising-step kernel table")
+    for key, cfg in (("denoise_fast", "fast"), ("denoise_best", best_profiled or "fast")):
         col = dk[cfg] if not dk.empty and cfg in dk.columns else None
         what = f"denoising-step kernel table of {cfg}"
         f[f"{key}_ms"] = number(col.sum() if col is not None else None, ".1f", what)
@@ -488,9 +530,14 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     q, a = _agreement(root, gpus)
     f["q_gpu"] = gpu_name(q) if q else missing("quality results")
     worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
+    elsewhere = tables.quality_csv(root, gpus, "agreement")  # for configurations measured on another GPU only
     for cfg in AGREEMENT_CONFIGS:
         v = _get(worst, cfg)
-        f[f"q_{cfg}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg}")
+        other = elsewhere[elsewhere["config"] == cfg] if v is None and not elsewhere.empty else elsewhere.iloc[0:0]
+        g = other["gpu_slug"].iloc[0] if len(other) else None
+        f[f"q_{cfg}_rel"] = (sci(v) if v is not None else
+                             f"{sci(other.loc[other['gpu_slug'] == g, 'rel_l2'].max())} (on the {gpu_name(g)})" if g
+                             else missing(f"agreement rows of {cfg}"))
     f["q_rms"] = (f"{a['ref_rms'].min():.2f}–{a['ref_rms'].max():.2f}" if not a.empty
                   else missing("quality/agreement.csv"))
     pv = tables.parity_verdict(root, [q]) if q else pd.DataFrame()

@@ -38,8 +38,8 @@ class Stage:
 STAGES = {
     "end_to_end": Stage("01_setup", ALL_CONFIGS, 0.3),  # bench + torch.profiler (H100: 1.4 min for 5)
     "ncu": Stage("03_characterization", "baseline,opt1", 5.5),  # paper mode ~4.1 min (H100: 242 s) + step mode ~1.3 min each
-    "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,fast,fast-tnorm-p8", 1.5),  # compiled rungs ~2.5 min, eager ~0.5
-    "sampling": Stage("07_quality", "opt1,fast,fast-w16-p8,fast-w16-p8-tnorm", 0.8),  # DDIM 50 + DDPM 250 (H100: 3.3 min for 4)
+    "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,fast,fast-tnorm-tconv", 1.5),  # compiled rungs ~2.5 min, eager ~0.5
+    "sampling": Stage("07_quality", "opt1,fast,fast-w16-p8,fast-w16-tnorm-tconv", 0.8),  # DDIM 50 + DDPM 250 (H100: 3.3 min for 4)
 }
 TIMINGS = "gpu_book.csv"  # in the GPU's results folder
 LOG = "gpu_book.log"  # the progress lines, beside it

@@ -257,15 +257,42 @@ def kernel_variants(root: Path, gpus: list[str]) -> pd.DataFrame:
     return b.assign(speedup_vs_fast=b["gpu_slug"].map(fast) / b["step_ms_median"])
 
 
-def layer_costs(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``fast_path/layers.csv`` (``python -m medddpm.layers --profile``): per convolution shape and
-    pass, its milliseconds in a profiled step beside cuDNN's isolated best for that shape, the
-    largest loss first; rows of kernels no pass names (bias gradients, copies) last."""
+def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.DataFrame:
+    """``fast_path/layers.csv`` (``python -m medddpm.layers --profile``): per configuration,
+    convolution shape and pass, its milliseconds in a profiled step beside cuDNN's isolated best
+    for that shape, the largest first; rows of kernels no pass names (bias gradients, copies) last.
+    ``config`` None keeps each GPU's newest configuration (its last rows), "all" every one; tables
+    written before the column existed are ``fast``'s."""
     t = fast_path_csv(root, gpus, "layers")
     if t.empty:
         return t
+    t = t.assign(config=t["config"].fillna("fast") if "config" in t else "fast")
+    if config is None:
+        t = t[t["config"] == t["gpu_slug"].map(t.groupby("gpu_slug")["config"].last())]
+    elif config != "all":
+        t = t[t["config"] == config]
     t = t.assign(is_pass=t["pass"].isin(list(CONV_PASSES.values())))
     return t.sort_values(["is_pass", "ms"], ascending=False, kind="stable").drop(columns="is_pass").reset_index(drop=True)
+
+
+def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``fast_path/thin_convs.csv`` (``scripts/thin_conv_probe.py``): per GPU, thin convolution and
+    pass, cuDNN's autotuned milliseconds beside the Triton kernels' with the package's launch
+    shapes (``kernels.TILES``; where the table has no such row, its fastest candidate)."""
+    from ..kernels import TILES  # here, not at import: the report's import stays free of torch
+
+    t = fast_path_csv(root, gpus, "thin_convs")
+    if t.empty:
+        return t
+    keys = ["gpu_slug", "shape", "pass"]
+    tri = t[t["impl"] == "Triton"]
+    fields = [c for c in tri.columns if hasattr(TILES, c)]
+    ours = tri[(tri[fields] == pd.Series({c: getattr(TILES, c) for c in fields})).all(axis=1)]
+    tri = pd.concat([ours, tri.sort_values("ms")]).drop_duplicates(keys)  # the defaults, else the fastest
+    out = t[t["impl"] == "cuDNN"][keys + ["min_mb", "ms"]].merge(tri[keys + ["ms"]], on=keys, suffixes=("_cudnn", "_triton"))
+    out["speedup"] = out["ms_cudnn"] / out["ms_triton"]
+    out["triton_tbs"] = out["min_mb"] / out["ms_triton"] / 1e3
+    return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def fast_path_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
