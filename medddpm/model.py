@@ -241,6 +241,7 @@ class ThinConv3d(nn.Conv3d):
         return y[:, :self.out_channels] if weight.shape[0] > self.out_channels else y
 
     def _triton(self, x: Tensor) -> Tensor:
+        """The convolution through ``kernels.conv3d_thin``, in the dtype autocast would run it in."""
         weight, bias = self.weight, self.bias
         kind = x.device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
