@@ -115,25 +115,24 @@ def _shape(x: Tensor) -> tuple[int, int, int, int]:
     return n, x.numel() // max(n * c, 1), c, triton.next_power_of_2(c)
 
 
-def _rows(block_c: int, tile: int) -> int:
-    """Rows of a ``tile``-element block of ``block_c`` channels."""
-    return max(1, tile // block_c)
+def _rows(tile: int, *widths: int, least: int = 1) -> int:
+    """Rows (voxels) of a ``tile``-element block as wide as the widest of ``widths``, at least ``least``."""
+    return max(least, tile // max(widths))
 
 
 def _reduction(x: Tensor, tile: int, sums: int) -> tuple[int, int, int, int, int, int, Tensor]:
     """(N, S, C, BLOCK_C, BLOCK_S, rows per program, partials) of a reduction kernel over ``x``'s
     rows, ``tile`` elements per loop step; partials is the (N, P, ``sums``, C) fp32 buffer it fills."""
     n, s, c, block_c = _shape(x)
-    block_s = _rows(block_c, tile)
-    p, rows = _chunks(n, s, block_s, x.device)
+    block_s = _rows(tile, block_c)
+    p, rows = _chunks(s, block_s, TILES.programs_per_sm * _sm_count(x.device) // n)
     return n, s, c, block_c, block_s, rows, torch.empty(n, p, sums, c, device=x.device, dtype=torch.float32)
 
 
-def _chunks(n: int, s: int, block_s: int, device: torch.device) -> tuple[int, int]:
-    """(programs per sample P, rows per program) for the reduction kernels: about
-    ``TILES.programs_per_sm`` programs per SM in all, each a whole number of ``block_s`` row tiles."""
-    target = max(1, TILES.programs_per_sm * _sm_count(device) // n)
-    rows = triton.cdiv(triton.cdiv(s, target), block_s) * block_s
+def _chunks(s: int, block_s: int, programs: int) -> tuple[int, int]:
+    """(programs P, rows per program) of a reduction over ``s`` rows split among about ``programs``
+    programs (at least one), each a whole number of ``block_s`` row tiles."""
+    rows = triton.cdiv(triton.cdiv(s, max(1, programs)), block_s) * block_s
     return triton.cdiv(s, rows), rows
 
 
@@ -347,7 +346,7 @@ if triton is not None:
                                      shift, s, c, groups, eps, HAS_ADD=add is not None, BLOCK_C=block_c,
                                      BLOCK_G=triton.next_power_of_2(groups), num_warps=4)
         y = torch.empty_like(x)
-        apply_s = _rows(block_c, tiles.apply_tile)
+        apply_s = _rows(tiles.apply_tile, block_c)
         _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, scale, shift, s, c, SILU=silu, BLOCK_S=apply_s,
                                                     BLOCK_C=block_c, num_warps=tiles.apply_warps)
         return y, mean, rstd
@@ -377,7 +376,7 @@ if triton is not None:
                                    groups, HAS_ADD=has_add, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
                                    num_warps=4)
         dx = torch.empty_like(x)
-        dx_s = _rows(block_c, tiles.dx_tile)
+        dx_s = _rows(tiles.dx_tile, block_c)
         _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, add if has_add else x, weight, bias, mean, rstd, k1, k2,
                                                   k3, s, c, groups, SILU=silu, HAS_ADD=has_add, BLOCK_S=dx_s,
                                                   BLOCK_C=block_c, num_warps=tiles.dx_warps)
@@ -465,14 +464,12 @@ def _exact_dot(t: Tensor) -> bool:
     return t.dtype == torch.float32 or INTERPRET
 
 
+DOT_MIN = 16  # the smallest side of a tl.dot operand
+
+
 def _pow2(n: int) -> int:
-    """``n`` rounded up to a power of two, at least 16 (the smallest ``tl.dot`` side)."""
-    return max(16, triton.next_power_of_2(n))
-
-
-def _block_rows(tile: int, *widths: int) -> int:
-    """Voxels per program for a ``tile``-element budget over the widest of ``widths``."""
-    return max(16, tile // max(widths))
+    """``n`` rounded up to a power of two, at least ``DOT_MIN``."""
+    return max(DOT_MIN, triton.next_power_of_2(n))
 
 
 def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) -> Tensor:
@@ -491,7 +488,7 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
         mat[:TAPS * k, :m] = taps.reshape(TAPS * k, m)
         if bias is not None:
             mat[TAPS * k, :m] = bias
-        rows = _block_rows(TILES.conv_tile, block_k, block_o)
+        rows = _rows(TILES.conv_tile, block_k, block_o, least=DOT_MIN)
         kernel = _tconv_dgrad_gather_kernel if dgrad else _tconv_fprop_gather_kernel
         kernel[(triton.cdiv(nv, rows),)](inp, mat, out, nv, d, h, w, k, m, BLOCK_V=rows, BLOCK_K=block_k,
                                          BLOCK_O=block_o, IEEE=exact, num_warps=warps)
@@ -501,12 +498,12 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
     mat = torch.zeros(block_c, block_z, device=inp.device, dtype=inp.dtype)
     mat[:k, :TAPS * m] = taps.permute(1, 0, 2).reshape(k, TAPS * m)
     z = torch.empty(TAPS * m, nv, device=inp.device, dtype=torch.float32)
-    rows = _block_rows(TILES.conv_tile, block_c, block_z)
+    rows = _rows(TILES.conv_tile, block_c, block_z, least=DOT_MIN)
     kernel = _tconv_dgrad_products_kernel if dgrad else _tconv_fprop_products_kernel
     kernel[(triton.cdiv(nv, rows),)](inp, mat, z, nv, k, TAPS * m, BLOCK_V=rows, BLOCK_C=block_c, BLOCK_Z=block_z,
                                      IEEE=exact, num_warps=warps)
     block_o = triton.next_power_of_2(m)
-    rows = max(16, TILES.conv_tile // block_o)
+    rows = _rows(TILES.conv_tile, block_o)
     kernel = _tconv_dgrad_sum_kernel if dgrad else _tconv_fprop_sum_kernel
     kernel[(triton.cdiv(nv, rows),)](z, z if bias is None else bias, out, nv, d, h, w, m, HAS_BIAS=bias is not None,
                                      BLOCK_V=rows, BLOCK_O=block_o, num_warps=warps)
@@ -524,10 +521,8 @@ def _thin_wgrad(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[
     n, _, d, h, w = x.shape
     nv = n * d * h * w
     block_k, block_w = _pow2(TAPS * t + 1), _pow2(cw)
-    rows = _block_rows(TILES.wgrad_tile, block_k, block_w)
-    programs = max(1, min(triton.cdiv(nv, rows), TILES.wgrad_programs_per_sm * _sm_count(x.device)))
-    per_prog = triton.cdiv(triton.cdiv(nv, programs), rows) * rows
-    programs = triton.cdiv(nv, per_prog)
+    rows = _rows(TILES.wgrad_tile, block_k, block_w, least=DOT_MIN)
+    programs, per_prog = _chunks(nv, rows, TILES.wgrad_programs_per_sm * _sm_count(x.device))
     part = torch.empty(programs, block_k, block_w, device=x.device, dtype=torch.float32)
     _tconv_wgrad_kernel[(programs,)](thin, wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
                                      BLOCK_V=rows, BLOCK_K=block_k, BLOCK_W=block_w, STAGES=TILES.stages,

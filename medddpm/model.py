@@ -210,8 +210,8 @@ class ThinConv3d(nn.Conv3d):
       kernels. Training pads the weights at every call; ``freeze_padding`` (sampling) pads them
       once, into buffers kept in the weight's layout.
     - ``triton``: ``kernels.conv3d_thin``, each pass at the bytes of its wide side (in autocast's
-      dtype where autocast is on, as ``F.conv3d`` would run), for an NDHWC input; an NCDHW one
-      (the training step's image + mask) runs as a plain or padded Conv3d.
+      dtype where autocast is on, as ``F.conv3d`` would run), for an NDHWC input; for an NCDHW
+      one (the training step's image + mask) ``conv3d_thin`` runs ``F.conv3d`` (cuDNN).
 
     The parameters and state-dict keys stay the model's."""
 
@@ -226,7 +226,7 @@ class ThinConv3d(nn.Conv3d):
         self.register_buffer("padded_bias", bias, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.triton and kernels.runs_on(x):
+        if self.triton:
             return self._triton(x)
         if not self.pad_to:
             return super().forward(x)

@@ -150,7 +150,7 @@ else:
 # ({glue:text}`kv_alt_best_x`×).
 #
 # **Is it still right?** The denoiser's ε of {glue:text}`kv_ref_best` is {glue:text}`kv_best_rel`
-# from the FP64 one (relative L2, worst over t and GPUs, 64³), `fast`'s {glue:text}`kv_fast_rel`
+# from the FP64 one (relative L2, worst over t, 64³), `fast`'s {glue:text}`kv_fast_rel`
 # and `fast-tnorm`'s {glue:text}`kv_fast-tnorm_rel`: the same bf16 rounding level. After 50
 # training steps at 64³ (seed 0, the quality chapter's loss-parity runs) its held-out loss is
 # {glue:text}`kv_best_lp` ({glue:text}`kv_best_lp_verdict` the FP32 baseline's seed band

@@ -17,6 +17,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 RUN_TAIL=${RUN_TAIL:-4}; source "$(dirname "$0")/_run.sh"
 $PY -m medddpm info --json >"$OUT/info-norms.json"
+B="$PY -m medddpm bench-sample --model whole-head --size 128 --device cuda --out $OUT/sample_bench.csv"
 for stage in "$@"; do
   case $stage in
     kernels)
@@ -25,7 +26,6 @@ for stage in "$@"; do
         --device cuda --out "$OUT/bench.csv"
       run 400 $PY -m medddpm.layers --norms --size 128 --out "$OUT/norms.csv" ;;
     sampling)
-      B="$PY -m medddpm bench-sample --model whole-head --size 128 --device cuda --out $OUT/sample_bench.csv"
       run 200 $B --config fast-w16-p8-tnorm --sampler ddim --steps 50 --repeats 3
       run 200 $B --config fast-w16-p8-tnorm --sampler ddpm --repeats 2
       run 150 $PY -c "import torch; from medddpm.config import model_preset, run_config
@@ -40,7 +40,6 @@ print(k.groupby('category')['ms_per_step'].sum().round(2).sort_values().to_strin
       run 120 $PY scripts/thin_conv_probe.py --out "$OUT/thin_convs.csv"
       run 300 $PY -m medddpm bench --model whole-head --size 128 --config ${THIN_CONFIGS:-fast-tconv,fast-tnorm-tconv} --steps 10 \
         --warmup 5 --device cuda --out "$OUT/bench.csv"
-      B="$PY -m medddpm bench-sample --model whole-head --size 128 --device cuda --out $OUT/sample_bench.csv"
       run 150 $B --config fast-w16-tnorm-tconv --sampler ddim --steps 50 --repeats 3
       run 150 $B --config fast-w16-tnorm-tconv --sampler ddpm --repeats 2 ;;
     thin-check)

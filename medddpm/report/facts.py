@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from ..config import LADDER, PAPER_CONFIGS
+from ..kernels import THIN
 from . import paper, tables
 from .present import gpu_name, register_gpus, sci
 
@@ -216,11 +217,23 @@ def _agreement(root: Path, gpus: list[str]) -> tuple[str | None, pd.DataFrame]:
     return q, tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
 
 
+def _worst_agreement(root: Path, gpus: list[str]) -> dict[str, str]:
+    """Per configuration, the worst relative L2 of its ε against FP64 (``quality/agreement.csv``)
+    on the reference quality GPU (``_agreement``), or, for one measured only elsewhere, on the
+    first other GPU that has it, named."""
+    q, _ = _agreement(root, gpus)
+    a = tables.quality_csv(root, gpus, "agreement")
+    out = {}
+    for cfg, rows in (a.groupby("config", sort=False) if not a.empty else []):
+        g = q if q in set(rows["gpu_slug"]) else roles(rows["gpu_slug"])["ref"]
+        v = sci(rows.loc[rows["gpu_slug"] == g, "rel_l2"].max())
+        out[cfg] = v if g == q else f"{v} (on the {gpu_name(g)})"
+    return out
+
+
 def _thin_signature(signature: str) -> bool:
     """True for a 3³ convolution with a thin side ('64→1 k3 128³→128³'), the kind
     ``kernels.conv3d_thin`` computes."""
-    from ..kernels import THIN  # here, not at import: the report's import stays free of torch
-
     m = re.match(r"(\d+)→(\d+) k3 ", signature)
     return bool(m) and min(int(m[1]), int(m[2])) <= THIN
 
@@ -253,11 +266,9 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
             for cfg in ("fast-tnorm", "fast-p8", "fast-tconv"):
                 f[f"kv_ref_{cfg}_ms"] = number(_get(ms, (r["ref"], cfg)), ".1f", f"bench row of {cfg}")
             ref_best = None if best is None else str(best["config"])
-    a = tables.quality_csv(root, gpus, "agreement")  # ε against FP64: any GPU's rows
-    worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
+    worst = _worst_agreement(root, gpus)
     for key, cfg in (("fast", "fast"), ("fast-tnorm", "fast-tnorm"), ("best", ref_best)):
-        v = _get(worst, cfg)
-        f[f"kv_{key}_rel"] = sci(v) if v is not None else missing(f"agreement rows of {cfg or 'the best variant'}")
+        f[f"kv_{key}_rel"] = worst.get(cfg) or missing(f"agreement rows of {cfg or 'the best variant'}")
     lp = tables.loss_parity(root, gpus)
     lp = lp[lp["gpu_slug"] == r["ref"]] if not lp.empty else lp
     for key, cfg in (("fast", "fast"), ("best", ref_best)):
@@ -529,15 +540,9 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         f[f"{key}_layout_ms"] = number((_get(col, "layout transform") or 0.0) if col is not None else None, ".1f", what)
     q, a = _agreement(root, gpus)
     f["q_gpu"] = gpu_name(q) if q else missing("quality results")
-    worst = a.groupby("config")["rel_l2"].max() if not a.empty else pd.Series(dtype=float)
-    elsewhere = tables.quality_csv(root, gpus, "agreement")  # for configurations measured on another GPU only
+    worst = _worst_agreement(root, gpus)
     for cfg in AGREEMENT_CONFIGS:
-        v = _get(worst, cfg)
-        other = elsewhere[elsewhere["config"] == cfg] if v is None and not elsewhere.empty else elsewhere.iloc[0:0]
-        g = other["gpu_slug"].iloc[0] if len(other) else None
-        f[f"q_{cfg}_rel"] = (sci(v) if v is not None else
-                             f"{sci(other.loc[other['gpu_slug'] == g, 'rel_l2'].max())} (on the {gpu_name(g)})" if g
-                             else missing(f"agreement rows of {cfg}"))
+        f[f"q_{cfg}_rel"] = worst.get(cfg) or missing(f"agreement rows of {cfg}")
     f["q_rms"] = (f"{a['ref_rms'].min():.2f}–{a['ref_rms'].max():.2f}" if not a.empty
                   else missing("quality/agreement.csv"))
     pv = tables.parity_verdict(root, [q]) if q else pd.DataFrame()

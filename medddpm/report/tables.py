@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import CONFIGS, KERNEL_VARIANTS, PAPER_CONFIGS
+from ..kernels import TILES
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import CATEGORY_PATTERNS, CONV_PASSES, PAPER_ABBREVIATIONS, category, conv_pass, short_name
@@ -279,8 +280,6 @@ def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``fast_path/thin_convs.csv`` (``scripts/thin_conv_probe.py``): per GPU, thin convolution and
     pass, cuDNN's autotuned milliseconds beside the Triton kernels' with the package's launch
     shapes (``kernels.TILES``; where the table has no such row, its fastest candidate)."""
-    from ..kernels import TILES  # here, not at import: the report's import stays free of torch
-
     t = fast_path_csv(root, gpus, "thin_convs")
     if t.empty:
         return t
