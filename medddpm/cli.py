@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import CONFIGS
+from .config import CONFIGS, DEFAULT_ETA
 from .errors import InputError, MedddpmError
 
 
@@ -75,9 +75,12 @@ class Exit(Exception):
 
 
 def _train_inputs(a: argparse.Namespace):
-    """Everything ``train`` can check without decoding volumes: config, size, steps, folders."""
+    """Everything ``train`` can check without decoding volumes: config, size, steps, folders, the
+    held-out split; returns (model config, knobs, size, train config, run folder, training pairs,
+    held-out pairs)."""
     from .config import TrainConfig, model_preset, run_config
     from .data import pair_files
+    from .quality import split_held_out
     from .train import CHECKPOINT
 
     cfg, knobs = model_preset(a.model), run_config(a.config, training=True)
@@ -88,13 +91,20 @@ def _train_inputs(a: argparse.Namespace):
     train_cfg = TrainConfig(**{k: v for k, v in
                                {"lr": a.lr, "grad_accum": a.grad_accum, "save_every": a.save_every,
                                 "log_every": a.log_every, "seed": a.seed,
-                                "ema_start_step": a.ema_start}.items() if v is not None})
+                                "ema_start_step": a.ema_start, "held_out": a.held_out,
+                                "eval_every": a.eval_every}.items() if v is not None})
+    if a.eval_every is not None and not a.held_out:
+        raise InputError("--eval-every needs --held-out N (the subjects whose loss is evaluated)")
+    if a.time_limit is not None and a.time_limit <= 0:
+        raise InputError(f"--time-limit must be > 0 seconds, got {a.time_limit}")
     out = Path(a.out)
     if (out / CHECKPOINT).exists() and not a.resume:
         raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     if a.resume and not (out / CHECKPOINT).exists():
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist")
-    return cfg, knobs, size, train_cfg, out, pair_files(a.images, a.masks, a.id_regex)
+    pairs = pair_files(a.images, a.masks, a.id_regex)
+    train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
+    return cfg, knobs, size, train_cfg, out, train, tuple(held)
 
 
 def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -147,25 +157,29 @@ def _ranks(a: argparse.Namespace):
 def cmd_train(a: argparse.Namespace) -> None:
     from .data import VolumeDataset
     from .engine import effective_knobs
-    from .train import CHECKPOINT, Trainer, steady_intervals
+    import pandas as pd
+
+    from .train import BEST, CHECKPOINT, HELDOUT, Trainer, steady_intervals
 
     if a.nproc is not None:
         return _launch(a, a.argv)
 
     def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
-        cfg, knobs, size, train_cfg, out, pairs = _train_inputs(a)
+        cfg, knobs, size, train_cfg, out, pairs, held = _train_inputs(a)
         plan = Trainer.data_plan(len(pairs), cfg, effective_knobs(knobs, device, world.size), device, size)
         dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none")
         dataset.validate()  # every file decoded once, before training: bad input stops here
-        return cfg, knobs, size, train_cfg, out, dataset, plan
+        if held:
+            VolumeDataset(list(held), cfg.name, cfg.out_channels, size).validate()
+        return cfg, knobs, size, train_cfg, out, dataset, plan, held
 
     with _ranks(a) as (world, device):
-        cfg, knobs, size, train_cfg, out, dataset, plan = world.checked(inputs)
-        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world, data=plan)
+        cfg, knobs, size, train_cfg, out, dataset, plan, held = world.checked(inputs)
+        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world, data=plan, held_out=held)
         try:
             if a.resume:
                 world.checked(trainer.resume)
-            losses = trainer.fit(a.steps, progress=not a.quiet and world.main)
+            losses = trainer.fit(a.steps, progress=not a.quiet and world.main, time_limit_s=a.time_limit)
         finally:
             trainer.close()
     if not world.main:
@@ -173,6 +187,17 @@ def cmd_train(a: argparse.Namespace) -> None:
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
     print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}; "
           f"data: {plan.pipeline} ({plan.reason})")
+    if trainer.heldout:
+        rows = pd.DataFrame(trainer.heldout)
+        last = rows.query("step == step.max()")
+        ema = rows.query("weights == 'ema'").groupby("step")["loss"].mean()
+        print(f"held-out loss at step {int(last['step'].iloc[0])}: "
+              + ", ".join(f"{w} {g['loss'].mean():.5f}" for w, g in last.groupby("weights"))
+              + f" (mean over {len(held)} subjects × {last['t'].nunique()} t; {out / HELDOUT}); lowest of the EMA "
+              f"{ema.min():.5f} at step {int(ema.idxmin())} ({out / BEST})")
+    if trainer.stopped_early:
+        print(f"stopped at step {trainer.step} of {a.steps}: --time-limit {a.time_limit:g} s reached; "
+              f"continue with --resume")
     steady = steady_intervals(trainer.timing())
     if len(steady):
         print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
@@ -187,7 +212,7 @@ def cmd_sample(a: argparse.Namespace) -> None:
     with _ranks(a) as (world, device):
         written = world.checked(lambda: sample_masks(
             a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
-            progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world))
+            progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
@@ -243,7 +268,7 @@ def cmd_bench_sample(a: argparse.Namespace) -> None:
     from . import sample_bench
 
     _benches(a, lambda cfg, knobs, size, device: sample_bench.bench_sample(
-                 cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed),
+                 cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed, eta=a.eta),
              lambda row: (f"{row['gpu']} {row['config']:<16} {row['size']} {row['sampler']} {row['steps']} steps, "
                           f"batch {row['batch']}: {row['s_per_volume_median']:.3f} s/volume (min "
                           f"{row['s_per_volume_min']:.3f}, max {row['s_per_volume_max']:.3f}), peak "
@@ -306,6 +331,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--log-every", type=int, help="steps between loss read-backs and NaN checks (default 50)")
     s.add_argument("--ema-start", type=int, help="step from which the EMA averages (default 2000)")
     s.add_argument("--seed", type=int, help="random seed (default 0)")
+    s.add_argument("--held-out", type=int, help="last N subjects (in subject order) never trained on: "
+                   "their denoising loss is evaluated every --eval-every steps into heldout.csv (default 0)")
+    s.add_argument("--eval-every", type=int, help="steps between held-out loss evaluations (default 1000)")
+    s.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop (checkpointed) at the first loss "
+                   "read-back after this many seconds; --resume continues exactly")
     s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun + DDP on this machine "
@@ -318,9 +348,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="folder for the generated NIfTI files (must not hold them yet)")
     s.add_argument("--sampler", default="ddpm", choices=["ddpm", "ddim"], help="ancestral DDPM or DDIM")
     s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")
-    s.add_argument("--eta", type=float, default=0.0, help="DDIM eta (0 = deterministic)")
+    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (0 = deterministic; default {DEFAULT_ETA:g}: "
+                   "at 0 the trained model's samples lose in-brain agreement)")
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
+    s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
+                   "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: fast-w16-p8 on a GPU, baseline on a CPU), one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
@@ -352,6 +385,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")
     s.add_argument("--batch", type=int, default=1, help="volumes sampled together; times are per volume")
     s.add_argument("--repeats", type=int, default=3, help="timed runs after one untimed warm-up run")
+    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (default {DEFAULT_ETA:g}, as `sample`)")
     s.add_argument("--seed", type=int, default=0, help="seed of the weights, masks and noise")
     s.set_defaults(func=cmd_bench_sample)
 

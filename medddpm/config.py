@@ -126,16 +126,23 @@ class TrainConfig:
     save_every: int = 1000  # checkpoint period in optimizer steps
     seed: int = 0  # seeds torch, numpy and python's RNGs
     log_every: int = 50  # steps between loss read-backs (NaN check, progress): the loop's only syncs
+    held_out: int = 0  # last subjects (in subject order) never trained on; their loss is evaluated
+    eval_every: int = 1000  # steps between held-out loss evaluations (with held_out > 0)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every"):
+        for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.held_out < 0:
+            raise ValueError(f"held_out must be >= 0, got {self.held_out}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
+
+DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) samples of the trained model lose
+# in-brain agreement with the real image at 50 and at 250 steps, η = 1 keeps DDPM's (quality/samplers.csv)
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/pipeline.py)

@@ -40,14 +40,18 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def append_rows(path: str | Path, rows: list[dict[str, Any]], columns: list[str],
                 what: str = "bench") -> None:
-    """Append rows to ``path`` (created with a header if new); written atomically."""
+    """Append rows to ``path`` (created with a header if new); written atomically. A table
+    written before ``columns`` gained new columns is rewritten with them (its rows left blank
+    there); any other header is refused."""
     path = Path(path)
     old = ""
     if path.exists():
         old = path.read_text()
         header = old.splitlines()[0].split(",") if old.strip() else []
         if header and header != columns:
-            raise InputError(f"{path} has columns {header}, not the {what} columns; choose another --out")
+            if not set(header) < set(columns):
+                raise InputError(f"{path} has columns {header}, not the {what} columns; choose another --out")
+            old = _with_columns(old, columns)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     if not old.strip():
@@ -56,6 +60,15 @@ def append_rows(path: str | Path, rows: list[dict[str, Any]], columns: list[str]
     if old and not old.endswith("\n"):
         old += "\n"
     write_text_atomic(path, old + buf.getvalue())
+
+
+def _with_columns(text: str, columns: list[str]) -> str:
+    """A CSV text rewritten with ``columns`` (a superset of its own), new cells blank."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(csv.DictReader(io.StringIO(text)))
+    return buf.getvalue()
 
 
 def append_csv(path: str | os.PathLike, df, provenance: dict | None = None) -> None:

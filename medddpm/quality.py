@@ -195,15 +195,16 @@ def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, 
     train_pairs, test_pairs = split_held_out(pairs, held_out)
     dataset = VolumeDataset(train_pairs, model_cfg.name, model_cfg.out_channels, size, keep=True)
     dataset.validate()
-    triples = held_out_triples(test_pairs, model_cfg, size)
-    train_cfg = TrainConfig(lr=lr, grad_accum=1, seed=seed, log_every=eval_every, save_every=steps)
-    trainer = Trainer(dataset, model_cfg, train_cfg, run_config(config, training=True), device, out or ".", size)
+    train_cfg = TrainConfig(lr=lr, grad_accum=1, seed=seed, log_every=eval_every, save_every=steps,
+                            held_out=held_out, eval_every=eval_every)
+    trainer = Trainer(dataset, model_cfg, train_cfg, run_config(config, training=True), device, out or ".", size,
+                      held_out=tuple(test_pairs))
     tag = {"config": config, "seed": seed, "size": size[0]}
     evals = []
     while True:
         if trainer.step % eval_every == 0 or trainer.step == steps:
             trainer.flush()
-            evals.append(held_out_loss(model_cfg, cpu_state(trainer.model), triples, device).assign(step=trainer.step))
+            evals.append(trainer.evaluate().query("weights == 'model'").drop(columns="weights"))
         if trainer.step == steps:
             break
         trainer.train_step()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .config import CONFIGS, run_config
+from .config import CONFIGS, DEFAULT_ETA, run_config
 from .data import MASK_LABELS, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from .distributed import World, draw_seed
 from .engine import autocast, inference
@@ -37,11 +37,12 @@ def mask_seed(seed: int, mask: Path) -> int:
 
 
 def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, device: torch.device,
-                 sampler: str = "ddpm", steps: int | None = None, eta: float = 0.0, seed: int = 0,
+                 sampler: str = "ddpm", steps: int | None = None, eta: float = DEFAULT_ETA, seed: int = 0,
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
-                 world: World = World()) -> list[Path]:
+                 world: World = World(), clip: bool = True) -> list[Path]:
     """Generate one image per mask file (this rank's share); every input is checked before
-    anything is written, and each file is written atomically."""
+    anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
+    every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published)."""
     if weights not in ("ema", "model"):
         raise InputError(f"--weights must be 'ema' or 'model', got {weights!r}")
     if sampler not in ("ddpm", "ddim"):
@@ -51,6 +52,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
         raise InputError(f"--config {config!r} is not a run configuration; choose one of {', '.join(CONFIGS)}")
     if batch < 1:
         raise InputError(f"--batch must be >= 1, got {batch}")
+    if eta < 0:
+        raise InputError(f"--eta must be >= 0, got {eta}")
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     size = tuple(ckpt["config"]["size"])
@@ -82,7 +85,7 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
             gens = [torch.Generator(device).manual_seed(mask_seed(seed, files[i])) for i in chunk]
             cond = torch.stack([conds[i] for i in chunk]).to(device)
             with torch.inference_mode(), autocast(knobs, device):
-                x = diffusion.sample(cond, model_cfg.out_channels, sampler, steps, eta, gens,
+                x = diffusion.sample(cond, model_cfg.out_channels, sampler, steps, eta, gens, clip,
                                      on_step=lambda: bar.update(len(chunk)))
             x = x.float().cpu().numpy()
             for j, i in enumerate(chunk):

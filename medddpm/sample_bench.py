@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from .bench import Timer
-from .config import DiffusionConfig, Knobs, ModelConfig
+from .config import DEFAULT_ETA, DiffusionConfig, Knobs, ModelConfig
 from .data import resize
 from .diffusion import GaussianDiffusion
 from .engine import autocast, inference
@@ -25,7 +25,7 @@ from .runtime import env_info
 
 COLUMNS = [
     "gpu", "config", "model", "size", "batch", "sampler", "steps", "s_per_volume_median", "s_per_volume_min",
-    "s_per_volume_max", "peak_mem_gib", "torch", "cuda", "cudnn",
+    "s_per_volume_max", "peak_mem_gib", "torch", "cuda", "cudnn", "eta",
 ]
 WARMUP_STEPS = 3  # DDIM steps of the untimed run: enough to compile and capture every call shape
 
@@ -51,13 +51,17 @@ def warm_sampler(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
 
 def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
                  sampler: str = "ddim", steps: int | None = 50, batch: int = 1, repeats: int = 3,
-                 seed: int = 0, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> dict[str, Any]:
-    """Seconds per volume to sample ``batch`` volumes with ``sampler`` (``steps`` DDIM steps, or all
-    T for DDPM), median/min/max over ``repeats`` warm runs; one CSV row plus the raw times."""
+                 seed: int = 0, diffusion_cfg: DiffusionConfig = DiffusionConfig(),
+                 eta: float = DEFAULT_ETA) -> dict[str, Any]:
+    """Seconds per volume to sample ``batch`` volumes with ``sampler`` (``steps`` DDIM steps at
+    ``eta``, or all T for DDPM, whose η is 1), median/min/max over ``repeats`` warm runs; one CSV
+    row plus the raw times."""
     if sampler not in ("ddpm", "ddim"):
         raise InputError(f"--sampler must be 'ddpm' or 'ddim', got {sampler!r}")
     if sampler == "ddpm" and steps not in (None, diffusion_cfg.timesteps):
         raise InputError(f"the ddpm sampler runs all {diffusion_cfg.timesteps} steps; use --sampler ddim for {steps}")
+    if eta < 0:
+        raise InputError(f"--eta must be >= 0, got {eta}")
     steps = diffusion_cfg.timesteps if steps is None else steps
     if not 1 <= steps <= diffusion_cfg.timesteps or batch < 1 or repeats < 1:
         raise InputError(f"--steps must be in [1, {diffusion_cfg.timesteps}], --batch and --repeats >= 1; "
@@ -69,7 +73,7 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(repeats):
             a = timer.mark()
-            diffusion.sample(masks, model_cfg.out_channels, sampler, steps, 0.0, gen)
+            diffusion.sample(masks, model_cfg.out_channels, sampler, steps, eta, gen)
             times.append(timer.ms(a, timer.mark()) / 1e3 / batch)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     env = env_info(device)
@@ -79,6 +83,7 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         "s_per_volume_median": round(statistics.median(times), 4), "s_per_volume_min": round(min(times), 4),
         "s_per_volume_max": round(max(times), 4), "peak_mem_gib": round(peak, 3),
         "torch": env["torch"], "cuda": env["cuda"], "cudnn": env["cudnn"],
+        "eta": 1.0 if sampler == "ddpm" else eta,
     }
     if device.type == "cuda":
         torch.cuda.empty_cache()

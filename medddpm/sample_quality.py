@@ -139,27 +139,31 @@ def slice_image(slices: pd.DataFrame, source: str, subject: str, view: str) -> n
 
 @dataclass(frozen=True)
 class SamplerRun:
-    """One way of sampling a checkpoint: the sampler, its steps and η, and the denoiser's
-    configuration; ``name`` is its samples' folder."""
+    """One way of sampling a checkpoint: the sampler, its steps and η, whether x̂₀ is clipped, the
+    seed, and the denoiser's configuration; ``name`` is its samples' folder."""
 
     sampler: str  # "ddpm" (all T steps) or "ddim"
     steps: int  # denoising steps
     eta: float  # DDIM η (0 deterministic, 1 ≈ DDPM); 1.0 for DDPM, whose noise is the posterior's
     config: str  # run configuration of the denoiser
+    clip: bool = True  # x̂₀ clipped to [−1, 1] at every step (the reference implementation's default)
+    seed: int = 0  # `medddpm sample --seed`: the initial noise and every step's noise
 
     @property
     def name(self) -> str:
-        return f"{self.sampler}{self.steps}-eta{self.eta:g}-{self.config}"
+        extra = ("" if self.clip else "-noclip") + (f"-s{self.seed}" if self.seed else "")
+        return f"{self.sampler}{self.steps}-eta{self.eta:g}{extra}-{self.config}"
 
     @classmethod
     def parse(cls, name: str) -> "SamplerRun":
-        """The inverse of ``name`` ('ddim50-eta0-fast-w16-p8'); η may be left out: DDPM's is 1,
-        DDIM's 0 ('ddpm250-fast', 'ddim50-fast')."""
-        m = re.fullmatch(r"(ddpm|ddim)(\d+)(?:-eta([0-9.]+))?-(.+)", name)
+        """The inverse of ``name`` ('ddim50-eta0-fast-w16-p8', 'ddpm250-eta1-noclip-s2-fast'); η
+        may be left out: DDPM's is 1, DDIM's 0 ('ddpm250-fast', 'ddim50-fast'); clipped and seed 0
+        unless the name says otherwise."""
+        m = re.fullmatch(r"(ddpm|ddim)(\d+)(?:-eta([0-9.]+))?(-noclip)?(?:-s(\d+))?-(.+)", name)
         if not m or int(m[2]) < 1:
-            raise InputError(f"{name!r} is not a sampler run name like 'ddim50-eta0-fast'")
+            raise InputError(f"{name!r} is not a sampler run name like 'ddim50-eta0-fast' or 'ddpm250-noclip-s1-fast'")
         eta = float(m[3]) if m[3] is not None else (1.0 if m[1] == "ddpm" else 0.0)
-        return cls(m[1], int(m[2]), eta, m[4])
+        return cls(m[1], int(m[2]), eta, m[6], clip=m[4] is None, seed=int(m[5] or 0))
 
 
 MATCH_BACKGROUND = 0.1  # a sampler matches DDPM 250 if its background mean lies within this of DDPM's
@@ -177,30 +181,41 @@ def fidelity_metrics(real: np.ndarray, x: np.ndarray, labels: np.ndarray) -> dic
             "brain_corr": corr, "psnr_db": m["psnr_db"], "ssim": m["ssim"]}
 
 
+RUN_KEYS = ["sampler", "steps", "eta", "clip", "config"]  # one sampler run, over its subjects and seeds
+
+
 def sampler_table(volumes: Mapping[str, Mapping[str, np.ndarray]], labels: Mapping[str, np.ndarray],
-                  reference: tuple[str, int, float] = ("ddpm", 250, 1.0)) -> pd.DataFrame:
-    """One row per (sampler run, held-out subject) of ``volumes`` ({``SamplerRun.name`` or
+                  reference: tuple[str, int, float, bool] = ("ddpm", 250, 1.0, True)) -> pd.DataFrame:
+    """One row per (sampler run, seed, held-out subject) of ``volumes`` ({``SamplerRun.name`` or
     ``REAL``: {subject: volume}}) against the subject's real image, plus the real image's own row
     (its background, for scale), and whether each run matches the quality of the ``reference``
-    (sampler, steps, η) of the same configuration (``MATCH_BACKGROUND``, ``MATCH_CORRELATION``, on
-    the subjects' means)."""
+    (sampler, steps, η, clip) of the same configuration (``MATCH_BACKGROUND``,
+    ``MATCH_CORRELATION``, on the means over subjects and seeds)."""
     if REAL not in volumes:
         raise InputError("the real images are needed (source 'real')")
     rows = []
     for source, subjects in volumes.items():
         run = None if source == REAL else SamplerRun.parse(source)
+        key = ({"sampler": REAL, "steps": 0, "eta": float("nan"), "clip": True, "config": "", "seed": 0} if run is None
+               else {k: getattr(run, k) for k in [*RUN_KEYS, "seed"]})
         for subject, x in subjects.items():
-            rows.append({"sampler": run.sampler if run else REAL, "steps": run.steps if run else 0,
-                         "eta": run.eta if run else float("nan"), "config": run.config if run else "",
-                         "subject": subject, **fidelity_metrics(volumes[REAL][subject], x, labels[subject])})
+            rows.append({**key, "subject": subject, **fidelity_metrics(volumes[REAL][subject], x, labels[subject])})
     out = pd.DataFrame(rows)
-    means = out.groupby(["sampler", "steps", "eta", "config"], dropna=False)[["background_mean", "brain_corr"]].mean()
+    out["matches_reference"] = match_verdicts(out, reference)
+    return out
+
+
+def match_verdicts(table: pd.DataFrame, reference: tuple[str, int, float, bool] = ("ddpm", 250, 1.0, True)) -> pd.Series:
+    """Per row of a ``sampler_table``: whether its run (``RUN_KEYS``) matches the ``reference``
+    run of its configuration — background mean within ``MATCH_BACKGROUND`` and in-brain correlation
+    at most ``MATCH_CORRELATION`` lower, on the means over subjects and seeds — as "yes", "no",
+    "no reference", or "" for the real image's rows."""
+    means = table.groupby(RUN_KEYS, dropna=False)[["background_mean", "brain_corr"]].mean()
     verdict = {}
     for key, m in means.iterrows():
-        sampler, steps, eta, config = key
-        if sampler == REAL:
+        if key[0] == REAL:
             continue
-        ref_key = (*reference, config)
+        ref_key = (*reference, key[-1])
         if ref_key not in means.index:
             verdict[key] = "no reference"
             continue
@@ -208,6 +223,4 @@ def sampler_table(volumes: Mapping[str, Mapping[str, np.ndarray]], labels: Mappi
         ok = (abs(m["background_mean"] - r["background_mean"]) <= MATCH_BACKGROUND
               and m["brain_corr"] >= r["brain_corr"] - MATCH_CORRELATION)
         verdict[key] = "yes" if ok else "no"
-    keys = list(zip(out["sampler"], out["steps"], out["eta"], out["config"]))
-    out["matches_reference"] = [verdict.get(k, "") for k in keys]
-    return out
+    return pd.Series([verdict.get(k, "") for k in zip(*(table[c] for c in RUN_KEYS))], index=table.index)

@@ -34,9 +34,14 @@ from .config import PIPELINE_KNOBS, DiffusionConfig, Knobs, ModelConfig, TrainCo
 from .distributed import World, draw_seed
 from .engine import Engine
 from .errors import DivergedError, InputError
+from .data import Pair
 from .io import atomic_path, write_text_atomic
+from .quality import cpu_state, held_out_loss, held_out_triples
 
 CHECKPOINT = "checkpoint.pt"
+HELDOUT = "heldout.csv"  # held-out loss per (step, weights, subject, t), beside log.csv
+BEST = "best.pt"  # the checkpoint whose EMA weights had the lowest held-out loss so far
+HELDOUT_COLUMNS = ["step", "weights", "subject", "t", "loss"]
 
 
 @torch.no_grad()
@@ -105,7 +110,9 @@ class Trainer:
     """Optimises a ``GaussianDiffusion`` on a dataset of (image, mask) pairs.
 
     One *step* is one optimizer step over ``grad_accum`` micro-batches of ``batch_size`` volumes
-    (paper §3.2). Checkpoints hold ``{step, model, ema, optimizer, config, rng, losses, size}``.
+    (paper §3.2). Checkpoints hold ``{step, model, ema, optimizer, config, rng, losses, heldout}``.
+    With ``held_out`` subjects (``TrainConfig.held_out`` of them, never in ``dataset``) the held-out
+    loss of the model's and the EMA's weights is evaluated every ``eval_every`` steps (``evaluate``).
     ``knobs.data_cache`` picks the input pipeline (``medddpm.pipeline``; ``data`` is its resolved
     plan): decoded volumes on the GPU, in pinned host memory, or decoded ahead by loader workers, so
     no NIfTI decode and no synchronous copy sits on the critical path.
@@ -114,8 +121,14 @@ class Trainer:
     def __init__(self, dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, knobs: Knobs,
                  device: torch.device, out: str | Path, size: tuple[int, int, int],
                  diffusion_cfg: DiffusionConfig = DiffusionConfig(), world: World = World(),
-                 data: pipeline.Plan | None = None) -> None:
+                 data: pipeline.Plan | None = None, held_out: tuple[Pair, ...] = ()) -> None:
+        if len(held_out) != train_cfg.held_out:
+            raise ValueError(f"train_cfg.held_out is {train_cfg.held_out} but {len(held_out)} held-out pairs were given")
         self.dataset, self.device, self.out, self.world = dataset, device, Path(out), world
+        self.held_out, self._triples = tuple(held_out), None
+        self.heldout: list[dict[str, Any]] = []  # evaluate()'s rows, kept in the checkpoint
+        self.stopped_early = False  # fit() stopped at its time limit before its last step
+        self._last_eval: int | None = None  # the step of the latest held-out evaluation (every rank)
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
         self.size = tuple(size)
         model_cfg.check_size(self.size)
@@ -162,11 +175,7 @@ class Trainer:
         path = self.out / CHECKPOINT
         if not self.world.main:
             return path
-        ckpt = {"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
-                "rng": rng_state(), "losses": list(self.losses)}
-        with atomic_path(path) as tmp:
-            torch.save(ckpt, tmp)
+        self._write_checkpoint(path)
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(["step", "loss", "global_batch", "data"])
@@ -174,7 +183,17 @@ class Trainer:
                          for i, loss in enumerate(self.losses))
         write_text_atomic(self.out / "log.csv", buf.getvalue())
         write_text_atomic(self.out / "timing.csv", self.timing().to_csv(index=False, lineterminator="\n"))
+        if self.held_out:
+            write_text_atomic(self.out / HELDOUT, pd.DataFrame(self.heldout, columns=HELDOUT_COLUMNS)
+                              .to_csv(index=False, lineterminator="\n", float_format="%.8g"))
         return path
+
+    def _write_checkpoint(self, path: Path) -> None:
+        ckpt = {"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
+                "rng": rng_state(), "losses": list(self.losses), "heldout": list(self.heldout)}
+        with atomic_path(path) as tmp:
+            torch.save(ckpt, tmp)
 
     def timing(self) -> pd.DataFrame:
         """Wall-clock ms/step between consecutive loss read-backs of this process (each one waits
@@ -199,6 +218,8 @@ class Trainer:
         set_rng_state(ckpt["rng"])
         self.step = int(ckpt["step"])
         self.losses = list(ckpt.get("losses", []))
+        self.heldout = list(ckpt.get("heldout", []))
+        self._last_eval = self.heldout[-1]["step"] if self.heldout else None
 
     # ---- training -----------------------------------------------------------------------------
     def draws(self, step: int) -> list[int]:
@@ -271,24 +292,75 @@ class Trainer:
                     f"({self.out / CHECKPOINT}) is left as it was")
         self.losses.extend(values)
 
-    def fit(self, steps: int, progress: bool = True) -> list[float]:
+    def evaluate(self) -> pd.DataFrame:
+        """The held-out loss at this step of the model's weights and of the EMA's (which ``sample``
+        uses), one row per (weights, subject, t): ``quality.held_out_loss``, the same fixed noised
+        inputs and FP32 evaluator at every step, so the curve measures the weights alone. Rank 0
+        evaluates; the rows are kept for the checkpoint and ``heldout.csv``."""
+        if self._triples is None:
+            self._triples = held_out_triples(self.held_out, self.model_cfg, self.size,
+                                             diffusion_cfg=self.diffusion_cfg)
+        frames = [held_out_loss(self.model_cfg, cpu_state(m), self._triples, self.device).assign(weights=w)
+                  for w, m in (("model", self.model), ("ema", self.ema))]
+        df = pd.concat(frames, ignore_index=True).assign(step=self.step)[HELDOUT_COLUMNS]
+        self.heldout.extend(df.to_dict("records"))
+        return df
+
+    def _evaluate_if_due(self, steps: int) -> bool:
+        """Every ``eval_every`` steps, at step 0 and at the last step (once per step; every rank
+        decides alike): read the losses back, then rank 0 evaluates the held-out loss and, where
+        the EMA's is the lowest yet, writes the checkpoint also to ``best.pt``. Returns whether
+        it evaluated."""
+        due = self.step % self.train_cfg.eval_every == 0 or self.step == steps
+        if not self.held_out or not due or self.step == self._last_eval:
+            return False
+        self._last_eval = self.step
+        self.flush()
+        if not self.world.main:
+            return True
+        means = pd.DataFrame(self.heldout, columns=HELDOUT_COLUMNS).query("weights == 'ema'").groupby("step")["loss"].mean()
+        now = self.evaluate().query("weights == 'ema'")["loss"].mean()
+        if means.empty or now < means.min():
+            self._write_checkpoint(self.out / BEST)
+        return True
+
+    def _out_of_time(self, deadline: float | None) -> bool:
+        """Whether ``deadline`` (``time.perf_counter()``) has passed on rank 0, agreed by all ranks."""
+        if deadline is None:
+            return False
+        late = torch.tensor([float(time.perf_counter() > deadline and self.world.main)], device=self.device)
+        return bool(self.world.mean(late).item() > 0)
+
+    def fit(self, steps: int, progress: bool = True, time_limit_s: float | None = None) -> list[float]:
         """Train until ``steps`` optimizer steps in total; checkpoint every ``save_every`` and at the
-        end; losses are read back every ``log_every`` steps."""
+        end; losses are read back every ``log_every`` steps. With ``time_limit_s`` training stops at
+        the first read-back after that many seconds (``stopped_early``), checkpointed: ``resume``
+        continues it exactly."""
         if steps < self.step:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
+        if time_limit_s is not None and time_limit_s <= 0:
+            raise InputError(f"--time-limit must be > 0 seconds, got {time_limit_s}")
         self._clock = [(self.step, time.perf_counter())]
+        deadline = None if time_limit_s is None else self._clock[0][1] + time_limit_s
+        self.stopped_early = False
         from tqdm.auto import tqdm
 
         cfg = self.train_cfg
         bar = tqdm(total=steps, initial=self.step, disable=not progress, desc="train", unit="step")
         self.feed(stop=steps)
         try:
+            self._evaluate_if_due(steps)
             while self.step < steps:
                 self.train_step()
                 if self.step % cfg.log_every == 0 or self.step % cfg.save_every == 0:
                     self.flush()
                     bar.update(self.step - bar.n)
-                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}")
+                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
+                    self.stopped_early = self.step < steps and self._out_of_time(deadline)
+                if self._evaluate_if_due(steps):
+                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
+                if self.stopped_early:
+                    break  # saved below
                 if self.step % cfg.save_every == 0:
                     self.save()
             bar.update(self.step - bar.n)
@@ -297,3 +369,8 @@ class Trainer:
             self.close_feed()
         self.save()
         return self.losses
+
+    def _held_postfix(self) -> dict[str, str]:
+        """The progress bar's latest held-out loss of the EMA weights (mean over subjects and t)."""
+        last = [r["loss"] for r in self.heldout if r["step"] == self.heldout[-1]["step"] and r["weights"] == "ema"]
+        return {"held_out": f"{np.mean(last):.4f}"} if last else {}

@@ -71,7 +71,7 @@ else:
 
 # %% tags=["hide-input"]
 if not SB.empty:
-    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median", "s_per_volume_min",
+    display(table(SB[["gpu_slug", "config", "sampler", "steps", "eta", "batch", "s_per_volume_median", "s_per_volume_min",
                       "s_per_volume_max", "peak_mem_gib"]], 3))
 
 # %% [markdown]
@@ -85,7 +85,9 @@ if not SB.empty:
 # {glue:text}`samp_fast-w16_ddpm_s` s; `fast-w16-p8-tnorm` {glue:text}`samp_fast-w16-p8-tnorm_ddim_s` s and
 # {glue:text}`samp_fast-w16-p8-tnorm_ddpm_s` s; `fast-w16-tnorm-tconv`
 # {glue:text}`samp_fast-w16-tnorm-tconv_ddim_s` s and {glue:text}`samp_fast-w16-tnorm-tconv_ddpm_s` s.
-# Several volumes a batch, seconds per volume with DDIM 50
+# DDIM's η (the table's `eta`; older rows ran at 0, "Which sampler is right?" below says why the
+# default is now 1) costs one noise draw a step, no time: {glue:text}`samp_best` took
+# {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM 50
 # ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`; one 128³ volume already fills
 # the GPU, so batching is a throughput knob, not a latency one.
 #
@@ -222,8 +224,9 @@ else:
     plots.finish(plots.no_data("sample slices (quality/slices.parquet)", "quality"))
 
 # %% [markdown]
-# Intensities inside the brain mask, per source, for each held-out subject (`fast-long`: the
-# 20,000-step model of the next section, sampled with `fast`):
+# Intensities inside the brain mask, per source, for each held-out subject (`fast-long`: a
+# 20,000-step model, `medddpm train --config fast` on the same 6 training subjects, sampled with
+# `fast`):
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-hist", "caption": "Intensity histograms inside the brain mask of each held-out subject ({glue:text}`q_gpu`): the real image, the FP32 (`baseline`) and `fast` samples of the 1,000-step checkpoint, and `fast` samples of the 20,000-step model (`fast-long`)."}}
 H = tables.quality_csv(root, QG, "histograms")
@@ -241,33 +244,101 @@ else:
 # %% [markdown]
 # The configurations' histograms (`baseline`, `fast`) lie on top of each other. Neither has the
 # real image's two tissue peaks: after 1,000 steps the model has learnt where the brain is, not
-# yet its tissue contrast. `fast-long`, the 20,000-step model of the next section, is closer in
-# shape but brighter than the real image inside the brain.
+# yet its tissue contrast. `fast-long`, the 20,000-step model, is closer in shape but brighter
+# than the real image inside the brain.
+
+# %% [markdown]
+# ## Which sampler is right?
+#
+# A faster sampler counts only if its samples are as good as DDPM 250's from the same checkpoint,
+# so first a checkpoint worth judging. `medddpm train --config fast --held-out 2 --eval-every 1000`
+# trains on the 6 training subjects (64³, lr 1e-4, batch 1) and every 1,000 steps evaluates the
+# denoising loss of the 2 held-out subjects, on the same fixed noised inputs and with the same FP32
+# evaluator each time (`heldout.csv`), keeping the checkpoint of the lowest loss (`best.pt`);
+# `--time-limit` and `--resume` split the run into device calls.
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-converge", "caption": "Held-out denoising loss (L1 on ε, mean over the 2 held-out subjects and 6 timesteps) of `medddpm train --config fast` on the 6 training subjects ({glue:text}`q_gpu`, 64³), for the model's weights and their EMA (which sampling uses); dashed: the EMA's lowest point; red: the step of the checkpoint sampled below (the same recipe, trained again)."}}
+curve = tables.heldout_curve(root, QGPU) if QGPU else None
+if curve is not None and not curve.empty:
+    low, sampled = tables.plateau(curve), tables.plateau(tables.heldout_curve(root, QGPU, "samplers_heldout"))
+    plots.finish(plots.heldout_curve(curve, low["best_step"], sampled["last_step"] if sampled else None))
+else:
+    plots.finish(plots.no_data("held-out loss curve (quality/converge_heldout.csv)", "quality"))
+
+# %% [markdown]
+# The EMA's held-out loss {glue:text}`cv_verdict` at step {glue:text}`cv_best_step`
+# ({glue:text}`cv_best_loss`) and was {glue:text}`cv_rise` higher by step {glue:text}`cv_last_step`
+# ({glue:text}`cv_last_loss`): past that point the model learns its six training subjects, not
+# the task (the run took {glue:text}`cv_ms` ms a step). The checkpoint sampled here is the same
+# recipe trained to step {glue:text}`sm_ckpt_step` (held-out loss {glue:text}`sm_ckpt_loss`).
+#
+# From it, each sampler drew {glue:text}`sm_n` samples under `fast` and under the fastest sampling
+# configuration, `fast-w16-tnorm-tconv`, and every sample was compared with its subject's real
+# image (`scripts/quality.py samplers` → `quality/samplers.csv`): the mean intensity of the
+# background (outside the brain mask; the real image's is {glue:text}`sm_real_bg`), the Pearson
+# correlation with the real image inside the brain, PSNR and SSIM. A run *matches DDPM 250* when
+# its background mean lies within 0.1 of DDPM 250's and its in-brain correlation at most 0.05 below,
+# both as means over all samples of the run.
+
+# %% tags=["hide-input"]
+runs = tables.samplers(root, QGPU) if QGPU else None
+if runs is None or runs.empty:
+    print(plots.no_data_text("sampler runs (quality/samplers.csv)", "quality"))
+else:
+    summary = tables.sampler_summary(runs)
+    display(table(summary.rename(columns={
+        "background": "background mean", "background_sd": "sd over samples", "background_se": "standard error",
+        "brain_corr": "in-brain r", "brain_corr_min": "lowest r", "psnr_db": "PSNR, dB", "ssim": "SSIM",
+        "matches_ddpm250": "matches DDPM 250"}), 3))
+
+# %% [markdown]
+# - **Deterministic DDIM is what was wrong, at any step count.** With η = 0 the in-brain
+#   correlation falls to {glue:text}`sm_ddim50_eta0_fast_corr` at 50 steps and to
+#   {glue:text}`sm_ddim250_eta0_fast_corr` at all 250 (`fast`; DDPM 250:
+#   {glue:text}`sm_ddpm250_fast_corr`), so neither the step count nor the spacing of the steps is
+#   the cause: without fresh noise at each step the chain does not forgive the model's errors. The
+#   samplers' equations themselves are tested against an exact denoiser (Gaussian data, whose
+#   optimal ε is known: `tests/test_diffusion.py`).
+# - **DDIM 50 with η = 1 keeps DDPM's quality at a fifth of its steps**: in-brain correlation
+#   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_corr` under `fast-w16-tnorm-tconv` (matches:
+#   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_match`) and {glue:text}`sm_ddim50_eta1_fast_corr`
+#   under `fast` (matches: {glue:text}`sm_ddim50_eta1_fast_match`;
+#   {glue:text}`sm_ddim50_eta1_fast_vs`). `medddpm sample`
+#   and `bench-sample` therefore default to η = 1. The recommended fast sampler is
+#   {glue:text}`sm_rec`: {glue:text}`sm_rec_s` s per 128³ volume on the {glue:text}`sm_rec_gpu`,
+#   which {glue:text}`sm_rec_verdict` the 1 s target.
+# - **Clipping x̂₀ to [−1, 1] is needed.** Without it (`--no-clip`, DDPM's Algorithm 2 as
+#   published) every chain diverges: background means {glue:text}`sm_noclip_bg`, in-brain
+#   correlation at most {glue:text}`sm_noclip_corr`.
+# - **No sampler draws a black background.** Of the clipped runs, {glue:text}`sm_black` lies within
+#   0.1 of the real image's background; DDPM 250's is {glue:text}`sm_ddpm250_fast_bg` and
+#   {glue:text}`sm_ddpm250_fast-w16-tnorm-tconv_bg`, and single samples spread by
+#   {glue:text}`sm_bg_sd` (standard deviation): a uniform grey offset whose level depends on the
+#   seed, while the brain inside the mask is right. The model at its best held-out loss sets the
+#   background's level only loosely, and a sampler cannot add what the model lacks; more training
+#   subjects, or a loss that weighs the noisiest steps more, are where to look next.
 
 # %% [markdown]
 # ## The paper's Fig. 1, made from our own model
 #
-# Held-out masks (brain and lesion), the subject's real image, and synthetic volumes sampled with
-# the fastest inference configuration (`fast`, DDIM 50): from the 1,000-step FP32 checkpoint
-# above, and from a longer run, `medddpm train --config fast` for 20,000 steps on the same 6
-# training subjects (lr 1e-4, EMA weights). Slices go through each subject's lesion.
+# Held-out masks (brain and lesion), the subject's real image, and the first seed's samples of the
+# checkpoint above: DDPM 250, the recommended DDIM 50 with η = 1, and the deterministic DDIM 50
+# (η = 0) it replaces. Slices go through each subject's lesion.
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³): per held-out subject, the mask (brain and lesion), the real image and `fast` DDIM 50 samples from the 1,000-step checkpoint and from the 20,000-step model, in orthogonal slices through the lesion."}}
-if SL is not None:
-    plots.finish(plots.slices(SL, sorted(SL["subject"].unique()),
-                              {"mask": "mask", "real": "real image", "fast": "1,000 steps", "fast-long": "20,000 steps"}))
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the held-out-loss checkpoint of step {glue:text}`sm_ckpt_step`): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
+SSL = tables.sampler_slices(root, QGPU) if QGPU else None
+if SSL is not None:
+    plots.finish(plots.slices(SSL, sorted(SSL["subject"].unique()), tables.fig1_sources(SSL, facts.SAMPLER_QUALITY_CONFIGS)))
 else:
-    plots.finish(plots.no_data("sample slices (quality/slices.parquet)", "quality"))
+    plots.finish(plots.no_data("sampler slices (quality/sampler_slices.parquet)", "quality"))
 
 # %% [markdown]
-# One 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the
-# {glue:text}`q_gpu` (`bench-sample`, warm). The long run trained {glue:text}`long_steps` steps at
-# {glue:text}`long_ms` ms/step (steady state of the real training loop) to a training loss of
-# {glue:text}`long_loss` (mean of its last {glue:text}`long_tail` steps). After 1,000 steps the samples follow the
-# mask's brain outline and lesion but are mostly noise; after 20,000 the anatomy appears —
-# ventricles, cortex, cerebellum — and the lesion sits where the mask puts it. The demo set has a
-# single anatomy (the MNI152 template) under different lesions, so this shows conditioning on the
-# mask, not generalisation across brains.
+# The demo set has a single anatomy (the MNI152 template) under different lesions, so this shows
+# conditioning on the mask, not generalisation across brains. An earlier run of the same recipe,
+# {glue:text}`long_steps` steps at {glue:text}`long_ms` ms/step (training loss
+# {glue:text}`long_loss`, mean of its last {glue:text}`long_tail` steps; `fast-long` above), ran past
+# the held-out minimum; one 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the
+# {glue:text}`q_gpu` (`bench-sample`, warm).
 
 # %% [markdown]
 # ## What this does not show

@@ -8,10 +8,11 @@
     quality.py sample  --work W --data DEMO --checkpoint CKPT --configs ...   # W/samples/<cfg>/*.nii.gz (GPU)
     quality.py compare --out OUT --data DEMO --samples W/samples              # → sample_agreement.csv,
                                                                               #   histograms.csv, slices.parquet
-    quality.py samplers --out OUT --data DEMO --checkpoint CKPT --configs fast-w16-p8 \
-                        [--runs ddpm250,ddim250-eta0,ddim250-eta1,ddim50-eta0,ddim50-eta1] --work W
+    quality.py samplers --out OUT --data DEMO --checkpoint CKPT --configs fast-w16-p8 [--seeds 0,1] \
+                        [--runs ddpm250,ddim250-eta0,ddim250-eta1,ddim50-eta0,ddim50-eta1,ddpm250-noclip] --work W
                                                   # held-out masks sampled per run (W/samplers/<run>/,
-                                                  # kept: a second call resumes) → samplers.csv
+                                                  # kept: a second call resumes) → samplers.csv,
+                                                  #   sampler_slices.parquet
 
 DEMO is a folder with images/ and masks/ (``medddpm demo-data``); its last ``--held-out``
 subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.quality`` and
@@ -115,9 +116,11 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
     """Every sampler run × configuration on the held-out masks of one checkpoint, each sample
     against its subject's real image (``sample_quality.sampler_table``) → samplers.csv."""
     from medddpm.sample import sample_masks
-    from medddpm.sample_quality import SamplerRun, brain_labels, sample_volumes, sampler_table
+    from medddpm.sample_quality import (REAL, RUN_KEYS, SamplerRun, brain_labels, orthogonal_slices, sample_volumes,
+                                        sampler_table)
 
-    runs = [SamplerRun.parse(f"{spec}-{c}") for spec in a.runs.split(",") for c in a.configs]  # checked first
+    runs = [SamplerRun.parse(f"{spec}{f'-s{seed}' if seed else ''}-{c}") for spec in a.runs.split(",")
+            for seed in a.seeds for c in a.configs]  # checked first
     _, held = _pairs(a)
     masks = split(a)
     device = resolve_device(a.device)
@@ -131,26 +134,31 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)  # a partial folder is sampled again
         sample_masks(a.checkpoint, masks, folder, device, sampler=run.sampler,
                      steps=None if run.sampler == "ddpm" else run.steps, eta=0.0 if run.sampler == "ddpm" else run.eta,
-                     seed=0, config=run.config, progress=False)
+                     seed=run.seed, config=run.config, progress=False, clip=run.clip)
         print(f"{run.name}: sampled {len(held)} held-out masks", flush=True)
     volumes = sample_volumes(folders, held)
-    table = sampler_table(volumes, brain_labels(held, MASK_LABELS[a.model]))
+    labels = brain_labels(held, MASK_LABELS[a.model])
+    table = sampler_table(volumes, labels)
     append_csv(out / "samplers.csv", table.assign(checkpoint=str(a.checkpoint)), env_info(device))
-    print(table.groupby(["sampler", "steps", "eta", "config"], dropna=False)[
-        ["background_mean", "brain_corr", "psnr_db", "ssim"]].mean().round(3).to_string())
+    first = {k: v for k, v in volumes.items() if k == REAL or SamplerRun.parse(k).seed == a.seeds[0]}
+    with atomic_path(out / "sampler_slices.parquet") as tmp:  # the chapter's Fig. 1: the first seed's samples
+        orthogonal_slices(first, labels).to_parquet(tmp, index=False)
+    print(table.groupby(RUN_KEYS, dropna=False)[["background_mean", "brain_corr", "psnr_db", "ssim"]]
+          .mean().round(3).to_string())
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["agree", "parity", "split", "sample", "compare", "samplers"], help="which step")
-    p.add_argument("--runs", default=DEFAULT_RUNS, help="samplers: comma-separated ddpm250 / ddim<N>-eta<η>")
+    p.add_argument("--runs", default=DEFAULT_RUNS, help="samplers: comma-separated ddpm250 / ddim<N>-eta<η>, "
+                   "each optionally followed by -noclip")
     p.add_argument("--out", help="results folder of this GPU (tables go to OUT/quality/)")
     p.add_argument("--data", help="demo-data folder with images/ and masks/")
     p.add_argument("--held-out", type=int, default=2, help="last subjects never trained on (default 2)")
     p.add_argument("--model", default="whole-head", help="model preset")
     p.add_argument("--size", type=int, default=64, help="side of the cubic volume (default 64)")
     p.add_argument("--configs", default="baseline", help="comma-separated configurations")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds (parity)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (parity: training; samplers: sampling)")
     p.add_argument("--steps", type=int, default=1000, help="optimizer steps (parity) or DDIM steps (sample)")
     p.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations (parity)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (parity)")

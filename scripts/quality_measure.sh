@@ -11,9 +11,12 @@
 # (bench-sample 64³ DDIM 50 of fast and baseline → OUT/sample_bench.csv) · long (`medddpm train
 # --config fast` on the training subjects for up to LONG_STEPS steps or LONG_S seconds, whichever
 # comes first (checkpoints every 1000 steps), then `medddpm sample --config fast` DDIM 50 of the
-# held-out masks → WORK/samples/fast-long; log.csv → OUT/quality/long_log.csv) · samplers (that
-# checkpoint sampled by DDPM 250 and DDIM 250/50 at η 0 and 1 under SAMPLER_CONFIGS, each sample
-# against the real image → OUT/quality/samplers.csv; resumable). Concurrent copies of this
+# held-out masks → WORK/samples/fast-long; log.csv → OUT/quality/long_log.csv) · converge
+# (`medddpm train --config fast --held-out 2` on DATA, the held-out loss every EVAL_EVERY steps,
+# for TRAIN_S seconds a call, resumed by the next call until CONVERGE_STEPS; its log, heldout and
+# timing CSVs → OUT/quality/converge_*.csv) · samplers (CKPT, by default the converge run's
+# best.pt, its checkpoint of the lowest held-out loss, sampled by DDPM 250 and DDIM 250/50 at η 0 and 1 under SAMPLER_CONFIGS, each sample
+# against the real image → OUT/quality/samplers.csv, sampler_slices.parquet; resumable). Concurrent copies of this
 # script must use different OUT folders (tables are appended). Logs: OUT/log.txt, OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: quality_measure.sh OUT DATA WORK STAGE...}; DATA=${2:?}; WORK=${3:?}; shift 3
@@ -51,9 +54,17 @@ for stage in "$@"; do
       cp "$WORK/long/log.csv" "$OUT/quality/long_log.csv"; cp "$WORK/long/timing.csv" "$OUT/quality/long_timing.csv"
       run 300 $PY -m medddpm sample --checkpoint "$WORK/long/checkpoint.pt" --masks "$held" --config fast \
         --sampler ddim --steps 50 --quiet --out "$WORK/samples/fast-long" ;;
-    samplers)  # issue 20: DDPM 250 and DDIM 250/50 at η 0 and 1 from the long run's checkpoint → quality/samplers.csv
-      run "${LIMIT:-580}" $Q samplers --out "$OUT" --data "$DATA" --work "$WORK" --checkpoint "$WORK/long/checkpoint.pt" \
-        --configs "${SAMPLER_CONFIGS:-fast-w16-p8}" ;;
+    converge)  # issue 20: train until the held-out loss stops falling, TRAIN_S seconds a call
+      mkdir -p "$OUT/quality"; c=$WORK/converge; train_s=${TRAIN_S:-480}
+      run $((train_s + 90)) $PY -m medddpm train --images "$DATA/images" --masks "$DATA/masks" --held-out 2 \
+        --eval-every "${EVAL_EVERY:-1000}" --config fast --size 64 --steps "${CONVERGE_STEPS:-200000}" --lr 1e-4 \
+        --grad-accum 1 --log-every 500 --save-every 5000 --time-limit "$train_s" --quiet --out "$c" \
+        $([ -f "$c/checkpoint.pt" ] && echo --resume)
+      for f in log heldout timing; do cp "$c/$f.csv" "$OUT/quality/converge_$f.csv"; done ;;
+    samplers)  # issue 20: DDPM 250 and DDIM 250/50 at η 0 and 1 from one checkpoint → quality/samplers.csv
+      run "${LIMIT:-580}" $Q samplers --out "$OUT" --data "$DATA" --work "$WORK" \
+        --checkpoint "${CKPT:-$WORK/converge/best.pt}" --configs "${SAMPLER_CONFIGS:-fast-w16-p8}" \
+        --seeds "${SAMPLER_SEEDS:-0}" ${SAMPLER_RUNS:+--runs "$SAMPLER_RUNS"} ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

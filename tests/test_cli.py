@@ -218,3 +218,35 @@ def test_device_defaults_to_the_gpu_when_there_is_one(monkeypatch):
                                         "1", "--out", "o"], "sample": ["--checkpoint", "c", "--masks", "m", "--out", "o"]
                                         }.get(command, []))
         assert args.device is None  # resolved by default_device, not by argparse's default
+
+
+def test_train_with_held_out_subjects_reports_their_loss(capsys, phantoms, tmp_path):
+    out = tmp_path / "run"
+    base = ["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+            "--size", "16", "--device", "cpu", "--quiet", "--out", str(out)]
+    code, stdout, _ = run(capsys, *base, "--steps", "2", "--held-out", "1", "--eval-every", "1")
+    assert code == 0 and "held-out loss at step 2" in stdout and "lowest of the EMA" in stdout
+    assert (out / "heldout.csv").exists() and (out / "best.pt").exists()
+    code, _, err = run(capsys, *base, "--steps", "2", "--eval-every", "5")
+    assert_one_line_error(code, err, "--eval-every needs --held-out")
+    n = len(list((phantoms / "images").iterdir()))
+    code, _, err = run(capsys, *base[:-1], str(tmp_path / "x"), "--steps", "2", "--held-out", str(n))
+    assert_one_line_error(code, err, f"--held-out must be in [1, {n - 1}]")
+    code, _, err = run(capsys, *base[:-1], str(tmp_path / "y"), "--steps", "2", "--time-limit", "0")
+    assert_one_line_error(code, err, "--time-limit must be > 0")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_append_rows_adds_new_columns_to_an_older_table_and_refuses_another(tmp_path):
+    p = tmp_path / "t.csv"
+    append_rows(p, [{"a": 1, "b": 2}], ["a", "b"])
+    append_rows(p, [{"a": 3, "b": 4, "c": 5}], ["a", "b", "c"])
+    assert p.read_text().splitlines() == ["a,b,c", "1,2,", "3,4,5"]
+    with pytest.raises(InputError, match="not the bench columns"):
+        append_rows(p, [{"a": 1, "d": 2}], ["a", "d"])
+    assert p.read_text().splitlines()[-1] == "3,4,5"
+
+
+def test_sampling_refuses_a_negative_eta(capsys, tmp_path):
+    code, _, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--device", "cpu", "--eta", "-1")
+    assert_one_line_error(code, err, "--eta must be >= 0")

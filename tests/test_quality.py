@@ -157,6 +157,30 @@ def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches
     assert SamplerRun.parse("ddpm250-fast") == SamplerRun("ddpm", 250, 1.0, "fast")  # η left out: the sampler's own
     with pytest.raises(Exception, match="not a sampler run name"):
         SamplerRun.parse("fast")
+    run = SamplerRun("ddim", 50, 1.0, "fast-w16-p8", clip=False, seed=3)
+    assert run.name == "ddim50-eta1-noclip-s3-fast-w16-p8" and SamplerRun.parse(run.name) == run
+
+
+def test_match_verdicts_use_the_means_over_seeds_and_subjects_of_each_run():
+    """Two seeds of DDIM 50 whose backgrounds straddle DDPM 250's match on their mean; a run is
+    judged against DDPM 250 of its own configuration and clipping."""
+    import pandas as pd
+
+    from medddpm.sample_quality import RUN_KEYS, match_verdicts
+
+    def row(sampler, steps, eta, seed, bg, corr, clip=True, config="fast"):
+        return dict(zip(RUN_KEYS, (sampler, steps, eta, clip, config)), seed=seed, subject="s", background_mean=bg,
+                    brain_corr=corr)
+
+    t = pd.DataFrame([row("real", 0, float("nan"), 0, -0.9, 1.0, config=""),
+                      row("ddpm", 250, 1.0, 0, -0.6, 0.98), row("ddpm", 250, 1.0, 1, -0.6, 0.98),
+                      row("ddim", 50, 1.0, 0, -0.8, 0.97), row("ddim", 50, 1.0, 1, -0.45, 0.97),  # mean −0.625
+                      row("ddim", 50, 0.0, 0, -0.6, 0.80), row("ddim", 50, 0.0, 1, -0.6, 0.80),  # r too low
+                      row("ddim", 50, 1.0, 0, -0.6, 0.98, clip=False)])  # no unclipped DDPM 250
+    v = match_verdicts(t)
+    assert list(v) == ["", "yes", "yes", "yes", "yes", "no", "no", "yes"]
+    t.loc[t["clip"] == False, "config"] = "other"  # noqa: E712
+    assert match_verdicts(t).iloc[-1] == "no reference"
 
 
 def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp_path):

@@ -461,3 +461,71 @@ def test_plots_draw_paper_values_hatched_with_gaps(tmp_path):
     P = tables.roofline(RESULTS, ["h200"], "paper", ["opt1"])
     fig = plots.roofline(P, tables.ceilings(RESULTS, ["h200"]), ["baseline", "opt1"])  # baseline absent: one panel
     assert len(fig.axes) == 1 and fig.axes[0].get_xscale() == "log"
+
+
+def _store_csv(root, gpu, name, df):
+    path = root / gpu / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+
+
+def test_heldout_curve_finds_where_the_loss_stopped_falling(tmp_path):
+    rows = [{"step": s, "weights": w, "subject": j, "t": 1, "loss": v + 0.01 * j}
+            for s, v in ((0, 0.8), (1000, 0.2), (2000, 0.1), (3000, 0.12)) for w in ("model", "ema") for j in (0, 1)]
+    _store_csv(tmp_path, "g", "quality/converge_heldout.csv", pd.DataFrame(rows))
+    curve = tables.heldout_curve(tmp_path, "g")
+    assert list(curve.columns) == ["step", "ema", "model"] and curve["ema"].iloc[0] == pytest.approx(0.805)
+    low = tables.plateau(curve)
+    assert low["best_step"] == 2000 and low["last_step"] == 3000 and low["stopped"]
+    assert low["rise"] == pytest.approx(0.125 / 0.105 - 1)
+    assert not tables.plateau(curve[curve["step"] <= 2000])["stopped"]  # still falling at its last point
+    assert tables.heldout_curve(tmp_path, "other").empty and tables.plateau(pd.DataFrame()) is None
+
+
+def test_sampler_tables_keep_the_newest_checkpoint_and_row(tmp_path):
+    """samplers.csv is appended by every call: the newest checkpoint's newest row of each (run,
+    seed, subject) counts, verdicts recomputed over all seeds; the summary has one row per run."""
+    base = {"steps": 250, "eta": 1.0, "clip": True, "config": "fast", "subject": "s", "brain_corr": 0.98,
+            "psnr_db": 20.0, "ssim": 0.7, "background_std": 0.1, "matches_reference": "stale"}
+    rows = [{**base, "sampler": "ddpm", "seed": 0, "background_mean": -0.1, "checkpoint": "old.pt"},
+            {**base, "sampler": "real", "steps": 0, "eta": float("nan"), "config": "", "seed": 0,
+             "background_mean": -0.9, "brain_corr": 1.0, "matches_reference": "", "checkpoint": "new.pt"},
+            {**base, "sampler": "ddpm", "seed": 0, "background_mean": -0.5, "checkpoint": "new.pt"},
+            {**base, "sampler": "ddpm", "seed": 0, "background_mean": -0.6, "checkpoint": "new.pt"},  # newer
+            {**base, "sampler": "ddpm", "seed": 1, "background_mean": -0.8, "checkpoint": "new.pt"},
+            {**base, "sampler": "ddim", "steps": 50, "seed": 0, "background_mean": -0.3, "checkpoint": "new.pt"}]
+    _store_csv(tmp_path, "g", "quality/samplers.csv", pd.DataFrame(rows))
+    s = tables.samplers(tmp_path, "g")
+    assert len(s) == 4 and set(s["checkpoint"]) == {"new.pt"}
+    summary = tables.sampler_summary(s).set_index(["sampler", "steps"])
+    ddpm = summary.loc[("ddpm", 250)]
+    assert ddpm["samples"] == 2 and ddpm["background"] == pytest.approx(-0.7) and ddpm["matches_ddpm250"] == "yes"
+    assert ddpm["background_se"] == pytest.approx(s[s["sampler"] == "ddpm"]["background_mean"].std() / 2 ** 0.5)
+    assert summary.loc[("ddim", 50), "matches_ddpm250"] == "no"  # −0.3 against −0.7
+    assert tables.samplers(tmp_path, "other").empty
+
+
+def test_fig1_takes_the_fastest_configuration_with_samples():
+    sl = pd.DataFrame({"source": ["mask", "real", "ddpm250-eta1-fast", "ddim50-eta1-fast", "ddim50-eta0-fast",
+                                  "ddpm250-eta1-fast-w16", "ddim50-eta1-fast-w16"]})
+    assert tables.fig1_sources(sl, ("fast", "fast-w16")) == {
+        "mask": "mask", "real": "real image", "ddpm250-eta1-fast-w16": "DDPM 250 (fast-w16)",
+        "ddim50-eta1-fast-w16": "DDIM 50, η = 1"}
+    assert tables.fig1_sources(sl[sl["source"].isin(["mask", "real"])], ("fast",)) == {"mask": "mask", "real": "real image"}
+
+
+def test_sample_bench_prefers_the_default_eta_and_reads_old_rows_as_eta_0(tmp_path):
+    from medddpm.config import DEFAULT_ETA
+
+    row = {"gpu": "G", "config": "fast", "model": "whole-head", "size": "128x128x128", "batch": 1, "steps": 50,
+           "sampler": "ddim"}
+    old = pd.DataFrame([{**row, "s_per_volume_median": 1.0}, {**row, "sampler": "ddpm", "steps": 250,
+                                                               "s_per_volume_median": 5.0}])
+    _store_csv(tmp_path, "g", "sample_bench.csv", old)
+    sb = tables.sample_bench(tmp_path, ["g"])
+    assert dict(zip(sb["sampler"], sb["eta"])) == {"ddim": 0.0, "ddpm": 1.0}
+    new = pd.concat([old.assign(eta=[0.0, 1.0]), pd.DataFrame([{**row, "s_per_volume_median": 1.1, "eta": DEFAULT_ETA},
+                                                               {**row, "s_per_volume_median": 0.9, "eta": 0.0}])])
+    _store_csv(tmp_path, "g", "sample_bench.csv", new)
+    ddim = tables.sample_bench(tmp_path, ["g"]).query("sampler == 'ddim'")
+    assert len(ddim) == 1 and ddim["eta"].iloc[0] == DEFAULT_ETA and ddim["s_per_volume_median"].iloc[0] == 1.1

@@ -12,9 +12,12 @@ CPU = torch.device("cpu")
 
 
 def _trainer(phantoms, out, **train):
-    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16))
+    pairs = pair_files(phantoms / "images", phantoms / "masks")
+    held = train.get("held_out", 0)
+    ds = VolumeDataset(pairs[:len(pairs) - held], "whole-head", 1, (16, 16, 16))
     cfg = TrainConfig(**{"save_every": 2, "ema_start_step": 2, "ema_every": 1, "lr": 1e-3, **train})
-    return Trainer(ds, MODEL_PRESETS["tiny"], cfg, run_config("baseline"), CPU, out, (16, 16, 16))
+    return Trainer(ds, MODEL_PRESETS["tiny"], cfg, run_config("baseline"), CPU, out, (16, 16, 16),
+                   held_out=tuple(pairs[len(pairs) - held:]))
 
 
 def test_resume_continues_the_exact_loss_sequence(phantoms, tmp_path):
@@ -84,3 +87,42 @@ def test_grad_accum_validation():
     with pytest.raises(ValueError, match="grad_accum"):
         TrainConfig(grad_accum=0)
     assert math.isclose(TrainConfig().ema_decay, 0.995)
+
+
+def test_held_out_loss_is_evaluated_kept_and_resumed_exactly(phantoms, tmp_path):
+    """Every eval_every steps, at step 0 and at the last step: both weights, every (subject, t);
+    the rows live in the checkpoint, so a resumed run writes the same heldout.csv; best.pt is the
+    checkpoint of the EMA's lowest held-out loss."""
+    import pandas as pd
+
+    from medddpm.quality import HELDOUT_TIMESTEPS
+    from medddpm.train import BEST, HELDOUT
+
+    straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2)
+    straight.fit(5, progress=False)
+    h = pd.read_csv(tmp_path / "a" / HELDOUT)
+    assert sorted(h["step"].unique()) == [0, 2, 4, 5] and set(h["weights"]) == {"model", "ema"}
+    assert len(h) == 4 * 2 * len(HELDOUT_TIMESTEPS) and h["subject"].nunique() == 1
+    ema = h[h["weights"] == "ema"].groupby("step")["loss"].mean()
+    assert load_checkpoint(tmp_path / "a" / BEST)["step"] == ema.idxmin()
+    first = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2)
+    first.fit(4, progress=False)  # stops at an evaluation: the resumed run does not evaluate step 4 again
+    second = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2)
+    second.resume()
+    second.fit(5, progress=False)
+    assert (tmp_path / "b" / HELDOUT).read_text() == (tmp_path / "a" / HELDOUT).read_text()
+    with pytest.raises(ValueError, match="held_out is 1 but 0 held-out pairs"):
+        Trainer(straight.dataset, MODEL_PRESETS["tiny"], TrainConfig(held_out=1), run_config("baseline"), CPU,
+                tmp_path / "c", (16, 16, 16))
+
+
+def test_time_limit_stops_checkpointed_and_resume_finishes_the_same_run(phantoms, tmp_path):
+    straight = _trainer(phantoms, tmp_path / "a", log_every=1).fit(4, progress=False)
+    t = _trainer(phantoms, tmp_path / "b", log_every=1)
+    t.fit(4, progress=False, time_limit_s=1e-9)
+    assert t.stopped_early and t.step == 1 and load_checkpoint(tmp_path / "b" / CHECKPOINT)["step"] == 1
+    rest = _trainer(phantoms, tmp_path / "b", log_every=1)
+    rest.resume()
+    assert rest.fit(4, progress=False) == straight and not rest.stopped_early
+    with pytest.raises(InputError, match="--time-limit must be > 0"):
+        rest.fit(6, progress=False, time_limit_s=0)

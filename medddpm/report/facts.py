@@ -524,6 +524,10 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         f[f"samp_best_{smp}_target"] = f"{target:g}"
         f[f"samp_best_{smp}_verdict"] = missing("sample_bench.csv") if v is None else ("meets" if v <= target else "misses")
         f[f"samp_best_{smp}_vs_opt1"] = number(opt1 / v if v and opt1 else None, ".1f", "sample_bench rows of opt1")
+    etas = tables.sample_bench(root, [r["ref"]] if r["ref"] else [], every_eta=True)
+    etas = etas[(etas["config"] == best) & (etas["sampler"] == "ddim") & (etas["batch"] == 1)] if best else etas
+    f["samp_best_ddim_etas"] = ("; ".join(f"η = {e:g}: {v:.2f} s" for e, v in zip(etas["eta"], etas["s_per_volume_median"]))
+                                if len(etas) else missing("sample_bench.csv"))
     batches = sb[(sb["gpu_slug"] == r["ref"]) & (sb["config"] == best) & (sb["sampler"] == "ddim")] if best else sb
     f["samp_best_ddim_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
                                              zip(batches["batch"], batches["s_per_volume_median"]))
@@ -565,12 +569,111 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     sb64 = tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
     fig1 = sb64[(sb64["config"] == "fast") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
+    f.update(sampler_quality(root, q, sb))
     lr = tables.long_run(root, q) if q else None
     what = "long run (quality/long_log.csv)"
     f["long_steps"] = number(lr and lr["steps"], ",", what)
     f["long_loss"] = number(lr and lr["loss_tail"], ".3f", what)
     f["long_tail"] = number(lr and lr["tail"], "d", what)
     f["long_ms"] = number(lr and lr["ms_per_step"], ".1f", what)
+    return f
+
+
+SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0), "ddim50_eta0": ("ddim", 50, 0.0),
+                "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
+SAMPLER_QUALITY_CONFIGS = ("fast", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
+
+
+def run_label(sampler: str, steps: int, eta: float) -> str:
+    """'DDPM 250' or 'DDIM 50 (η = 1)'."""
+    return f"DDPM {steps}" if sampler == "ddpm" else f"DDIM {steps} (η = {eta:g})"
+
+
+def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str) -> str:
+    """A sampler run's background mean against DDPM 250's (means ± standard errors), and, where it
+    misses the match criterion, by how much against the standard error of the difference."""
+    from ..sample_quality import MATCH_BACKGROUND
+
+    if run is None or ddpm is None:
+        return missing(what)
+    text = (f"background mean {run['background']:.2f} ± {run['background_se']:.2f} against DDPM 250's "
+            f"{ddpm['background']:.2f} ± {ddpm['background_se']:.2f}")
+    excess = abs(run["background"] - ddpm["background"]) - MATCH_BACKGROUND
+    if excess <= 0:
+        return text
+    se = math.hypot(run["background_se"], ddpm["background_se"])
+    return (f"{text}: {excess:.2f} beyond the {MATCH_BACKGROUND:g} criterion, "
+            f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
+
+
+def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, str]:
+    """07, "Which sampler is right?": the held-out loss curve to its lowest point
+    (``quality/converge_heldout.csv``), the checkpoint that was sampled, every sampler run against
+    the real image (``quality/samplers.csv``), and the recommended sampler with its 128³ time
+    (``sb``: ``tables.sample_bench``)."""
+    from ..sample_quality import MATCH_BACKGROUND
+
+    f: dict[str, str] = {}
+    what = "held-out loss curve (quality/converge_heldout.csv)"
+    pl = tables.plateau(tables.heldout_curve(root, q)) if q else None
+    f["cv_best_step"] = number(pl and pl["best_step"], ",", what)
+    f["cv_best_loss"] = number(pl and pl["best"], ".4f", what)
+    f["cv_last_step"] = number(pl and pl["last_step"], ",", what)
+    f["cv_last_loss"] = number(pl and pl["last"], ".4f", what)
+    f["cv_rise"] = pct(pl and pl["rise"], what)
+    f["cv_verdict"] = (missing(what) if pl is None else "stopped falling" if pl["stopped"]
+                       else "had not yet stopped falling")
+    f["cv_ms"] = number(tables.steady_ms(root, [q], "quality/converge_timing").get(q) if q else None, ".1f",
+                        "timing of the held-out run (quality/converge_timing.csv)")
+    what = "held-out curve of the sampled run (quality/samplers_heldout.csv)"
+    sampled = tables.plateau(tables.heldout_curve(root, q, "samplers_heldout")) if q else None
+    f["sm_ckpt_step"] = number(sampled and sampled["last_step"], ",", what)
+    f["sm_ckpt_loss"] = number(sampled and sampled["last"], ".4f", what)
+    what = "sampler runs (quality/samplers.csv)"
+    s = tables.samplers(root, q) if q else pd.DataFrame()
+    summ = tables.sampler_summary(s) if not s.empty else pd.DataFrame()
+    runs = summ[(summ["sampler"] != "real") & summ["clip"]] if not summ.empty else summ
+    real = summ[summ["sampler"] == "real"] if not summ.empty else summ
+    f["sm_n"] = (missing(what) if s.empty else
+                 f"{s.loc[s['sampler'] != 'real', 'seed'].nunique()} seeds × {s['subject'].nunique()} held-out subjects")
+    f["sm_real_bg"] = number(real["background"].iloc[0] if len(real) else None, ".2f", what)
+    f["sm_bg_sd"] = (f"{runs['background_sd'].min():.2f}–{runs['background_sd'].max():.2f}" if len(runs)
+                     else missing(what))
+    by = runs.set_index(["sampler", "steps", "eta", "config"]) if len(runs) else runs
+    for key, (smp, steps, eta) in SAMPLER_RUNS.items():
+        for cfg in SAMPLER_QUALITY_CONFIGS:
+            r = _get(by, (smp, steps, eta, cfg))
+            w = f"{run_label(smp, steps, eta)} samples of {cfg}"
+            f[f"sm_{key}_{cfg}_bg"] = (missing(w) if r is None else
+                                       f"{r['background']:.2f} ± {r['background_se']:.2f}")
+            f[f"sm_{key}_{cfg}_corr"] = number(None if r is None else r["brain_corr"], ".3f", w)
+            f[f"sm_{key}_{cfg}_match"] = missing(w) if r is None else r["matches_ddpm250"]
+    for cfg in SAMPLER_QUALITY_CONFIGS:
+        f[f"sm_ddim50_eta1_{cfg}_vs"] = _versus_ddpm(_get(by, ("ddim", 50, 1.0, cfg)), _get(by, ("ddpm", 250, 1.0, cfg)),
+                                                    f"DDIM 50 and DDPM 250 samples of {cfg}")
+    raw = summ[(summ["sampler"] != "real") & ~summ["clip"]] if not summ.empty else summ
+    f["sm_noclip_bg"] = (f"{raw['background'].min():.1f} to {raw['background'].max():.1f}" if len(raw)
+                         else missing("unclipped sampler runs"))
+    f["sm_noclip_corr"] = number(raw["brain_corr"].max() if len(raw) else None, ".2f", "unclipped sampler runs")
+    black = runs[(runs["background"] - real["background"].iloc[0]).abs() <= MATCH_BACKGROUND] if len(real) else runs
+    f["sm_black"] = (missing(what) if not len(runs) else "none of them" if not len(black) else
+                     ", ".join(f"{run_label(r.sampler, r.steps, r.eta)} of `{r.config}`" for r in black.itertuples()))
+    fewer = runs[(runs["matches_ddpm250"] == "yes") & (runs["steps"] < 250)] if len(runs) else runs
+    one = sb[(sb["batch"] == 1) & (sb["sampler"] == "ddim")] if not sb.empty else sb
+    if len(fewer):
+        ref = roles(one["gpu_slug"] if len(one) else [])["ref"]
+        times = (one[one["gpu_slug"] == ref].set_index(["config", "steps", "eta"])["s_per_volume_median"]
+                 if len(one) else pd.Series(dtype=float))
+        fewer = fewer.assign(s=[_get(times, (r.config, r.steps, r.eta)) for r in fewer.itertuples()])
+        rec = fewer.sort_values(["steps", "s"], na_position="last").iloc[0]
+        f["sm_rec"] = f"{run_label(rec['sampler'], rec['steps'], rec['eta'])} under `{rec['config']}`"
+        f["sm_rec_gpu"] = gpu_name(ref) if ref else missing("sample_bench.csv")
+        f["sm_rec_s"] = number(rec["s"], ".2f", f"sample_bench row of {rec['config']} at η = {rec['eta']:g}")
+        f["sm_rec_verdict"] = (missing("sample_bench.csv") if rec["s"] is None else
+                               "meets" if rec["s"] <= SAMPLING_TARGETS_S["ddim"] else "misses")
+    else:
+        f.update({k: missing("sampler matching DDPM 250 with fewer steps")
+                  for k in ("sm_rec", "sm_rec_gpu", "sm_rec_s", "sm_rec_verdict")})
     return f
 
 

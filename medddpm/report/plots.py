@@ -292,6 +292,25 @@ def parity(curves: pd.DataFrame, verdict: pd.DataFrame, gpu: str):
     return fig
 
 
+def heldout_curve(curve: pd.DataFrame, best_step: int | None = None, sampled_step: int | None = None):
+    """The held-out loss of a training run against its optimizer steps (``tables.heldout_curve``),
+    the model's and the EMA's weights, on a log scale; its lowest point (EMA) and the step of the
+    checkpoint that was sampled marked."""
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for weights, style in (("model", ":"), ("ema", "-")):
+        if weights in curve:
+            ax.plot(curve["step"], curve[weights], ls=style, marker=".", lw=1.2, label=f"{weights} weights")
+    if best_step is not None:
+        ax.axvline(best_step, color="0.4", lw=0.8, ls="--", label=f"lowest (EMA), step {best_step:,}")
+    if sampled_step is not None and sampled_step != best_step:
+        ax.axvline(sampled_step, color="tab:red", lw=0.8, label=f"sampled checkpoint, step {sampled_step:,}")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out L1 loss on ε")
+    ax.legend(fontsize=7)
+    return fig
+
+
 def histograms(h: pd.DataFrame, sources: list[str], subject: str, ax=None):
     """Intensity density inside the brain of one held-out subject, one step line per source."""
     ax = ax or plt.subplots(figsize=(8, 3.5))[1]

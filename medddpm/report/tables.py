@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import CONFIGS, KERNEL_VARIANTS, PAPER_CONFIGS
+from ..config import CONFIGS, DEFAULT_ETA, KERNEL_VARIANTS, PAPER_CONFIGS
 from ..kernels import TILES
 from ..profiling import metrics as M
 from ..profiling import store
@@ -309,17 +309,25 @@ def results_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
 FULL_SIZE = "128x128x128"  # the paper's whole-head volume, as bench tables write it
 
 
-def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE) -> pd.DataFrame:
+def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, every_eta: bool = False) -> pd.DataFrame:
     """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of volumes of ``size`` (None:
-    every size); the newest row of each (GPU, configuration, size, sampler, steps, batch) wins, as
-    in ``bench``."""
+    every size); the newest row of each (GPU, configuration, size, sampler, steps, batch, η) wins, as
+    in ``bench``, and of a DDIM chain timed at several η the one at ``DEFAULT_ETA`` (η costs no time:
+    one noise draw a step; ``every_eta`` keeps each η). Rows written before the table had an ``eta``
+    column ran DDIM at η = 0."""
     sb = results_csv(root, gpus, "sample_bench")
     if size is not None and not sb.empty:
         sb = sb[sb["size"] == size]
     if sb.empty:
         return sb
-    sb = sb.drop_duplicates(["gpu_slug", "config", "model", "size", "sampler", "steps", "batch"], keep="last")
-    return ordered(sb.reset_index(drop=True), ["gpu_slug", "config"])
+    eta = sb["eta"] if "eta" in sb else pd.Series(np.nan, index=sb.index)
+    sb = sb.assign(eta=eta.fillna(sb["sampler"].map({"ddpm": 1.0}).fillna(0.0)))
+    keys = ["gpu_slug", "config", "model", "size", "sampler", "steps", "batch"]
+    sb = sb.drop_duplicates([*keys, "eta"], keep="last")
+    if every_eta:
+        return ordered(sb.reset_index(drop=True), ["gpu_slug", "config"])
+    sb = sb.assign(_pref=sb["eta"] != DEFAULT_ETA).sort_values("_pref", kind="stable").drop_duplicates(keys)
+    return ordered(sb.drop(columns="_pref").sort_index().reset_index(drop=True), ["gpu_slug", "config"])
 
 
 def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -515,6 +523,74 @@ def long_run(root: Path, gpu: str, tail: int = 500) -> dict[str, float] | None:
         return None
     return {"steps": int(log["step"].max()), "loss_tail": float(log["loss"].tail(tail).mean()), "tail": tail,
             "ms_per_step": float(steady_ms(root, [gpu], "quality/long_timing").get(gpu, float("nan")))}
+
+
+def heldout_curve(root: Path, gpu: str, name: str = "converge_heldout") -> pd.DataFrame:
+    """``quality/<name>.csv`` (the ``heldout.csv`` of ``medddpm train --held-out``): the held-out
+    loss per step, mean over subjects and t, one column per weights (``model``, ``ema``)."""
+    h = quality_csv(root, [gpu], name)
+    if h.empty:
+        return h
+    return h.groupby(["step", "weights"])["loss"].mean().unstack("weights").rename_axis(columns=None).reset_index()
+
+
+def plateau(curve: pd.DataFrame, weights: str = "ema", tol: float = 0.01) -> dict[str, float] | None:
+    """Where a ``heldout_curve`` stopped falling: the step and value of its lowest point, its last
+    step and value, the rise since (a fraction), and whether it stopped — evaluated after its lowest
+    point and more than ``tol`` above it."""
+    if curve.empty or weights not in curve:
+        return None
+    c = curve.set_index("step")[weights].dropna()
+    best_step, best = int(c.idxmin()), float(c.min())
+    last_step, last = int(c.index.max()), float(c.loc[c.index.max()])
+    rise = last / best - 1
+    return {"best_step": best_step, "best": best, "last_step": last_step, "last": last, "rise": rise,
+            "stopped": last_step > best_step and rise > tol}
+
+
+def samplers(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/samplers.csv`` of the newest checkpoint sampled: the newest row of each (run,
+    seed, subject), with ``matches_reference`` recomputed over all of them
+    (``sample_quality.match_verdicts``; a later call may add seeds to a run)."""
+    from ..sample_quality import RUN_KEYS, match_verdicts
+
+    s = quality_csv(root, [gpu], "samplers")
+    if s.empty:
+        return s
+    s = s[s["checkpoint"] == s["checkpoint"].iloc[-1]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
+    return s.assign(matches_reference=match_verdicts(s)).reset_index(drop=True)
+
+
+def sampler_summary(s: pd.DataFrame) -> pd.DataFrame:
+    """One row per sampler run of ``samplers`` (the real image's too): samples, the background
+    mean over them, its spread and standard error, the in-brain correlation (mean and lowest), PSNR,
+    SSIM, and whether the run matches DDPM 250 of its configuration."""
+    from ..sample_quality import RUN_KEYS
+
+    g = s.assign(config=s["config"].fillna("")).groupby(RUN_KEYS, dropna=False, sort=False)
+    out = g.agg(samples=("subject", "size"), background=("background_mean", "mean"),
+                background_sd=("background_mean", "std"), brain_corr=("brain_corr", "mean"),
+                brain_corr_min=("brain_corr", "min"), psnr_db=("psnr_db", "mean"), ssim=("ssim", "mean"),
+                matches_ddpm250=("matches_reference", "first")).reset_index()
+    out["background_se"] = out["background_sd"] / np.sqrt(out["samples"])
+    return out
+
+
+def sampler_slices(root: Path, gpu: str) -> pd.DataFrame | None:
+    """``<gpu>/quality/sampler_slices.parquet`` (the first seed's samples of every sampler run), or None."""
+    path = Path(root) / gpu / "quality" / "sampler_slices.parquet"
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def fig1_sources(sl: pd.DataFrame, configs: tuple[str, ...]) -> dict[str, str]:
+    """The columns of the chapter's Fig. 1 from ``sampler_slices``: the mask, the real image, and
+    DDPM 250, DDIM 50 (η = 1) and DDIM 50 (η = 0) of the last of ``configs`` that has samples."""
+    have = set(sl["source"])
+    cfg = next((c for c in reversed(configs) if any(s.endswith(f"-{c}") and s.startswith("dd") for s in have)), None)
+    runs = {f"ddpm250-eta1-{cfg}": f"DDPM 250 ({cfg})", f"ddim50-eta1-{cfg}": "DDIM 50, η = 1",
+            f"ddim50-eta0-{cfg}": "DDIM 50, η = 0"} if cfg else {}
+    named = {"mask": "mask", "real": "real image", **runs}
+    return {k: v for k, v in named.items() if k in have}
 
 
 def quality_slices(root: Path, gpu: str) -> pd.DataFrame | None:
