@@ -176,7 +176,10 @@ class Knobs:
     loader_workers: int = 4  # worker processes decoding NIfTI files ahead of the step when data_cache is none
     bf16_weights: bool = False  # sampling only: conv and linear weights and biases cast to bf16 once, the numbers bf16 autocast casts them to at every call, so Inductor lays the denoiser's activations out NDHWC (a weight cast inside the graph leaves them NCDHW and cuDNN transposes around each convolution)
     pad_channels: int = 0  # the stem (3 channels in) and output (1 out) convolutions zero-padded to multiples of this many channels, the same sums (0 = off): cuDNN otherwise runs small-channel kernels (a 4 TFLOP/s weight gradient for the output) and transposes around the 1-channel output; training pads its own weights at every call, sampling once
-    triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW (the training step's image + mask at the stem) stays with cuDNN; needs channels_last, excludes pad_channels
+    triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW stays with cuDNN; needs channels_last, excludes pad_channels
+    dense_skip_grads: bool = False  # the decoder's skip concatenations hand each input its gradient dense and NDHWC (model._DenseGradCat), written by Inductor's kernels, instead of a strided channel slice that cuDNN's backward copies with PyTorch's generic kernel (0.3 ms each at 128³); needs channels_last
+    fold_conv_bias: bool = False  # each ResBlock's first convolution runs without its bias, which joins the timestep embedding's per-channel add inside the second norm's Triton kernels (model.ResBlock): Inductor otherwise adds it in a kernel of its own that reads and writes the convolution's output (0.12 ms at 128³) and reduces its gradient in another; needs triton_norm
+    graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
     def __post_init__(self) -> None:
@@ -206,6 +209,12 @@ class Knobs:
             raise ValueError("triton_norm replaces the fused NDHWC GroupNorm: it needs fused_ops=True")
         if self.triton_conv and not self.channels_last:
             raise ValueError("triton_conv's kernels read and write NDHWC activations: it needs channels_last=True")
+        if self.graph_owned_grads and not self.cuda_graphs:
+            raise ValueError("graph_owned_grads changes how the step's CUDA graph holds gradients: it needs cuda_graphs=True")
+        if self.fold_conv_bias and not self.triton_norm:
+            raise ValueError("fold_conv_bias adds the bias inside the Triton norm kernels: it needs triton_norm=True")
+        if self.dense_skip_grads and not self.channels_last:
+            raise ValueError("dense_skip_grads lays the skip gradients out NDHWC: it needs channels_last=True")
         if self.triton_conv and self.pad_channels:
             raise ValueError("triton_conv runs the thin convolutions at their own channel counts: "
                              "pad_channels must be 0 with it")
@@ -270,7 +279,15 @@ _PAD = _rung(_FAST, "fast-p8", pad_channels=8)  # the 3- and 1-channel convoluti
 # And the thin convolutions (3 channels in, 1 out) as Triton kernels instead of cuDNN's small-channel ones.
 _TCONV = _rung(_FAST, "fast-tconv", triton_conv=True)
 _TRITON = _rung(_TNORM, "fast-tnorm-tconv", triton_conv=True)  # both Triton levers
-KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON)
+# And the skip concatenations' gradients dense for cuDNN's backward (no strided copy before it).
+_DENSE = _rung(_FAST, "fast-dense", dense_skip_grads=True)
+_TRITON_DENSE = _rung(_TRITON, "fast-tnorm-tconv-dense", dense_skip_grads=True)
+# And each ResBlock's first convolution bias added inside the Triton norm kernels.
+_FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
+# And the captured backward owning the gradients (no per-parameter add): every lever above together.
+_ALL = _rung(_FOLD, "fast-all", graph_owned_grads=True)
+KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
+                                      _DENSE, _TRITON_DENSE, _FOLD, _ALL)
 
 # Sampling only (``engine.inference``; training refuses them): each adds one lever to ``fast``'s
 # denoiser, to a kernel variant's or to the sampling variant before it.
@@ -286,6 +303,11 @@ CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COM
 
 
 ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order
+
+
+def ungraphed(knobs: Knobs) -> Knobs:
+    """``knobs`` with the step run eagerly: no CUDA graph, so no graph-owned gradients either."""
+    return replace(knobs, cuda_graphs=False, graph_owned_grads=False)
 
 
 def run_config(name: str, training: bool = False) -> Knobs:

@@ -45,7 +45,7 @@ def _gather(values: Tensor, t: Tensor, like: Tensor) -> Tensor:
 class GaussianDiffusion(nn.Module):
     """Wraps a denoiser ε_θ(cat[x_t, mask], t); the schedule lives in float64 buffers. With
     ``input_format`` (the model's memory layout) the denoiser gets its input in that layout;
-    without, as the caller's tensors make it (training hands NDHWC batches to an NDHWC model)."""
+    without, as the caller's tensors make it."""
 
     def __init__(self, model: nn.Module | Denoiser, cfg: DiffusionConfig = DiffusionConfig(),
                  input_format: torch.memory_format | None = None) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from .config import DiffusionConfig, Knobs, ModelConfig
+from .config import DiffusionConfig, Knobs, ModelConfig, ungraphed
 from .diffusion import GaussianDiffusion
 from .model import UNet3D, freeze_channel_padding
 from .runtime import benchmark_limit, set_backend_flags, tf32_state
@@ -59,10 +59,14 @@ def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> 
     """The knobs that run on ``device``: on a CPU, compile, CUDA graphs, the fused Adam and a
     device-side data cache fall back to eager PyTorch, the reference path. With several ranks and
     ``grad_sync`` "ddp" the step is not captured as a CUDA graph (DDP's all-reduces stay eager);
-    with "flat" the one all-reduce is captured with the step."""
+    with "flat" the one all-reduce is captured with the step (and the gradients stay in its flat
+    buffer: ``graph_owned_grads`` is for one process)."""
     if device.type == "cuda":
-        return knobs if world_size == 1 or knobs.grad_sync == "flat" else replace(knobs, cuda_graphs=False)
-    return replace(knobs, compile=False, cuda_graphs=False, fused_adam=False,
+        if world_size == 1:
+            return knobs
+        flat = replace(knobs, graph_owned_grads=False)
+        return flat if knobs.grad_sync == "flat" else ungraphed(knobs)
+    return replace(ungraphed(knobs), compile=False, fused_adam=False,
                    data_cache="host" if knobs.data_cache == "device" else knobs.data_cache)
 
 
@@ -91,7 +95,8 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> U
     """The U-Net with the knobs' operator choices, on ``device`` in the knobs' layout."""
     model = UNet3D(model_cfg, checkpoint_attention=knobs.checkpoint_attention, fused_ops=knobs.fused_ops,
                    sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels,
-                   triton_conv=knobs.triton_conv)
+                   triton_conv=knobs.triton_conv, dense_skip_grads=knobs.dense_skip_grads,
+                   fold_conv_bias=knobs.fold_conv_bias)
     return model.to(device=device, memory_format=memory_format(knobs))
 
 
@@ -273,7 +278,11 @@ class Engine:
 
             torch._dynamo.config.optimize_ddp = False
         net = self.ddp if self.ddp is not None else self.model
-        self.diffusion = GaussianDiffusion(compiled(net, self.knobs), diffusion_cfg).to(device)
+        # the denoiser's input (image + mask, concatenated) in the model's layout: a 1-channel NDHWC
+        # batch is also NCDHW-contiguous, so the concatenation comes out NCDHW, and the thin stem
+        # (Triton for NDHWC only) would fall back to cuDNN
+        self.diffusion = GaussianDiffusion(compiled(net, self.knobs), diffusion_cfg,
+                                           memory_format(self.knobs)).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)
         self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device,
                                     self.ddp.no_sync if self.ddp is not None else None, self.grads)
@@ -313,7 +322,7 @@ class TrainStep:
         self.static_loss: Tensor | None = None
 
     def _run(self, images: Sequence[Tensor], masks: Sequence[Tensor], draws: Sequence[Draw] | None,
-             mark: Callable[[], Any] | None, marks: list[Any]) -> Tensor:
+             mark: Callable[[], Any] | None, marks: list[Any], capturing: bool = False) -> Tensor:
         n = len(images)
         scale = 1.0 / n
         total = torch.zeros((), device=self.device)
@@ -335,8 +344,9 @@ class TrainStep:
             self.optimizer.step()
             if self.grads is not None:
                 self.grads.zero()  # the .grad views into the flat buffer stay
-            else:
-                self.optimizer.zero_grad(set_to_none=not self.graphed)  # graphs keep static .grad buffers
+            elif not (capturing and self.knobs.graph_owned_grads):  # owned: each replay writes them anew
+                # graphs keep static .grad buffers, unless the captured backward owns them (None before the capture)
+                self.optimizer.zero_grad(set_to_none=not self.graphed or self.knobs.graph_owned_grads)
         return total
 
     def __call__(self, images: Sequence[Tensor], masks: Sequence[Tensor],
@@ -391,7 +401,8 @@ class TrainStep:
                 torch.cuda.synchronize(self.device)
                 mode = "thread_local"
             with torch.cuda.graph(self.graph, capture_error_mode=mode):
-                self.static_loss = self._run(self.static[:n], self.static[n:2 * n], static_draws, None, [])
+                self.static_loss = self._run(self.static[:n], self.static[n:2 * n], static_draws, None, [],
+                                             capturing=True)
         elif [t.shape for t in inputs] != [t.shape for t in self.static]:
             raise ValueError("a CUDA-graph step replays one input shape; got "
                              f"{[tuple(t.shape) for t in inputs]}, captured {[tuple(t.shape) for t in self.static]}")

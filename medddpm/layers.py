@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .config import Knobs, ModelConfig, model_preset, replace, run_config
+from .config import Knobs, ModelConfig, model_preset, run_config, ungraphed
 from .model import GroupNorm, UNet3D
 from .profiling.categories import CONV_PASSES, conv_pass, short_name
 
@@ -124,7 +124,7 @@ def profile_step_convs(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
 
     from .workload import Workload
 
-    work = Workload(cfg, replace(knobs, cuda_graphs=False), size, device)
+    work = Workload(cfg, ungraphed(knobs), size, device)
     for _ in range(warmup):
         work.step()
     if device.type == "cuda":

@@ -78,11 +78,14 @@ class ResBlock(nn.Module):
     """GroupNorm-SiLU-Conv, + timestep embedding, GroupNorm-SiLU-Dropout-Conv(0), + skip (Fig. 3 ④).
 
     With ``triton`` the embedding is added inside the second GroupNorm's kernels (in fp32, never
-    written out as its own tensor)."""
+    written out as its own tensor). ``fold_bias`` runs the first convolution without its bias and
+    adds the bias there too, with the embedding (both are per channel): the same sum, one rounding
+    fewer, and no kernel of its own that reads and writes the convolution's output."""
 
     def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig, fused: bool = False,
-                 triton: bool = False) -> None:
+                 triton: bool = False, fold_bias: bool = False) -> None:
         super().__init__()
+        self.fold_bias = fold_bias
         self.in_layers = nn.Sequential(*norm_act(cfg, cin, fused, triton), nn.Conv3d(cin, cout, 3, padding=1))
         self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, cout))
         self.out_layers = nn.Sequential(
@@ -93,9 +96,17 @@ class ResBlock(nn.Module):
         self.skip = nn.Identity() if cin == cout else nn.Conv3d(cin, cout, 1)
 
     def forward(self, x: Tensor, emb: Tensor) -> Tensor:
-        h = self.in_layers(x)
+        add = self.emb_layers(emb)
+        if self.fold_bias:
+            *pre, conv = self.in_layers
+            h = x
+            for layer in pre:
+                h = layer(h)
+            h, add = conv._conv_forward(h, conv.weight, None), add + conv.bias
+        else:
+            h = self.in_layers(x)
         norm, *rest = self.out_layers
-        h = norm(h, add=self.emb_layers(emb))
+        h = norm(h, add=add)
         for layer in rest:
             h = layer(h)
         return self.skip(x) + h
@@ -210,8 +221,9 @@ class ThinConv3d(nn.Conv3d):
       kernels. Training pads the weights at every call; ``freeze_padding`` (sampling) pads them
       once, into buffers kept in the weight's layout.
     - ``triton``: ``kernels.conv3d_thin``, each pass at the bytes of its wide side (in autocast's
-      dtype where autocast is on, as ``F.conv3d`` would run), for an NDHWC input; for an NCDHW
-      one (the training step's image + mask) ``conv3d_thin`` runs ``F.conv3d`` (cuDNN).
+      dtype where autocast is on, as ``F.conv3d`` would run), for an NDHWC input (the engine hands
+      the denoiser its input in the model's layout); for an NCDHW one ``conv3d_thin`` runs
+      ``F.conv3d`` (cuDNN).
 
     The parameters and state-dict keys stay the model's."""
 
@@ -266,6 +278,33 @@ class Stem(nn.Module):
         return self.conv(x)
 
 
+class _DenseGradCat(torch.autograd.Function):
+    """``torch.cat([a, b], dim=1)`` whose backward hands each input its gradient dense in the
+    channels-last layout. The gradient of an NDHWC concatenation's input is a channel slice, which
+    is strided (every voxel skips the other input's channels); cuDNN's backward of the convolution
+    that produced the input copies such a gradient with PyTorch's generic strided kernel first
+    (0.3 ms for 64 channels at 128³). Asked for dense here, Inductor writes it in its own kernel
+    from the gradient's producers."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.split = a.shape[1]
+        return torch.cat([a, b], dim=1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        fmt = torch.channels_last_3d
+        return grad[:, :ctx.split].contiguous(memory_format=fmt), grad[:, ctx.split:].contiguous(memory_format=fmt)
+
+
+def skip_cat(h: Tensor, skip: Tensor, dense_grads: bool = False) -> Tensor:
+    """The decoder's input: the upward path ``h`` and the encoder's ``skip``, concatenated along
+    the channels; ``dense_grads`` (NDHWC 5-D tensors) through ``_DenseGradCat``, the same values."""
+    if dense_grads and h.ndim == 5:
+        return _DenseGradCat.apply(h, skip)
+    return torch.cat([h, skip], dim=1)
+
+
 class UNet3D(nn.Module):
     """Med-DDPM's mask-conditioned 3D U-Net.
 
@@ -273,16 +312,17 @@ class UNet3D(nn.Module):
     (N, in_channels, D, H, W) and integer or fractional timesteps ``t`` of shape (N,), and returns
     the predicted noise of shape (N, out_channels, D, H, W).
 
-    ``fused_ops``, ``sdpa``, ``triton_norm``, ``pad_channels`` and ``triton_conv`` choose the fast-path
-    implementations (``Knobs``); they change no parameter, so a state dict loads into the model
-    built either way.
+    ``fused_ops``, ``sdpa``, ``triton_norm``, ``pad_channels``, ``triton_conv``,
+    ``dense_skip_grads`` and ``fold_conv_bias`` choose the fast-path implementations (``Knobs``);
+    they change no parameter, so a state dict loads into the model built either way.
     """
 
     def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
                  sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0,
-                 triton_conv: bool = False) -> None:
+                 triton_conv: bool = False, dense_skip_grads: bool = False, fold_conv_bias: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
+        self.dense_skip_grads = dense_skip_grads
         mc = cfg.model_channels
         emb_dim = 4 * mc
         self.time_embed = nn.Sequential(nn.Linear(mc, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
@@ -291,7 +331,7 @@ class UNet3D(nn.Module):
             return Attention(ch, cfg, checkpoint_attention, fused_ops, sdpa, triton_norm)
 
         def resblock(cin: int, cout: int) -> ResBlock:
-            return ResBlock(cin, cout, emb_dim, cfg, fused_ops, triton_norm)
+            return ResBlock(cin, cout, emb_dim, cfg, fused_ops, triton_norm, fold_conv_bias)
 
         ch = mc * cfg.channel_mult[0]
         self.input_blocks = nn.ModuleList([Block([Stem(cfg.in_channels, ch)])])
@@ -350,7 +390,7 @@ class UNet3D(nn.Module):
             skips.append(h)
         h = self.middle_block(h, emb)
         for block in self.output_blocks:
-            h = block(torch.cat([h, skips.pop()], dim=1), emb)
+            h = block(skip_cat(h, skips.pop(), self.dense_skip_grads), emb)
         return self.out(h)
 
 

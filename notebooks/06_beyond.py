@@ -27,7 +27,7 @@ results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time every rung on this machine's GPU first (about 10 minutes)
 size = 128  # volume side when measuring
-configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast,fast-tnorm-tconv"  # rungs (and the best kernel variant) to measure
+configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast,fast-all"  # rungs (and the best kernel variant) to measure
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -123,16 +123,28 @@ plots.finish(fig)
 # Triton kernels of their own instead (`kernels.conv3d_thin`), each pass a matrix product per
 # tile of voxels that streams the 64-channel side once: a thin input's 27 neighbours gathered
 # into one row per voxel; a thin output as every voxel's products with all 27 taps, then their
-# shifted sum; the weight gradient as gathered thin side × wide side, summed per program. An
-# input that reaches the stem NCDHW (the training step's image + mask) stays with cuDNN, whose
-# kernels for it beat these in the step; the sampler's NDHWC input takes them.
-# `fast-tnorm-tconv` has both Triton levers.
+# shifted sum; the weight gradient as gathered thin side × wide side, summed per program. The
+# engine hands the denoiser its input (image + mask) in the model's layout, so the stem takes them
+# in training as in sampling. `fast-tnorm-tconv` has both Triton levers.
+#
+# Three more levers go on top of it, one knob each. `fast-tnorm-tconv-dense`
+# (`dense_skip_grads`): the gradient of a decoder skip concatenation's input is a channel slice
+# of the concatenation's gradient, strided in NDHWC, and cuDNN's backward of the convolution that
+# produced the input copied it with PyTorch's generic strided kernel first; handed over dense, the
+# copies go (the same numbers). `fast-tnorm-tconv-dense-fold` (`fold_conv_bias`): each ResBlock's
+# first convolution runs without its bias, which joins the timestep embedding's per-channel add
+# inside the second norm's Triton kernels, so no kernel reads and writes the convolution's output
+# just to add it, and no reduction computes its gradient. `fast-all` (`graph_owned_grads`): the
+# captured step leaves each parameter's gradient where autograd writes it, instead of adding it
+# into a zeroed static `.grad` (one add kernel per parameter) as PyTorch's whole-network capture
+# example does.
 
 # %% tags=["hide-input"]
 KV = tables.kernel_variants(root, G)
 if KV.empty:
     print(plots.no_data_text("bench rows of fast's kernel variants", "medddpm bench --size 128 --warmup 5 "
-                             "--config fast,fast-tnorm,fast-p8,fast-tnorm-p8,fast-tconv,fast-tnorm-tconv "
+                             "--config fast,fast-tnorm,fast-p8,fast-tnorm-p8,fast-tconv,fast-tnorm-tconv,"
+                             "fast-dense,fast-tnorm-tconv-dense,fast-tnorm-tconv-dense-fold,fast-all "
                              "--out data/results/<gpu>/bench.csv"))
 else:
     display(table(KV[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "peak_mem_gib",
@@ -142,10 +154,13 @@ else:
 # On the {glue:text}`kv_ref_gpu` the best variant, {glue:text}`kv_ref_best`, takes
 # {glue:text}`kv_ref_best_ms` ms a step against `fast`'s {glue:text}`kv_ref_fast_ms` ms
 # ({glue:text}`kv_ref_best_x`×, {glue:text}`kv_ref_best_gain_ms` ms less): it
-# {glue:text}`kv_ref_best_verdict` the 50 ms target, by {glue:text}`kv_ref_best_to_target_ms` ms.
+# {glue:text}`kv_ref_best_vs_target`.
 # The norm kernels alone give {glue:text}`kv_ref_fast-tnorm_ms` ms, the padding alone
 # {glue:text}`kv_ref_fast-p8_ms` ms and the thin-convolution kernels alone
-# {glue:text}`kv_ref_fast-tconv_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
+# {glue:text}`kv_ref_fast-tconv_ms` ms; both Triton levers {glue:text}`kv_ref_fast-tnorm-tconv_ms` ms,
+# with dense skip gradients {glue:text}`kv_ref_fast-tnorm-tconv-dense_ms` ms, with the folded bias
+# {glue:text}`kv_ref_fast-tnorm-tconv-dense-fold_ms` ms and with graph-owned gradients (`fast-all`)
+# {glue:text}`kv_ref_fast-all_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
 # takes {glue:text}`kv_alt_best_ms` ms against {glue:text}`kv_alt_fast_ms` ms
 # ({glue:text}`kv_alt_best_x`×).
 #
@@ -283,8 +298,9 @@ if not RWS.empty:
 
 # %% tags=["hide-input"]
 if not GAP.empty:
-    table(GAP[GAP["config"] == "fast"].rename(columns={"time_ms": "kernel ms", "bound_ms": "at the roofline (ms)",
-                                                       "gap_ms": "above it (ms)", "gap_share": "share of the gap"}), 2)
+    table(GAP[GAP["config"].isin(["fast", "fast-all"])].rename(columns={
+        "time_ms": "kernel ms", "bound_ms": "at the roofline (ms)", "gap_ms": "above it (ms)",
+        "gap_share": "share of the gap"}), 2)
 
 # %% [markdown]
 # On the {glue:text}`step_ref_gpu` the `fast` step spends {glue:text}`step_ref_fast_time_ms` ms in
@@ -310,6 +326,13 @@ if not GAP.empty:
 # holds {glue:text}`window_grad_kernels` gradient convolutions, so it cannot see these. On the
 # {glue:text}`step_alt_gpu` `fast` is {glue:text}`step_alt_fast_time_ms` ms of kernels against a
 # bound of {glue:text}`step_alt_fast_bound_ms` ms.
+#
+# With every kernel lever of the next section (`fast-all`) the {glue:text}`step_ref_gpu`'s step
+# spends {glue:text}`step_ref_all_time_ms` ms in kernels against a bound of
+# {glue:text}`step_ref_all_bound_ms` ms: {glue:text}`step_ref_all_gap_ms` ms above it, of which
+# {glue:text}`step_ref_all_convolution_gap_ms` ms are in the convolutions. Its GroupNorm kernels
+# (the Triton ones, {glue:text}`step_ref_all_normalization_ms` ms) run at
+# {glue:text}`step_ref_all_normalization_bound_pct` of their bandwidth bound.
 #
 # Most of that gap is in cuDNN's convolution kernels, so one more knob lets cuDNN's autotuner time
 # every algorithm it offers for each convolution instead of PyTorch's first ten

@@ -147,7 +147,9 @@ else:
 # {glue:text}`q_fast-tnorm_rel` (`fast-tnorm`) and {glue:text}`q_fast-w16-p8-tnorm_rel`
 # (`fast-w16-p8-tnorm`); with the thin-convolution kernels as well
 # {glue:text}`q_fast-tnorm-tconv_rel` (`fast-tnorm-tconv`) and
-# {glue:text}`q_fast-w16-tnorm-tconv_rel` (`fast-w16-tnorm-tconv`); against an ε whose RMS is
+# {glue:text}`q_fast-w16-tnorm-tconv_rel` (`fast-w16-tnorm-tconv`); with the folded convolution
+# bias too (the other two levers of `fast-all` change only the backward) {glue:text}`q_fast-all_rel`
+# (`fast-all`); against an ε whose RMS is
 # {glue:text}`q_rms`.
 # Each sits at its format's rounding level: none adds error of its own, and the sampling levers
 # compute the same network as `fast`.

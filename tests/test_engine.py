@@ -166,6 +166,37 @@ def test_a_step_returns_the_mean_loss_of_its_micro_batches(tiny):
         engine.train_step([x[0]], [])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("accum", [1, 2])
+def test_graph_owned_gradients_train_the_same_steps(tiny, accum):
+    """graph_owned_grads: the captured step leaves the gradients where autograd writes them, with no
+    add into a zeroed .grad and no zeroing; warm-up, capture and replays give the same losses and
+    parameters as the static-.grad graph (micro-batches after the first still add)."""
+    cuda = torch.device("cuda")
+    base = dataclasses.replace(run_config("fast"), compile=False, cudnn_benchmark=False)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.rand(accum, 1, 1, 16, 16, 16, generator=g) * 2 - 1, -torch.ones(accum, 1, 2, 16, 16, 16),
+                torch.randint(0, 250, (accum, 1), generator=g), torch.randn(accum, 1, 1, 16, 16, 16, generator=g))
+               for _ in range(6)]  # GRAPH_WARMUP eager steps, the capture, replays
+    runs = {}
+    for owned in (False, True):
+        torch.manual_seed(0)
+        engine = Engine(tiny, dataclasses.replace(base, graph_owned_grads=owned), cuda, lr=1e-3)
+        losses = []
+        for x, m, t, noise in batches:
+            draws = [(t[k].to(cuda), noise[k].to(cuda)) for k in range(accum)]
+            loss, _ = engine.train_step([x[k].to(cuda) for k in range(accum)], [m[k].to(cuda) for k in range(accum)],
+                                        draws=draws)
+            losses.append(loss.item())
+        assert engine.train_step.graph is not None
+        runs[owned] = losses, [p.detach().cpu() for p in engine.model.parameters()]
+    assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
+    for a, b in zip(runs[False][1], runs[True][1]):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="needs cuda_graphs"):
+        Knobs(graph_owned_grads=True)
+
+
 def _trainer(phantoms, out, config, **train):
     ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16))
     cfg = TrainConfig(**{"save_every": 3, "ema_start_step": 1, "ema_every": 1, "lr": 1e-3, "log_every": 2, **train})

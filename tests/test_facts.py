@@ -92,6 +92,7 @@ def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
     f = facts.beyond(tmp_path / "results", ["h200"])
     assert (f["kv_ref_best"], f["kv_ref_best_ms"], f["kv_ref_best_verdict"]) == ("fast-p8", "48.0", "meets")
     assert f["kv_ref_best_gain_ms"] == "12.0" and f["kv_ref_fast-tnorm_ms"] == "52.0"
+    assert f["kv_ref_best_vs_target"] == "meets the 50 ms target with 2.0 ms to spare"
     assert f["nm_triton_step_ms"] == "0.5" and f["nm_inductor_step_ms"] == "1.0" and f["nm_min_step_gb"] == "1.0"
     assert f["nm_triton_step_tbs"] == "2.0"  # 1000 MB in 0.5 ms
     assert (f["ly_conv_ms"], f["ly_isolated_ms"], f["ly_other_ms"], f["ly_above"]) == ("3.0", "3.3", "0.5", "1")
@@ -125,3 +126,13 @@ def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_pa
     assert (f["tc_cudnn_ms"], f["tc_triton_ms"], f["tc_cudnn_ahead"]) == ("2.00", "0.50", "none")
     assert len(tables.layer_costs(tmp_path / "results", ["h200"], "all")) == 4
     assert set(tables.layer_costs(tmp_path / "results", ["h200"], "fast")["config"]) == {"fast"}
+
+
+def test_the_fastest_variant_roofline_facts_add_up():
+    """fast-all's whole-step roofline (committed for the H200): kernel time = bound + gap, the
+    convolutions' gap a part of the whole, the norms under their bound's time."""
+    f = facts.beyond(COMMITTED, GPUS)
+    time, bound, gap = (float(f[f"step_ref_all_{k}_ms"]) for k in ("time", "bound", "gap"))
+    assert bound < time and time - bound == pytest.approx(gap, abs=0.11)
+    assert 0 < float(f["step_ref_all_convolution_gap_ms"]) < gap
+    assert 0 < float(f["step_ref_all_normalization_bound_pct"].rstrip(" %")) <= 100

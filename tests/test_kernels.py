@@ -163,6 +163,45 @@ def _compare_models(cfg, base: dict, lever: dict, out_tol: float, grad_rtol: flo
     return fast
 
 
+def test_folded_conv_bias_is_the_same_model():
+    """fold_conv_bias: each ResBlock's first convolution without its bias, the bias added with the
+    embedding inside the second norm — the same ε and the same gradients (the bias's included), the
+    same parameters; on a GPU through the Triton kernels, elsewhere through their reference."""
+    from medddpm.runtime import preserved_backend_flags, set_tf32
+
+    torch.manual_seed(0)
+    with preserved_backend_flags():
+        set_tf32(False)
+        _compare_models(MODEL_PRESETS["tiny"], dict(checkpoint_attention=False, fused_ops=True, sdpa=True,
+                                                    triton_norm=True), dict(fold_conv_bias=True), 1e-5, 1e-4, 1e-5)
+    with pytest.raises(ValueError, match="needs triton_norm"):
+        Knobs(channels_last=True, fused_ops=True, fold_conv_bias=True)
+    assert run_config("fast-tnorm-tconv-dense-fold").fold_conv_bias
+
+
+def test_dense_skip_gradients_are_the_same_numbers_laid_out_ndhwc():
+    """dense_skip_grads: the skip concatenation's backward hands each input a dense NDHWC gradient
+    (torch.cat's is a strided channel slice), of the same values; the model's ε and gradients are
+    bit for bit those without it."""
+    from medddpm.model import skip_cat
+
+    torch.manual_seed(0)
+    h = torch.randn(2, 6, 4, 5, 3).contiguous(memory_format=NDHWC).requires_grad_()
+    skip = torch.randn(2, 4, 4, 5, 3).contiguous(memory_format=NDHWC).requires_grad_()
+    grad = torch.randn(2, 10, 4, 5, 3).contiguous(memory_format=NDHWC)
+    plain = torch.autograd.grad(skip_cat(h, skip), (h, skip), grad)
+    dense = torch.autograd.grad(out := skip_cat(h, skip, dense_grads=True), (h, skip), grad)
+    assert torch.equal(out, torch.cat([h, skip], dim=1))
+    assert not plain[0].is_contiguous(memory_format=NDHWC)  # what cuDNN would copy first
+    for p, d in zip(plain, dense):
+        assert torch.equal(d, p) and d.is_contiguous(memory_format=NDHWC)
+    torch.manual_seed(0)
+    _compare_models(MODEL_PRESETS["tiny"], dict(checkpoint_attention=False, fused_ops=True, sdpa=True),
+                    dict(dense_skip_grads=True), 0, 0, 0)
+    with pytest.raises(ValueError, match="needs channels_last"):
+        Knobs(dense_skip_grads=True)
+
+
 # --- thin 3³ convolutions (kernels.conv3d_thin) ------------------------------------------------
 
 @pytest.fixture

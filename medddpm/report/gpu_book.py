@@ -32,14 +32,17 @@ class Stage:
 
     chapter: str  # notebooks/<chapter>.py owns the stage
     configs: str  # default --configs
-    minutes_per_config: float  # H100, 128³: the basis of the expected time shown
+    minutes_per_config: float  # H100, 128³, an eager configuration: the basis of the expected time shown
+    compiled_minutes: float | None = None  # H100, 128³, a torch.compile configuration (None: as eager)
 
 
+# Minutes measured by `make gpu-book` on an H100 at 128³ (data/results/h100-80gb-hbm3/gpu-book-2026-11-24/).
 STAGES = {
-    "end_to_end": Stage("01_setup", ALL_CONFIGS, 0.3),  # bench + torch.profiler (H100: 1.4 min for 5)
-    "ncu": Stage("03_characterization", "baseline,opt1", 5.5),  # paper mode ~4.1 min (H100: 242 s) + step mode ~1.3 min each
-    "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,fast,fast-tnorm-tconv", 1.5),  # compiled rungs ~2.5 min, eager ~0.5
-    "sampling": Stage("07_quality", "opt1,fast,fast-w16-p8,fast-w16-tnorm-tconv", 0.8),  # DDIM 50 + DDPM 250 (H100: 3.3 min for 4)
+    "end_to_end": Stage("01_setup", ALL_CONFIGS, 0.3),  # bench + torch.profiler: 1.36 min for the paper's 5
+    "ncu": Stage("03_characterization", "baseline,opt1", 5.2),  # paper mode ~4 min + step mode ~1 min: 5.32, 5.02
+    "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,fast,fast-all", 0.15,
+                    compiled_minutes=1.5),  # eager: 0.45 min for 3; compiled (Inductor's compile): 4.39 for 3
+    "sampling": Stage("07_quality", "opt1,fast,fast-w16-p8,fast-w16-tnorm-tconv", 0.75),  # DDIM 50 + DDPM 250: 2.95 for 4
 }
 TIMINGS = "gpu_book.csv"  # in the GPU's results folder
 LOG = "gpu_book.log"  # the progress lines, beside it
@@ -47,7 +50,15 @@ COLUMNS = ["started", "stage", "chapter", "configs", "expected_min", "minutes", 
 
 
 def expected_minutes(stage: str, configs: str) -> float:
-    return STAGES[stage].minutes_per_config * len([c for c in configs.split(",") if c])
+    """The stage's expected minutes on an H100 at 128³: its per-configuration estimate, compiled
+    configurations at the compiled one."""
+    from ..config import run_config
+
+    st = STAGES[stage]
+    names = [c for c in configs.split(",") if c]
+    compiled = st.compiled_minutes is not None
+    return sum(st.compiled_minutes if compiled and run_config(c, training=stage != "sampling").compile
+               else st.minutes_per_config for c in names)
 
 
 def ncu_ready() -> str | None:
@@ -128,7 +139,8 @@ def run(stages: list[str], configs: dict[str, str], size: int, results: Path, ou
                     measure.STAGES[s](results, size, c)
             except Exception as exc:  # noqa: BLE001 — one failed stage must not lose the others
                 failed, status = 1, "failed"
-                say(f"[{i}/{len(plan)}] {s}: failed — {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}")
+                last = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)  # the message's last line
+                say(f"[{i}/{len(plan)}] {s}: failed — {last}")
         minutes = (time.monotonic() - t) / 60
         append_rows(folder / TIMINGS, [{"started": started, "stage": s, "chapter": STAGES[s].chapter, "configs": c,
                                         "expected_min": round(expected_minutes(s, c), 1), "minutes": round(minutes, 2),
