@@ -295,7 +295,8 @@ _W16 = _rung(_FAST, "fast-w16", bf16_weights=True)  # weights in bf16 once: the 
 _P8 = _rung(_W16, "fast-w16-p8", pad_channels=8)  # + the 3- and 1-channel convolutions padded to 8
 _P8_TNORM = _rung(_P8, "fast-w16-p8-tnorm", triton_norm=True)  # + the Triton GroupNorm kernels
 _W16_TRITON = _rung(_TRITON, "fast-w16-tnorm-tconv", bf16_weights=True)  # fast-tnorm-tconv's denoiser, weights in bf16 once
-SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON)
+_W16_FOLD = _rung(_W16_TRITON, "fast-w16-tnorm-tconv-fold", fold_conv_bias=True)  # + the ResBlocks' first conv bias in the norm
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD)
 SAMPLING_ONLY_KNOBS = ("bf16_weights",)  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},

@@ -60,7 +60,9 @@ glue_facts(facts.quality(root, G))
 # kernels of `medddpm/kernels.py`, which read and write each activation the fewest times the
 # operation allows (the training step's lever, see "Beyond the paper"). `fast-w16-tnorm-tconv`
 # runs those norm kernels and, instead of the padding, the Triton thin convolutions of the same
-# module for the stem and the output convolution.
+# module for the stem and the output convolution. `fast-w16-tnorm-tconv-fold` also adds each
+# ResBlock's first convolution bias inside the norm kernels, with the timestep embedding, instead
+# of in a kernel of its own (the training step's `fold_conv_bias`).
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
 SB = tables.sample_bench(root, G)  # 128³ rows, every batch
@@ -84,7 +86,9 @@ if not SB.empty:
 # {glue:text}`samp_fast_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
 # {glue:text}`samp_fast-w16_ddpm_s` s; `fast-w16-p8-tnorm` {glue:text}`samp_fast-w16-p8-tnorm_ddim_s` s and
 # {glue:text}`samp_fast-w16-p8-tnorm_ddpm_s` s; `fast-w16-tnorm-tconv`
-# {glue:text}`samp_fast-w16-tnorm-tconv_ddim_s` s and {glue:text}`samp_fast-w16-tnorm-tconv_ddpm_s` s.
+# {glue:text}`samp_fast-w16-tnorm-tconv_ddim_s` s and {glue:text}`samp_fast-w16-tnorm-tconv_ddpm_s` s;
+# `fast-w16-tnorm-tconv-fold` {glue:text}`samp_fast-w16-tnorm-tconv-fold_ddim_s` s and
+# {glue:text}`samp_fast-w16-tnorm-tconv-fold_ddpm_s` s.
 # DDIM's η (the table's `eta`; older rows ran at 0, "Which sampler is right?" below says why the
 # default is now 1) costs one noise draw a step, no time: {glue:text}`samp_best` took
 # {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM 50
@@ -149,7 +153,7 @@ else:
 # {glue:text}`q_fast-tnorm-tconv_rel` (`fast-tnorm-tconv`) and
 # {glue:text}`q_fast-w16-tnorm-tconv_rel` (`fast-w16-tnorm-tconv`); with the folded convolution
 # bias too (the other two levers of `fast-all` change only the backward) {glue:text}`q_fast-all_rel`
-# (`fast-all`); against an ε whose RMS is
+# (`fast-all`) and {glue:text}`q_fast-w16-tnorm-tconv-fold_rel` (`fast-w16-tnorm-tconv-fold`); against an ε whose RMS is
 # {glue:text}`q_rms`.
 # Each sits at its format's rounding level: none adds error of its own, and the sampling levers
 # compute the same network as `fast`.

@@ -115,7 +115,8 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
     assert torch.equal(outs["fast"], outs["fast-w16"])
 
 
-@pytest.mark.parametrize("name", ["fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv"])
+@pytest.mark.parametrize("name", ["fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv",
+                                  "fast-w16-tnorm-tconv-fold"])
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
     5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""

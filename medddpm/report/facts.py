@@ -513,9 +513,9 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
 
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
-                    "fast-w16-tnorm-tconv")  # slow to fast
+                    "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold")  # slow to fast
 AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
-                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast-all")
+                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast-all", "fast-w16-tnorm-tconv-fold")
 SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "fast", "real")
 
 
