@@ -380,6 +380,8 @@ class TrainStep:
             self.graph.reset()
             self.graph, self.static, self.static_loss = None, [], None
             self.calls = 0
+            if self.knobs.graph_owned_grads:  # the last replay's gradients: the next eager step starts clean
+                self.optimizer.zero_grad(set_to_none=True)
 
     def _warmup(self, images, masks, draws, mark, marks) -> Tensor:
         with side_stream(self.device):

@@ -172,24 +172,27 @@ def test_a_step_returns_the_mean_loss_of_its_micro_batches(tiny):
 def test_graph_owned_gradients_train_the_same_steps(tiny, accum):
     """graph_owned_grads: the captured step leaves the gradients where autograd writes them, with no
     add into a zeroed .grad and no zeroing; warm-up, capture and replays give the same losses and
-    parameters as the static-.grad graph (micro-batches after the first still add)."""
+    parameters as the static-.grad graph (micro-batches after the first still add), and after the
+    graph is released the next (eager) step starts from clean gradients too."""
     cuda = torch.device("cuda")
     base = dataclasses.replace(run_config("fast"), compile=False, cudnn_benchmark=False)
     g = torch.Generator().manual_seed(0)
     batches = [(torch.rand(accum, 1, 1, 16, 16, 16, generator=g) * 2 - 1, -torch.ones(accum, 1, 2, 16, 16, 16),
                 torch.randint(0, 250, (accum, 1), generator=g), torch.randn(accum, 1, 1, 16, 16, 16, generator=g))
-               for _ in range(6)]  # GRAPH_WARMUP eager steps, the capture, replays
+               for _ in range(7)]  # GRAPH_WARMUP eager steps, the capture, replays; after a release, eager
     runs = {}
     for owned in (False, True):
         torch.manual_seed(0)
         engine = Engine(tiny, dataclasses.replace(base, graph_owned_grads=owned), cuda, lr=1e-3)
         losses = []
-        for x, m, t, noise in batches:
+        for i, (x, m, t, noise) in enumerate(batches):
+            if i == len(batches) - 1:
+                assert engine.train_step.graph is not None
+                engine.train_step.release()
             draws = [(t[k].to(cuda), noise[k].to(cuda)) for k in range(accum)]
             loss, _ = engine.train_step([x[k].to(cuda) for k in range(accum)], [m[k].to(cuda) for k in range(accum)],
                                         draws=draws)
             losses.append(loss.item())
-        assert engine.train_step.graph is not None
         runs[owned] = losses, [p.detach().cpu() for p in engine.model.parameters()]
     assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
     for a, b in zip(runs[False][1], runs[True][1]):
