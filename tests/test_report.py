@@ -422,14 +422,15 @@ def test_whole_step_roofline_counts_the_model_and_its_gap_to_the_roofs():
     G = ["h200", "h100-80gb-hbm3"]
     P, R = tables.roofline(RESULTS, G, "roofline"), tables.ceilings(RESULTS, G)
     assert {(g, c) for g, c in P[["gpu_slug", "config"]].astype(str).drop_duplicates().itertuples(index=False)} == \
-        {(g, c) for g in G for c in ("baseline", "opt1", "fast")}
+        {(g, c) for g in G for c in ("baseline", "opt1", "fast")} | {("h200", "fast-all")}
     step = 3 * summarize(model_preset("whole-head"), (128, 128, 128))["forward_flops"]
     counted = P.groupby(["gpu_slug", "config"], observed=True)["flops"].sum() / step
     # FP32, TF32 and bf16 counters each find the step's maths: 3 × forward (backward = data + weight
     # gradients) plus tile padding and (FP32 baseline) the elementwise FLOPs, never less
     assert counted.between(0.98, 1.15).all(), counted
     paths = P.groupby("config", observed=True)["path"].agg(lambda s: set(s) - {"FP32"})
-    assert paths["fast"] == {"bf16 tensor"} and paths["opt1"] == {"TF32 tensor"} and paths["baseline"] == set()
+    assert paths["fast"] == paths["fast-all"] == {"bf16 tensor"} and paths["opt1"] == {"TF32 tensor"}
+    assert paths["baseline"] == set()
     gap = tables.roofline_gap(P, R)
     assert np.allclose(gap["time_ms"], gap["bound_ms"] + gap["gap_ms"])
     assert np.allclose(gap.groupby(["gpu_slug", "config"], observed=True)["gap_share"].sum(), 1)
