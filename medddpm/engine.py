@@ -344,9 +344,11 @@ class TrainStep:
             self.optimizer.step()
             if self.grads is not None:
                 self.grads.zero()  # the .grad views into the flat buffer stay
-            elif not (capturing and self.knobs.graph_owned_grads):  # owned: each replay writes them anew
-                # graphs keep static .grad buffers, unless the captured backward owns them (None before the capture)
-                self.optimizer.zero_grad(set_to_none=not self.graphed or self.knobs.graph_owned_grads)
+            elif self.knobs.graph_owned_grads:
+                if not capturing:  # None before the capture; inside it, each replay writes them anew
+                    self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self.optimizer.zero_grad(set_to_none=not self.graphed)  # graphs keep static .grad buffers
         return total
 
     def __call__(self, images: Sequence[Tensor], masks: Sequence[Tensor],

@@ -98,11 +98,9 @@ class ResBlock(nn.Module):
     def forward(self, x: Tensor, emb: Tensor) -> Tensor:
         add = self.emb_layers(emb)
         if self.fold_bias:
-            *pre, conv = self.in_layers
-            h = x
-            for layer in pre:
-                h = layer(h)
-            h, add = conv._conv_forward(h, conv.weight, None), add + conv.bias
+            conv = self.in_layers[-1]
+            h = F.conv3d(self.in_layers[:-1](x), conv.weight, None, conv.stride, conv.padding)
+            add = add + conv.bias
         else:
             h = self.in_layers(x)
         norm, *rest = self.out_layers

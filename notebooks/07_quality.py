@@ -82,7 +82,7 @@ if not SB.empty:
 # `opt1`) and with DDPM's 250 steps in {glue:text}`samp_best_ddpm_s` s
 # ({glue:text}`samp_best_ddpm_vs_opt1`×): it {glue:text}`samp_best_ddim_verdict` the DDIM target
 # of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target
-# of {glue:text}`samp_best_ddpm_target` s. `fast` took {glue:text}`samp_fast_ddim_s` s and
+# of {glue:text}`samp_best_ddpm_target` s; {glue:text}`samp_best_quality`. `fast` took {glue:text}`samp_fast_ddim_s` s and
 # {glue:text}`samp_fast_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
 # {glue:text}`samp_fast-w16_ddpm_s` s; `fast-w16-p8-tnorm` {glue:text}`samp_fast-w16-p8-tnorm_ddim_s` s and
 # {glue:text}`samp_fast-w16-p8-tnorm_ddpm_s` s; `fast-w16-tnorm-tconv`

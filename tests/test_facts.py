@@ -136,3 +136,20 @@ def test_the_fastest_variant_roofline_facts_add_up():
     assert bound < time and time - bound == pytest.approx(gap, abs=0.11)
     assert 0 < float(f["step_ref_all_convolution_gap_ms"]) < gap
     assert 0 < float(f["step_ref_all_normalization_bound_pct"].rstrip(" %")) <= 100
+
+
+def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
+    """A sampler's speed counts with its samples checked against DDPM 250 on a trained checkpoint
+    (quality/samplers.csv): the fact says which holds for the fastest configuration."""
+    import pandas as pd
+
+    f = facts.quality(COMMITTED, GPUS)
+    checked = set(tables.samplers(COMMITTED, "h200")["config"].dropna())
+    assert f["samp_best"] not in checked and f["samp_best_quality"].startswith("its samples have not been compared")
+    g = tmp_path / "results" / "h200"
+    (g / "quality").mkdir(parents=True)
+    sb = pd.read_csv(COMMITTED / "h200" / "sample_bench.csv")
+    sb[sb["config"] != f["samp_best"]].to_csv(g / "sample_bench.csv", index=False)
+    (g / "quality" / "samplers.csv").write_text((COMMITTED / "h200" / "quality" / "samplers.csv").read_text())
+    f = facts.quality(tmp_path / "results", ["h200"])
+    assert f["samp_best"] in checked and f["samp_best_quality"].startswith("its samples are compared")
