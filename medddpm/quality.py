@@ -95,20 +95,31 @@ def denoiser_agreement(model_cfg: ModelConfig, configs: Sequence[str], size: int
     """Relative L2 and max-abs error of each configuration's ε against ``reference``'s (a
     configuration on ``device``, or ``FP64``: the baseline network in float64 on the CPU), on the
     same seeded weights and fixed inputs, one row per (config, t)."""
-    state = seeded_weights(model_cfg, seed)
     x_t, mask, t, _ = fixed_triples(model_cfg, size, timesteps, seed)
+    keys = pd.DataFrame({"t": [int(s) for s in timesteps], "size": size})
+    return eps_agreement(model_cfg, seeded_weights(model_cfg, seed), configs, (keys, x_t, mask, t), device, reference)
+
+
+def eps_agreement(model_cfg: ModelConfig, state: dict[str, Tensor], configs: Sequence[str], inputs,
+                  device: torch.device, reference: str = "baseline", chunk: int | None = None) -> pd.DataFrame:
+    """ε of each configuration against ``reference``'s (a configuration on ``device``, or ``FP64``)
+    for the weights ``state`` on ``inputs`` = (keys, x_t, mask, t), one row per (config, input):
+    the keys' columns, relative L2, max-abs error, the error's signed mean (a bias that relative L2
+    hides at its size but that a sampler sums over its steps) and the reference's RMS."""
+    keys, x_t, mask, t = inputs
     if reference == FP64:
-        ref = predict_eps(model_cfg, run_config("baseline"), torch.device("cpu"), state, x_t, mask, t, torch.float64)
+        ref = predict_eps(model_cfg, run_config("baseline"), torch.device("cpu"), state, x_t, mask, t,
+                          torch.float64, chunk)
     else:
-        ref = predict_eps(model_cfg, run_config(reference), device, state, x_t, mask, t)
+        ref = predict_eps(model_cfg, run_config(reference), device, state, x_t, mask, t, chunk=chunk)
     rows = []
     for name in configs:
-        eps = predict_eps(model_cfg, run_config(name), device, state, x_t, mask, t)
-        for k, step in enumerate(timesteps):
+        eps = predict_eps(model_cfg, run_config(name), device, state, x_t, mask, t, chunk=chunk)
+        for k, key in enumerate(keys.to_dict("records")):
             err = eps[k] - ref[k]
-            rows.append({"config": name, "reference": reference, "t": int(step), "size": size,
+            rows.append({"config": name, "reference": reference, **key,
                          "rel_l2": float(err.norm() / ref[k].norm()), "max_abs": float(err.abs().max()),
-                         "ref_rms": float(ref[k].square().mean().sqrt())})
+                         "mean_err": float(err.mean()), "ref_rms": float(ref[k].square().mean().sqrt())})
     return pd.DataFrame(rows)
 
 

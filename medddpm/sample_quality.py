@@ -205,17 +205,19 @@ def sampler_table(volumes: Mapping[str, Mapping[str, np.ndarray]], labels: Mappi
     return out
 
 
-def match_verdicts(table: pd.DataFrame, reference: tuple[str, int, float, bool] = ("ddpm", 250, 1.0, True)) -> pd.Series:
+def match_verdicts(table: pd.DataFrame, reference: tuple[str, int, float, bool] = ("ddpm", 250, 1.0, True),
+                   reference_config: str | None = None) -> pd.Series:
     """Per row of a ``sampler_table``: whether its run (``RUN_KEYS``) matches the ``reference``
-    run of its configuration — background mean within ``MATCH_BACKGROUND`` and in-brain correlation
-    at most ``MATCH_CORRELATION`` lower, on the means over subjects and seeds — as "yes", "no",
+    run of its configuration (or of ``reference_config``, e.g. the FP32 baseline's: the model's
+    own samples) — background mean within ``MATCH_BACKGROUND`` and in-brain correlation at most
+    ``MATCH_CORRELATION`` lower, on the means over subjects and seeds — as "yes", "no",
     "no reference", or "" for the real image's rows."""
     means = table.groupby(RUN_KEYS, dropna=False)[["background_mean", "brain_corr"]].mean()
     verdict = {}
     for key, m in means.iterrows():
         if key[0] == REAL:
             continue
-        ref_key = (*reference, key[-1])
+        ref_key = (*reference, reference_config or key[-1])
         if ref_key not in means.index:
             verdict[key] = "no reference"
             continue

@@ -325,6 +325,71 @@ else:
 #   subjects, or a loss that weighs the noisiest steps more, are where to look next.
 
 # %% [markdown]
+# ## Are the fast samplers' samples the model's?
+#
+# The samplers above were compared within each configuration's own numerics. Speed counts only
+# with the model's output, so the bf16 sampling configurations are also set beside the FP32
+# network. First their ε from trained weights: the EMA weights of {glue:text}`sn_bias_n`
+# checkpoints of the recipe above (64³, step 14,000), on the held-out subjects at 6 timesteps,
+# against the FP32 baseline on the same GPU (`scripts/quality.py agree --checkpoint` →
+# `quality/agreement_trained.csv`). Seeded weights (the agreement table above) have small jittered
+# biases; trained ones have real ones.
+
+# %% tags=["hide-input"]
+bias = tables.eps_bias(root, [QGPU]) if QGPU else None
+if bias is None or bias.empty:
+    print(plots.no_data_text("trained-weights ε agreement (quality/agreement_trained.csv)", "quality"))
+else:
+    display(table(bias.drop(columns=["gpu_slug"]).rename(columns={
+        "mean_err": "ε error, signed mean", "worst_mean_err": "largest |signed mean|",
+        "rel_l2": "worst relative L2", "checkpoints": "checkpoints"}), 5))
+
+# %% [markdown]
+# ε's error has a constant part under {glue:text}`sn_offset` (signed mean above 3 × 10⁻⁴), and
+# none under {glue:text}`sn_no_offset`. `fast`'s offset is {glue:text}`sn_bias_fast` on average
+# (up to {glue:text}`sn_bias_fast_worst`), while its relative L2 error, {glue:text}`sn_l2_fast`,
+# is at the level of the others: relative L2 does not see an offset this small. It goes with the
+# thin convolutions (the stem's 3 channels in, the output's 1 out) in cuDNN's bf16 kernels, and
+# goes away with `triton_conv`, whose kernels sum in fp32 and round once
+# (`fast-w16-tnorm-tconv`: {glue:text}`sn_bias_fast-w16-tnorm-tconv`,
+# `fast-w16-tnorm-tconv-fold`: {glue:text}`sn_bias_fast-w16-tnorm-tconv-fold`).
+#
+# A sampler adds ε up over its steps, so an offset moves the samples. One checkpoint (step
+# {glue:text}`sn_step`) was sampled by DDPM 250 and DDIM 50 (η = 1) under the FP32 baseline and
+# the bf16 configurations, {glue:text}`sn_n` each, and every run is judged against the FP32
+# baseline's DDPM 250 (`quality/sampler_numerics.csv`; the same criterion as above).
+
+# %% tags=["hide-input"]
+numerics = tables.sampler_numerics(root, QGPU) if QGPU else None
+if numerics is None or numerics.empty:
+    print(plots.no_data_text("sampler runs beside FP32 (quality/sampler_numerics.csv)", "quality"))
+else:
+    display(table(tables.sampler_summary(numerics).rename(columns={
+        "background": "background mean", "background_sd": "sd over samples", "background_se": "standard error",
+        "brain_corr": "in-brain r", "brain_corr_min": "lowest r", "psnr_db": "PSNR, dB", "ssim": "SSIM",
+        "matches_ddpm250": "matches FP32 DDPM 250"}), 3))
+
+# %% [markdown]
+# - The FP32 model's DDPM 250 samples have a background mean of
+#   {glue:text}`sn_ddpm250_baseline_bg` (in-brain r {glue:text}`sn_ddpm250_baseline_corr`).
+# - `fast`'s DDPM 250: {glue:text}`sn_ddpm250_fast_bg` (r {glue:text}`sn_ddpm250_fast_corr`;
+#   matches: {glue:text}`sn_ddpm250_fast_match`). Its darker background lies nearer the real
+#   image's, but it comes from ε's offset, not from the model.
+# - `fast-w16-tnorm-tconv-fold`, the fastest sampler, DDPM 250:
+#   {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_bg`
+#   (r {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_corr`; matches:
+#   {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_match`).
+# - Its DDIM 50 (η = 1): {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold_bg`
+#   (r {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold_corr`; matches:
+#   {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold_match`;
+#   {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold_vs`).
+# - The FP32 model's own DDIM 50 (η = 1): {glue:text}`sn_ddim50_eta1_baseline_bg` (matches:
+#   {glue:text}`sn_ddim50_eta1_baseline_match`).
+#
+# The comparisons of the section before hold within each configuration's numerics. The samples of
+# the Triton sampling variants are the FP32 model's; `fast`'s are shifted.
+
+# %% [markdown]
 # ## The paper's Fig. 1, made from our own model
 #
 # Held-out masks (brain and lesion), the subject's real image, and the first seed's samples of the

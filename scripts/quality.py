@@ -2,6 +2,7 @@
 """Quality parity of the run configurations (issue 10 §2), for one GPU. Tables go to OUT/quality/:
 
     quality.py agree   --out OUT --size 64 --configs baseline,opt1,...          # ε vs FP64 CPU → agreement.csv
+    quality.py agree   --out OUT --data DEMO --checkpoint CKPT --configs ...  # trained ε vs baseline → agreement_trained.csv
     quality.py parity  --out OUT --data DEMO --size 64 --configs ... --seeds 0 --steps 1000 \\
                        [--keep baseline:0 --work W]   # → parity_train.csv, parity_heldout.csv (+ W/<cfg>-<seed>/)
     quality.py split   --work W --data DEMO                                   # W/train/, W/held_out_masks/
@@ -39,9 +40,26 @@ def _pairs(a: argparse.Namespace):
 
 
 def agree(a: argparse.Namespace, out: Path) -> None:
-    df = denoiser_agreement(model_preset(a.model), a.configs, a.size, resolve_device(a.device), reference=FP64)
-    append_csv(out / "agreement.csv", df, env_info())
-    print(df.groupby("config")[["rel_l2", "max_abs"]].max().to_string())
+    """ε of each configuration: seeded weights on phantoms against FP64 (agreement.csv), or with
+    ``--checkpoint`` its ``--weights`` (EMA by default) on the held-out subjects against ``--reference`` on the GPU
+    (agreement_trained.csv: trained weights carry the biases and scales jittered ones lack)."""
+    device = resolve_device(a.device)
+    if not a.checkpoint:
+        df = denoiser_agreement(model_preset(a.model), a.configs, a.size, device, reference=FP64)
+        append_csv(out / "agreement.csv", df, env_info())
+    else:
+        from medddpm.quality import eps_agreement, held_out_triples
+        from medddpm.train import configs_from_checkpoint, load_checkpoint
+
+        ckpt = load_checkpoint(a.checkpoint)
+        model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
+        size = tuple(ckpt["config"]["size"])
+        keys, x_t, mask, t, _ = held_out_triples(_pairs(a)[1], model_cfg, size, diffusion_cfg=diff_cfg)
+        df = eps_agreement(model_cfg, ckpt[a.weights], a.configs, (keys.assign(size=size[0]), x_t, mask, t), device,
+                           a.reference, chunk=4)
+        df = df.assign(checkpoint=str(a.checkpoint), step=ckpt["step"], weights=a.weights)
+        append_csv(out / "agreement_trained.csv", df, env_info(device))
+    print(df.groupby("config")[["rel_l2", "max_abs", "mean_err"]].agg(["max", "mean"]).to_string())
 
 
 def parity(a: argparse.Namespace, out: Path) -> None:
@@ -165,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", default="", help="config:seed runs whose checkpoint is kept under --work (parity)")
     p.add_argument("--work", default="quality-work", help="folder for checkpoints and samples (not results)")
     p.add_argument("--checkpoint", help="checkpoint to sample from (sample)")
+    p.add_argument("--weights", choices=["ema", "model"], default="ema", help="checkpoint weights (agree)")
     p.add_argument("--samples", help="folder of per-configuration sample folders (compare)")
     p.add_argument("--reference", default="baseline", help="configuration the samples are compared with")
     p.add_argument("--device", default="cuda", help="cuda or cpu")

@@ -5,14 +5,15 @@
 #
 # OUT: results folder of this GPU (tables under OUT/quality/) · DATA: `medddpm demo-data` folder
 # (64³, its last 2 subjects held out) · WORK: checkpoints and samples (not results).
-# Stages: env · agree (ε of every CONFIGS vs an FP64 CPU forward, 64³) · parity:CFG:SEED[:keep]
+# Stages: env · agree (ε of every CONFIGS vs an FP64 CPU forward, 64³) · agree-trained (the same
+# from CKPT's trained weights on the held-out subjects, vs the GPU baseline → agreement_trained.csv) · parity:CFG:SEED[:keep]
 # (STEPS optimizer steps, held-out loss every 100; keep = checkpoint kept under WORK/CFG-SEED) ·
 # sample (WORK/baseline-0's checkpoint, DDIM 50, under every CONFIGS → WORK/samples) · bench64
 # (bench-sample 64³ DDIM 50 of fast and baseline → OUT/sample_bench.csv) · long (`medddpm train
 # --config fast` on the training subjects for up to LONG_STEPS steps or LONG_S seconds, whichever
 # comes first (checkpoints every 1000 steps), then `medddpm sample --config fast` DDIM 50 of the
 # held-out masks → WORK/samples/fast-long; log.csv → OUT/quality/long_log.csv) · converge
-# (`medddpm train --config fast --held-out 2` on DATA, the held-out loss every EVAL_EVERY steps,
+# (`medddpm train --config TRAIN_CONFIG (fast) --held-out 2` on DATA, the held-out loss every EVAL_EVERY steps,
 # for TRAIN_S seconds a call, resumed by the next call until CONVERGE_STEPS; its log, heldout and
 # timing CSVs → OUT/quality/converge_*.csv) · samplers (CKPT, by default the converge run's
 # best.pt, its checkpoint of the lowest held-out loss, sampled by DDPM 250 and DDIM 250/50 at η 0 and 1 under SAMPLER_CONFIGS, each sample
@@ -35,6 +36,9 @@ for stage in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,power.limit \
         --format=csv >"$OUT/nvidia-smi-quality.csv" ;;
     agree) run 420 $Q agree --out "$OUT" --size 64 --configs "$CONFIGS" ;;
+    agree-trained)  # ε of CONFIGS from CKPT's EMA weights on the held-out subjects, against the GPU baseline
+      run "${LIMIT:-580}" $Q agree --out "$OUT" --data "$DATA" --configs "$CONFIGS" \
+        --checkpoint "${CKPT:-$WORK/converge/best.pt}" ;;
     parity:*)
       IFS=: read -r _ cfg seed keep <<<"$stage"
       run "${LIMIT:-580}" $Q parity --out "$OUT" --data "$DATA" --size 64 --configs "$cfg" --seeds "$seed" \
@@ -57,7 +61,7 @@ for stage in "$@"; do
     converge)  # issue 20: train until the held-out loss stops falling, TRAIN_S seconds a call
       mkdir -p "$OUT/quality"; c=$WORK/converge; train_s=${TRAIN_S:-480}
       run $((train_s + 90)) $PY -m medddpm train --images "$DATA/images" --masks "$DATA/masks" --held-out 2 \
-        --eval-every "${EVAL_EVERY:-1000}" --config fast --size 64 --steps "${CONVERGE_STEPS:-200000}" --lr 1e-4 \
+        --eval-every "${EVAL_EVERY:-1000}" --config "${TRAIN_CONFIG:-fast}" --size 64 --steps "${CONVERGE_STEPS:-200000}" --lr 1e-4 \
         --grad-accum 1 --log-every 500 --save-every 5000 --time-limit "$train_s" --quiet --out "$c" \
         $([ -f "$c/checkpoint.pt" ] && echo --resume)
       for f in log heldout timing; do cp "$c/$f.csv" "$OUT/quality/converge_$f.csv"; done ;;

@@ -139,13 +139,19 @@ def test_the_fastest_variant_roofline_facts_add_up():
 
 
 def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
-    """A sampler's speed counts with its samples checked against DDPM 250 on a trained checkpoint
-    (quality/samplers.csv): the fact says which holds for the fastest configuration."""
+    """A sampler's speed counts with its samples checked on a trained checkpoint: against the FP32
+    model's DDPM 250 (quality/sampler_numerics.csv), else against its own DDPM 250
+    (quality/samplers.csv), else not at all; the fact says which holds for the fastest configuration."""
     import pandas as pd
 
     f = facts.quality(COMMITTED, GPUS)
+    numerics = tables.sampler_summary(tables.sampler_numerics(COMMITTED, "h200"))
+    mine = numerics[numerics["config"] == f["samp_best"]].set_index(["sampler", "steps"])["matches_ddpm250"]
+    assert f["samp_best_quality"].startswith("its samples were compared with the FP32 model's DDPM 250 samples")
+    for (smp, steps), label in ((("ddpm", 250), "DDPM 250"), (("ddim", 50), "DDIM 50 (η = 1)")):
+        verb = "matches" if mine[(smp, steps)] == "yes" else "does not match"
+        assert f"its {label} {verb} them" in f["samp_best_quality"]
     checked = set(tables.samplers(COMMITTED, "h200")["config"].dropna())
-    assert f["samp_best"] not in checked and f["samp_best_quality"].startswith("its samples have not been compared")
     g = tmp_path / "results" / "h200"
     (g / "quality").mkdir(parents=True)
     sb = pd.read_csv(COMMITTED / "h200" / "sample_bench.csv")
@@ -153,3 +159,19 @@ def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
     (g / "quality" / "samplers.csv").write_text((COMMITTED / "h200" / "quality" / "samplers.csv").read_text())
     f = facts.quality(tmp_path / "results", ["h200"])
     assert f["samp_best"] in checked and f["samp_best_quality"].startswith("its samples are compared")
+    sb[~sb["config"].isin(checked) & (sb["config"] != f["samp_best"])].to_csv(g / "sample_bench.csv", index=False)
+    f = facts.quality(tmp_path / "results", ["h200"])
+    assert f["samp_best"] not in checked and f["samp_best_quality"].startswith("its samples have not been compared")
+
+
+def test_trained_weight_offsets_split_the_configurations_by_the_threshold():
+    """Every configuration of quality/agreement_trained.csv is named once, on the side of
+    OFFSET_SEEN its largest |signed mean error| puts it."""
+    bias = tables.eps_bias(COMMITTED, ["h200"]).set_index("config")
+    f = facts.quality(COMMITTED, GPUS)
+    named = {side: {n.strip("` ") for n in f[side].split(",")} for side in ("sn_offset", "sn_no_offset")}
+    assert named["sn_offset"] | named["sn_no_offset"] == set(bias.index)
+    assert not named["sn_offset"] & named["sn_no_offset"]
+    for cfg in named["sn_offset"]:
+        assert bias.loc[cfg, "worst_mean_err"] > facts.OFFSET_SEEN
+    assert float(f["sn_bias_fast"]) == pytest.approx(bias.loc["fast", "mean_err"], rel=0.06)

@@ -221,3 +221,27 @@ def test_samplers_step_refuses_a_bad_run_name_in_one_line(phantoms, tmp_path, ca
                         "--runs", "ddim", "--work", str(tmp_path / "w"), "--device", "cpu"]) == 2
     assert "not a sampler run name" in capsys.readouterr().err and not (tmp_path / "quality").exists()
     assert not (tmp_path / "w").exists()  # nothing written before the check
+
+
+def test_agree_step_with_a_checkpoint_compares_its_trained_weights_on_held_out_subjects(phantoms, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from medddpm.cli import main as cli
+
+    run = tmp_path / "run"
+    assert cli(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+                "--size", "16", "--steps", "2", "--out", str(run), "--device", "cpu", "--quiet"]) == 0
+    spec = importlib.util.spec_from_file_location("quality_script", Path(__file__).parents[1] / "scripts" / "quality.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["agree", "--out", str(tmp_path / "out"), "--data", str(phantoms), "--held-out", "1",
+                        "--checkpoint", str(run / "checkpoint.pt"), "--weights", "model",
+                        "--configs", "baseline,bf16", "--device", "cpu"]) == 0
+    table = pd.read_csv(tmp_path / "out" / "quality" / "agreement_trained.csv")
+    assert len(table) == 2 * 6 and set(table["subject"]) == {"phantom_002"} and set(table["step"]) == {2}
+    assert set(table["weights"]) == {"model"}
+    worst = table.groupby("config")["rel_l2"].max()
+    assert worst["baseline"] == 0 and 1e-4 < worst["bf16"] < 5e-2  # against itself; bf16's rounding
+    assert (table["mean_err"].abs() <= table["max_abs"]).all()
+    assert not (tmp_path / "out" / "quality" / "agreement.csv").exists()  # seeded weights' table untouched

@@ -533,14 +533,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     ddim = mine[mine["sampler"] == "ddim"] if len(mine) else mine
     best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"] if len(ddim) else None
     f["samp_best"] = best or missing("sample_bench.csv")
-    sq = tables.samplers(root, r["ref"]) if r["ref"] else pd.DataFrame()
-    checked = set(sq["config"].dropna()) if not sq.empty else set()
-    f["samp_best_quality"] = (missing("sample_bench.csv") if best is None else
-                              "its samples are compared with DDPM 250's on the same trained checkpoint below"
-                              if best in checked else
-                              "its samples have not been compared with DDPM 250's on a trained checkpoint: only "
-                              "its ε agreement with FP64 (below) is measured, so its speed does not yet count "
-                              "for the targets")
+    f["samp_best_quality"] = _best_sampler_quality(root, r["ref"], best)
     for smp, target in SAMPLING_TARGETS_S.items():
         v = _get(s, (r["ref"], best, smp)) if best else None
         opt1 = _get(s, (r["ref"], "opt1", smp))
@@ -594,6 +587,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     fig1 = sb64[(sb64["config"] == "fast") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
     f.update(sampler_quality(root, q, sb))
+    f.update(sampler_numerics(root, q))
     lr = tables.long_run(root, q) if q else None
     what = "long run (quality/long_log.csv)"
     f["long_steps"] = number(lr and lr["steps"], ",", what)
@@ -606,6 +600,8 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
 SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0), "ddim50_eta0": ("ddim", 50, 0.0),
                 "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
 SAMPLER_QUALITY_CONFIGS = ("fast", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
+OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16's rounding averages below 1e-4
+SAMPLER_NUMERICS_CONFIGS = ("fast", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold")  # bf16 ones set beside FP32
 
 
 def run_label(sampler: str, steps: int, eta: float) -> str:
@@ -613,21 +609,88 @@ def run_label(sampler: str, steps: int, eta: float) -> str:
     return f"DDPM {steps}" if sampler == "ddpm" else f"DDIM {steps} (η = {eta:g})"
 
 
-def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str) -> str:
+def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose: str = "its") -> str:
     """A sampler run's background mean against DDPM 250's (means ± standard errors), and, where it
     misses the match criterion, by how much against the standard error of the difference."""
     from ..sample_quality import MATCH_BACKGROUND
 
     if run is None or ddpm is None:
         return missing(what)
-    text = (f"background mean {run['background']:.2f} ± {run['background_se']:.2f} against DDPM 250's "
+    text = (f"background mean {run['background']:.2f} ± {run['background_se']:.2f} against {whose} DDPM 250's "
             f"{ddpm['background']:.2f} ± {ddpm['background_se']:.2f}")
     excess = abs(run["background"] - ddpm["background"]) - MATCH_BACKGROUND
     if excess <= 0:
         return text
     se = math.hypot(run["background_se"], ddpm["background_se"])
-    return (f"{text}: {excess:.2f} beyond the {MATCH_BACKGROUND:g} criterion, "
+    return (f"{text}: {excess:.{3 if excess < 0.01 else 2}f} beyond the {MATCH_BACKGROUND:g} criterion, "
             f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
+
+
+def _numerics_summary(root: Path, q: str | None) -> pd.DataFrame:
+    """``tables.sampler_summary`` of ``quality/sampler_numerics.csv``, indexed by (sampler, steps, η, config)."""
+    s = tables.sampler_numerics(root, q) if q else pd.DataFrame()
+    summ = tables.sampler_summary(s) if not s.empty else pd.DataFrame()
+    summ = summ[summ["sampler"] != "real"] if not summ.empty else summ
+    return summ.set_index(["sampler", "steps", "eta", "config"]) if len(summ) else summ
+
+
+def _best_sampler_quality(root: Path, q: str | None, best: str | None) -> str:
+    """Whether the fastest sampler's samples were checked: against the FP32 model's DDPM 250
+    samples (``sampler_numerics.csv``), against its own DDPM 250 (``samplers.csv``), or not at all."""
+    if best is None:
+        return missing("sample_bench.csv")
+    by = _numerics_summary(root, q)
+    verdicts = {key: _get(by, (smp, steps, eta, best), "matches_ddpm250")
+                for key, (smp, steps, eta) in SAMPLER_RUNS.items() if key in ("ddpm250", "ddim50_eta1")}
+    if any(v is not None for v in verdicts.values()):
+        said = [f"its {run_label(*SAMPLER_RUNS[k])} {'matches' if v == 'yes' else 'does not match'} them"
+                for k, v in verdicts.items() if v is not None]
+        return ("its samples were compared with the FP32 model's DDPM 250 samples of the same trained "
+                f"checkpoint (below): {' and '.join(said)}")
+    sq = tables.samplers(root, q) if q else pd.DataFrame()
+    if not sq.empty and best in set(sq["config"].dropna()):
+        return "its samples are compared with DDPM 250's on the same trained checkpoint below"
+    return ("its samples have not been compared with DDPM 250's on a trained checkpoint: only its ε agreement "
+            "with FP64 (below) is measured, so its speed does not yet count for the targets")
+
+
+def sampler_numerics(root: Path, q: str | None) -> dict[str, str]:
+    """07, "Are the fast samplers' samples the model's?": ε's offset from trained weights
+    (``quality/agreement_trained.csv``) and the samplers of one checkpoint under the FP32 baseline and
+    the bf16 configurations, each against the FP32 DDPM 250 (``quality/sampler_numerics.csv``)."""
+    f: dict[str, str] = {}
+    bias = tables.eps_bias(root, [q]) if q else pd.DataFrame()
+    b = bias.set_index("config") if not bias.empty else bias
+    f["sn_bias_n"] = number(int(b["checkpoints"].max()) if len(b) else None, "d", "quality/agreement_trained.csv")
+    off = b["worst_mean_err"] > OFFSET_SEEN if len(b) else pd.Series(dtype=bool)
+    for key, which in (("sn_offset", off), ("sn_no_offset", ~off)):
+        names = list(b.index[which]) if len(b) else []
+        f[key] = ", ".join(f"`{n}`" for n in names) if names else (
+            "none" if len(b) else missing("quality/agreement_trained.csv"))
+    for cfg in SAMPLER_NUMERICS_CONFIGS:
+        w = f"trained-weights ε agreement of {cfg}"
+        f[f"sn_bias_{cfg}"] = number(_get(b, cfg, "mean_err"), "+.1e", w)
+        f[f"sn_bias_{cfg}_worst"] = number(_get(b, cfg, "worst_mean_err"), ".1e", w)
+        f[f"sn_l2_{cfg}"] = number(_get(b, cfg, "rel_l2"), ".3f", w)
+    what = "sampler runs of the FP32 baseline (quality/sampler_numerics.csv)"
+    s = tables.sampler_numerics(root, q) if q else pd.DataFrame()
+    f["sn_n"] = (missing(what) if s.empty else
+                 f"{s.loc[s['sampler'] != 'real', 'seed'].nunique()} seeds × {s['subject'].nunique()} held-out subjects")
+    curve = tables.plateau(tables.heldout_curve(root, q, "sampler_numerics_heldout")) if q else None
+    f["sn_step"] = number(curve and curve["last_step"], ",", "quality/sampler_numerics_heldout.csv")
+    by = _numerics_summary(root, q)
+    for key, (smp, steps, eta) in SAMPLER_RUNS.items():
+        if key not in ("ddpm250", "ddim50_eta1"):
+            continue
+        for cfg in ("baseline", *SAMPLER_NUMERICS_CONFIGS):
+            r = _get(by, (smp, steps, eta, cfg))
+            w = f"{run_label(smp, steps, eta)} samples of {cfg} (quality/sampler_numerics.csv)"
+            f[f"sn_{key}_{cfg}_bg"] = missing(w) if r is None else f"{r['background']:.2f} ± {r['background_se']:.2f}"
+            f[f"sn_{key}_{cfg}_corr"] = number(None if r is None else r["brain_corr"], ".3f", w)
+            f[f"sn_{key}_{cfg}_match"] = missing(w) if r is None else r["matches_ddpm250"]
+            f[f"sn_{key}_{cfg}_vs"] = _versus_ddpm(r, _get(by, ("ddpm", 250, 1.0, tables.NUMERICS_REFERENCE)), w,
+                                                   "the FP32 model's")
+    return f
 
 
 def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, str]:

@@ -561,6 +561,38 @@ def samplers(root: Path, gpu: str) -> pd.DataFrame:
     return s.assign(matches_reference=match_verdicts(s)).reset_index(drop=True)
 
 
+NUMERICS_REFERENCE = "baseline"  # sampler_numerics: every run against this configuration's DDPM 250 (FP32)
+
+
+def sampler_numerics(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/sampler_numerics.csv``: sampler runs of one checkpoint under the FP32 baseline and
+    the bf16 sampling configurations, the newest row of each (run, seed, subject) of its newest
+    checkpoint, ``matches_reference`` against the FP32 baseline's DDPM 250 (the model's own
+    samples; ``sample_quality.match_verdicts``)."""
+    from ..sample_quality import RUN_KEYS, match_verdicts
+
+    s = quality_csv(root, [gpu], "sampler_numerics")
+    if s.empty:
+        return s
+    s = s[s["checkpoint"] == s["checkpoint"].iloc[-1]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
+    return s.assign(matches_reference=match_verdicts(s, reference_config=NUMERICS_REFERENCE)).reset_index(drop=True)
+
+
+def eps_bias(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``quality/agreement_trained.csv`` per (GPU, configuration): ε's error against the
+    reference from trained weights on held-out subjects — its signed mean (a constant offset
+    that a sampler sums over its steps) as the mean and the largest |value| over inputs and
+    checkpoints, the worst relative L2, and how many checkpoints were measured."""
+    a = quality_csv(root, gpus, "agreement_trained")
+    if a.empty:
+        return a
+    return (a.assign(abs_mean_err=a["mean_err"].abs())
+            .groupby(["gpu_slug", "config"], sort=False)
+            .agg(mean_err=("mean_err", "mean"), worst_mean_err=("abs_mean_err", "max"), rel_l2=("rel_l2", "max"),
+                 checkpoints=("checkpoint", "nunique"), reference=("reference", "first"))
+            .reset_index())
+
+
 def sampler_summary(s: pd.DataFrame) -> pd.DataFrame:
     """One row per sampler run of ``samplers`` (the real image's too): samples, the background
     mean over them, its spread and standard error, the in-brain correlation (mean and lowest), PSNR,
@@ -571,7 +603,7 @@ def sampler_summary(s: pd.DataFrame) -> pd.DataFrame:
     out = g.agg(samples=("subject", "size"), background=("background_mean", "mean"),
                 background_sd=("background_mean", "std"), brain_corr=("brain_corr", "mean"),
                 brain_corr_min=("brain_corr", "min"), psnr_db=("psnr_db", "mean"), ssim=("ssim", "mean"),
-                matches_ddpm250=("matches_reference", "first")).reset_index()
+                matches_ddpm250=("matches_reference", "first")).reset_index()  # of its own or the reference's
     out["background_se"] = out["background_sd"] / np.sqrt(out["samples"])
     return out
 
