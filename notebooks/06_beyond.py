@@ -225,7 +225,10 @@ else:
 # ({glue:text}`ly_top_ms` ms), the slowest {glue:text}`ly_slow` at {glue:text}`ly_slow_tflops`
 # TFLOP/s ({glue:text}`ly_slow_ms` ms). The two thin convolutions (3 channels in, 1 out) took
 # {glue:text}`ly_thin_fast_ms` ms of `fast`'s step with cuDNN and take {glue:text}`ly_thin_ms` ms
-# here. Kernels that compute no pass add {glue:text}`ly_other_ms` ms. The milliseconds still
+# here. Kernels that compute no pass add {glue:text}`ly_other_ms` ms. On the
+# {glue:text}`ly_alt_gpu` ({glue:text}`ly_alt_config`) the convolution passes take
+# {glue:text}`ly_alt_conv_ms` ms against {glue:text}`ly_alt_isolated_ms` ms on their own, with
+# {glue:text}`ly_alt_above` of {glue:text}`ly_alt_rows` rows slower in the step. The milliseconds still
 # between the best variant and 50 ms are in the 64-channel 128³ convolutions, already at cuDNN's
 # best for their shape, in the norms' reductions, and in the Triton elementwise kernels around
 # them.
@@ -332,7 +335,11 @@ if not GAP.empty:
 # {glue:text}`step_ref_all_bound_ms` ms: {glue:text}`step_ref_all_gap_ms` ms above it, of which
 # {glue:text}`step_ref_all_convolution_gap_ms` ms are in the convolutions. Its GroupNorm kernels
 # (the Triton ones, {glue:text}`step_ref_all_normalization_ms` ms) run at
-# {glue:text}`step_ref_all_normalization_bound_pct` of their bandwidth bound.
+# {glue:text}`step_ref_all_normalization_bound_pct` of their bandwidth bound. On the
+# {glue:text}`step_alt_gpu` the same step spends {glue:text}`step_alt_all_time_ms` ms in kernels
+# against {glue:text}`step_alt_all_bound_ms` ms ({glue:text}`step_alt_all_convolution_gap_ms` ms of
+# the gap in the convolutions; norms at {glue:text}`step_alt_all_normalization_bound_pct` of
+# their bound).
 #
 # Most of that gap is in cuDNN's convolution kernels, so one more knob lets cuDNN's autotuner time
 # every algorithm it offers for each convolution instead of PyTorch's first ten

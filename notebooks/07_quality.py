@@ -350,9 +350,17 @@ else:
 # (up to {glue:text}`sn_bias_fast_worst`), while its relative L2 error, {glue:text}`sn_l2_fast`,
 # is at the level of the others: relative L2 does not see an offset this small. It goes with the
 # thin convolutions (the stem's 3 channels in, the output's 1 out) in cuDNN's bf16 kernels, and
-# goes away with `triton_conv`, whose kernels sum in fp32 and round once
+# goes away with `triton_conv`, whose kernels sum in fp32, add the bias and round once
 # (`fast-w16-tnorm-tconv`: {glue:text}`sn_bias_fast-w16-tnorm-tconv`,
 # `fast-w16-tnorm-tconv-fold`: {glue:text}`sn_bias_fast-w16-tnorm-tconv-fold`).
+#
+# The two convolutions alone (`scripts/thin_offset_probe.py`, {glue:text}`sn_probe_gpu`, 64³,
+# seeded bf16 inputs and weights, a bias of 0.3, against float64 of the same numbers) show where:
+# cuDNN's output convolution is offset by {glue:text}`sn_probe_out_cudnn_bias` with the bias and by
+# {glue:text}`sn_probe_out_cudnn` without it, its stem by {glue:text}`sn_probe_stem_cudnn_bias`
+# and {glue:text}`sn_probe_stem_cudnn`; `conv3d_thin` by {glue:text}`sn_probe_out_triton_bias` and
+# {glue:text}`sn_probe_stem_triton_bias` with the bias. The offset comes with the bias in cuDNN's
+# bf16 kernels; how it grows with the bias's value was not measured (one value, 0.3).
 #
 # A sampler adds ε up over its steps, so an offset moves the samples. One checkpoint (step
 # {glue:text}`sn_step`) was sampled by DDPM 250 and DDIM 50 (η = 1) under the FP32 baseline and

@@ -245,3 +245,21 @@ def test_agree_step_with_a_checkpoint_compares_its_trained_weights_on_held_out_s
     assert worst["baseline"] == 0 and 1e-4 < worst["bf16"] < 5e-2  # against itself; bf16's rounding
     assert (table["mean_err"].abs() <= table["max_abs"]).all()
     assert not (tmp_path / "out" / "quality" / "agreement.csv").exists()  # seeded weights' table untouched
+
+
+def test_thin_offset_probe_needs_a_gpu_and_names_every_case(tmp_path, capsys):
+    """scripts/thin_offset_probe.py: without CUDA one line and exit 2, nothing written; its cases are
+    both thin convolutions × with and without a bias × cuDNN and conv3d_thin."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("thin_offset_probe",
+                                                  Path(__file__).parents[1] / "scripts" / "thin_offset_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    if not torch.cuda.is_available():
+        assert probe.main([str(tmp_path / "t.csv")]) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().err and not (tmp_path / "t.csv").exists()
+    rows = probe.probe(6, CPU)
+    assert len(rows) == 8 and set(rows["engine"]) == {"cudnn", "triton"} and rows["bias"].sum() == 4
+    assert (rows["rel_l2"] < 2e-2).all()  # bf16 output rounding against float64

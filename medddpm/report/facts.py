@@ -340,13 +340,12 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     per = thin.groupby("config")["ms"].sum() if len(thin) else pd.Series(dtype=float)
     f["ly_thin_fast_ms"] = number(_get(per, "fast"), ".2f", "layers.csv rows of fast")
     f["ly_thin_ms"] = number(_get(per, f["ly_config"]), ".2f", what)
-    passes = mine[mine["isolated_ms"].notna()] if len(mine) else mine
-    f["ly_conv_ms"] = number(passes["ms"].sum() if len(passes) else None, ".1f", what)
-    f["ly_isolated_ms"] = number(passes["isolated_ms"].sum() if len(passes) else None, ".1f", what)
+    passes = _layer_passes(mine, "ly", what, f)
     f["ly_other_ms"] = number(mine.loc[mine["isolated_ms"].isna(), "ms"].sum() if len(mine) else None, ".1f", what)
-    above = passes[passes["lost_ms"] > 0] if len(passes) else passes
-    f["ly_above"] = number(len(above) if len(passes) else None, "d", what)
-    f["ly_rows"] = number(len(passes) if len(passes) else None, "d", what)
+    f["ly_alt_gpu"] = gpu_name(lr["alt"]) if lr["alt"] else missing("fast_path/layers.csv of a second GPU")
+    alt = ly[ly["gpu_slug"] == lr["alt"]] if not ly.empty and lr["alt"] else ly.iloc[0:0]
+    f["ly_alt_config"] = str(alt["config"].iloc[0]) if len(alt) else missing("fast_path/layers.csv of a second GPU")
+    _layer_passes(alt, "ly_alt", "fast_path/layers.csv of a second GPU", f)
     top = passes.nlargest(1, "ms") if len(passes) else passes
     slow = passes[passes["ms"] >= 0.5].nsmallest(1, "tflops") if len(passes) else passes
     for key, row in (("top", top), ("slow", slow)):
@@ -363,6 +362,17 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     ahead = tmine[tmine["speedup"] < 1] if len(tmine) else tmine
     f["tc_cudnn_ahead"] = (missing(what) if not len(tmine) else "none" if not len(ahead) else
                            "; ".join(f"{sh} ({ps})" for sh, ps in zip(ahead["shape"], ahead["pass"])))
+
+
+def _layer_passes(rows: pd.DataFrame, key: str, what: str, f: dict[str, str]) -> pd.DataFrame:
+    """One GPU's convolution passes of ``tables.layer_costs`` (rows with an isolated time): their
+    time in the step, the same shapes' isolated best, and how many rows run slower in the step."""
+    passes = rows[rows["isolated_ms"].notna()] if len(rows) else rows
+    f[f"{key}_conv_ms"] = number(passes["ms"].sum() if len(passes) else None, ".1f", what)
+    f[f"{key}_isolated_ms"] = number(passes["isolated_ms"].sum() if len(passes) else None, ".1f", what)
+    f[f"{key}_above"] = number(int((passes["lost_ms"] > 0).sum()) if len(passes) else None, "d", what)
+    f[f"{key}_rows"] = number(len(passes) if len(passes) else None, "d", what)
+    return passes
 
 
 def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -399,7 +409,8 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     bm = _get(gap.groupby(["gpu_slug", "config"], observed=True)["bound_ms"].sum(), (sr["ref"], "fast")) if not gap.empty else None
     f["step_ref_fast_target_reach"] = (missing("ncu roofline report of fast") if bm is None else
                                        "within reach of" if bm <= STEP_TARGET_MS else "beyond")
-    _gap_facts(gap, sr["ref"], "fast-all", "step_ref_all", f)
+    for role in ("ref", "alt"):
+        _gap_facts(gap, sr[role], "fast-all", f"step_{role}_all", f)
     hs = hi.set_index(["gpu_slug", "config", "what"]) if not hi.empty else pd.DataFrame(
         columns=["conv_pass", "tflops", "compute_fraction", "share"])
     for cfg in ("fast", "baseline"):
@@ -587,7 +598,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     fig1 = sb64[(sb64["config"] == "fast") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
     f.update(sampler_quality(root, q, sb))
-    f.update(sampler_numerics(root, q))
+    f.update(sampler_numerics(root, q, gpus))
     lr = tables.long_run(root, q) if q else None
     what = "long run (quality/long_log.csv)"
     f["long_steps"] = number(lr and lr["steps"], ",", what)
@@ -654,10 +665,11 @@ def _best_sampler_quality(root: Path, q: str | None, best: str | None) -> str:
             "with FP64 (below) is measured, so its speed does not yet count for the targets")
 
 
-def sampler_numerics(root: Path, q: str | None) -> dict[str, str]:
+def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, str]:
     """07, "Are the fast samplers' samples the model's?": ε's offset from trained weights
     (``quality/agreement_trained.csv``) and the samplers of one checkpoint under the FP32 baseline and
-    the bf16 configurations, each against the FP32 DDPM 250 (``quality/sampler_numerics.csv``)."""
+    the bf16 configurations, each against the FP32 DDPM 250 (``quality/sampler_numerics.csv``); the
+    thin convolutions' offset in isolation (``quality/thin_offset.csv`` of any of ``gpus``)."""
     f: dict[str, str] = {}
     bias = tables.eps_bias(root, [q]) if q else pd.DataFrame()
     b = bias.set_index("config") if not bias.empty else bias
@@ -672,6 +684,16 @@ def sampler_numerics(root: Path, q: str | None) -> dict[str, str]:
         f[f"sn_bias_{cfg}"] = number(_get(b, cfg, "mean_err"), "+.1e", w)
         f[f"sn_bias_{cfg}_worst"] = number(_get(b, cfg, "worst_mean_err"), ".1e", w)
         f[f"sn_l2_{cfg}"] = number(_get(b, cfg, "rel_l2"), ".3f", w)
+    what = "thin-convolution offset probe (quality/thin_offset.csv)"
+    probe = tables.quality_csv(root, gpus, "thin_offset")
+    pr = roles(probe["gpu_slug"] if not probe.empty else [])
+    mine = probe[probe["gpu_slug"] == pr["ref"]] if not probe.empty else probe
+    at = mine.set_index(["conv", "bias", "engine"])["mean_err"] if len(mine) else pd.Series(dtype=float)
+    f["sn_probe_gpu"] = gpu_name(pr["ref"]) if pr["ref"] else missing(what)
+    for conv, key in (("output 64→1", "out"), ("stem 3→64", "stem")):
+        for bias in (True, False):
+            for engine in ("cudnn", "triton"):
+                f[f"sn_probe_{key}_{engine}{'_bias' if bias else ''}"] = number(_get(at, (conv, bias, engine)), "+.1e", what)
     what = "sampler runs of the FP32 baseline (quality/sampler_numerics.csv)"
     s = tables.sampler_numerics(root, q) if q else pd.DataFrame()
     f["sn_n"] = (missing(what) if s.empty else
