@@ -241,57 +241,60 @@ def _rung(previous: Knobs, name: str, **changes: Any) -> Knobs:
     return replace(previous, name=name, **changes)
 
 
-# Beyond the paper: the ladder from opt1 to ``fast``; each rung adds one thing to the one before.
+# Beyond the paper: the ladder from opt1 to ``fast``; each rung adds one thing to the one before, up to
+# ``bf16-graphs``; ``fast`` adds the kernel levers of issue 21 (KERNEL_VARIANTS, each measured on its own).
 _BF16 = _rung(PAPER_CONFIGS["opt1"], "bf16", precision="bf16")  # bf16 autocast, TF32 for the rest
 _COMPILED = _rung(_BF16, "bf16-compile", compile=True)  # + torch.compile (Inductor fuses norm/SiLU)
 _TUNED = _rung(_COMPILED, "bf16-compile-tuned", cudnn_benchmark=True)  # + cuDNN autotuner
 _NDHWC = _rung(_TUNED, "bf16-ndhwc", channels_last=True, fused_ops=True)  # NDHWC end to end
 _LEAN = _rung(_NDHWC, "bf16-ndhwc-sdpa", sdpa=True, checkpoint_attention=False, fused_adam=True)
-_FAST = _rung(_LEAN, "fast", cuda_graphs=True)  # + one CUDA graph per step (on several ranks too: grad_sync "flat")
-LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)))
+_GRAPHS = _rung(_LEAN, "bf16-graphs", cuda_graphs=True)  # + one CUDA graph per step (on several ranks too: grad_sync "flat"); called `fast` until 2026-11-24
 
 # Knobs that change how the data reach the step or how gradients travel, never the maths: a run
 # resumes under other values of these (tested bit-exact on CPU).
 PIPELINE_KNOBS: tuple[str, ...] = ("data_cache", "loader_workers")
 
 # Off the ladder: Inductor's max-autotune (Triton templates and kernel choices benchmarked at
-# compile time) on the best NCDHW rung and on `fast` (without its own CUDA graphs: `fast` captures
-# the whole step itself); and `fast` with cuDNN's autotuner timing every algorithm it offers for a
+# compile time) on the best NCDHW rung and on `bf16-graphs` (without its own CUDA graphs: it captures
+# the whole step itself); and `bf16-graphs` with cuDNN's autotuner timing every algorithm it offers for a
 # convolution instead of PyTorch's first 10 (the step's roofline puts most of its time above the
 # bound in the convolutions).
 AUTOTUNED: tuple[Knobs, ...] = (
     _rung(_TUNED, "bf16-compile-max-autotune", compile_mode="max-autotune"),
-    _rung(_FAST, "fast-max-autotune", compile_mode="max-autotune-no-cudagraphs"),
-    _rung(_FAST, "fast-cudnn-all", cudnn_benchmark_limit=0),
+    _rung(_GRAPHS, "bf16-graphs-max-autotune", compile_mode="max-autotune-no-cudagraphs"),
+    _rung(_GRAPHS, "bf16-graphs-cudnn-all", cudnn_benchmark_limit=0),
 )
 
 # Several GPUs the way PyTorch's DistributedDataParallel does it (25 MB buckets all-reduced during the
 # backward pass, no CUDA graph of the step on several ranks), against the default flat all-reduce.
 DDP_VARIANTS: tuple[Knobs, ...] = (
     _rung(PAPER_CONFIGS["opt1"], "opt1-ddp", grad_sync="ddp"),
-    _rung(_FAST, "fast-ddp", grad_sync="ddp"),
+    _rung(_GRAPHS, "bf16-graphs-ddp", grad_sync="ddp"),
 )
 
-# Issue 21: `fast` with GroupNorm(+SiLU, + the time-embedding add) in the Triton kernels of
-# medddpm/kernels.py, at the operation's minimal bytes, instead of Inductor's kernels.
-_TNORM = _rung(_FAST, "fast-tnorm", triton_norm=True)
-_PAD = _rung(_FAST, "fast-p8", pad_channels=8)  # the 3- and 1-channel convolutions padded to 8 channels
+# Issue 21's kernel levers, each a knob added to `bf16-graphs` (the fast-* names below), alone or on
+# the rung before; `fast` has every training lever. GroupNorm(+SiLU, + the time-embedding add) in the
+# Triton kernels of medddpm/kernels.py, at the operation's minimal bytes, instead of Inductor's kernels:
+_TNORM = _rung(_GRAPHS, "fast-tnorm", triton_norm=True)
+_PAD = _rung(_GRAPHS, "fast-p8", pad_channels=8)  # the 3- and 1-channel convolutions padded to 8 channels
 # And the thin convolutions (3 channels in, 1 out) as Triton kernels instead of cuDNN's small-channel ones.
-_TCONV = _rung(_FAST, "fast-tconv", triton_conv=True)
+_TCONV = _rung(_GRAPHS, "fast-tconv", triton_conv=True)
 _TRITON = _rung(_TNORM, "fast-tnorm-tconv", triton_conv=True)  # both Triton levers
 # And the skip concatenations' gradients dense for cuDNN's backward (no strided copy before it).
-_DENSE = _rung(_FAST, "fast-dense", dense_skip_grads=True)
+_DENSE = _rung(_GRAPHS, "fast-dense", dense_skip_grads=True)
 _TRITON_DENSE = _rung(_TRITON, "fast-tnorm-tconv-dense", dense_skip_grads=True)
 # And each ResBlock's first convolution bias added inside the Triton norm kernels.
 _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
-# And the captured backward owning the gradients (no per-parameter add): every lever above together.
-_ALL = _rung(_FOLD, "fast-all", graph_owned_grads=True)
+# And the captured backward owning the gradients (no per-parameter add): every lever above together,
+# the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity).
+_FAST = _rung(_FOLD, "fast", graph_owned_grads=True)
+LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)))
 KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
-                                      _DENSE, _TRITON_DENSE, _FOLD, _ALL)
+                                      _DENSE, _TRITON_DENSE, _FOLD, _FAST)
 
-# Sampling only (``engine.inference``; training refuses them): each adds one lever to ``fast``'s
+# Sampling only (``engine.inference``; training refuses them): each adds one lever to ``bf16-graphs``'s
 # denoiser, to a kernel variant's or to the sampling variant before it.
-_W16 = _rung(_FAST, "fast-w16", bf16_weights=True)  # weights in bf16 once: the denoiser stays NDHWC
+_W16 = _rung(_GRAPHS, "fast-w16", bf16_weights=True)  # weights in bf16 once: the denoiser stays NDHWC
 _P8 = _rung(_W16, "fast-w16-p8", pad_channels=8)  # + the 3- and 1-channel convolutions padded to 8
 _P8_TNORM = _rung(_P8, "fast-w16-p8-tnorm", triton_norm=True)  # + the Triton GroupNorm kernels
 _W16_TRITON = _rung(_TRITON, "fast-w16-tnorm-tconv", bf16_weights=True)  # fast-tnorm-tconv's denoiser, weights in bf16 once
@@ -299,7 +302,7 @@ _W16_FOLD = _rung(_W16_TRITON, "fast-w16-tnorm-tconv-fold", fold_conv_bias=True)
 SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD)
 SAMPLING_ONLY_KNOBS = ("bf16_weights",)  # knobs training refuses (run_config(training=True))
 
-CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _FAST)},
+CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
 
 

@@ -19,15 +19,19 @@
 # chapter climbs a ladder of configurations (`medddpm/config.py`, `LADDER`), each rung adding one
 # thing to the one before: bf16 autocast, `torch.compile`, cuDNN's autotuner, NDHWC end to end
 # (layout-preserving GroupNorm+SiLU and ×2 upsampling, `medddpm/ndhwc.py`), SDPA attention with
-# the fused Adam, and finally the whole training step as one CUDA graph with the data on the GPU
-# (`fast`). Whole-head model, 128³, batch 1, forward + L1 loss + backward + Adam; CUDA events.
+# the fused Adam, the whole training step as one CUDA graph with the data on the GPU
+# (`bf16-graphs`), and last `fast`: `bf16-graphs` with every kernel lever of issue 21 (Triton
+# GroupNorm and thin-convolution kernels, dense skip gradients, the folded bias, graph-owned
+# gradients; each measured on its own below). `fast` was the name of `bf16-graphs` until
+# 2026-11-24 (`scripts/rename_configs.py` renamed the committed results with the code).
+# Whole-head model, 128³, batch 1, forward + L1 loss + backward + Adam; CUDA events.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time every rung on this machine's GPU first (about 10 minutes)
 size = 128  # volume side when measuring
-configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,fast,fast-all"  # rungs (and the best kernel variant) to measure
+configs = "baseline,opt1,bf16,bf16-compile,bf16-compile-tuned,bf16-ndhwc,bf16-ndhwc-sdpa,bf16-graphs,fast"  # rungs (and the best kernel variant) to measure
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
@@ -60,10 +64,10 @@ if not L.empty:
              "speedup_vs_baseline", "tflops", "peak_fraction"]], 3)
 
 # %% [markdown]
-# Larger batches for `fast` (the same step, N volumes at once):
+# Larger batches for `bf16-graphs` (the same step, N volumes at once):
 
 # %% tags=["hide-input"]
-FB = tables.bench(root, G, ["fast"], batch=None)
+FB = tables.bench(root, G, ["bf16-graphs"], batch=None)
 if not FB.empty:
     table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3)
 
@@ -73,7 +77,9 @@ if not FB.empty:
 # (OPT1, {glue:text}`ref_opt1_ms` ms). It {glue:text}`ref_target_verdict` the 50 ms target. It
 # reaches {glue:text}`ref_fast_tflops` TFLOP/s of model arithmetic,
 # {glue:text}`ref_fast_peak_pct` of the bf16 matmul peak measured on the same GPU (`peaks.json`).
-# The {glue:text}`alt_gpu` gives {glue:text}`alt_fast_ms` ms. The biggest single steps are bf16
+# `bf16-graphs`, the rung before it, takes {glue:text}`ref_bf16-graphs_ms` ms. The
+# {glue:text}`alt_gpu` gives {glue:text}`alt_fast_ms` ms (`bf16-graphs`:
+# {glue:text}`alt_bf16-graphs_ms`). The biggest single steps are bf16
 # ({glue:text}`ref_bf16_ms` ms) and `torch.compile` ({glue:text}`ref_bf16-compile_ms` ms), which
 # fuses GroupNorm, SiLU and the elementwise tails into Triton kernels.
 #
@@ -87,11 +93,11 @@ if not FB.empty:
 # ## Where the time goes
 #
 # Every kernel of one steady step (torch.profiler), grouped by the book's categories, for the best
-# NCDHW rung and for `fast`. Inductor names its fused kernels after the operations in them,
+# NCDHW rung and for `bf16-graphs`. Inductor names its fused kernels after the operations in them,
 # so a fused GroupNorm kernel that contains a `permute` is counted under "layout transform" here.
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-fast-mix", "caption": "Share of kernel time per category in every kernel of one steady training step (torch.profiler, whole step) of `baseline`, `opt1`, the best NCDHW rung (`bf16-compile-tuned`) and `fast`, per GPU with tables for them."}}
-T = tables.torch_kernels(root, G, "step", ["baseline", "opt1", "bf16-compile-tuned", "fast"])
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-fast-mix", "caption": "Share of kernel time per category in every kernel of one steady training step (torch.profiler, whole step) of `baseline`, `opt1`, the best NCDHW rung (`bf16-compile-tuned`) and `bf16-graphs`, per GPU with tables for them."}}
+T = tables.torch_kernels(root, G, "step", ["baseline", "opt1", "bf16-compile-tuned", "bf16-graphs"])
 if not T.empty:
     mix = tables.ordered(M.kernel_mix(T, duration="duration_us", group=["gpu_slug", "config"]), ["gpu_slug", "config"])
     fig, ax = plt.subplots(figsize=(10, 0.45 * mix.groupby(["gpu_slug", "config"], observed=True).ngroups + 1.5))
@@ -101,7 +107,7 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# In `fast` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward,
+# In `bf16-graphs` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward,
 # data-gradient and weight-gradient) take {glue:text}`ref_fast_conv_ms` of
 # {glue:text}`ref_fast_kernel_ms` ms of kernel time; the remaining {glue:text}`ref_fast_other_ms` ms are Triton kernels of the normalizations and their
 # backward, and elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the
@@ -112,7 +118,7 @@ plots.finish(fig)
 # %% [markdown]
 # ## The last milliseconds: every norm at its minimal bytes, every convolution at its best
 #
-# Two levers past `fast`, each a knob and its own configuration (`medddpm/config.py`,
+# Two levers past `bf16-graphs`, each a knob and its own configuration (`medddpm/config.py`,
 # `KERNEL_VARIANTS`): `fast-tnorm` runs GroupNorm + SiLU, and the time-embedding add in front of a
 # ResBlock's second norm, through hand-written Triton kernels (`medddpm/kernels.py`) that move
 # the fewest bytes the operation allows (forward: one read for the statistics, one read and one
@@ -134,7 +140,7 @@ plots.finish(fig)
 # copies go (the same numbers). `fast-tnorm-tconv-dense-fold` (`fold_conv_bias`): each ResBlock's
 # first convolution runs without its bias, which joins the timestep embedding's per-channel add
 # inside the second norm's Triton kernels, so no kernel reads and writes the convolution's output
-# just to add it, and no reduction computes its gradient. `fast-all` (`graph_owned_grads`): the
+# just to add it, and no reduction computes its gradient. `fast` (`graph_owned_grads`): the
 # captured step leaves each parameter's gradient where autograd writes it, instead of adding it
 # into a zeroed static `.grad` (one add kernel per parameter) as PyTorch's whole-network capture
 # example does.
@@ -143,34 +149,34 @@ plots.finish(fig)
 KV = tables.kernel_variants(root, G)
 if KV.empty:
     print(plots.no_data_text("bench rows of fast's kernel variants", "medddpm bench --size 128 --warmup 5 "
-                             "--config fast,fast-tnorm,fast-p8,fast-tnorm-p8,fast-tconv,fast-tnorm-tconv,"
-                             "fast-dense,fast-tnorm-tconv-dense,fast-tnorm-tconv-dense-fold,fast-all "
+                             "--config bf16-graphs,fast-tnorm,fast-p8,fast-tnorm-p8,fast-tconv,fast-tnorm-tconv,"
+                             "fast-dense,fast-tnorm-tconv-dense,fast-tnorm-tconv-dense-fold,fast "
                              "--out data/results/<gpu>/bench.csv"))
 else:
     display(table(KV[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "peak_mem_gib",
-                      "speedup_vs_fast"]], 2))
+                      "speedup_vs_base"]], 2))
 
 # %% [markdown]
 # On the {glue:text}`kv_ref_gpu` the best variant, {glue:text}`kv_ref_best`, takes
-# {glue:text}`kv_ref_best_ms` ms a step against `fast`'s {glue:text}`kv_ref_fast_ms` ms
+# {glue:text}`kv_ref_best_ms` ms a step against `bf16-graphs`'s {glue:text}`kv_ref_base_ms` ms
 # ({glue:text}`kv_ref_best_x`×, {glue:text}`kv_ref_best_gain_ms` ms less): it
 # {glue:text}`kv_ref_best_vs_target`.
 # The norm kernels alone give {glue:text}`kv_ref_fast-tnorm_ms` ms, the padding alone
 # {glue:text}`kv_ref_fast-p8_ms` ms and the thin-convolution kernels alone
 # {glue:text}`kv_ref_fast-tconv_ms` ms; both Triton levers {glue:text}`kv_ref_fast-tnorm-tconv_ms` ms,
 # with dense skip gradients {glue:text}`kv_ref_fast-tnorm-tconv-dense_ms` ms, with the folded bias
-# {glue:text}`kv_ref_fast-tnorm-tconv-dense-fold_ms` ms and with graph-owned gradients (`fast-all`)
-# {glue:text}`kv_ref_fast-all_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
-# takes {glue:text}`kv_alt_best_ms` ms against {glue:text}`kv_alt_fast_ms` ms
+# {glue:text}`kv_ref_fast-tnorm-tconv-dense-fold_ms` ms and with graph-owned gradients (`fast`)
+# {glue:text}`kv_ref_fast_ms` ms. On the {glue:text}`kv_alt_gpu`, {glue:text}`kv_alt_best`
+# takes {glue:text}`kv_alt_best_ms` ms against {glue:text}`kv_alt_base_ms` ms
 # ({glue:text}`kv_alt_best_x`×).
 #
 # **Is it still right?** The denoiser's ε of {glue:text}`kv_ref_best` is {glue:text}`kv_best_rel`
-# from the FP64 one (relative L2, worst over t, 64³), `fast`'s {glue:text}`kv_fast_rel`
+# from the FP64 one (relative L2, worst over t, 64³), `bf16-graphs`'s {glue:text}`kv_fast_rel`
 # and `fast-tnorm`'s {glue:text}`kv_fast-tnorm_rel`: the same bf16 rounding level. After 50
 # training steps at 64³ (seed 0, the quality chapter's loss-parity runs) its held-out loss is
 # {glue:text}`kv_best_lp` ({glue:text}`kv_best_lp_verdict` the FP32 baseline's seed band
-# {glue:text}`kv_lp_band`), `fast`'s {glue:text}`kv_fast_lp` ({glue:text}`kv_fast_lp_verdict`).
-# One seed of each cannot separate them from each other; `fast` stays the ladder's last rung and
+# {glue:text}`kv_lp_band`), `bf16-graphs`'s {glue:text}`kv_fast_lp` ({glue:text}`kv_fast_lp_verdict`).
+# One seed of each cannot separate them from each other; `bf16-graphs` stays the ladder's last rung and
 # the variants stay variants, measured beside it.
 #
 # **The norms, shape by shape** ({glue:text}`nm_gpu`; `python -m medddpm.layers --norms`): each
@@ -224,7 +230,7 @@ else:
 # themselves. The largest is {glue:text}`ly_top` at {glue:text}`ly_top_tflops` TFLOP/s
 # ({glue:text}`ly_top_ms` ms), the slowest {glue:text}`ly_slow` at {glue:text}`ly_slow_tflops`
 # TFLOP/s ({glue:text}`ly_slow_ms` ms). The two thin convolutions (3 channels in, 1 out) took
-# {glue:text}`ly_thin_fast_ms` ms of `fast`'s step with cuDNN and take {glue:text}`ly_thin_ms` ms
+# {glue:text}`ly_thin_fast_ms` ms of `bf16-graphs`'s step with cuDNN and take {glue:text}`ly_thin_ms` ms
 # here. Kernels that compute no pass add {glue:text}`ly_other_ms` ms. On the
 # {glue:text}`ly_alt_gpu` ({glue:text}`ly_alt_config`) the convolution passes take
 # {glue:text}`ly_alt_conv_ms` ms against {glue:text}`ly_alt_isolated_ms` ms on their own, with
@@ -265,24 +271,24 @@ else:
 #
 # The points of a whole step come from ncu's roofline mode (`medddpm profile --mode roofline`):
 # every kernel of one steady training step with its time, its DRAM bytes and the FLOP counter of
-# the one pipe its configuration computes on: bf16 tensor ops for `fast`, TF32 tensor ops for
+# the one pipe its configuration computes on: bf16 tensor ops for `bf16-graphs`, TF32 tensor ops for
 # `opt1`, the FP32 pipes for `baseline`. One pipe per run keeps the run at
 # {glue:text}`passes_tensor` counter pass a kernel for the tensor paths
 # ({glue:text}`passes_fp32` for the SASS-instrumented FP32 counters; `fast_path/ncu_passes.csv`):
 # with more passes ncu replays each kernel and restores the device memory before every pass, and
-# the {glue:text}`fast_step_kernels` kernels of a `fast` step no longer fit a 10-minute run. A
-# kernel whose pipe is not the configuration's (an FP32 elementwise kernel in `fast`) counts no
+# the {glue:text}`fast_step_kernels` kernels of a `bf16-graphs` step no longer fit a 10-minute run. A
+# kernel whose pipe is not the configuration's (an FP32 elementwise kernel in `bf16-graphs`) counts no
 # FLOPs and is bound by its bytes.
 
 # %% tags=["remove-cell"]
 RR = tables.ceilings(root, G)
 RW = tables.roofline(root, G, "roofline")
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-roofline-step", "caption": "Roofline of a whole training step (ncu roofline mode: every kernel of one steady step, 128³, batch 1) for `baseline`, `opt1` and `fast`, per GPU ({glue:text}`roof_step_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the step's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-roofline-step", "caption": "Roofline of a whole training step (ncu roofline mode: every kernel of one steady step, 128³, batch 1) for `baseline`, `opt1` and `bf16-graphs`, per GPU ({glue:text}`roof_step_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the step's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
 if RW.empty or RR.empty:
     fig = plots.no_data("ncu roofline-mode reports and the GPU's peaks.json", "roofline")
 else:
-    fig = plots.roofline(RW, RR, ["baseline", "opt1", "fast"])
+    fig = plots.roofline(RW, RR, ["baseline", "opt1", "bf16-graphs"])
 plots.finish(fig)
 
 # %% tags=["remove-cell"]
@@ -295,18 +301,18 @@ if not RWS.empty:
                               "half_bound_share": "time at ≥ half the bound", "window_tflops": "step TFLOP/s (counted)"}), 2)
 
 # %% [markdown]
-# How far each kind of kernel is from its own roofline bound in `fast`: the kernel time, the time
+# How far each kind of kernel is from its own roofline bound in `bf16-graphs`: the kernel time, the time
 # the same FLOPs and DRAM bytes would take at the roofs (each kernel at its pipe's ceiling or at
 # the DRAM bandwidth, whichever is slower), and the difference:
 
 # %% tags=["hide-input"]
 if not GAP.empty:
-    table(GAP[GAP["config"].isin(["fast", "fast-all"])].rename(columns={
+    table(GAP[GAP["config"].isin(["bf16-graphs", "fast"])].rename(columns={
         "time_ms": "kernel ms", "bound_ms": "at the roofline (ms)", "gap_ms": "above it (ms)",
         "gap_share": "share of the gap"}), 2)
 
 # %% [markdown]
-# On the {glue:text}`step_ref_gpu` the `fast` step spends {glue:text}`step_ref_fast_time_ms` ms in
+# On the {glue:text}`step_ref_gpu` the `bf16-graphs` step spends {glue:text}`step_ref_fast_time_ms` ms in
 # kernels, against {glue:text}`step_ref_fast_bound_ms` ms if every kernel ran at its roofline bound
 # with the DRAM traffic and FLOPs it has now, so the 50 ms target is
 # {glue:text}`step_ref_fast_target_reach` the hardware for this traffic. (ncu flushes the caches
@@ -320,17 +326,17 @@ if not GAP.empty:
 # {glue:text}`step_ref_fast_Triton_reduction_bound_pct` (reductions) of their bandwidth bound:
 # they gain from moving fewer bytes (fusing the normalization into the convolutions' prologues and
 # epilogues) more than from better kernels. The longest convolution kernel of the step is a
-# {glue:text}`step_ref_fast_conv_kind` at {glue:text}`step_ref_fast_conv_tflops` TFLOP/s,
-# {glue:text}`step_ref_fast_conv_compute_pct` of the bf16 roof
-# ({glue:text}`step_ref_fast_conv_share` of the step). In the FP32 baseline the longest kernel is a
+# {glue:text}`step_ref_bf16-graphs_conv_kind` at {glue:text}`step_ref_bf16-graphs_conv_tflops` TFLOP/s,
+# {glue:text}`step_ref_bf16-graphs_conv_compute_pct` of the bf16 roof
+# ({glue:text}`step_ref_bf16-graphs_conv_share` of the step). In the FP32 baseline the longest kernel is a
 # {glue:text}`step_ref_baseline_conv_kind` too, at {glue:text}`step_ref_baseline_conv_tflops`
 # TFLOP/s ({glue:text}`step_ref_baseline_conv_compute_pct` of the FP32 roof,
 # {glue:text}`step_ref_baseline_conv_share` of the step). The paper's 100-kernel window (below)
 # holds {glue:text}`window_grad_kernels` gradient convolutions, so it cannot see these. On the
-# {glue:text}`step_alt_gpu` `fast` is {glue:text}`step_alt_fast_time_ms` ms of kernels against a
+# {glue:text}`step_alt_gpu` `bf16-graphs` is {glue:text}`step_alt_fast_time_ms` ms of kernels against a
 # bound of {glue:text}`step_alt_fast_bound_ms` ms.
 #
-# With every kernel lever of the next section (`fast-all`) the {glue:text}`step_ref_gpu`'s step
+# With every kernel lever of the next section (`fast`) the {glue:text}`step_ref_gpu`'s step
 # spends {glue:text}`step_ref_all_time_ms` ms in kernels against a bound of
 # {glue:text}`step_ref_all_bound_ms` ms: {glue:text}`step_ref_all_gap_ms` ms above it, of which
 # {glue:text}`step_ref_all_convolution_gap_ms` ms are in the convolutions. Its GroupNorm kernels
@@ -343,12 +349,12 @@ if not GAP.empty:
 #
 # Most of that gap is in cuDNN's convolution kernels, so one more knob lets cuDNN's autotuner time
 # every algorithm it offers for each convolution instead of PyTorch's first ten
-# (`cudnn_benchmark_limit=0`, configuration `fast-cudnn-all`). Timed in one session on the {glue:text}`ref_gpu`,
-# beside `fast` before and after it, it takes {glue:text}`cudnn_all_ms` ms a step against
+# (`cudnn_benchmark_limit=0`, configuration `bf16-graphs-cudnn-all`). Timed in one session on the {glue:text}`ref_gpu`,
+# beside `bf16-graphs` before and after it, it takes {glue:text}`cudnn_all_ms` ms a step against
 # {glue:text}`cudnn_all_fast_ms` ms: the algorithms cuDNN has do not close the gap.
 #
-# **`fast` in the paper's metrics.** Profiled like the paper's configurations over a whole step
-# (ncu step mode, the one-pass `core` set), `fast` on the {glue:text}`ncu_ref_gpu` executes
+# **`bf16-graphs` in the paper's metrics.** Profiled like the paper's configurations over a whole step
+# (ncu step mode, the one-pass `core` set), `bf16-graphs` on the {glue:text}`ncu_ref_gpu` executes
 # {glue:text}`ncu_ref_fast_instructions`× the FP32 baseline's instructions in
 # {glue:text}`ncu_ref_fast_cycles`× its cycles, at {glue:text}`ncu_ref_fast_ipc`× its
 # geometric-mean IPC ({glue:text}`ncu_alt_gpu`: {glue:text}`ncu_alt_fast_instructions`×,
@@ -415,7 +421,7 @@ if not LP.empty:
 
 # %% [markdown]
 # On the {glue:text}`lp_ref_gpu` the baseline's held-out loss after 50 steps spans
-# {glue:text}`lp_band` over {glue:text}`lp_seeds` seeds; `fast` (seed 0) ends at
+# {glue:text}`lp_band` over {glue:text}`lp_seeds` seeds; `bf16-graphs` (seed 0) ends at
 # {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`** that band. Three seeds make a narrow band and 50 steps a
 # short run; the training parity of {doc}`07_quality` (1,000 steps on MNI152-based subjects,
 # held-out subjects, a prediction band from the seeds) is the longer test.
@@ -459,11 +465,11 @@ else:
 # the same configuration, micro-batch and grad-accum. Gradients are averaged as the knob
 # `grad_sync` says: by default (`flat`) every parameter's gradient is a view into one flat buffer,
 # divided by the world size and all-reduced once after the last micro-batch's backward pass — the
-# same sums as `DistributedDataParallel`, tested bit-exact on CPU — so `fast` keeps its whole step,
-# all-reduce included, as one CUDA graph on several GPUs. `opt1-ddp` and `fast-ddp` keep PyTorch's
+# same sums as `DistributedDataParallel`, tested bit-exact on CPU — so `bf16-graphs` keeps its whole step,
+# all-reduce included, as one CUDA graph on several GPUs. `opt1-ddp` and `bf16-graphs-ddp` keep PyTorch's
 # DDP buckets. Measured with the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two GPUs (torchrun, weak scaling), for `opt1` and `fast` with one and two micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two GPUs (torchrun, weak scaling), for `opt1` and `bf16-graphs` with one and two micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
 
 # %% tags=["hide-input"]
@@ -472,17 +478,17 @@ if not SC.empty:
                       "scaling_efficiency", "nccl"]], 3))
 
 # %% [markdown]
-# {glue:text}`scaling_within` two-GPU rows reach 97 % ({glue:text}`scaling_range`): `fast`
-# {glue:text}`fast_a1_eff` ({glue:text}`fast_a1_ms` ms/step) and {glue:text}`fast_a2_eff` with two
+# {glue:text}`scaling_within` two-GPU rows reach 97 % ({glue:text}`scaling_range`): `bf16-graphs`
+# {glue:text}`bf16-graphs_a1_eff` ({glue:text}`bf16-graphs_a1_ms` ms/step) and {glue:text}`bf16-graphs_a2_eff` with two
 # micro-batches; `opt1` {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and
 # {glue:text}`opt1_a2_eff`. The earlier run used DDP's buckets, no CUDA graph on two ranks, and
 # (for `opt1`) NIfTI decoding on the critical path; it kept {glue:text}`opt1_earlier_eff` for
-# `opt1` and {glue:text}`fast_earlier_eff` for `fast` ({glue:text}`fast_earlier_ms` ms/step). Its
+# `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs` ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its
 # `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a step, while the same all-reduce
 # alone takes under a millisecond on this NVLink pair (`ddp-2026-11-22/allreduce_probe.txt`). Our
 # reading, which the new runs bear out but no trace of both ranks proves: the NCCL kernels waited
 # for the other rank's decoding, whose length varies from file to file. With the volumes on the GPU
-# both ranks run the same kernels in step. What `fast` still pays on two GPUs is its all-reduce, which the flat scheme runs after the
+# both ranks run the same kernels in step. What `bf16-graphs` still pays on two GPUs is its all-reduce, which the flat scheme runs after the
 # backward pass instead of overlapping it (the price of keeping the step one CUDA graph).
 
 # %% tags=["hide-input"]

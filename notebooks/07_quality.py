@@ -52,7 +52,7 @@ glue_facts(facts.quality(root, G))
 # `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, one untimed warm-up
 # run (compilation and the capture of one denoising step as a CUDA graph), then whole sampling
 # chains timed with CUDA events. The denoiser runs under inference mode in each configuration; in
-# `fast`, bf16 with compiled NDHWC kernels and one CUDA graph per step. Two levers only a sampler
+# `bf16-graphs`, bf16 with compiled NDHWC kernels and one CUDA graph per step. Two levers only a sampler
 # can pull, each a configuration of its own that training refuses: `fast-w16` stores the
 # convolution and linear weights in bf16 once (the numbers autocast casts them to at every call),
 # and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero
@@ -82,8 +82,8 @@ if not SB.empty:
 # `opt1`) and with DDPM's 250 steps in {glue:text}`samp_best_ddpm_s` s
 # ({glue:text}`samp_best_ddpm_vs_opt1`×): it {glue:text}`samp_best_ddim_verdict` the DDIM target
 # of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target
-# of {glue:text}`samp_best_ddpm_target` s; {glue:text}`samp_best_quality`. `fast` took {glue:text}`samp_fast_ddim_s` s and
-# {glue:text}`samp_fast_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
+# of {glue:text}`samp_best_ddpm_target` s; {glue:text}`samp_best_quality`. `bf16-graphs` took {glue:text}`samp_bf16-graphs_ddim_s` s and
+# {glue:text}`samp_bf16-graphs_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
 # {glue:text}`samp_fast-w16_ddpm_s` s; `fast-w16-p8-tnorm` {glue:text}`samp_fast-w16-p8-tnorm_ddim_s` s and
 # {glue:text}`samp_fast-w16-p8-tnorm_ddpm_s` s; `fast-w16-tnorm-tconv`
 # {glue:text}`samp_fast-w16-tnorm-tconv_ddim_s` s and {glue:text}`samp_fast-w16-tnorm-tconv_ddpm_s` s;
@@ -107,7 +107,7 @@ else:
     display(table(per_cat, 2, index=True))
 
 # %% [markdown]
-# A `fast` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
+# A `bf16-graphs` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
 # convolutions {glue:text}`denoise_fast_conv_ms` ms and cuDNN's NCHW↔NHWC transposes
 # {glue:text}`denoise_fast_layout_ms` ms. Under inference mode the compiled network casts each
 # weight to bf16 inside its graph, and Inductor lays those casts and the activations around them
@@ -146,17 +146,17 @@ else:
 # The FP32 configurations (baseline, and `opt2`, which only changes the layout) agree with FP64 to
 # {glue:text}`q_baseline_rel` (worst relative L2 over t); the TF32 ones to
 # {glue:text}`q_opt1_rel` (`opt1`); the bf16 ones to {glue:text}`q_bf16_rel` (`bf16`),
-# {glue:text}`q_fast_rel` (`fast`), {glue:text}`q_fast-w16_rel` (`fast-w16`) and
+# {glue:text}`q_bf16-graphs_rel` (`bf16-graphs`), {glue:text}`q_fast-w16_rel` (`fast-w16`) and
 # {glue:text}`q_fast-w16-p8_rel` (`fast-w16-p8`); with the Triton norm kernels
 # {glue:text}`q_fast-tnorm_rel` (`fast-tnorm`) and {glue:text}`q_fast-w16-p8-tnorm_rel`
 # (`fast-w16-p8-tnorm`); with the thin-convolution kernels as well
 # {glue:text}`q_fast-tnorm-tconv_rel` (`fast-tnorm-tconv`) and
 # {glue:text}`q_fast-w16-tnorm-tconv_rel` (`fast-w16-tnorm-tconv`); with the folded convolution
-# bias too (the other two levers of `fast-all` change only the backward) {glue:text}`q_fast-all_rel`
-# (`fast-all`) and {glue:text}`q_fast-w16-tnorm-tconv-fold_rel` (`fast-w16-tnorm-tconv-fold`); against an ε whose RMS is
+# bias too (the other two levers of `fast` change only the backward) {glue:text}`q_fast_rel`
+# (`fast`) and {glue:text}`q_fast-w16-tnorm-tconv-fold_rel` (`fast-w16-tnorm-tconv-fold`); against an ε whose RMS is
 # {glue:text}`q_rms`.
 # Each sits at its format's rounding level: none adds error of its own, and the sampling levers
-# compute the same network as `fast`.
+# compute the same network as `bf16-graphs`.
 
 # %% [markdown]
 # ## Does every configuration train the same model?
@@ -214,8 +214,8 @@ else:
 # %% [markdown]
 # Against the FP32 sample, `opt1`'s sample reaches {glue:text}`s_opt1_psnr` (SSIM
 # {glue:text}`s_opt1_ssim`), `opt2`'s is {glue:text}`s_opt2_psnr`, `bf16`'s
-# {glue:text}`s_bf16_psnr` (SSIM {glue:text}`s_bf16_ssim`) and `fast`'s {glue:text}`s_fast_psnr`
-# (SSIM {glue:text}`s_fast_ssim`); the real image, for scale, is at {glue:text}`s_real_psnr`.
+# {glue:text}`s_bf16_psnr` (SSIM {glue:text}`s_bf16_ssim`) and `bf16-graphs`'s {glue:text}`s_bf16-graphs_psnr`
+# (SSIM {glue:text}`s_bf16-graphs_ssim`); the real image, for scale, is at {glue:text}`s_real_psnr`.
 # Rounding differences grow along the 50 denoising steps but stay far below the difference between
 # a sample and the anatomy it stands for. Where they sit, the difference maps show (absolute
 # difference to the FP32 sample; black 0, yellow 0.05 or more on the [−1, 1] scale):
@@ -225,30 +225,30 @@ SL = tables.quality_slices(root, QGPU) if QGPU else None
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique())[:1],
                               {"baseline": "FP32 sample", "opt1": "|opt1 − FP32|", "pytorch-default": "|default − FP32|",
-                               "bf16": "|bf16 − FP32|", "fast": "|fast − FP32|"}, diff_to="baseline"))
+                               "bf16": "|bf16 − FP32|", "bf16-graphs": "|fast − FP32|"}, diff_to="baseline"))
 else:
     plots.finish(plots.no_data("sample slices (quality/slices.parquet)", "quality"))
 
 # %% [markdown]
 # Intensities inside the brain mask, per source, for each held-out subject (`fast-long`: a
-# 20,000-step model, `medddpm train --config fast` on the same 6 training subjects, sampled with
-# `fast`):
+# 20,000-step model, `medddpm train --config bf16-graphs` on the same 6 training subjects, sampled with
+# `bf16-graphs`):
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-hist", "caption": "Intensity histograms inside the brain mask of each held-out subject ({glue:text}`q_gpu`): the real image, the FP32 (`baseline`) and `fast` samples of the 1,000-step checkpoint, and `fast` samples of the 20,000-step model (`fast-long`)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-hist", "caption": "Intensity histograms inside the brain mask of each held-out subject ({glue:text}`q_gpu`): the real image, the FP32 (`baseline`) and `bf16-graphs` samples of the 1,000-step checkpoint, and `bf16-graphs` samples of the 20,000-step model (`fast-long`)."}}
 H = tables.quality_csv(root, QG, "histograms")
 if not H.empty:
     H = H[H["gpu_slug"] == QGPU]
     subjects = sorted(H["subject"].unique())
     fig, axes = plt.subplots(len(subjects), 1, figsize=(8, 3.2 * len(subjects)), squeeze=False)
     for ax, s in zip(axes[:, 0], subjects):
-        plots.histograms(H, ["real", "baseline", "fast", "fast-long"], s, ax)
+        plots.histograms(H, ["real", "baseline", "bf16-graphs", "fast-long"], s, ax)
         ax.set_title(f"held-out subject {s}")
     plots.finish(fig)
 else:
     plots.finish(plots.no_data("brain histograms (quality/histograms.csv)", "quality"))
 
 # %% [markdown]
-# The configurations' histograms (`baseline`, `fast`) lie on top of each other. Neither has the
+# The configurations' histograms (`baseline`, `bf16-graphs`) lie on top of each other. Neither has the
 # real image's two tissue peaks: after 1,000 steps the model has learnt where the brain is, not
 # yet its tissue contrast. `fast-long`, the 20,000-step model, is closer in shape but brighter
 # than the real image inside the brain.
@@ -257,13 +257,13 @@ else:
 # ## Which sampler is right?
 #
 # A faster sampler counts only if its samples are as good as DDPM 250's from the same checkpoint,
-# so first a checkpoint worth judging. `medddpm train --config fast --held-out 2 --eval-every 1000`
+# so first a checkpoint worth judging. `medddpm train --config bf16-graphs --held-out 2 --eval-every 1000`
 # trains on the 6 training subjects (64³, lr 1e-4, batch 1) and every 1,000 steps evaluates the
 # denoising loss of the 2 held-out subjects, on the same fixed noised inputs and with the same FP32
 # evaluator each time (`heldout.csv`), keeping the checkpoint of the lowest loss (`best.pt`);
 # `--time-limit` and `--resume` split the run into device calls.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-converge", "caption": "Held-out denoising loss (L1 on ε, mean over the 2 held-out subjects and 6 timesteps) of `medddpm train --config fast` on the 6 training subjects ({glue:text}`q_gpu`, 64³), for the model's weights and their EMA (which sampling uses); dashed: the EMA's lowest point; red: the step of the checkpoint sampled below (the same recipe, trained again)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-converge", "caption": "Held-out denoising loss (L1 on ε, mean over the 2 held-out subjects and 6 timesteps) of `medddpm train --config bf16-graphs` on the 6 training subjects ({glue:text}`q_gpu`, 64³), for the model's weights and their EMA (which sampling uses); dashed: the EMA's lowest point; red: the step of the checkpoint sampled below (the same recipe, trained again)."}}
 curve = tables.heldout_curve(root, QGPU) if QGPU else None
 if curve is not None and not curve.empty:
     low, sampled = tables.plateau(curve), tables.plateau(tables.heldout_curve(root, QGPU, "samplers_heldout"))
@@ -278,7 +278,7 @@ else:
 # the task (the run took {glue:text}`cv_ms` ms a step). The checkpoint sampled here is the same
 # recipe trained to step {glue:text}`sm_ckpt_step` (held-out loss {glue:text}`sm_ckpt_loss`).
 #
-# From it, each sampler drew {glue:text}`sm_n` samples under `fast` and under the fastest sampling
+# From it, each sampler drew {glue:text}`sm_n` samples under `bf16-graphs` and under the fastest sampling
 # configuration, `fast-w16-tnorm-tconv`, and every sample was compared with its subject's real
 # image (`scripts/quality.py samplers` → `quality/samplers.csv`): the mean intensity of the
 # background (outside the brain mask; the real image's is {glue:text}`sm_real_bg`), the Pearson
@@ -299,17 +299,17 @@ else:
 
 # %% [markdown]
 # - **Deterministic DDIM is what was wrong, at any step count.** With η = 0 the in-brain
-#   correlation falls to {glue:text}`sm_ddim50_eta0_fast_corr` at 50 steps and to
-#   {glue:text}`sm_ddim250_eta0_fast_corr` at all 250 (`fast`; DDPM 250:
-#   {glue:text}`sm_ddpm250_fast_corr`), so neither the step count nor the spacing of the steps is
+#   correlation falls to {glue:text}`sm_ddim50_eta0_bf16-graphs_corr` at 50 steps and to
+#   {glue:text}`sm_ddim250_eta0_bf16-graphs_corr` at all 250 (`bf16-graphs`; DDPM 250:
+#   {glue:text}`sm_ddpm250_bf16-graphs_corr`), so neither the step count nor the spacing of the steps is
 #   the cause: without fresh noise at each step the chain does not forgive the model's errors. The
 #   samplers' equations themselves are tested against an exact denoiser (Gaussian data, whose
 #   optimal ε is known: `tests/test_diffusion.py`).
 # - **DDIM 50 with η = 1 keeps DDPM's quality at a fifth of its steps**: in-brain correlation
 #   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_corr` under `fast-w16-tnorm-tconv` (matches:
-#   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_match`) and {glue:text}`sm_ddim50_eta1_fast_corr`
-#   under `fast` (matches: {glue:text}`sm_ddim50_eta1_fast_match`;
-#   {glue:text}`sm_ddim50_eta1_fast_vs`). `medddpm sample`
+#   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_match`) and {glue:text}`sm_ddim50_eta1_bf16-graphs_corr`
+#   under `bf16-graphs` (matches: {glue:text}`sm_ddim50_eta1_bf16-graphs_match`;
+#   {glue:text}`sm_ddim50_eta1_bf16-graphs_vs`). `medddpm sample`
 #   and `bench-sample` therefore default to η = 1. The recommended fast sampler is
 #   {glue:text}`sm_rec`: {glue:text}`sm_rec_s` s per 128³ volume on the {glue:text}`sm_rec_gpu`,
 #   which {glue:text}`sm_rec_verdict` the 1 s target.
@@ -317,7 +317,7 @@ else:
 #   published) every chain diverges: background means {glue:text}`sm_noclip_bg`, in-brain
 #   correlation at most {glue:text}`sm_noclip_corr`.
 # - **No sampler draws a black background.** Of the clipped runs, {glue:text}`sm_black` lies within
-#   0.1 of the real image's background; DDPM 250's is {glue:text}`sm_ddpm250_fast_bg` and
+#   0.1 of the real image's background; DDPM 250's is {glue:text}`sm_ddpm250_bf16-graphs_bg` and
 #   {glue:text}`sm_ddpm250_fast-w16-tnorm-tconv_bg`, and single samples spread by
 #   {glue:text}`sm_bg_sd` (standard deviation): a uniform grey offset whose level depends on the
 #   seed, while the brain inside the mask is right. The model at its best held-out loss sets the
@@ -346,8 +346,8 @@ else:
 
 # %% [markdown]
 # ε's error has a constant part under {glue:text}`sn_offset` (signed mean above 3 × 10⁻⁴), and
-# none under {glue:text}`sn_no_offset`. `fast`'s offset is {glue:text}`sn_bias_fast` on average
-# (up to {glue:text}`sn_bias_fast_worst`), while its relative L2 error, {glue:text}`sn_l2_fast`,
+# none under {glue:text}`sn_no_offset`. `bf16-graphs`'s offset is {glue:text}`sn_bias_bf16-graphs` on average
+# (up to {glue:text}`sn_bias_bf16-graphs_worst`), while its relative L2 error, {glue:text}`sn_l2_bf16-graphs`,
 # is at the level of the others: relative L2 does not see an offset this small. It goes with the
 # thin convolutions (the stem's 3 channels in, the output's 1 out) in cuDNN's bf16 kernels, and
 # goes away with `triton_conv`, whose kernels sum in fp32, add the bias and round once
@@ -380,8 +380,8 @@ else:
 # %% [markdown]
 # - The FP32 model's DDPM 250 samples have a background mean of
 #   {glue:text}`sn_ddpm250_baseline_bg` (in-brain r {glue:text}`sn_ddpm250_baseline_corr`).
-# - `fast`'s DDPM 250: {glue:text}`sn_ddpm250_fast_bg` (r {glue:text}`sn_ddpm250_fast_corr`;
-#   matches: {glue:text}`sn_ddpm250_fast_match`). Its darker background lies nearer the real
+# - `bf16-graphs`'s DDPM 250: {glue:text}`sn_ddpm250_bf16-graphs_bg` (r {glue:text}`sn_ddpm250_bf16-graphs_corr`;
+#   matches: {glue:text}`sn_ddpm250_bf16-graphs_match`). Its darker background lies nearer the real
 #   image's, but it comes from ε's offset, not from the model.
 # - `fast-w16-tnorm-tconv-fold`, the fastest sampler, DDPM 250:
 #   {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_bg`
@@ -395,7 +395,7 @@ else:
 #   {glue:text}`sn_ddim50_eta1_baseline_match`).
 #
 # The comparisons of the section before hold within each configuration's numerics. The samples of
-# the Triton sampling variants are the FP32 model's; `fast`'s are shifted.
+# the Triton sampling variants are the FP32 model's; `bf16-graphs`'s are shifted.
 
 # %% [markdown]
 # ## The paper's Fig. 1, made from our own model
@@ -416,7 +416,7 @@ else:
 # conditioning on the mask, not generalisation across brains. An earlier run of the same recipe,
 # {glue:text}`long_steps` steps at {glue:text}`long_ms` ms/step (training loss
 # {glue:text}`long_loss`, mean of its last {glue:text}`long_tail` steps; `fast-long` above), ran past
-# the held-out minimum; one 64³ volume takes {glue:text}`fig1_s` s with `fast` and DDIM 50 on the
+# the held-out minimum; one 64³ volume takes {glue:text}`fig1_s` s with `bf16-graphs` and DDIM 50 on the
 # {glue:text}`q_gpu` (`bench-sample`, warm).
 
 # %% [markdown]

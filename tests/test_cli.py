@@ -172,7 +172,7 @@ def test_bench_cpu_rows(capsys, tmp_path):
     assert rows[0]["tf32_conv"] is False and rows[1]["tf32_conv"] is True and rows[1]["tf32_matmul"] is True
     lines = out.read_text().splitlines()
     assert lines[0].split(",") == COLUMNS and len(lines) == 3
-    code, stdout, err = run(capsys, "bench", "--model", "tiny", "--size", "16", "--config", "fast", "--steps", "1",
+    code, stdout, err = run(capsys, "bench", "--model", "tiny", "--size", "16", "--config", "bf16-graphs", "--steps", "1",
                             "--warmup", "0", "--device", "cpu", "--grad-accum", "2", "--out", str(out))
     assert code == 0 and "2 micro-batch(es)" in stdout and out.read_text().splitlines()[-1].endswith(",2")
     code, _, err = run(capsys, "bench", "--model", "tiny", "--size", "16", "--grad-accum", "0", "--device", "cpu")

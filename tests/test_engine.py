@@ -28,7 +28,7 @@ def test_every_configuration_trains_on_cpu(tiny, name):
 
 
 def test_cpu_fallbacks_are_recorded():
-    fast = run_config("fast")
+    fast = run_config("bf16-graphs")
     cpu = effective_knobs(fast, CPU)
     assert (cpu.compile, cpu.cuda_graphs, cpu.fused_adam, cpu.data_cache) == (False, False, False, "auto")
     assert effective_knobs(dataclasses.replace(fast, data_cache="device"), CPU).data_cache == "host"
@@ -41,7 +41,7 @@ def test_cpu_fallbacks_are_recorded():
 
 
 def test_ladder_adds_one_thing_per_rung():
-    assert LADDER[:2] == ("baseline", "opt1") and LADDER[-1] == "fast" and set(LADDER) <= set(CONFIGS)
+    assert LADDER[:2] == ("baseline", "opt1") and LADDER[-2:] == ("bf16-graphs", "fast") and set(LADDER) <= set(CONFIGS)
     for lower, upper in zip(LADDER, LADDER[1:]):
         a, b = dataclasses.asdict(CONFIGS[lower]), dataclasses.asdict(CONFIGS[upper])
         changed = {k for k in a if a[k] != b[k]} - {"name"}
@@ -53,15 +53,15 @@ def test_autotuned_configurations_change_only_their_tuning_knob():
     from medddpm.config import AUTOTUNED
 
     expect = {"bf16-compile-max-autotune": ("bf16-compile-tuned", "compile_mode"),
-              "fast-max-autotune": ("fast", "compile_mode"), "fast-cudnn-all": ("fast", "cudnn_benchmark_limit")}
+              "bf16-graphs-max-autotune": ("bf16-graphs", "compile_mode"), "bf16-graphs-cudnn-all": ("bf16-graphs", "cudnn_benchmark_limit")}
     assert [k.name for k in AUTOTUNED] == list(expect)
     for knobs in AUTOTUNED:
         base, knob = expect[knobs.name]
         a, b = dataclasses.asdict(knobs), dataclasses.asdict(CONFIGS[base])
         assert {k for k in a if a[k] != b[k]} == {"name", knob} and run_config(knobs.name) == knobs
-    assert CONFIGS["fast-cudnn-all"].cudnn_benchmark_limit == 0
+    assert CONFIGS["bf16-graphs-cudnn-all"].cudnn_benchmark_limit == 0
     # fast captures the whole step itself, so its autotuned twin must not capture graphs in Inductor too
-    assert CONFIGS["fast-max-autotune"].compile_mode == "max-autotune-no-cudagraphs"
+    assert CONFIGS["bf16-graphs-max-autotune"].compile_mode == "max-autotune-no-cudagraphs"
 
 
 @pytest.mark.parametrize("changes,needle", [
@@ -87,7 +87,7 @@ def test_sampling_variants_add_one_lever_each_and_refuse_training():
     before it."""
     for i, knobs in enumerate(SAMPLING_VARIANTS):
         a = dataclasses.asdict(knobs)
-        bases = (CONFIGS["fast"], *KERNEL_VARIANTS, *SAMPLING_VARIANTS[:i])
+        bases = (CONFIGS["bf16-graphs"], *KERNEL_VARIANTS, *SAMPLING_VARIANTS[:i])
         changes = [{k for k in a if a[k] != b[k]} - {"name"} for b in map(dataclasses.asdict, bases)]
         assert min(map(len, changes)) == 1 and run_config(knobs.name) == knobs
         with pytest.raises(ValueError, match="sampling only"):
@@ -100,11 +100,11 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
     from medddpm.engine import AUTOCAST_BF16_LAYERS, autocast, inference
 
     torch.manual_seed(0)
-    state = {k: v.clone() for k, v in inference(tiny, run_config("fast"), CPU)[0].state_dict().items()}
+    state = {k: v.clone() for k, v in inference(tiny, run_config("bf16-graphs"), CPU)[0].state_dict().items()}
     x = torch.randn(2, 3, 16, 16, 16)
     t = torch.tensor([3, 200])
     outs = {}
-    for name in ("fast", "fast-w16"):
+    for name in ("bf16-graphs", "fast-w16"):
         model, _, knobs = inference(tiny, run_config(name), CPU, state=state)
         with torch.inference_mode(), autocast(knobs, CPU):
             outs[name] = model(x.contiguous(memory_format=torch.channels_last_3d), t)
@@ -112,10 +112,10 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
             cast = knobs.bf16_weights and isinstance(m, AUTOCAST_BF16_LAYERS)
             assert all(p.dtype == (torch.bfloat16 if cast else torch.float32) for p in m.parameters(recurse=False))
         assert all(p.is_contiguous(memory_format=torch.channels_last_3d) for p in model.parameters() if p.ndim == 5)
-    assert torch.equal(outs["fast"], outs["fast-w16"])
+    assert torch.equal(outs["bf16-graphs"], outs["fast-w16"])
 
 
-@pytest.mark.parametrize("name", ["fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv",
+@pytest.mark.parametrize("name", ["bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv",
                                   "fast-w16-tnorm-tconv-fold"])
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
@@ -147,7 +147,7 @@ def _ndhwc_order(t: torch.Tensor) -> bool:
 
 def test_optimizer_choice_follows_knobs(tiny):
     params = [torch.nn.Parameter(torch.zeros(3))]
-    assert make_optimizer(params, 1e-3, run_config("fast"), CPU).defaults["fused"] is None
+    assert make_optimizer(params, 1e-3, run_config("bf16-graphs"), CPU).defaults["fused"] is None
     assert make_optimizer(params, 1e-3, run_config("baseline"), CPU).defaults["capturable"] is False
 
 
@@ -175,7 +175,7 @@ def test_graph_owned_gradients_train_the_same_steps(tiny, accum):
     parameters as the static-.grad graph (micro-batches after the first still add), and after the
     graph is released the next (eager) step starts from clean gradients too."""
     cuda = torch.device("cuda")
-    base = dataclasses.replace(run_config("fast"), compile=False, cudnn_benchmark=False)
+    base = dataclasses.replace(run_config("bf16-graphs"), compile=False, cudnn_benchmark=False)
     g = torch.Generator().manual_seed(0)
     batches = [(torch.rand(accum, 1, 1, 16, 16, 16, generator=g) * 2 - 1, -torch.ones(accum, 1, 2, 16, 16, 16),
                 torch.randint(0, 250, (accum, 1), generator=g), torch.randn(accum, 1, 1, 16, 16, 16, generator=g))
@@ -214,14 +214,14 @@ def dataset_model():
 
 
 def test_fast_checkpoint_resumes_and_loads_under_other_configs(phantoms, tmp_path):
-    t = _trainer(phantoms, tmp_path, "fast")
+    t = _trainer(phantoms, tmp_path, "bf16-graphs")
     losses = t.fit(3, progress=False)
     assert len(losses) == 3 and all(l == l for l in losses)
     ckpt = load_checkpoint(tmp_path / CHECKPOINT)
-    assert ckpt["config"]["knobs"]["name"] == "fast" and ckpt["config"]["knobs"]["cuda_graphs"] is True
+    assert ckpt["config"]["knobs"]["name"] == "bf16-graphs" and ckpt["config"]["knobs"]["cuda_graphs"] is True
     for name in ("baseline", "opt2", "bf16-ndhwc"):
         other = Engine(dataset_model(), run_config(name), CPU)
         other.model.load_state_dict(ckpt["ema"])  # same keys and shapes whatever the knobs
-    again = _trainer(phantoms, tmp_path, "fast")
+    again = _trainer(phantoms, tmp_path, "bf16-graphs")
     again.resume()
     assert again.step == 3 and again.losses == losses

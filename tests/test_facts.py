@@ -80,7 +80,7 @@ def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
     cols = pd.read_csv(COMMITTED / "h200" / "bench.csv", nrows=1).columns
     rows = pd.DataFrame([dict(zip(cols, [None] * len(cols)), gpu="NVIDIA H200", config=c, model="whole-head",
                               size="128x128x128", batch=1, step_ms_median=ms, grad_accum=1)
-                         for c, ms in (("fast", 60.0), ("fast-tnorm", 52.0), ("fast-p8", 48.0))])
+                         for c, ms in (("bf16-graphs", 60.0), ("fast-tnorm", 52.0), ("fast-p8", 48.0))])
     rows.to_csv(g / "bench.csv", index=False)
     pd.DataFrame({"signature": ["a", "b"], "count": [2, 1], "min_forward_mb": [300.0, 100.0],
                   "min_step_mb": [800.0, 200.0], "inductor_forward_ms": [0.2, 0.1], "inductor_step_ms": [0.8, 0.2],
@@ -112,7 +112,7 @@ def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_pa
     (g.parent / "info.json").write_text('{"gpu": "NVIDIA H200"}')
     rows = lambda ms: pd.DataFrame({"signature": ["64→1 k3 8³→8³", "64→64 k3 8³→8³"], "pass": ["weight gradient"] * 2,
                                     "ms": ms, "tflops": [1.0, 2.0], "isolated_ms": [1.0, 1.0], "lost_ms": [0.0, 0.0]})
-    pd.concat([rows([3.0, 1.0]).assign(config="fast"), rows([0.5, 1.0]).assign(config="fast-tconv")]).to_csv(
+    pd.concat([rows([3.0, 1.0]).assign(config="bf16-graphs"), rows([0.5, 1.0]).assign(config="fast-tconv")]).to_csv(
         g / "layers.csv", index=False)
     t = kernels.TILES
     probe = pd.DataFrame({"shape": ["64→1 k3 8³"] * 3, "pass": ["weight gradient"] * 3, "min_mb": [10.0] * 3,
@@ -125,11 +125,11 @@ def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_pa
     assert tc["ms_triton"].tolist() == [0.5] and tc["speedup"].tolist() == [4.0]  # the package's tiles, not the fastest
     assert (f["tc_cudnn_ms"], f["tc_triton_ms"], f["tc_cudnn_ahead"]) == ("2.00", "0.50", "none")
     assert len(tables.layer_costs(tmp_path / "results", ["h200"], "all")) == 4
-    assert set(tables.layer_costs(tmp_path / "results", ["h200"], "fast")["config"]) == {"fast"}
+    assert set(tables.layer_costs(tmp_path / "results", ["h200"], "bf16-graphs")["config"]) == {"bf16-graphs"}
 
 
 def test_the_fastest_variant_roofline_facts_add_up():
-    """fast-all's whole-step roofline (committed for the H200): kernel time = bound + gap, the
+    """fast's whole-step roofline (committed for the H200): kernel time = bound + gap, the
     convolutions' gap a part of the whole, the norms under their bound's time."""
     f = facts.beyond(COMMITTED, GPUS)
     time, bound, gap = (float(f[f"step_ref_all_{k}_ms"]) for k in ("time", "bound", "gap"))
@@ -174,4 +174,4 @@ def test_trained_weight_offsets_split_the_configurations_by_the_threshold():
     assert not named["sn_offset"] & named["sn_no_offset"]
     for cfg in named["sn_offset"]:
         assert bias.loc[cfg, "worst_mean_err"] > facts.OFFSET_SEEN
-    assert float(f["sn_bias_fast"]) == pytest.approx(bias.loc["fast", "mean_err"], rel=0.06)
+    assert float(f["sn_bias_bf16-graphs"]) == pytest.approx(bias.loc["bf16-graphs", "mean_err"], rel=0.06)

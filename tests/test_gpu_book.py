@@ -70,7 +70,7 @@ def test_a_failing_stage_is_recorded_and_the_exit_code_is_1(capsys, tmp_path, mo
     monkeypatch.setitem(measure.STAGES, "end_to_end", boom)
     monkeypatch.setitem(measure.STAGES, "sampling", lambda results, size, configs: None)
     assert gpu_book.main(["--no-render", "--stages", "end_to_end,sampling", "--end-to-end-configs", "opt1",
-                          "--sampling-configs", "fast", "--results", str(tmp_path / "store")]) == 1
+                          "--sampling-configs", "bf16-graphs", "--results", str(tmp_path / "store")]) == 1
     out = capsys.readouterr().out
     assert "end_to_end: failed — Tried to allocate 2 GiB" in out
     rows = pd.read_csv(folder / gpu_book.TIMINGS)

@@ -216,7 +216,7 @@ def test_results_store_loads_every_gpu():
     assert set(PAPER_CONFIGS) <= set(bench["config"]) <= set(CONFIGS)
     for g in ("h200", "h100-80gb-hbm3"):  # the whole ladder on both GPUs, and fast at batch 1, 2 and 4
         assert set(LADDER) <= set(bench[bench["gpu_slug"] == g]["config"])
-        assert set(bench[(bench["gpu_slug"] == g) & (bench["config"] == "fast")]["batch"]) == {1, 2, 4}
+        assert set(bench[(bench["gpu_slug"] == g) & (bench["config"] == "bf16-graphs")]["batch"]) == {1, 2, 4}
     step = load_table("torch_step_kernels", RESULTS)
     assert set(step["gpu_slug"]) >= {"h200", "h100-80gb-hbm3"} and (step["duration_us"] > 0).all()
     with pytest.raises(ValueError, match="no results for GPU"):
@@ -287,7 +287,7 @@ def test_step_sets_grow_and_carry_what_the_figures_need():
 
 
 def test_roofline_mode_counts_the_pipe_of_each_configuration():
-    assert [flop_paths(run_config(c)) for c in ("baseline", "opt1", "opt12", "pytorch-default", "bf16", "fast")] == \
+    assert [flop_paths(run_config(c)) for c in ("baseline", "opt1", "opt12", "pytorch-default", "bf16", "bf16-graphs")] == \
         [("fp32",), ("tf32",), ("tf32",), ("tf32",), ("bf16",), ("bf16",)]
     fast = set(roofline_metrics(["bf16"]))
     assert {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",

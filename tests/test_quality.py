@@ -87,8 +87,8 @@ def test_sample_agreement_histograms_and_slices():
     vols, labels = _volumes()
     sa = sq.sample_agreement(vols, labels)
     assert set(sa["source"]) == {"real", "baseline"} and (sa["reference"] == "baseline").all()
-    with pytest.raises(InputError, match="reference configuration 'fast'"):
-        sq.sample_agreement(vols, labels, "fast")
+    with pytest.raises(InputError, match="reference configuration 'bf16-graphs'"):
+        sq.sample_agreement(vols, labels, "bf16-graphs")
     h = sq.brain_histograms(vols, labels)
     for _, d in h.groupby("source"):
         assert np.sum(d["density"] * (d["bin_high"] - d["bin_low"])) == pytest.approx(1)
@@ -101,8 +101,8 @@ def test_sample_agreement_histograms_and_slices():
 
 def test_sample_volumes_name_a_missing_sample(phantoms, tmp_path):
     pair = pair_files(phantoms / "images", phantoms / "masks")[0]
-    with pytest.raises(InputError, match=f"no sample of {pair.subject} from fast"):
-        sq.sample_volumes({"fast": tmp_path}, [Pair(pair.subject, pair.image, pair.mask)])
+    with pytest.raises(InputError, match=f"no sample of {pair.subject} from bf16-graphs"):
+        sq.sample_volumes({"bf16-graphs": tmp_path}, [Pair(pair.subject, pair.image, pair.mask)])
 
 
 def test_prediction_band_and_parity_verdict(tmp_path):
@@ -110,13 +110,13 @@ def test_prediction_band_and_parity_verdict(tmp_path):
     assert (low + high) / 2 == pytest.approx(2) and high - 2 == pytest.approx(4.303 * 1 * (4 / 3) ** 0.5, rel=1e-3)
     rows = [{"config": c, "seed": s, "size": 16, "step": step, "subject": "a", "t": 1, "loss": loss}
             for c, s, end in (("baseline", 0, 0.30), ("baseline", 1, 0.31), ("baseline", 2, 0.32),
-                              ("fast", 0, 0.315), ("bf16", 0, 0.5))
+                              ("bf16-graphs", 0, 0.315), ("bf16", 0, 0.5))
             for step, loss in ((0, 0.8), (10, end))]
     (tmp_path / "g" / "quality").mkdir(parents=True)
     pd.DataFrame(rows).to_csv(tmp_path / "g" / "quality" / "parity_heldout.csv", index=False)
     v = tables.parity_verdict(tmp_path, ["g"]).set_index("config")
-    assert v.loc["fast", "inside_band"] and not v.loc["bf16", "inside_band"]
-    assert v.loc["fast", "loss_step0"] == 0.8 and v.loc["fast", "steps"] == 10
+    assert v.loc["bf16-graphs", "inside_band"] and not v.loc["bf16", "inside_band"]
+    assert v.loc["bf16-graphs", "loss_step0"] == 0.8 and v.loc["bf16-graphs", "steps"] == 10
 
 
 def test_long_run_and_steady_state_skip_the_first_interval(tmp_path):
@@ -143,20 +143,20 @@ def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches
     real = np.where(labels > 0, rng.uniform(-0.5, 0.8, labels.shape), -0.95).astype(np.float32)
     good = (real + rng.normal(0, 0.05, real.shape)).astype(np.float32)  # DDPM-like: black background
     grey = np.where(labels > 0, good, -0.2 + rng.normal(0, 0.25, real.shape)).astype(np.float32)
-    runs = {REAL: {"s1": real}, "ddpm250-eta1-fast": {"s1": good}, "ddim50-eta0-fast": {"s1": grey},
+    runs = {REAL: {"s1": real}, "ddpm250-eta1-bf16-graphs": {"s1": good}, "ddim50-eta0-bf16-graphs": {"s1": grey},
             "ddim50-eta0-fast-w16-p8": {"s1": good}}
     t = sampler_table(runs, {"s1": labels}).set_index(["sampler", "steps", "config"])
     assert t.loc[(REAL, 0, ""), "background_mean"] == pytest.approx(-0.95)
-    assert t.loc[("ddim", 50, "fast"), "background_mean"] == pytest.approx(-0.2, abs=0.03)
-    assert t.loc[("ddpm", 250, "fast"), "brain_corr"] > 0.95 and t.loc[("ddpm", 250, "fast"), "psnr_db"] > 20
-    assert t.loc[("ddim", 50, "fast"), "matches_reference"] == "no"
-    assert t.loc[("ddpm", 250, "fast"), "matches_reference"] == "yes"
+    assert t.loc[("ddim", 50, "bf16-graphs"), "background_mean"] == pytest.approx(-0.2, abs=0.03)
+    assert t.loc[("ddpm", 250, "bf16-graphs"), "brain_corr"] > 0.95 and t.loc[("ddpm", 250, "bf16-graphs"), "psnr_db"] > 20
+    assert t.loc[("ddim", 50, "bf16-graphs"), "matches_reference"] == "no"
+    assert t.loc[("ddpm", 250, "bf16-graphs"), "matches_reference"] == "yes"
     assert t.loc[("ddim", 50, "fast-w16-p8"), "matches_reference"] == "no reference"  # no DDPM run of it
     assert SamplerRun.parse("ddim50-eta0-fast-w16-p8") == SamplerRun("ddim", 50, 0.0, "fast-w16-p8")
-    assert SamplerRun("ddpm", 250, 1.0, "fast").name == "ddpm250-eta1-fast"
-    assert SamplerRun.parse("ddpm250-fast") == SamplerRun("ddpm", 250, 1.0, "fast")  # η left out: the sampler's own
+    assert SamplerRun("ddpm", 250, 1.0, "bf16-graphs").name == "ddpm250-eta1-bf16-graphs"
+    assert SamplerRun.parse("ddpm250-bf16-graphs") == SamplerRun("ddpm", 250, 1.0, "bf16-graphs")  # η left out: the sampler's own
     with pytest.raises(Exception, match="not a sampler run name"):
-        SamplerRun.parse("fast")
+        SamplerRun.parse("bf16-graphs")
     run = SamplerRun("ddim", 50, 1.0, "fast-w16-p8", clip=False, seed=3)
     assert run.name == "ddim50-eta1-noclip-s3-fast-w16-p8" and SamplerRun.parse(run.name) == run
 
@@ -168,7 +168,7 @@ def test_match_verdicts_use_the_means_over_seeds_and_subjects_of_each_run():
 
     from medddpm.sample_quality import RUN_KEYS, match_verdicts
 
-    def row(sampler, steps, eta, seed, bg, corr, clip=True, config="fast"):
+    def row(sampler, steps, eta, seed, bg, corr, clip=True, config="bf16-graphs"):
         return dict(zip(RUN_KEYS, (sampler, steps, eta, clip, config)), seed=seed, subject="s", background_mean=bg,
                     brain_corr=corr)
 

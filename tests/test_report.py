@@ -257,7 +257,7 @@ def test_ladder_from_committed_results():
     assert (lad["peak_fraction"] < 1).all() and (lad["batch"] == 1).all()
     # the reproduction's tables keep the paper's five configurations only
     assert set(tables.bench(RESULTS, ["h200"], ["baseline", "opt1"])["config"]) == {"baseline", "opt1"}
-    every_batch = tables.bench(RESULTS, ["h200"], ["fast"], batch=None)
+    every_batch = tables.bench(RESULTS, ["h200"], ["bf16-graphs"], batch=None)
     assert sorted(every_batch["batch"]) == [1, 2, 4]
     assert set(tables.torch_kernels(RESULTS, ["h200"])["config"]) <= {"baseline", "opt1", "opt2", "opt12", "pytorch-default"}
 
@@ -268,7 +268,7 @@ def test_tables_for_readers_have_no_index_nan_or_slugs():
     from medddpm.report.present import color, gpu_name, register_gpus, table
 
     register_gpus(RESULTS)
-    df = pd.DataFrame({"gpu_slug": ["h100-80gb-hbm3", "h200"], "config": ["opt1", "fast"],
+    df = pd.DataFrame({"gpu_slug": ["h100-80gb-hbm3", "h200"], "config": ["opt1", "bf16-graphs"],
                        "step_ms_median": [1240.4591, float("nan")], "batch": [1, 2], "channels_last": [False, True]},
                       index=[7, 9])
     html = table(df)._repr_html_()
@@ -277,7 +277,7 @@ def test_tables_for_readers_have_no_index_nan_or_slugs():
     assert "overflow-x:auto" in html  # wide tables scroll
     assert table(df.set_index("config"), index=True)._repr_html_().count("<th>") == 5
     assert gpu_name("h200 (paper)") == "H200 (paper)" and gpu_name("unknown-gpu") == "unknown-gpu"
-    assert color("fast") == color("fast") != color("opt1") and color("other (rest)") == "#D0D0D0"
+    assert color("bf16-graphs") == color("bf16-graphs") != color("opt1") and color("other (rest)") == "#D0D0D0"
     assert color("h200") == color("H200") != color("H100 80GB HBM3") == color("H100 (paper)")
     from medddpm.report.present import sci
 
@@ -327,24 +327,24 @@ def test_loss_band_sampling_targets_and_denoise_categories(tmp_path):
     fp = tmp_path / "h200" / "fast_path"
     fp.mkdir(parents=True)
     (tmp_path / "h200" / "bench.csv").write_text("gpu\n")
-    rows = [("baseline", 0, 0.40), ("baseline", 1, 0.42), ("fast", 0, 0.41), ("bf16", 0, 0.45)]
+    rows = [("baseline", 0, 0.40), ("baseline", 1, 0.42), ("bf16-graphs", 0, 0.41), ("bf16", 0, 0.45)]
     pd.DataFrame([{"config": c, "seed": s, "size": 64, "kind": "eval", "step": 50, "loss": v} for c, s, v in rows]
-                 + [{"config": "fast", "seed": 0, "size": 64, "kind": "train", "step": 1, "loss": 9.0}]
+                 + [{"config": "bf16-graphs", "seed": 0, "size": 64, "kind": "train", "step": 1, "loss": 9.0}]
                  ).to_csv(fp / "loss_parity.csv", index=False)
     lp = tables.loss_parity(tmp_path, ["h200"]).set_index(["config", "seed"])
-    assert len(lp) == 4 and lp.loc[("fast", 0), "inside_band"] and not lp.loc[("bf16", 0), "inside_band"]
-    assert lp.loc[("fast", 0), "band_seeds"] == 2 and lp.loc[("bf16", 0), "band_high"] == 0.42
-    sb = pd.DataFrame({"gpu_slug": "h200", "config": ["fast", "opt1", "fast"], "sampler": ["ddim", "ddim", "ddpm"],
+    assert len(lp) == 4 and lp.loc[("bf16-graphs", 0), "inside_band"] and not lp.loc[("bf16", 0), "inside_band"]
+    assert lp.loc[("bf16-graphs", 0), "band_seeds"] == 2 and lp.loc[("bf16", 0), "band_high"] == 0.42
+    sb = pd.DataFrame({"gpu_slug": "h200", "config": ["bf16-graphs", "opt1", "bf16-graphs"], "sampler": ["ddim", "ddim", "ddpm"],
                        "s_per_volume_median": [0.9, 3.6, 5.0]})
     t = tables.sampling_targets(sb, {"ddim": 1.0, "ddpm": 4.0}).set_index("sampler")
     assert t.loc["ddim", "meets"] and not t.loc["ddpm", "meets"] and t.loc["ddim", "speedup_vs_reference"] == 4.0
     assert pd.isna(t.loc["ddpm", "speedup_vs_reference"])
     (tmp_path / "h200" / "sampling").mkdir()
     pd.DataFrame({"category": ["conv", "conv", "copy"], "short_name": ["a", "b", "c"], "launches_per_step": 1,
-                  "ms_per_step": [1.0, 2.0, 0.5], "config": "fast", "steps_profiled": 5}
+                  "ms_per_step": [1.0, 2.0, 0.5], "config": "bf16-graphs", "steps_profiled": 5}
                  ).to_csv(tmp_path / "h200" / "sampling" / "denoise_kernels.csv", index=False)
     per = tables.denoise_categories(tmp_path, ["h200"])
-    assert per.loc["conv", "fast"] == 3.0 and list(per.index) == ["conv", "copy"]
+    assert per.loc["conv", "bf16-graphs"] == 3.0 and list(per.index) == ["conv", "copy"]
 
 
 def test_every_figure_has_a_numbered_caption():
@@ -422,21 +422,21 @@ def test_whole_step_roofline_counts_the_model_and_its_gap_to_the_roofs():
     G = ["h200", "h100-80gb-hbm3"]
     P, R = tables.roofline(RESULTS, G, "roofline"), tables.ceilings(RESULTS, G)
     assert {(g, c) for g, c in P[["gpu_slug", "config"]].astype(str).drop_duplicates().itertuples(index=False)} == \
-        {(g, c) for g in G for c in ("baseline", "opt1", "fast", "fast-all")}
+        {(g, c) for g in G for c in ("baseline", "opt1", "bf16-graphs", "fast")}
     step = 3 * summarize(model_preset("whole-head"), (128, 128, 128))["forward_flops"]
     counted = P.groupby(["gpu_slug", "config"], observed=True)["flops"].sum() / step
     # FP32, TF32 and bf16 counters each find the step's maths: 3 × forward (backward = data + weight
     # gradients) plus tile padding and (FP32 baseline) the elementwise FLOPs, never less
     assert counted.between(0.98, 1.15).all(), counted
     paths = P.groupby("config", observed=True)["path"].agg(lambda s: set(s) - {"FP32"})
-    assert paths["fast"] == paths["fast-all"] == {"bf16 tensor"} and paths["opt1"] == {"TF32 tensor"}
+    assert paths["bf16-graphs"] == paths["fast"] == {"bf16 tensor"} and paths["opt1"] == {"TF32 tensor"}
     assert paths["baseline"] == set()
     gap = tables.roofline_gap(P, R)
     assert np.allclose(gap["time_ms"], gap["bound_ms"] + gap["gap_ms"])
     assert np.allclose(gap.groupby(["gpu_slug", "config"], observed=True)["gap_share"].sum(), 1)
     per = gap.groupby(["gpu_slug", "config"], observed=True)[["time_ms", "bound_ms"]].sum()
     assert (per["bound_ms"] < per["time_ms"]).all()
-    assert per.loc[("h200", "fast"), "time_ms"] == pytest.approx(P[(P["gpu_slug"] == "h200") & (P["config"] == "fast")]
+    assert per.loc[("h200", "bf16-graphs"), "time_ms"] == pytest.approx(P[(P["gpu_slug"] == "h200") & (P["config"] == "bf16-graphs")]
                                                                  ["duration_ns"].sum() / 1e6)
     assert tables.roofline_gap(P.iloc[:0], R).empty
 
@@ -486,7 +486,7 @@ def test_heldout_curve_finds_where_the_loss_stopped_falling(tmp_path):
 def test_sampler_tables_keep_the_newest_checkpoint_and_row(tmp_path):
     """samplers.csv is appended by every call: the newest checkpoint's newest row of each (run,
     seed, subject) counts, verdicts recomputed over all seeds; the summary has one row per run."""
-    base = {"steps": 250, "eta": 1.0, "clip": True, "config": "fast", "subject": "s", "brain_corr": 0.98,
+    base = {"steps": 250, "eta": 1.0, "clip": True, "config": "bf16-graphs", "subject": "s", "brain_corr": 0.98,
             "psnr_db": 20.0, "ssim": 0.7, "background_std": 0.1, "matches_reference": "stale"}
     rows = [{**base, "sampler": "ddpm", "seed": 0, "background_mean": -0.1, "checkpoint": "old.pt"},
             {**base, "sampler": "real", "steps": 0, "eta": float("nan"), "config": "", "seed": 0,
@@ -509,16 +509,16 @@ def test_sampler_tables_keep_the_newest_checkpoint_and_row(tmp_path):
 def test_fig1_takes_the_fastest_configuration_with_samples():
     sl = pd.DataFrame({"source": ["mask", "real", "ddpm250-eta1-fast", "ddim50-eta1-fast", "ddim50-eta0-fast",
                                   "ddpm250-eta1-fast-w16", "ddim50-eta1-fast-w16"]})
-    assert tables.fig1_sources(sl, ("fast", "fast-w16")) == {
+    assert tables.fig1_sources(sl, ("bf16-graphs", "fast-w16")) == {
         "mask": "mask", "real": "real image", "ddpm250-eta1-fast-w16": "DDPM 250 (fast-w16)",
         "ddim50-eta1-fast-w16": "DDIM 50, η = 1"}
-    assert tables.fig1_sources(sl[sl["source"].isin(["mask", "real"])], ("fast",)) == {"mask": "mask", "real": "real image"}
+    assert tables.fig1_sources(sl[sl["source"].isin(["mask", "real"])], ("bf16-graphs",)) == {"mask": "mask", "real": "real image"}
 
 
 def test_sample_bench_prefers_the_default_eta_and_reads_old_rows_as_eta_0(tmp_path):
     from medddpm.config import DEFAULT_ETA
 
-    row = {"gpu": "G", "config": "fast", "model": "whole-head", "size": "128x128x128", "batch": 1, "steps": 50,
+    row = {"gpu": "G", "config": "bf16-graphs", "model": "whole-head", "size": "128x128x128", "batch": 1, "steps": 50,
            "sampler": "ddim"}
     old = pd.DataFrame([{**row, "s_per_volume_median": 1.0}, {**row, "sampler": "ddpm", "steps": 250,
                                                                "s_per_volume_median": 5.0}])

@@ -37,7 +37,7 @@ def test_configurations_set_tf32_explicitly(tiny):
     set_backend_flags(None, None)
     assert torch.backends.cudnn.benchmark is False
     # the autotuner's algorithm limit is a knob too: recorded, and harmless where cuDNN is not built in
-    settings = Engine(tiny, run_config("fast-cudnn-all"), cpu).settings()
+    settings = Engine(tiny, run_config("bf16-graphs-cudnn-all"), cpu).settings()
     assert settings["cudnn_benchmark_limit"] == 0
     assert settings["cudnn_benchmark_limit_now"] == (0 if torch.backends.cudnn.is_available() else None)
 

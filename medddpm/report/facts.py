@@ -189,7 +189,7 @@ def interventions(root: Path, gpus: list[str]) -> dict[str, str]:
 
 def _ladder_facts(root: Path, gpus: list[str], f: dict[str, str]) -> dict[str, str | None]:
     """The ladder's facts into ``f`` (step times of every rung on the reference and second GPU,
-    ``fast`` against the baseline, OPT1, the bf16 peak and the 50 ms target); returns the roles."""
+    ``fast`` (the last rung) against the baseline, OPT1, the bf16 peak and the 50 ms target); returns the roles."""
     lad = tables.ladder(root, gpus)
     r = roles(lad["gpu_slug"] if not lad.empty else [])
     f["ladder_gpus"] = gpu_list(lad["gpu_slug"]) if not lad.empty else "none"
@@ -264,7 +264,7 @@ def _gap_facts(gap: pd.DataFrame, gpu: str | None, config: str, key: str, f: dic
 
 
 def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
-    """Issue 21's facts into ``f``: ``fast`` against its kernel variants (kv_), the GroupNorm
+    """Issue 21's facts into ``f``: ``bf16-graphs`` against its kernel variants (kv_), the GroupNorm
     implementations against their minimal bytes (nm_), the convolutions layer by layer (ly_)."""
     kv = tables.kernel_variants(root, gpus)
     have = kv.groupby("gpu_slug")["config"].nunique() if not kv.empty else pd.Series(dtype=int)
@@ -273,10 +273,10 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     ms = kv.set_index(["gpu_slug", "config"])["step_ms_median"] if not kv.empty else pd.Series(dtype=float)
     what = "bench rows of fast's kernel variants"
     for role in ("ref", "alt"):
-        mine = kv[(kv["gpu_slug"] == r[role]) & (kv["config"] != "fast")] if r[role] else kv.iloc[0:0]
+        mine = kv[(kv["gpu_slug"] == r[role]) & (kv["config"] != "bf16-graphs")] if r[role] else kv.iloc[0:0]
         best = mine.loc[mine["step_ms_median"].idxmin()] if len(mine) else None
-        fast = _get(ms, (r[role], "fast"))
-        f[f"kv_{role}_fast_ms"] = number(fast, ".1f", "bench row of fast")
+        fast = _get(ms, (r[role], "bf16-graphs"))
+        f[f"kv_{role}_base_ms"] = number(fast, ".1f", "bench row of bf16-graphs")
         f[f"kv_{role}_best"] = str(best["config"]) if best is not None else missing(what)
         f[f"kv_{role}_best_ms"] = number(None if best is None else best["step_ms_median"], ".1f", what)
         f[f"kv_{role}_best_x"] = number(None if best is None or fast is None else fast / best["step_ms_median"],
@@ -294,11 +294,11 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
                 f[f"kv_ref_{cfg}_ms"] = number(_get(ms, (r["ref"], cfg)), ".1f", f"bench row of {cfg}")
             ref_best = None if best is None else str(best["config"])
     worst = _worst_agreement(root, gpus)
-    for key, cfg in (("fast", "fast"), ("fast-tnorm", "fast-tnorm"), ("best", ref_best)):
+    for key, cfg in (("fast", "bf16-graphs"), ("fast-tnorm", "fast-tnorm"), ("best", ref_best)):
         f[f"kv_{key}_rel"] = worst.get(cfg) or missing(f"agreement rows of {cfg or 'the best variant'}")
     lp = tables.loss_parity(root, gpus)
     lp = lp[lp["gpu_slug"] == r["ref"]] if not lp.empty else lp
-    for key, cfg in (("fast", "fast"), ("best", ref_best)):
+    for key, cfg in (("fast", "bf16-graphs"), ("best", ref_best)):
         row = lp[lp["config"] == cfg] if len(lp) else lp
         what = f"loss-parity row of {cfg or 'the best variant'} on the reference GPU"
         f[f"kv_{key}_lp"] = f"{row['loss'].iloc[0]:.4f}" if len(row) else missing(what)
@@ -338,7 +338,7 @@ def _kernel_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     every = tables.layer_costs(root, [lr["ref"]], "all") if lr["ref"] else ly
     thin = every[every["signature"].map(_thin_signature)] if len(every) else every
     per = thin.groupby("config")["ms"].sum() if len(thin) else pd.Series(dtype=float)
-    f["ly_thin_fast_ms"] = number(_get(per, "fast"), ".2f", "layers.csv rows of fast")
+    f["ly_thin_fast_ms"] = number(_get(per, "bf16-graphs"), ".2f", "layers.csv rows of fast")
     f["ly_thin_ms"] = number(_get(per, f["ly_config"]), ".2f", what)
     passes = _layer_passes(mine, "ly", what, f)
     f["ly_other_ms"] = number(mine.loc[mine["isolated_ms"].isna(), "ms"].sum() if len(mine) else None, ".1f", what)
@@ -383,7 +383,7 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     f: dict[str, str] = {}
     r = _ladder_facts(root, gpus, f)
     _kernel_facts(root, gpus, f)
-    t = tables.torch_kernels(root, gpus, "step", ["fast"])
+    t = tables.torch_kernels(root, gpus, "step", ["bf16-graphs"])
     conv = t[t["category"] == "convolution/GEMM"].groupby("gpu_slug")["duration_us"].sum() / 1e3 if not t.empty else {}
     total = t.groupby("gpu_slug")["duration_us"].sum() / 1e3 if not t.empty else {}
     c, tot = _get(pd.Series(conv, dtype=float), r["ref"]), _get(pd.Series(total, dtype=float), r["ref"])
@@ -398,22 +398,22 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     by_path = passes.groupby("flop_paths")["passes"].max() if not passes.empty else pd.Series(dtype=float)
     f["passes_tensor"] = number(_get(by_path, "bf16"), "d", "fast_path/ncu_passes.csv")
     f["passes_fp32"] = number(_get(by_path, "fp32"), "d", "fast_path/ncu_passes.csv")
-    nfast = rw.loc[rw["config"] == "fast"].groupby("gpu_slug").size().max() if not rw.empty else None
+    nfast = rw.loc[rw["config"] == "bf16-graphs"].groupby("gpu_slug").size().max() if not rw.empty else None
     f["fast_step_kernels"] = number(None if nfast is None or nfast != nfast else int(nfast), ",", "roofline report of fast")
     sr = roles(rw["gpu_slug"] if not rw.empty else [])
     f.update(_names(sr, "step_"))
     gap = tables.roofline_gap(rw, roofs)
     hi = tables.roofline_highlights(rw, roofs)
     for role in ("ref", "alt"):
-        _gap_facts(gap, sr[role], "fast", f"step_{role}_fast", f)
-    bm = _get(gap.groupby(["gpu_slug", "config"], observed=True)["bound_ms"].sum(), (sr["ref"], "fast")) if not gap.empty else None
+        _gap_facts(gap, sr[role], "bf16-graphs", f"step_{role}_fast", f)
+    bm = _get(gap.groupby(["gpu_slug", "config"], observed=True)["bound_ms"].sum(), (sr["ref"], "bf16-graphs")) if not gap.empty else None
     f["step_ref_fast_target_reach"] = (missing("ncu roofline report of fast") if bm is None else
                                        "within reach of" if bm <= STEP_TARGET_MS else "beyond")
     for role in ("ref", "alt"):
-        _gap_facts(gap, sr[role], "fast-all", f"step_{role}_all", f)
+        _gap_facts(gap, sr[role], "fast", f"step_{role}_all", f)
     hs = hi.set_index(["gpu_slug", "config", "what"]) if not hi.empty else pd.DataFrame(
         columns=["conv_pass", "tflops", "compute_fraction", "share"])
-    for cfg in ("fast", "baseline"):
+    for cfg in ("bf16-graphs", "baseline"):
         what = f"ncu roofline report of {cfg}"
         key = (sr["ref"], cfg, "conv")
         kind = _get(hs, key, "conv_pass")
@@ -422,7 +422,7 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
         f[f"step_ref_{cfg}_conv_compute_pct"] = pct(_get(hs, key, "compute_fraction"), what)
         f[f"step_ref_{cfg}_conv_share"] = pct(_get(hs, key, "share"), what, 1)
     norm = tables.normalized_scopes(root, gpus)
-    norm = norm[(norm["config"] == "fast") & (norm["mode"] == "step")] if not norm.empty else norm
+    norm = norm[(norm["config"] == "bf16-graphs") & (norm["mode"] == "step")] if not norm.empty else norm
     nr = roles(norm["gpu"] if not norm.empty else [])
     f.update(_names(nr, "ncu_"))
     vals = norm.set_index(["gpu", "metric"])["measured"] if not norm.empty else pd.Series(dtype=float)
@@ -431,9 +431,9 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
             f[f"ncu_{role}_fast_{metric}"] = number(_get(vals, (nr[role], metric)), ".2f", "ncu step-mode report of fast")
     ca = tables.fast_path_csv(root, gpus, "cudnn_all_bench")
     ca = ca[ca["gpu_slug"] == r["ref"]].groupby("config")["step_ms_median"] if not ca.empty else None
-    f["cudnn_all_ms"] = number(ca.median().get("fast-cudnn-all") if ca is not None else None, ".1f",
+    f["cudnn_all_ms"] = number(ca.median().get("bf16-graphs-cudnn-all") if ca is not None else None, ".1f",
                                "fast_path/cudnn_all_bench.csv")
-    f["cudnn_all_fast_ms"] = (" and ".join(f"{v:.1f}" for v in ca.get_group("fast")) if ca is not None and "fast" in ca.groups
+    f["cudnn_all_fast_ms"] = (" and ".join(f"{v:.1f}" for v in ca.get_group("bf16-graphs")) if ca is not None and "bf16-graphs" in ca.groups
                               else missing("fast_path/cudnn_all_bench.csv"))
     rp = tables.roofline(root, gpus, "paper")
     f["roof_gpus"] = gpu_list(rp["gpu_slug"]) if not rp.empty else "none"
@@ -465,7 +465,7 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     lr = roles(lp["gpu_slug"] if not lp.empty else [])
     f.update(_names(lr, "lp_"))
     band = lp[lp["gpu_slug"] == lr["ref"]] if not lp.empty else lp
-    fast_lp = band[band["config"] == "fast"] if len(band) else band
+    fast_lp = band[band["config"] == "bf16-graphs"] if len(band) else band
     f["lp_band"] = (f"{band['band_low'].iloc[0]:.4f}–{band['band_high'].iloc[0]:.4f}" if len(band)
                     else missing("fast_path/loss_parity.csv"))
     f["lp_seeds"] = f"{band['band_seeds'].iloc[0]}" if len(band) else missing("fast_path/loss_parity.csv")
@@ -503,7 +503,7 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
         eff = multi["scaling_efficiency"]
         f["scaling_within"] = f"{int((eff >= SCALING_TARGET).sum())} of {len(multi)}"
         f["scaling_range"] = f"{100 * eff.min():.1f}–{100 * eff.max():.1f} %"
-    for cfg in ("opt1", "fast"):
+    for cfg in ("opt1", "bf16-graphs"):
         for accum in (1, 2):
             key = f"{cfg}_a{accum}"
             row = multi[(multi["config"] == cfg) & (multi["grad_accum"] == accum)] if not multi.empty else multi
@@ -521,11 +521,11 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
     return f
 
 
-SAMPLING_CONFIGS = ("baseline", "opt1", "fast", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
+SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold")  # slow to fast
-AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "fast", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
-                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast-all", "fast-w16-tnorm-tconv-fold")
-SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "fast", "real")
+AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
+                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast", "fast-w16-tnorm-tconv-fold")
+SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "bf16-graphs", "real")
 
 
 def quality(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -564,7 +564,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     profiled = ddim[ddim["config"].isin(dk.columns)] if len(ddim) and not dk.empty else ddim.iloc[0:0]
     best_profiled = profiled.loc[profiled["s_per_volume_median"].idxmin(), "config"] if len(profiled) else None
     f["denoise_best_config"] = best_profiled or missing("denoising-step kernel table")
-    for key, cfg in (("denoise_fast", "fast"), ("denoise_best", best_profiled or "fast")):
+    for key, cfg in (("denoise_fast", "bf16-graphs"), ("denoise_best", best_profiled or "bf16-graphs")):
         col = dk[cfg] if not dk.empty and cfg in dk.columns else None
         what = f"denoising-step kernel table of {cfg}"
         f[f"{key}_ms"] = number(col.sum() if col is not None else None, ".1f", what)
@@ -595,7 +595,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
                               "identical" if row["psnr_db"] == float("inf") else f"{row['psnr_db']:.1f} dB")
         f[f"s_{src}_ssim"] = number(None if row is None else row["ssim"], ".3f", f"sample agreement of {src}")
     sb64 = tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
-    fig1 = sb64[(sb64["config"] == "fast") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
+    fig1 = sb64[(sb64["config"] == "bf16-graphs") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
     f.update(sampler_quality(root, q, sb))
     f.update(sampler_numerics(root, q, gpus))
@@ -610,9 +610,9 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
 
 SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0), "ddim50_eta0": ("ddim", 50, 0.0),
                 "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
-SAMPLER_QUALITY_CONFIGS = ("fast", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
+SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
 OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16's rounding averages below 1e-4
-SAMPLER_NUMERICS_CONFIGS = ("fast", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold")  # bf16 ones set beside FP32
+SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold")  # bf16 ones set beside FP32
 
 
 def run_label(sampler: str, steps: int, eta: float) -> str:

@@ -40,7 +40,7 @@ class Stage:
 STAGES = {
     "end_to_end": Stage("01_setup", ALL_CONFIGS, 0.3),  # bench + torch.profiler: 1.36 min for the paper's 5
     "ncu": Stage("03_characterization", "baseline,opt1", 5.2),  # paper mode ~4 min + step mode ~1 min: 5.32, 5.02
-    "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,fast,fast-all", 0.15,
+    "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,bf16-graphs,fast", 0.15,
                     compiled_minutes=1.5),  # eager: 0.45 min for 3; compiled (Inductor's compile): 4.39 for 3
     "sampling": Stage("07_quality", "opt1,fast,fast-w16-p8,fast-w16-tnorm-tconv", 0.75),  # DDIM 50 + DDPM 250: 2.95 for 4
 }

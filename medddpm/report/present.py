@@ -57,7 +57,7 @@ KNOWN = [
     "convolution/GEMM", "normalization", "elementwise", "copy", "reduction", "optimizer", "upsample",
     "attention", "other", "Triton reduction", "Triton pointwise", "layout transform", "attention/softmax",
     "baseline", "opt1", "opt2", "opt12", "pytorch-default", "bf16", "bf16-compile", "bf16-compile-tuned",
-    "bf16-ndhwc", "bf16-ndhwc-sdpa", "fast",
+    "bf16-ndhwc", "bf16-ndhwc-sdpa", "bf16-graphs",
 ]
 # Instruction classes (sass__inst_executed_per_opcode_category; Figs 4, 7, 9): a palette of their own.
 CLASS_COLORS = {"Floating Point": "#56B4E9", "Integer": "#E69F00", "Load/Store": "#009E73", "Control": "#CC79A7",

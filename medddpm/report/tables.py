@@ -248,14 +248,14 @@ def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def kernel_variants(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``fast`` and its kernel variants (``config.KERNEL_VARIANTS``: the Triton GroupNorm kernels,
-    channel padding) at batch 1, each with its speed-up over ``fast`` on the same GPU."""
-    names = ["fast", *(k.name for k in KERNEL_VARIANTS)]
+    """``bf16-graphs`` and its kernel variants (``config.KERNEL_VARIANTS``: the Triton GroupNorm kernels,
+    channel padding) at batch 1, each with its speed-up over ``bf16-graphs`` on the same GPU."""
+    names = ["bf16-graphs", *(k.name for k in KERNEL_VARIANTS)]
     b = bench(root, gpus, names)
     if b.empty:
         return b
-    fast = b[b["config"] == "fast"].set_index("gpu_slug")["step_ms_median"]
-    return b.assign(speedup_vs_fast=b["gpu_slug"].map(fast) / b["step_ms_median"])
+    fast = b[b["config"] == "bf16-graphs"].set_index("gpu_slug")["step_ms_median"]
+    return b.assign(speedup_vs_base=b["gpu_slug"].map(fast) / b["step_ms_median"])
 
 
 def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.DataFrame:
@@ -263,11 +263,11 @@ def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.Da
     convolution shape and pass, its milliseconds in a profiled step beside cuDNN's isolated best
     for that shape, the largest first; rows of kernels no pass names (bias gradients, copies) last.
     ``config`` None keeps each GPU's newest configuration (its last rows), "all" every one; tables
-    written before the column existed are ``fast``'s."""
+    written before the column existed are ``bf16-graphs``'s."""
     t = fast_path_csv(root, gpus, "layers")
     if t.empty:
         return t
-    t = t.assign(config=t["config"].fillna("fast") if "config" in t else "fast")
+    t = t.assign(config=t["config"].fillna("bf16-graphs") if "config" in t else "bf16-graphs")
     if config is None:
         t = t[t["config"] == t["gpu_slug"].map(t.groupby("gpu_slug")["config"].last())]
     elif config != "all":
@@ -389,8 +389,8 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
                 continue
             add(f"cycles of {cfg} (× baseline)", scope, "Interventions",
                 stated(cfg) if mode == "paper" else "not reported", dict(zip(d["gpu"], d["measured"])))
-    b = bench(root, gpus, ["baseline", "opt1", "opt2", "fast"])
-    for cfg, chapter in (("opt1", "End to end"), ("opt2", "End to end"), ("fast", "Beyond the paper")):
+    b = bench(root, gpus, ["baseline", "opt1", "opt2", "bf16-graphs"])
+    for cfg, chapter in (("opt1", "End to end"), ("opt2", "End to end"), ("bf16-graphs", "Beyond the paper")):
         d = b[b["config"] == cfg] if not b.empty else b
         if not d.empty:
             add(f"training step of {cfg} (× faster than baseline)", "whole step, 128³", chapter, "not reported",
@@ -422,7 +422,7 @@ def loss_parity(root: Path, gpus: list[str]) -> pd.DataFrame:
                        "inside_band"]], ["gpu_slug", "config", "seed"])
 
 
-def sampling_targets(sb: pd.DataFrame, targets: dict[str, float], config: str = "fast",
+def sampling_targets(sb: pd.DataFrame, targets: dict[str, float], config: str = "bf16-graphs",
                      reference: str = "opt1") -> pd.DataFrame:
     """Per GPU and sampler: ``config``'s seconds per volume, the target, whether it is met, and the
     speed-up over ``reference`` (``sb`` from ``sample_bench``)."""
