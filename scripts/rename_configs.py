@@ -27,6 +27,7 @@ from medddpm.io import atomic_path
 
 COLUMNS = ("config", "source")  # table columns that name configurations
 JSON_KEYS = ("config", "name")  # JSON values that name configurations
+RUN_FILE = re.compile(r"(timing|log|profile)-(.+?)-((?:a)?\d+(?:-a\d+)?\.(?:csv|json))")  # a run's files
 RUN_NAME = re.compile(r"((?:ddpm|ddim)\d+(?:-eta[0-9.]+)?(?:-noclip)?(?:-s\d+)?-)(.+)")  # SamplerRun.name
 
 
@@ -118,9 +119,20 @@ def plan(root: Path, m: dict[str, str]) -> tuple[list[tuple[Path, object]], list
             continue
         if new is not None:
             writes.append((path, new))
+    moves = run_file_moves(root, m)
     for d in sorted((p for p in root.rglob("*") if p.is_dir() and p.name in m), key=lambda p: -len(p.parts)):
         moves.append((d, d.with_name(m[d.name])))
     return writes, moves
+
+
+def run_file_moves(root: Path, m: dict[str, str]) -> list[tuple[Path, Path]]:
+    """(file, renamed file) for every run file whose name carries a configuration of ``m``."""
+    moves = []
+    for path in sorted(root.rglob("*")):
+        f = RUN_FILE.fullmatch(path.name) if path.is_file() else None
+        if f and f[2] in m:
+            moves.append((path, path.with_name(f"{f[1]}-{m[f[2]]}-{f[3]}")))
+    return moves
 
 
 def apply(writes, moves) -> None:
