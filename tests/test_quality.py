@@ -183,20 +183,30 @@ def test_match_verdicts_use_the_means_over_seeds_and_subjects_of_each_run():
     assert match_verdicts(t).iloc[-1] == "no reference"
 
 
-def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp_path):
+def _script(name: str):
+    """scripts/<name>.py loaded as a module."""
     import importlib.util
     from pathlib import Path
 
-    import pandas as pd
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+def _tiny_checkpoint(phantoms, out):
+    """A 2-step tiny-model checkpoint trained on the phantoms (CPU)."""
     from medddpm.cli import main as cli
 
-    run = tmp_path / "run"
     assert cli(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
-                "--size", "16", "--steps", "2", "--out", str(run), "--device", "cpu", "--quiet"]) == 0
-    spec = importlib.util.spec_from_file_location("quality_script", Path(__file__).parents[1] / "scripts" / "quality.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+                "--size", "16", "--steps", "2", "--out", str(out), "--device", "cpu", "--quiet"]) == 0
+    return out / "checkpoint.pt"
+
+
+
+def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp_path):
+    run = _tiny_checkpoint(phantoms, tmp_path / "run").parent
+    script = _script("quality")
     argv = ["samplers", "--out", str(tmp_path / "out"), "--data", str(phantoms), "--held-out", "1", "--model", "tiny",
             "--checkpoint", str(run / "checkpoint.pt"), "--configs", "baseline", "--runs", "ddpm250,ddim5-eta0",
             "--work", str(tmp_path / "work"), "--device", "cpu"]
@@ -211,12 +221,7 @@ def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp
 
 
 def test_samplers_step_refuses_a_bad_run_name_in_one_line(phantoms, tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("quality_script", Path(__file__).parents[1] / "scripts" / "quality.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("quality")
     assert script.main(["samplers", "--out", str(tmp_path), "--data", str(phantoms), "--checkpoint", "x.pt",
                         "--runs", "ddim", "--work", str(tmp_path / "w"), "--device", "cpu"]) == 2
     assert "not a sampler run name" in capsys.readouterr().err and not (tmp_path / "quality").exists()
@@ -224,17 +229,8 @@ def test_samplers_step_refuses_a_bad_run_name_in_one_line(phantoms, tmp_path, ca
 
 
 def test_agree_step_with_a_checkpoint_compares_its_trained_weights_on_held_out_subjects(phantoms, tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    from medddpm.cli import main as cli
-
-    run = tmp_path / "run"
-    assert cli(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
-                "--size", "16", "--steps", "2", "--out", str(run), "--device", "cpu", "--quiet"]) == 0
-    spec = importlib.util.spec_from_file_location("quality_script", Path(__file__).parents[1] / "scripts" / "quality.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    run = _tiny_checkpoint(phantoms, tmp_path / "run").parent
+    script = _script("quality")
     assert script.main(["agree", "--out", str(tmp_path / "out"), "--data", str(phantoms), "--held-out", "1",
                         "--checkpoint", str(run / "checkpoint.pt"), "--weights", "model",
                         "--configs", "baseline,bf16", "--device", "cpu"]) == 0
@@ -250,13 +246,7 @@ def test_agree_step_with_a_checkpoint_compares_its_trained_weights_on_held_out_s
 def test_thin_offset_probe_needs_a_gpu_and_names_every_case(tmp_path, capsys):
     """scripts/thin_offset_probe.py: without CUDA one line and exit 2, nothing written; its cases are
     both thin convolutions × with and without a bias × cuDNN and conv3d_thin."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("thin_offset_probe",
-                                                  Path(__file__).parents[1] / "scripts" / "thin_offset_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = _script("thin_offset_probe")
     if not torch.cuda.is_available():
         assert probe.main([str(tmp_path / "t.csv")]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err and not (tmp_path / "t.csv").exists()
