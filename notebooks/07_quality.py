@@ -29,7 +29,7 @@ results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # True: time sampling on this machine's GPU first (bench-sample; quality runs: scripts/quality_measure.sh)
 size = 128  # volume side when measuring
-configs = "opt1,fast,fast-w16-p8,fast-w16-tnorm-tconv"  # sampling configurations to measure (DDIM 50 and DDPM 250)
+configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold"  # sampling configurations to measure (DDIM 50 and DDPM 250)
 
 # %% tags=["remove-cell"]
 import matplotlib.pyplot as plt
