@@ -92,8 +92,9 @@ if not SB.empty:
 # DDIM's η (the table's `eta`; older rows ran at 0, "Which sampler is right?" below says why the
 # default is now 1) costs one noise draw a step, no time: {glue:text}`samp_best` took
 # {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM 50
-# ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`; one 128³ volume already fills
-# the GPU, so batching is a throughput knob, not a latency one.
+# ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`, and with DDPM 250:
+# {glue:text}`samp_best_ddpm_batches`; one 128³ volume already fills the GPU, so batching is a
+# throughput knob, not a latency one.
 #
 # Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside
 # the replayed CUDA graph included), milliseconds per step by kernel category:
@@ -120,7 +121,10 @@ else:
 # {glue:text}`denoise_best_conv_ms` ms, transposes {glue:text}`denoise_best_layout_ms` ms. What is
 # left is convolutions and the Triton normalization kernels: the per-layer work of the training
 # step (every convolution at its shape's best, every norm at its minimal bytes) is what would take
-# DDPM under its target.
+# DDPM under its target. DDPM 250 of {glue:text}`samp_best` takes {glue:text}`samp_best_ddpm_step_ms`
+# ms a step, of which its kernels take {glue:text}`samp_best_kernel_ms` ms; with no time between
+# them (the gaps between the graph's kernels and the sampler's own small update kernels) DDPM 250
+# would take {glue:text}`samp_best_kernels_only_s` s: {glue:text}`samp_best_gap_verdict`.
 
 # %% [markdown]
 # ## Does every configuration compute the same network?

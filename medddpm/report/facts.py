@@ -556,10 +556,11 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     etas = etas[(etas["config"] == best) & (etas["sampler"] == "ddim") & (etas["batch"] == 1)] if best else etas
     f["samp_best_ddim_etas"] = ("; ".join(f"η = {e:g}: {v:.2f} s" for e, v in zip(etas["eta"], etas["s_per_volume_median"]))
                                 if len(etas) else missing("sample_bench.csv"))
-    batches = sb[(sb["gpu_slug"] == r["ref"]) & (sb["config"] == best) & (sb["sampler"] == "ddim")] if best else sb
-    f["samp_best_ddim_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
-                                             zip(batches["batch"], batches["s_per_volume_median"]))
-                                   if len(batches) else missing("sample_bench.csv"))
+    for smp in ("ddim", "ddpm"):
+        batches = sb[(sb["gpu_slug"] == r["ref"]) & (sb["config"] == best) & (sb["sampler"] == smp)] if best else sb
+        f[f"samp_best_{smp}_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
+                                                   zip(batches["batch"], batches["s_per_volume_median"]))
+                                         if len(batches) else missing("sample_bench.csv"))
     dk = tables.denoise_categories(root, [r["ref"]] if r["ref"] else [])
     profiled = ddim[ddim["config"].isin(dk.columns)] if len(ddim) and not dk.empty else ddim.iloc[0:0]
     best_profiled = profiled.loc[profiled["s_per_volume_median"].idxmin(), "config"] if len(profiled) else None
@@ -570,6 +571,18 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         f[f"{key}_ms"] = number(col.sum() if col is not None else None, ".1f", what)
         f[f"{key}_conv_ms"] = number(_get(col, "convolution/GEMM") if col is not None else None, ".1f", what)
         f[f"{key}_layout_ms"] = number((_get(col, "layout transform") or 0.0) if col is not None else None, ".1f", what)
+    # DDPM 250 of the fastest sampler: its wall time a step against its kernels' time a step
+    kern = dk[best].sum() if best and not dk.empty and best in dk.columns else None
+    ddpm = _get(s, (r["ref"], best, "ddpm")) if best else None
+    what = f"DDPM 250 row and kernel table of {best or 'the fastest sampler'}"
+    f["samp_best_ddpm_step_ms"] = number(None if ddpm is None else 1000 * ddpm / 250, ".1f", what)
+    f["samp_best_kernel_ms"] = number(kern, ".1f", what)
+    f["samp_best_kernels_only_s"] = number(None if kern is None else 250 * kern / 1000, ".2f", what)
+    target = SAMPLING_TARGETS_S["ddpm"]
+    f["samp_best_gap_verdict"] = (missing(what) if kern is None else
+                                  f"removing the gaps alone would not reach the {target:g} s target: the kernels "
+                                  "themselves must get faster" if 250 * kern / 1000 > target else
+                                  f"removing the gaps alone would reach the {target:g} s target")
     q, a = _agreement(root, gpus)
     f["q_gpu"] = gpu_name(q) if q else missing("quality results")
     worst = _worst_agreement(root, gpus)
