@@ -176,8 +176,9 @@ else:
 # training steps at 64³ (seed 0, the quality chapter's loss-parity runs) its held-out loss is
 # {glue:text}`kv_best_lp` ({glue:text}`kv_best_lp_verdict` the FP32 baseline's seed band
 # {glue:text}`kv_lp_band`), `bf16-graphs`'s {glue:text}`kv_fast_lp` ({glue:text}`kv_fast_lp_verdict`).
-# One seed of each cannot separate them from each other; `bf16-graphs` stays the ladder's last rung and
-# the variants stay variants, measured beside it.
+# One seed of each cannot separate them from each other. `fast`, every lever together, is the
+# ladder's last rung (the quality chapter also checks the sampling variants' ε from trained
+# weights against FP32); the other variants stay variants, measured beside `bf16-graphs`.
 #
 # **The norms, shape by shape** ({glue:text}`nm_gpu`; `python -m medddpm.layers --norms`): each
 # GroupNorm shape of the 128³ step with at least 4 M elements ({glue:text}`nm_shapes` shapes,
@@ -235,7 +236,7 @@ else:
 # {glue:text}`ly_alt_gpu` ({glue:text}`ly_alt_config`) the convolution passes take
 # {glue:text}`ly_alt_conv_ms` ms against {glue:text}`ly_alt_isolated_ms` ms on their own, with
 # {glue:text}`ly_alt_above` of {glue:text}`ly_alt_rows` rows slower in the step. The milliseconds still
-# between the best variant and 50 ms are in the 64-channel 128³ convolutions, already at cuDNN's
+# between `fast` and the 40 ms stretch are in the 64-channel 128³ convolutions, already at cuDNN's
 # best for their shape, in the norms' reductions, and in the Triton elementwise kernels around
 # them.
 #
