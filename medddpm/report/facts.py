@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from ..config import KERNEL_VARIANTS, LADDER, PAPER_CONFIGS
+from ..config import KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, DiffusionConfig
 from ..kernels import THIN
 from . import paper, tables
 from .present import gpu_name, register_gpus, sci
@@ -25,6 +25,7 @@ PREFERRED = ("h200", "h100-80gb-hbm3")  # the committed GPUs, reference first
 NCU_PREFERRED = ("h100-80gb-hbm3", "h200")  # for the paper's counters: the paper's own GPU first
 STEP_TARGET_MS = 50.0  # issue 21: a fast training step on the reference GPU
 SAMPLING_TARGETS_S = {"ddim": 1.0, "ddpm": 4.0}  # issue 20: seconds per 128³ volume, batch 1, H200
+DDPM_STEPS = DiffusionConfig().timesteps  # denoising steps of a DDPM chain (T)
 ONE_GPU = "— (one GPU in this store)"
 
 
@@ -575,13 +576,14 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     kern = dk[best].sum() if best and not dk.empty and best in dk.columns else None
     ddpm = _get(s, (r["ref"], best, "ddpm")) if best else None
     what = f"DDPM 250 row and kernel table of {best or 'the fastest sampler'}"
-    f["samp_best_ddpm_step_ms"] = number(None if ddpm is None else 1000 * ddpm / 250, ".1f", what)
+    f["samp_best_ddpm_step_ms"] = number(None if ddpm is None else 1000 * ddpm / DDPM_STEPS, ".1f", what)
     f["samp_best_kernel_ms"] = number(kern, ".1f", what)
-    f["samp_best_kernels_only_s"] = number(None if kern is None else 250 * kern / 1000, ".2f", what)
+    only = None if kern is None else DDPM_STEPS * kern / 1000  # s a volume with no time between kernels
+    f["samp_best_kernels_only_s"] = number(only, ".2f", what)
     target = SAMPLING_TARGETS_S["ddpm"]
-    f["samp_best_gap_verdict"] = (missing(what) if kern is None else
+    f["samp_best_gap_verdict"] = (missing(what) if only is None else
                                   f"removing the gaps alone would not reach the {target:g} s target: the kernels "
-                                  "themselves must get faster" if 250 * kern / 1000 > target else
+                                  "themselves must get faster" if only > target else
                                   f"removing the gaps alone would reach the {target:g} s target")
     q, a = _agreement(root, gpus)
     f["q_gpu"] = gpu_name(q) if q else missing("quality results")
@@ -625,6 +627,7 @@ SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0),
                 "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
 SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
 OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16's rounding averages below 1e-4
+NUMERICS_RUNS = ("ddpm250", "ddim50_eta1")  # the SAMPLER_RUNS set beside FP32
 SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold")  # bf16 ones set beside FP32
 
 
@@ -650,9 +653,16 @@ def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose
             f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
 
 
-def _numerics_summary(root: Path, q: str | None) -> pd.DataFrame:
-    """``tables.sampler_summary`` of ``quality/sampler_numerics.csv``, indexed by (sampler, steps, η, config)."""
-    s = tables.sampler_numerics(root, q) if q else pd.DataFrame()
+def _run_facts(run: pd.Series | None, key: str, what: str, f: dict[str, str]) -> None:
+    """One sampler run of ``tables.sampler_summary`` into ``f``: its background mean ± standard
+    error (``{key}_bg``), in-brain correlation (``_corr``) and match verdict (``_match``)."""
+    f[f"{key}_bg"] = missing(what) if run is None else f"{run['background']:.2f} ± {run['background_se']:.2f}"
+    f[f"{key}_corr"] = number(None if run is None else run["brain_corr"], ".3f", what)
+    f[f"{key}_match"] = missing(what) if run is None else run["matches_ddpm250"]
+
+
+def _numerics_summary(s: pd.DataFrame) -> pd.DataFrame:
+    """``tables.sampler_summary`` of ``tables.sampler_numerics`` rows, indexed by (sampler, steps, η, config)."""
     summ = tables.sampler_summary(s) if not s.empty else pd.DataFrame()
     summ = summ[summ["sampler"] != "real"] if not summ.empty else summ
     return summ.set_index(["sampler", "steps", "eta", "config"]) if len(summ) else summ
@@ -663,9 +673,8 @@ def _best_sampler_quality(root: Path, q: str | None, best: str | None) -> str:
     samples (``sampler_numerics.csv``), against its own DDPM 250 (``samplers.csv``), or not at all."""
     if best is None:
         return missing("sample_bench.csv")
-    by = _numerics_summary(root, q)
-    verdicts = {key: _get(by, (smp, steps, eta, best), "matches_ddpm250")
-                for key, (smp, steps, eta) in SAMPLER_RUNS.items() if key in ("ddpm250", "ddim50_eta1")}
+    by = _numerics_summary(tables.sampler_numerics(root, q) if q else pd.DataFrame())
+    verdicts = {key: _get(by, (*SAMPLER_RUNS[key], best), "matches_ddpm250") for key in NUMERICS_RUNS}
     if any(v is not None for v in verdicts.values()):
         said = [f"its {run_label(*SAMPLER_RUNS[k])} {'matches' if v == 'yes' else 'does not match'} them"
                 for k, v in verdicts.items() if v is not None]
@@ -713,16 +722,13 @@ def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, st
                  f"{s.loc[s['sampler'] != 'real', 'seed'].nunique()} seeds × {s['subject'].nunique()} held-out subjects")
     curve = tables.plateau(tables.heldout_curve(root, q, "sampler_numerics_heldout")) if q else None
     f["sn_step"] = number(curve and curve["last_step"], ",", "quality/sampler_numerics_heldout.csv")
-    by = _numerics_summary(root, q)
-    for key, (smp, steps, eta) in SAMPLER_RUNS.items():
-        if key not in ("ddpm250", "ddim50_eta1"):
-            continue
+    by = _numerics_summary(s)
+    for key in NUMERICS_RUNS:
+        smp, steps, eta = SAMPLER_RUNS[key]
         for cfg in ("baseline", *SAMPLER_NUMERICS_CONFIGS):
             r = _get(by, (smp, steps, eta, cfg))
             w = f"{run_label(smp, steps, eta)} samples of {cfg} (quality/sampler_numerics.csv)"
-            f[f"sn_{key}_{cfg}_bg"] = missing(w) if r is None else f"{r['background']:.2f} ± {r['background_se']:.2f}"
-            f[f"sn_{key}_{cfg}_corr"] = number(None if r is None else r["brain_corr"], ".3f", w)
-            f[f"sn_{key}_{cfg}_match"] = missing(w) if r is None else r["matches_ddpm250"]
+            _run_facts(r, f"sn_{key}_{cfg}", w, f)
             f[f"sn_{key}_{cfg}_vs"] = _versus_ddpm(r, _get(by, ("ddpm", 250, 1.0, tables.NUMERICS_REFERENCE)), w,
                                                    "the FP32 model's")
     return f
@@ -764,12 +770,7 @@ def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, st
     by = runs.set_index(["sampler", "steps", "eta", "config"]) if len(runs) else runs
     for key, (smp, steps, eta) in SAMPLER_RUNS.items():
         for cfg in SAMPLER_QUALITY_CONFIGS:
-            r = _get(by, (smp, steps, eta, cfg))
-            w = f"{run_label(smp, steps, eta)} samples of {cfg}"
-            f[f"sm_{key}_{cfg}_bg"] = (missing(w) if r is None else
-                                       f"{r['background']:.2f} ± {r['background_se']:.2f}")
-            f[f"sm_{key}_{cfg}_corr"] = number(None if r is None else r["brain_corr"], ".3f", w)
-            f[f"sm_{key}_{cfg}_match"] = missing(w) if r is None else r["matches_ddpm250"]
+            _run_facts(_get(by, (smp, steps, eta, cfg)), f"sm_{key}_{cfg}", f"{run_label(smp, steps, eta)} samples of {cfg}", f)
     for cfg in SAMPLER_QUALITY_CONFIGS:
         f[f"sm_ddim50_eta1_{cfg}_vs"] = _versus_ddpm(_get(by, ("ddim", 50, 1.0, cfg)), _get(by, ("ddpm", 250, 1.0, cfg)),
                                                     f"DDIM 50 and DDPM 250 samples of {cfg}")

@@ -548,17 +548,24 @@ def plateau(curve: pd.DataFrame, weights: str = "ema", tol: float = 0.01) -> dic
             "stopped": last_step > best_step and rise > tol}
 
 
-def samplers(root: Path, gpu: str) -> pd.DataFrame:
-    """``quality/samplers.csv`` of the newest checkpoint sampled: the newest row of each (run,
-    seed, subject), with ``matches_reference`` recomputed over all of them
-    (``sample_quality.match_verdicts``; a later call may add seeds to a run)."""
+def _newest_checkpoint_runs(root: Path, gpu: str, name: str, reference_config: str | None = None) -> pd.DataFrame:
+    """``<gpu>/quality/<name>.csv`` of the newest checkpoint sampled: the newest row of each (run,
+    seed, subject), with ``matches_reference`` recomputed over all of them against DDPM 250 of each
+    run's own configuration or of ``reference_config`` (``sample_quality.match_verdicts``; a later
+    call may add seeds to a run)."""
     from ..sample_quality import RUN_KEYS, match_verdicts
 
-    s = quality_csv(root, [gpu], "samplers")
+    s = quality_csv(root, [gpu], name)
     if s.empty:
         return s
     s = s[s["checkpoint"] == s["checkpoint"].iloc[-1]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
-    return s.assign(matches_reference=match_verdicts(s)).reset_index(drop=True)
+    return s.assign(matches_reference=match_verdicts(s, reference_config=reference_config)).reset_index(drop=True)
+
+
+def samplers(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/samplers.csv``: every sampler run of the newest checkpoint, each judged against
+    DDPM 250 of its own configuration."""
+    return _newest_checkpoint_runs(root, gpu, "samplers")
 
 
 NUMERICS_REFERENCE = "baseline"  # sampler_numerics: every run against this configuration's DDPM 250 (FP32)
@@ -566,16 +573,9 @@ NUMERICS_REFERENCE = "baseline"  # sampler_numerics: every run against this conf
 
 def sampler_numerics(root: Path, gpu: str) -> pd.DataFrame:
     """``quality/sampler_numerics.csv``: sampler runs of one checkpoint under the FP32 baseline and
-    the bf16 sampling configurations, the newest row of each (run, seed, subject) of its newest
-    checkpoint, ``matches_reference`` against the FP32 baseline's DDPM 250 (the model's own
-    samples; ``sample_quality.match_verdicts``)."""
-    from ..sample_quality import RUN_KEYS, match_verdicts
-
-    s = quality_csv(root, [gpu], "sampler_numerics")
-    if s.empty:
-        return s
-    s = s[s["checkpoint"] == s["checkpoint"].iloc[-1]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
-    return s.assign(matches_reference=match_verdicts(s, reference_config=NUMERICS_REFERENCE)).reset_index(drop=True)
+    the bf16 sampling configurations, each judged against the FP32 baseline's DDPM 250 (the
+    model's own samples)."""
+    return _newest_checkpoint_runs(root, gpu, "sampler_numerics", NUMERICS_REFERENCE)
 
 
 def eps_bias(root: Path, gpus: list[str]) -> pd.DataFrame:
