@@ -179,6 +179,7 @@ class Knobs:
     triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW stays with cuDNN; needs channels_last, excludes pad_channels
     dense_skip_grads: bool = False  # the decoder's skip concatenations hand each input its gradient dense and NDHWC (model._DenseGradCat), written by Inductor's kernels, instead of a strided channel slice that cuDNN's backward copies with PyTorch's generic kernel (0.3 ms each at 128³); needs channels_last
     fold_conv_bias: bool = False  # each ResBlock's first convolution runs without its bias, which joins the timestep embedding's per-channel add inside the second norm's Triton kernels (model.ResBlock): Inductor otherwise adds it in a kernel of its own that reads and writes the convolution's output (0.12 ms at 128³) and reduces its gradient in another; needs triton_norm
+    triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
@@ -209,6 +210,8 @@ class Knobs:
             raise ValueError("triton_norm replaces the fused NDHWC GroupNorm: it needs fused_ops=True")
         if self.triton_conv and not self.channels_last:
             raise ValueError("triton_conv's kernels read and write NDHWC activations: it needs channels_last=True")
+        if self.triton_upsample and not self.fused_ops:
+            raise ValueError("triton_upsample replaces the fused NDHWC upsampling: it needs fused_ops=True")
         if self.graph_owned_grads and not self.cuda_graphs:
             raise ValueError("graph_owned_grads changes how the step's CUDA graph holds gradients: it needs cuda_graphs=True")
         if self.fold_conv_bias and not self.triton_norm:
@@ -299,8 +302,9 @@ _P8 = _rung(_W16, "fast-w16-p8", pad_channels=8)  # + the 3- and 1-channel convo
 _P8_TNORM = _rung(_P8, "fast-w16-p8-tnorm", triton_norm=True)  # + the Triton GroupNorm kernels
 _W16_TRITON = _rung(_TRITON, "fast-w16-tnorm-tconv", bf16_weights=True)  # fast-tnorm-tconv's denoiser, weights in bf16 once
 _W16_FOLD = _rung(_W16_TRITON, "fast-w16-tnorm-tconv-fold", fold_conv_bias=True)  # + the ResBlocks' first conv bias in the norm
-SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD)
-SAMPLING_ONLY_KNOBS = ("bf16_weights",)  # knobs training refuses (run_config(training=True))
+_W16_UP = _rung(_W16_FOLD, "fast-w16-tnorm-tconv-fold-up", triton_upsample=True)  # + the ×2 upsampling in one Triton kernel
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP)
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}

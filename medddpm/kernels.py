@@ -1,7 +1,7 @@
 """Triton kernels of the fast path (issue 21), each beside the PyTorch reference it must equal.
 
-Two operations live here: GroupNorm + SiLU (below) and the thin 3³ convolutions (``conv3d_thin``,
-after it).
+Three operations live here: GroupNorm + SiLU (below), the thin 3³ convolutions (``conv3d_thin``,
+after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last).
 
 ``group_norm_silu`` is GroupNorm with fp32 statistics, an optional SiLU (the reference's
 GroupNorm32 + SiLU, paper Fig. 3 ④) and an optional per-(sample, channel) addend folded into its
@@ -43,8 +43,9 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's CPU interprete
 
 @dataclasses.dataclass(frozen=True)
 class Tiles:
-    """Launch shapes of the GroupNorm kernels; the defaults are the best of ``scripts/norm_tiles.py``
-    on an H200 (``data/results/h200/fast_path/norm_tiles.csv``)."""
+    """Launch shapes of the Triton kernels; the defaults are the best on an H200 of
+    ``scripts/norm_tiles.py`` for the norms (``data/results/h200/fast_path/norm_tiles.csv``) and of
+    ``scripts/thin_conv_probe.py`` for the thin convolutions and the upsampling (``thin_convs.csv``)."""
 
     stats_tile: int = 4096  # elements the forward statistics program holds per loop step (rows × padded channels)
     stats_warps: int = 4  # warps of a statistics program
@@ -59,8 +60,10 @@ class Tiles:
     conv_tile: int = 4096  # elements of a thin convolution program's widest tile (voxels × gathered taps or channels)
     conv_warps: int = 4  # warps of a thin convolution's forward or data-gradient program
     wgrad_tile: int = 4096  # the same for the weight-gradient programs (one more accumulator: the weight's)
-    wgrad_warps: int = 8  # warps of a weight-gradient program (its accumulator is the whole weight)
-    wgrad_programs_per_sm: int = 4  # weight-gradient programs per SM (each a partial weight, summed after)
+    wgrad_warps: int = 4  # warps of a weight-gradient program (its accumulator is the whole weight)
+    wgrad_programs_per_sm: int = 8  # weight-gradient programs per SM (each a partial weight, summed after)
+    upsample_tile: int = 2048  # output elements (voxels × padded channels) of a trilinear ×2 program
+    upsample_warps: int = 2  # warps of a trilinear ×2 program
 
 
 TILES = Tiles()  # the launch shapes in use (a module global, so a probe can swap it)
@@ -472,6 +475,12 @@ def _pow2(n: int) -> int:
     return max(DOT_MIN, triton.next_power_of_2(n))
 
 
+def _zero_border(x: Tensor) -> Tensor:
+    """A channels-last (N, C, D, H, W) tensor as a contiguous (N, D+2, H+2, W+2, C) copy with a zero
+    border one voxel wide: the 3³ convolution's zero padding, stored (a thin tensor: few bytes)."""
+    return torch.nn.functional.pad(x.permute(0, 2, 3, 4, 1), (0, 0, 1, 1, 1, 1, 1, 1))
+
+
 def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) -> Tensor:
     """One forward-shaped pass: y = conv(inp) (``dgrad`` False) or dx = conv(dy) with the mirrored
     taps and swapped channels (``dgrad`` True); NDHWC out."""
@@ -490,8 +499,9 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
             mat[TAPS * k, :m] = bias
         rows = _rows(TILES.conv_tile, block_k, block_o, least=DOT_MIN)
         kernel = _tconv_dgrad_gather_kernel if dgrad else _tconv_fprop_gather_kernel
-        kernel[(triton.cdiv(nv, rows),)](inp, mat, out, nv, d, h, w, k, m, BLOCK_V=rows, BLOCK_K=block_k,
-                                         BLOCK_O=block_o, IEEE=exact, num_warps=warps)
+        padded = _zero_border(inp)
+        kernel[(triton.cdiv(nv, rows),)](padded, mat, out, nv, d, h, w, k, m, BLOCK_V=rows, BLOCK_K=block_k,
+                                         BLOCK_O=block_o, IEEE=exact, WIDE=padded.numel() >= 2**31, num_warps=warps)
         return out
     # thin output: every voxel times every tap, then the shifted sum
     block_c, block_z = _pow2(k), _pow2(TAPS * m)
@@ -524,9 +534,10 @@ def _thin_wgrad(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[
     rows = _rows(TILES.wgrad_tile, block_k, block_w, least=DOT_MIN)
     programs, per_prog = _chunks(nv, rows, TILES.wgrad_programs_per_sm * _sm_count(x.device))
     part = torch.empty(programs, block_k, block_w, device=x.device, dtype=torch.float32)
-    _tconv_wgrad_kernel[(programs,)](thin, wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
+    _tconv_wgrad_kernel[(programs,)](_zero_border(thin), wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
                                      BLOCK_V=rows, BLOCK_K=block_k, BLOCK_W=block_w, STAGES=TILES.stages,
-                                     IEEE=_exact_dot(x), num_warps=TILES.wgrad_warps)
+                                     IEEE=_exact_dot(x), WIDE=(n * (d + 2) * (h + 2) * (w + 2) * t) >= 2**31,
+                                     num_warps=TILES.wgrad_warps)
     acc = part.sum(0)  # [tap·T + thin channel, wide channel]; row 27·T sums the wide side
     dw = acc[:TAPS * t, :cw].reshape(TAPS, t, cw).permute(*((2, 1, 0) if thin_is_input else (1, 2, 0)))
     db = acc[TAPS * t, :cw] if thin_is_input else dy.sum(dim=(0, 2, 3, 4), dtype=torch.float32)
@@ -552,19 +563,6 @@ if triton is not None:
         return (d + dd >= 0) & (d + dd < D) & (h + dh >= 0) & (h + dh < H) & (w + dw >= 0) & (w + dw < W)
 
     @triton.jit
-    def _tap_gather(ptr, v, d, h, w, valid, D, H, W, T, SIGN: tl.constexpr, BLOCK_K: tl.constexpr):
-        """[BLOCK_K, BLOCK_V] of a T-channel NDHWC tensor: row tap·T + t holds channel t of the voxel
-        SIGN·(tap's offset) away (zero outside the volume: the zero padding), row 27·T holds 1, the
-        rest 0. Voxels run along the tile's fast axis, so neighbouring lanes load neighbouring voxels."""
-        j = tl.arange(0, BLOCK_K)
-        dd, dh, dw = _tap_offsets(j // T, SIGN)
-        m = valid[None, :] & (j < 27 * T)[:, None] & _inside(d[None, :], h[None, :], w[None, :], dd[:, None],
-                                                             dh[:, None], dw[:, None], D, H, W)
-        off = (v[None, :] + (dd * H * W + dh * W + dw)[:, None]).to(tl.int64) * T + (j % T)[:, None]
-        a = tl.load(ptr + off, mask=m, other=0.0)
-        return tl.where(valid[None, :] & (j == 27 * T)[:, None], 1.0, a).to(a.dtype)
-
-    @triton.jit
     def _dot(a, b, IEEE: tl.constexpr):
         """a @ b accumulated in fp32; with IEEE the operands are multiplied in fp32 (no TF32 for fp32
         operands; bf16 products are exact in fp32 either way)."""
@@ -573,13 +571,33 @@ if triton is not None:
         return tl.dot(a, b)
 
     @triton.jit
-    def _gather_conv(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, SIGN: tl.constexpr, BLOCK_V: tl.constexpr,
-                     BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr):
-        """y[v, :CO] = gather(x)[:, v] · M for one tile of voxels (M: [BLOCK_K, BLOCK_O], bias in row 27·T)."""
+    def _padded_tap_gather(xp_ptr, v, valid, D, H, W, T, SIGN: tl.constexpr, BLOCK_K: tl.constexpr,
+                           WIDE: tl.constexpr):
+        """[BLOCK_K, BLOCK_V] of a T-channel NDHWC tensor: row tap·T + t holds channel t of the voxel
+        SIGN·(tap's offset) away, row 27·T holds 1, the rest 0. Read from the tensor's copy with a
+        zero border one voxel wide, (N, D+2, H+2, W+2, T): every neighbour lies inside it (the zero
+        padding is stored), so a tap's offset is one number per row, a voxel's one per column, and
+        the load needs no bounds test. Voxels run along the tile's fast axis, so neighbouring lanes
+        load neighbouring voxels. WIDE: int64 offsets (a copy of 2³¹ elements or more)."""
+        j = tl.arange(0, BLOCK_K)
+        dd, dh, dw = _tap_offsets(j // T, SIGN)
+        tap = ((dd * (H + 2) + dh) * (W + 2) + dw) * T + j % T
+        d, h, w = _voxel_coords(v, D, H, W)
+        b = v // (D * H * W)
+        if WIDE:
+            b = b.to(tl.int64)
+        centre = (((b * (D + 2) + d + 1) * (H + 2) + h + 1) * (W + 2) + w + 1) * T
+        a = tl.load(xp_ptr + (centre[None, :] + tap[:, None]), mask=valid[None, :] & (j < 27 * T)[:, None], other=0.0)
+        return tl.where(valid[None, :] & (j == 27 * T)[:, None], 1.0, a).to(a.dtype)
+
+    @triton.jit
+    def _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, SIGN: tl.constexpr, BLOCK_V: tl.constexpr,
+                     BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr):
+        """y[v, :CO] = gather(x)[:, v] · M for one tile of voxels (M: [BLOCK_K, BLOCK_O], bias in row
+        27·T), x read from its zero-bordered copy ``xp``."""
         v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
         valid = v < NV
-        d, h, w = _voxel_coords(v, D, H, W)
-        a = _tap_gather(x_ptr, v, d, h, w, valid, D, H, W, T, SIGN, BLOCK_K)
+        a = _padded_tap_gather(xp_ptr, v, valid, D, H, W, T, SIGN, BLOCK_K, WIDE)
         k = tl.arange(0, BLOCK_K)
         o = tl.arange(0, BLOCK_O)
         y = _dot(tl.trans(a), tl.load(m_ptr + k[:, None] * BLOCK_O + o[None, :]), IEEE)
@@ -621,14 +639,16 @@ if triton is not None:
 
     # One kernel per pass, so that profiles (and ``medddpm.layers``) can tell the passes apart.
     @triton.jit
-    def _tconv_fprop_gather_kernel(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
-                                   BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr):
-        _gather_conv(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, 1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE)
+    def _tconv_fprop_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
+                                   BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr,
+                                   WIDE: tl.constexpr):
+        _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, 1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE, WIDE)
 
     @triton.jit
-    def _tconv_dgrad_gather_kernel(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
-                                   BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr):
-        _gather_conv(x_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, -1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE)
+    def _tconv_dgrad_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
+                                   BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr,
+                                   WIDE: tl.constexpr):
+        _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, -1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE, WIDE)
 
     @triton.jit
     def _tconv_fprop_products_kernel(x_ptr, m_ptr, z_ptr, NV, CI, NZ, BLOCK_V: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -653,7 +673,7 @@ if triton is not None:
     @triton.jit
     def _tconv_wgrad_kernel(thin_ptr, wide_ptr, part_ptr, NV, D, H, W, T, CW, rows_per_prog, SIGN: tl.constexpr,
                             BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr,
-                            STAGES: tl.constexpr, IEEE: tl.constexpr):
+                            STAGES: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr):
         """One program's share of Σ_v gather(thin)[:, v] · wide[v, :] ([BLOCK_K, BLOCK_W]): the thin
         input x gathered forward against dy (SIGN 1; the ones row sums dy), or the thin dy gathered
         mirrored against x (SIGN −1)."""
@@ -663,10 +683,9 @@ if triton is not None:
         for i in tl.range(0, rows_per_prog, BLOCK_V, num_stages=STAGES):
             v = p * rows_per_prog + i + tl.arange(0, BLOCK_V)
             valid = v < NV
-            d, h, w = _voxel_coords(v, D, H, W)
             wide = tl.load(wide_ptr + v.to(tl.int64)[:, None] * CW + cw[None, :],
                            mask=valid[:, None] & (cw < CW)[None, :], other=0.0)
-            acc += _dot(_tap_gather(thin_ptr, v, d, h, w, valid, D, H, W, T, SIGN, BLOCK_K), wide, IEEE)
+            acc += _dot(_padded_tap_gather(thin_ptr, v, valid, D, H, W, T, SIGN, BLOCK_K, WIDE), wide, IEEE)
         r = tl.arange(0, BLOCK_K)[:, None] * BLOCK_W + cw[None, :]
         tl.store(part_ptr + p * BLOCK_K * BLOCK_W + r, acc)
 
@@ -705,3 +724,100 @@ if triton is not None:
         return (dx if needs_dx else None), dw, (db if ctx.has_bias else None)
 
     _tc_forward.register_autograd(_tc_backward_rule, setup_context=_tc_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trilinear ×2 upsampling of NDHWC activations (the decoder's Upsample, paper Fig. 3).
+#
+# The reference, ``ndhwc.upsample2x``, doubles one axis after the other; Inductor turns that chain
+# into kernels that write intermediates of the output's size (0.4 ms at 128³ × 64 channels on an
+# H200 against the 0.06 ms that reading the input and writing the output take). Here one program
+# computes a tile of output voxels × channels from their 8 input neighbours, in the reference's
+# order (D, then H, then W, in fp32, rounded once), so the output is written once and the input,
+# an eighth of its size, is read through the cache. The backward is aten's trilinear backward.
+# ---------------------------------------------------------------------------------------------
+
+
+def upsample2x(x: Tensor) -> Tensor:
+    """``ndhwc.upsample2x(x)`` (trilinear ×2, align_corners=False) through the Triton kernel where
+    it runs (``runs_on``: a channels-last (N, C, D, H, W) tensor), else the reference itself.
+    Autograd reaches x."""
+    if x.ndim != 5:
+        raise ValueError(f"expected (N, C, D, H, W), got shape {tuple(x.shape)}")
+    if not runs_on(x):
+        return ndhwc.upsample2x(x)
+    return torch.ops.medddpm.upsample2x(x)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _lerp_pair(o, n):
+        """The two input indices and their weights behind output index ``o`` of a linear ×2 along
+        an axis of length n: out[2i] = ¼x[i−1] + ¾x[i], out[2i+1] = ¾x[i] + ¼x[i+1], clamped."""
+        i = o // 2
+        odd = (o % 2) == 1
+        lo = tl.where(odd, i, tl.maximum(i - 1, 0))
+        hi = tl.where(odd, tl.minimum(i + 1, n - 1), i)
+        w_lo = tl.where(odd, 0.75, 0.25)
+        return lo, hi, w_lo, 1.0 - w_lo
+
+    @triton.jit
+    def _along_d(x_ptr, b, d0, d1, wd0, wd1, hi, wi, D, H, W, C, cols, m):
+        """[BLOCK_V, BLOCK_C]: the input at (d0, hi, wi) and (d1, hi, wi), weighted, in fp32."""
+        row0 = ((b * D + d0) * H + hi) * W + wi
+        row1 = ((b * D + d1) * H + hi) * W + wi
+        a0 = tl.load(x_ptr + row0[:, None] * C + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        a1 = tl.load(x_ptr + row1[:, None] * C + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        return wd0[:, None] * a0 + wd1[:, None] * a1
+
+    @triton.jit
+    def _upsample2x_kernel(x_ptr, y_ptr, NV, D, H, W, C, BLOCK_V: tl.constexpr, BLOCK_C: tl.constexpr):
+        """y[v, :] for one tile of output voxels v of (N, 2D, 2H, 2W) and every channel."""
+        v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = v < NV
+        cols = tl.arange(0, BLOCK_C)
+        m = valid[:, None] & (cols < C)[None, :]
+        od, oh, ow = _voxel_coords(v, 2 * D, 2 * H, 2 * W)
+        b = (v // (8 * D * H * W)).to(tl.int64)
+        d0, d1, wd0, wd1 = _lerp_pair(od, D)
+        h0, h1, wh0, wh1 = _lerp_pair(oh, H)
+        x0, x1, ww0, ww1 = _lerp_pair(ow, W)
+        # along D at the 4 (H, W) neighbours, then along H at the 2 W neighbours, then along W
+        h00 = _along_d(x_ptr, b, d0, d1, wd0, wd1, h0, x0, D, H, W, C, cols, m)
+        h10 = _along_d(x_ptr, b, d0, d1, wd0, wd1, h1, x0, D, H, W, C, cols, m)
+        h01 = _along_d(x_ptr, b, d0, d1, wd0, wd1, h0, x1, D, H, W, C, cols, m)
+        h11 = _along_d(x_ptr, b, d0, d1, wd0, wd1, h1, x1, D, H, W, C, cols, m)
+        w0 = wh0[:, None] * h00 + wh1[:, None] * h10
+        w1 = wh0[:, None] * h01 + wh1[:, None] * h11
+        out = ww0[:, None] * w0 + ww1[:, None] * w1
+        tl.store(y_ptr + v.to(tl.int64)[:, None] * C + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=m)
+
+    @torch.library.custom_op("medddpm::upsample2x", mutates_args=())
+    def _up_forward(x: Tensor) -> Tensor:
+        """Trilinear ×2 of a channels-last (N, C, D, H, W) tensor (``upsample2x``)."""
+        x = _as_nsc(x)
+        n, c, d, h, w = x.shape
+        y = torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=x.dtype,
+                        memory_format=torch.channels_last_3d)
+        block_c = triton.next_power_of_2(c)
+        rows = _rows(TILES.upsample_tile, block_c)
+        nv = n * 8 * d * h * w
+        _upsample2x_kernel[(triton.cdiv(nv, rows),)](x, y, nv, d, h, w, c, BLOCK_V=rows, BLOCK_C=block_c,
+                                                     num_warps=TILES.upsample_warps)
+        return y
+
+    @_up_forward.register_fake
+    def _(x):
+        n, c, d, h, w = x.shape
+        return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=x.dtype,
+                           memory_format=torch.channels_last_3d)
+
+    def _up_setup_context(ctx, inputs, output) -> None:
+        ctx.shape = tuple(inputs[0].shape)
+
+    def _up_backward(ctx, dy):
+        n, c, d, h, w = ctx.shape
+        return torch.ops.aten.upsample_trilinear3d_backward(dy, [2 * d, 2 * h, 2 * w], [n, c, d, h, w], False)
+
+    _up_forward.register_autograd(_up_backward, setup_context=_up_setup_context)

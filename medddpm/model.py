@@ -174,14 +174,19 @@ class Downsample(nn.Module):
 
 
 class Upsample(nn.Module):
-    """Trilinear ×2 interpolation followed by a 3×3×3 convolution."""
+    """Trilinear ×2 interpolation followed by a 3×3×3 convolution; ``fused`` keeps the layout
+    (``ndhwc.upsample2x``), ``triton`` as well runs it as one Triton kernel (``kernels.upsample2x``)."""
 
-    def __init__(self, channels: int, fused: bool = False) -> None:
+    def __init__(self, channels: int, fused: bool = False, triton: bool = False) -> None:
         super().__init__()
-        self.fused = fused
+        if triton and not fused:
+            raise ValueError("the Triton upsampling kernel is the fused (NDHWC) path: triton needs fused")
+        self.fused, self.triton = fused, triton
         self.conv = nn.Conv3d(channels, channels, 3, padding=1)
 
     def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        if self.triton:
+            return self.conv(kernels.upsample2x(x))
         if self.fused:
             return self.conv(upsample2x(x))
         d, h, w = x.shape[2:]
@@ -311,13 +316,14 @@ class UNet3D(nn.Module):
     the predicted noise of shape (N, out_channels, D, H, W).
 
     ``fused_ops``, ``sdpa``, ``triton_norm``, ``pad_channels``, ``triton_conv``,
-    ``dense_skip_grads`` and ``fold_conv_bias`` choose the fast-path implementations (``Knobs``);
+    ``dense_skip_grads``, ``fold_conv_bias`` and ``triton_upsample`` choose the fast-path implementations (``Knobs``);
     they change no parameter, so a state dict loads into the model built either way.
     """
 
     def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
                  sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0,
-                 triton_conv: bool = False, dense_skip_grads: bool = False, fold_conv_bias: bool = False) -> None:
+                 triton_conv: bool = False, dense_skip_grads: bool = False, fold_conv_bias: bool = False,
+                 triton_upsample: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         self.dense_skip_grads = dense_skip_grads
@@ -361,7 +367,7 @@ class UNet3D(nn.Module):
                 if ds in cfg.attention_ds:
                     layers.append(attention(ch))
                 if level > 0 and i == cfg.num_res_blocks:
-                    layers.append(Upsample(ch, fused_ops))
+                    layers.append(Upsample(ch, fused_ops, triton_upsample))
                     ds //= 2
                 self.output_blocks.append(Block(layers))
 

@@ -3,7 +3,8 @@
 #
 #   scripts/sample_measure.sh OUT [CONFIG...]      (default: fast opt1 baseline)
 #
-# DDPM (all 250 steps) and DDIM 50 per configuration; repeats fall with the configuration's cost.
+# DDPM (all 250 steps) and DDIM 50 per configuration and batch (BATCHES, default "1"; seconds per
+# volume); repeats fall with the configuration's cost.
 # Rows append to OUT/sample_bench.csv; commands to OUT/commands.log, output to OUT/log.txt.
 set -uo pipefail
 OUT=${1:?usage: sample_measure.sh OUT [CONFIG...]}; shift
@@ -15,10 +16,12 @@ RUN_TAIL=2; source "$(dirname "$0")/_run.sh"
 $PY -m medddpm info --json >"$OUT/info-sample.json"
 for cfg in $CONFIGS; do
   reps=3; [ "$cfg" = opt1 ] && reps=2; [ "$cfg" = baseline ] && reps=1
-  run "${LIMIT:-240}" $PY -m medddpm bench-sample --model whole-head --size 128 --config "$cfg" --sampler ddim \
-    --steps 50 --repeats "$reps" --device cuda --out "$OUT/sample_bench.csv"
-  run "${LIMIT:-240}" $PY -m medddpm bench-sample --model whole-head --size 128 --config "$cfg" --sampler ddpm \
-    --repeats "$(( reps > 1 ? reps - 1 : 1 ))" --device cuda --out "$OUT/sample_bench.csv"
+  for batch in ${BATCHES:-1}; do
+    run "${LIMIT:-240}" $PY -m medddpm bench-sample --model whole-head --size 128 --config "$cfg" --sampler ddim \
+      --steps 50 --repeats "$reps" --batch "$batch" --device cuda --out "$OUT/sample_bench.csv"
+    run "${LIMIT:-240}" $PY -m medddpm bench-sample --model whole-head --size 128 --config "$cfg" --sampler ddpm \
+      --repeats "$(( reps > 1 ? reps - 1 : 1 ))" --batch "$batch" --device cuda --out "$OUT/sample_bench.csv"
+  done
 done
 # where one denoising step's time goes (kernels of 5 warm DDIM steps), for KERNEL_CONFIGS
 for cfg in ${KERNEL_CONFIGS:-}; do

@@ -1,4 +1,5 @@
-"""The thin 3³ convolutions (medddpm/kernels.py ``conv3d_thin``) against cuDNN, per pass.
+"""The thin 3³ convolutions (medddpm/kernels.py ``conv3d_thin``) against cuDNN, per pass, and the
+trilinear ×2 upsampling kernel (``kernels.upsample2x``) against Inductor's kernels of its reference.
 
     python scripts/thin_conv_probe.py --out thin_convs.csv        # needs a CUDA GPU
 
@@ -7,6 +8,9 @@ convolution, 64→1; bf16, NDHWC) and each pass a training step runs (forward, w
 the output convolution's data gradient), the median milliseconds of cuDNN (autotuned: the shape's
 best it offers PyTorch) and of the Triton kernels for each candidate ``Tiles``, each replayed as a
 CUDA graph, with the bandwidth the pass's minimal bytes imply (its wide side read or written once).
+The upsampling (64³ → 128³, 64 channels: the decoder's last) is timed for each ``UPSAMPLE_CANDIDATES``
+against ``torch.compile(ndhwc.upsample2x)`` (impl "Inductor"); its minimal bytes are its input read
+and its output written once.
 """
 from __future__ import annotations
 
@@ -28,8 +32,14 @@ CANDIDATES = [
     dataclasses.replace(T, conv_tile=2048, wgrad_tile=2048),
     dataclasses.replace(T, conv_warps=8, wgrad_tile=8192, wgrad_programs_per_sm=8, stages=2),
     dataclasses.replace(T, conv_tile=2048, conv_warps=2, wgrad_warps=4, wgrad_programs_per_sm=8),
+    dataclasses.replace(T, conv_tile=1024, conv_warps=2),
+    dataclasses.replace(T, conv_tile=2048, conv_warps=4),
+    dataclasses.replace(T, conv_tile=8192, conv_warps=8),
 ]
-FIELDS = [f.name for f in dataclasses.fields(kernels.Tiles) if f.name.startswith(("conv", "wgrad")) or f.name == "stages"]
+UPSAMPLE_CANDIDATES = [dataclasses.replace(T, upsample_tile=tile, upsample_warps=warps)
+                       for tile in (1024, 2048, 4096, 8192) for warps in (2, 4, 8) if tile // warps >= 256]
+FIELDS = [f.name for f in dataclasses.fields(kernels.Tiles)
+          if f.name.startswith(("conv", "wgrad", "upsample")) or f.name == "stages"]
 
 
 def passes(cin: int, cout: int, side: int, device: torch.device):
@@ -49,6 +59,26 @@ def passes(cin: int, cout: int, side: int, device: torch.device):
         out["data gradient"] = (lambda: torch.ops.aten.convolution_backward(*args((True, False, False))),
                                 lambda: kernels._thin_pass(dy, w, None, dgrad=True), vox * (cin + cout))
     return out
+
+
+def upsample_rows(side: int, device: torch.device, reps: int, channels: int = 64) -> list[dict]:
+    """The decoder's last upsampling ((side/2)³ → side³, ``channels``, bf16, NDHWC): Inductor's
+    kernels of the reference, then the Triton kernel under each ``UPSAMPLE_CANDIDATES``."""
+    from medddpm import ndhwc
+
+    half = side // 2
+    x = torch.randn(1, channels, half, half, half, device=device, dtype=torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last_3d)
+    base = {"shape": f"{channels} ch {half}³→{side}³", "pass": "trilinear ×2",
+            "min_mb": (half ** 3 + side ** 3) * channels * 2 / 1e6}
+    reference = torch.compile(ndhwc.upsample2x)
+    rows = [{**base, "impl": "Inductor", "candidate": -1, "ms": _replay_ms(lambda: reference(x), device, reps)}]
+    for i, tiles in enumerate(UPSAMPLE_CANDIDATES):
+        kernels.TILES = tiles
+        rows.append({**base, "impl": "Triton", "candidate": i, "ms": _replay_ms(lambda: kernels.upsample2x(x), device, reps),
+                     **{f: getattr(tiles, f) for f in FIELDS}})
+    kernels.TILES = T
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**base, "impl": "Triton", "candidate": i, "ms": _replay_ms(triton, dev, a.reps),
                              **{f: getattr(tiles, f) for f in FIELDS}})
             kernels.TILES = T
+    rows += upsample_rows(a.side, dev, a.reps)
     df = pd.DataFrame(rows)
     df["tb_s"] = df["min_mb"] / df["ms"] / 1e6 * 1e3
     df.to_csv(a.out, index=False)

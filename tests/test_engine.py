@@ -116,7 +116,7 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
 
 
 @pytest.mark.parametrize("name", ["bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv",
-                                  "fast-w16-tnorm-tconv-fold"])
+                                  "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up"])
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
     5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""

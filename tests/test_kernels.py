@@ -315,3 +315,76 @@ def test_model_with_triton_convolutions_matches_the_model():
         set_tf32(False)
         fast = _compare_models(MODEL_PRESETS["tiny"], {}, dict(triton_conv=True), 1e-5, 1e-4, 1e-5)
     assert fast.out[-1].triton and fast.input_blocks[0][0].conv.triton
+
+
+# --- trilinear ×2 upsampling (kernels.upsample2x) ----------------------------------------------
+
+@needs_triton
+@pytest.mark.parametrize("n,c,spatial", [
+    (1, 64, (4, 4, 4)),      # the decoder's width, a cube
+    (2, 24, (3, 5, 2)),      # two samples, channels no power of two, odd sides, a side of 2
+    (1, 3, (1, 2, 3)),       # a side of 1: both neighbours clamp to the only voxel
+])
+def test_upsample_kernel_matches_the_reference_and_its_gradient(n, c, spatial):
+    from medddpm import ndhwc
+
+    x = torch.randn(n, c, *spatial, device=DEVICE).contiguous(memory_format=NDHWC).requires_grad_(True)
+    assert kernels.runs_on(x)
+    out = kernels.upsample2x(x)
+    ref = ndhwc.upsample2x(x)
+    assert out.shape == (n, c, *(2 * s for s in spatial)) and out.is_contiguous(memory_format=NDHWC)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, F.interpolate(x, scale_factor=2, mode="trilinear"), rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(ref)
+    torch.testing.assert_close(_grads(out, (x,), g)[0], _grads(ref, (x,), g)[0], rtol=1e-5, atol=1e-5)
+
+
+@needs_triton
+def test_upsample_kernel_in_bf16_rounds_once():
+    """bf16 in and out, fp32 inside: within one bf16 unit of the fp32 interpolation of the same numbers."""
+    x = torch.randn(1, 16, 3, 4, 5, device=DEVICE).to(torch.bfloat16).contiguous(memory_format=NDHWC)
+    out = kernels.upsample2x(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), F.interpolate(x.float(), scale_factor=2, mode="trilinear"),
+                               rtol=2 ** -7, atol=1e-2)
+
+
+@needs_triton
+def test_upsample_op_registration_is_consistent():
+    x = torch.randn(1, 8, 2, 3, 2, device=DEVICE).contiguous(memory_format=NDHWC)
+    torch.library.opcheck(torch.ops.medddpm.upsample2x.default, (x,))
+
+
+def test_upsample_falls_back_to_the_reference_and_refuses_other_ranks():
+    from medddpm import ndhwc
+
+    x = torch.randn(1, 4, 2, 3, 4)  # NCDHW: the reference path
+    assert not kernels.runs_on(x)
+    torch.testing.assert_close(kernels.upsample2x(x), ndhwc.upsample2x(x))
+    with pytest.raises(ValueError, match="expected"):
+        kernels.upsample2x(torch.randn(1, 4, 2, 3).contiguous(memory_format=torch.channels_last))
+
+
+def test_triton_upsample_knob_is_validated_and_for_sampling_only():
+    with pytest.raises(ValueError, match="fused_ops"):
+        Knobs(triton_upsample=True)
+    knobs = run_config("fast-w16-tnorm-tconv-fold-up")
+    assert knobs.triton_upsample and knobs.fold_conv_bias and knobs.bf16_weights
+    with pytest.raises(ValueError, match="sampling only.*triton_upsample"):
+        run_config("fast-w16-tnorm-tconv-fold-up", training=True)
+    with pytest.raises(ValueError, match="needs fused"):
+        from medddpm.model import Upsample
+        Upsample(8, fused=False, triton=True)
+
+
+@needs_triton
+def test_model_with_triton_upsampling_matches_the_model():
+    """The decoder's upsampling through the Triton kernel: same state-dict keys, ε and gradients."""
+    from medddpm.runtime import preserved_backend_flags, set_tf32
+
+    torch.manual_seed(0)
+    with preserved_backend_flags():
+        set_tf32(False)
+        fast = _compare_models(MODEL_PRESETS["tiny"], dict(fused_ops=True), dict(triton_upsample=True), 1e-5, 1e-4, 1e-5)
+    from medddpm.model import Upsample
+    assert any(isinstance(m, Upsample) and m.triton for m in fast.modules())

@@ -278,16 +278,22 @@ def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.Da
 
 def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``fast_path/thin_convs.csv`` (``scripts/thin_conv_probe.py``): per GPU, thin convolution and
-    pass, cuDNN's autotuned milliseconds beside the Triton kernels' with the package's launch
-    shapes (``kernels.TILES``; where the table has no such row, its fastest candidate)."""
+    pass of the GPU's newest probe run, cuDNN's autotuned milliseconds beside the Triton kernels'
+    with the package's launch shapes for that pass (``kernels.TILES``; where the run has no such
+    row, its fastest candidate)."""
     t = fast_path_csv(root, gpus, "thin_convs")
     if t.empty:
         return t
+    if "run" in t:  # the newest probe run of each GPU (earlier runs timed earlier kernels)
+        t = t[t["run"].fillna("") == t.groupby("gpu_slug")["run"].transform(lambda r: r.fillna("").iloc[-1])]
     keys = ["gpu_slug", "shape", "pass"]
     tri = t[t["impl"] == "Triton"]
-    fields = [c for c in tri.columns if hasattr(TILES, c)]
-    ours = tri[(tri[fields] == pd.Series({c: getattr(TILES, c) for c in fields})).all(axis=1)]
-    tri = pd.concat([ours, tri.sort_values("ms")]).drop_duplicates(keys)  # the defaults, else the fastest
+    is_ours = pd.Series(True, index=tri.index)
+    wgrad = tri["pass"].eq("weight gradient")
+    for c in (c for c in tri.columns if c.startswith(("conv_", "wgrad_")) or c == "stages"):
+        used = wgrad if c.startswith("wgrad_") or c == "stages" else ~wgrad  # the fields of the pass's kernels
+        is_ours &= ~used | (tri[c] == getattr(TILES, c))
+    tri = pd.concat([tri[is_ours], tri.sort_values("ms")]).drop_duplicates(keys)  # the defaults, else the fastest
     out = t[t["impl"] == "cuDNN"][keys + ["min_mb", "ms"]].merge(tri[keys + ["ms"]], on=keys, suffixes=("_cudnn", "_triton"))
     out["speedup"] = out["ms_cudnn"] / out["ms_triton"]
     out["triton_tbs"] = out["min_mb"] / out["ms_triton"] / 1e3
