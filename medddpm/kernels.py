@@ -57,8 +57,8 @@ class Tiles:
     apply_warps: int = 4  # warps of an apply program
     dx_tile: int = 2048  # elements a backward dx program handles (more live values: a smaller tile)
     dx_warps: int = 4  # warps of a dx program
-    conv_tile: int = 4096  # elements of a thin convolution program's widest tile (voxels × gathered taps or channels)
-    conv_warps: int = 4  # warps of a thin convolution's forward or data-gradient program
+    conv_tile: int = 8192  # elements of a thin convolution program's widest tile (voxels × gathered taps or channels)
+    conv_warps: int = 8  # warps of a thin convolution's forward or data-gradient program
     wgrad_tile: int = 4096  # the same for the weight-gradient programs (one more accumulator: the weight's)
     wgrad_warps: int = 4  # warps of a weight-gradient program (its accumulator is the whole weight)
     wgrad_programs_per_sm: int = 8  # weight-gradient programs per SM (each a partial weight, summed after)
@@ -413,9 +413,10 @@ if triton is not None:
 # output convolution at 128³, ``fast_path/layers.csv``), though each pass only has to stream its
 # wide side (64 channels) once. Here each pass is matrix products over tiles of voxels:
 #
-# - a thin *input* (≤ THIN channels): its 27 neighbours are gathered into one column per voxel,
-#   row tap·T + t (plus a row of ones for the bias), so the pass is (voxels × 27T+1) @ (27T+1 ×
-#   C_out) — the wide output is written once;
+# - a thin *input* (≤ THIN channels): its 27 neighbours are gathered into one row per voxel,
+#   column tap·T + t (plus a column of ones for the bias), from a copy of the input with a zero
+#   border and its channels padded to T, a power of two (each tap one aligned vector, no bounds
+#   test), so the pass is (voxels × 27T+1) @ (27T+1 × C_out) — the wide output is written once;
 # - a thin *output*: every voxel's products with all 27 taps at once, (voxels × C_in) @ (C_in ×
 #   27·C_out), written tap-major in fp32, then y(v) = Σ_tap z_tap(v + offset(tap)) — the wide
 #   input is read once, and the 27 shifted reads are of the 27·C_out-wide products;
@@ -475,10 +476,12 @@ def _pow2(n: int) -> int:
     return max(DOT_MIN, triton.next_power_of_2(n))
 
 
-def _zero_border(x: Tensor) -> Tensor:
-    """A channels-last (N, C, D, H, W) tensor as a contiguous (N, D+2, H+2, W+2, C) copy with a zero
-    border one voxel wide: the 3³ convolution's zero padding, stored (a thin tensor: few bytes)."""
-    return torch.nn.functional.pad(x.permute(0, 2, 3, 4, 1), (0, 0, 1, 1, 1, 1, 1, 1))
+def _zero_border(x: Tensor, channels: int | None = None) -> Tensor:
+    """A channels-last (N, C, D, H, W) tensor as a contiguous (N, D+2, H+2, W+2, ``channels``) copy
+    with a zero border one voxel wide (the 3³ convolution's zero padding, stored) and zero channels
+    appended up to ``channels`` (default C): a thin tensor, few bytes."""
+    extra = 0 if channels is None else channels - x.shape[1]
+    return torch.nn.functional.pad(x.permute(0, 2, 3, 4, 1), (0, extra, 1, 1, 1, 1, 1, 1))
 
 
 def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) -> Tensor:
@@ -492,15 +495,16 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
     out = torch.empty((n, m, d, h, w), device=inp.device, dtype=inp.dtype, memory_format=torch.channels_last_3d)
     exact, warps = _exact_dot(inp), TILES.conv_warps
     if k <= THIN:  # thin input: one gathered product
-        block_k, block_o = _pow2(TAPS * k + 1), _pow2(m)
+        tp = triton.next_power_of_2(k)  # the gathered copy's channels: a tap's channels one aligned vector
+        block_k, block_o = _pow2(TAPS * tp + 1), _pow2(m)
         mat = torch.zeros(block_k, block_o, device=inp.device, dtype=inp.dtype)
-        mat[:TAPS * k, :m] = taps.reshape(TAPS * k, m)
+        mat[:TAPS * tp, :m].view(TAPS, tp, m)[:, :k] = taps
         if bias is not None:
-            mat[TAPS * k, :m] = bias
+            mat[TAPS * tp, :m] = bias
         rows = _rows(TILES.conv_tile, block_k, block_o, least=DOT_MIN)
         kernel = _tconv_dgrad_gather_kernel if dgrad else _tconv_fprop_gather_kernel
-        padded = _zero_border(inp)
-        kernel[(triton.cdiv(nv, rows),)](padded, mat, out, nv, d, h, w, k, m, BLOCK_V=rows, BLOCK_K=block_k,
+        padded = _zero_border(inp, tp)
+        kernel[(triton.cdiv(nv, rows),)](padded, mat, out, nv, d, h, w, tp, m, BLOCK_V=rows, BLOCK_K=block_k,
                                          BLOCK_O=block_o, IEEE=exact, WIDE=padded.numel() >= 2**31, num_warps=warps)
         return out
     # thin output: every voxel times every tap, then the shifted sum
@@ -591,16 +595,27 @@ if triton is not None:
         return tl.where(valid[None, :] & (j == 27 * T)[:, None], 1.0, a).to(a.dtype)
 
     @triton.jit
-    def _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, SIGN: tl.constexpr, BLOCK_V: tl.constexpr,
-                     BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr):
-        """y[v, :CO] = gather(x)[:, v] · M for one tile of voxels (M: [BLOCK_K, BLOCK_O], bias in row
-        27·T), x read from its zero-bordered copy ``xp``."""
+    def _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T: tl.constexpr, CO, SIGN: tl.constexpr,
+                     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr,
+                     WIDE: tl.constexpr):
+        """y[v, :CO] = gather(x)[v, :] · M for one tile of voxels (M: [BLOCK_K, BLOCK_O], bias in row
+        27·T), x read from its zero-bordered copy ``xp`` of T (a power of two) channels. The tile is
+        voxels × taps with the taps along the fast axis: a tap's T channels are one aligned vector,
+        and the three taps along W are neighbours in memory."""
         v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
         valid = v < NV
-        a = _padded_tap_gather(xp_ptr, v, valid, D, H, W, T, SIGN, BLOCK_K, WIDE)
-        k = tl.arange(0, BLOCK_K)
+        j = tl.arange(0, BLOCK_K)
+        dd, dh, dw = _tap_offsets(j // T, SIGN)
+        tap = ((dd * (H + 2) + dh) * (W + 2) + dw) * T + j % T
+        d, h, w = _voxel_coords(v, D, H, W)
+        b = v // (D * H * W)
+        if WIDE:
+            b = b.to(tl.int64)
+        centre = (((b * (D + 2) + d + 1) * (H + 2) + h + 1) * (W + 2) + w + 1) * T
+        a = tl.load(xp_ptr + (centre[:, None] + tap[None, :]), mask=valid[:, None] & (j < 27 * T)[None, :], other=0.0)
+        a = tl.where(valid[:, None] & (j == 27 * T)[None, :], 1.0, a).to(a.dtype)
         o = tl.arange(0, BLOCK_O)
-        y = _dot(tl.trans(a), tl.load(m_ptr + k[:, None] * BLOCK_O + o[None, :]), IEEE)
+        y = _dot(a, tl.load(m_ptr + j[:, None] * BLOCK_O + o[None, :]), IEEE)
         tl.store(y_ptr + v.to(tl.int64)[:, None] * CO + o[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=valid[:, None] & (o < CO)[None, :])
 
@@ -639,13 +654,13 @@ if triton is not None:
 
     # One kernel per pass, so that profiles (and ``medddpm.layers``) can tell the passes apart.
     @triton.jit
-    def _tconv_fprop_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
+    def _tconv_fprop_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T: tl.constexpr, CO, BLOCK_V: tl.constexpr,
                                    BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr,
                                    WIDE: tl.constexpr):
         _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, 1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE, WIDE)
 
     @triton.jit
-    def _tconv_dgrad_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, BLOCK_V: tl.constexpr,
+    def _tconv_dgrad_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T: tl.constexpr, CO, BLOCK_V: tl.constexpr,
                                    BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr,
                                    WIDE: tl.constexpr):
         _gather_conv(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T, CO, -1, BLOCK_V, BLOCK_K, BLOCK_O, IEEE, WIDE)
@@ -730,8 +745,9 @@ if triton is not None:
 # Trilinear ×2 upsampling of NDHWC activations (the decoder's Upsample, paper Fig. 3).
 #
 # The reference, ``ndhwc.upsample2x``, doubles one axis after the other; Inductor turns that chain
-# into kernels that write intermediates of the output's size (0.4 ms at 128³ × 64 channels on an
-# H200 against the 0.06 ms that reading the input and writing the output take). Here one program
+# into kernels that write intermediates of the output's size (0.55 ms for 64³ → 128³ × 64 channels
+# on an H200, ``fast_path/thin_convs.csv``, against the 0.06 ms that reading the input and writing
+# the output once take). Here one program
 # computes a tile of output voxels × channels from their 8 input neighbours, in the reference's
 # order (D, then H, then W, in fp32, rounded once), so the output is written once and the input,
 # an eighth of its size, is read through the cache. The backward is aten's trilinear backward.
@@ -763,23 +779,29 @@ if triton is not None:
         return lo, hi, w_lo, 1.0 - w_lo
 
     @triton.jit
-    def _along_d(x_ptr, b, d0, d1, wd0, wd1, hi, wi, D, H, W, C, cols, m):
-        """[BLOCK_V, BLOCK_C]: the input at (d0, hi, wi) and (d1, hi, wi), weighted, in fp32."""
-        row0 = ((b * D + d0) * H + hi) * W + wi
-        row1 = ((b * D + d1) * H + hi) * W + wi
-        a0 = tl.load(x_ptr + row0[:, None] * C + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        a1 = tl.load(x_ptr + row1[:, None] * C + cols[None, :], mask=m, other=0.0).to(tl.float32)
+    def _along_d(x_ptr, b, d0, d1, wd0, wd1, hi, wi, D, H, W, C: tl.constexpr, cols, m):
+        """[BLOCK_V, BLOCK_C]: the input at (d0, hi, wi) and (d1, hi, wi), weighted, in fp32 (the
+        voxels' offsets computed once per voxel, one add per element)."""
+        row0 = (((b * D + d0) * H + hi) * W + wi) * C
+        row1 = (((b * D + d1) * H + hi) * W + wi) * C
+        a0 = tl.load(x_ptr + (row0[:, None] + cols[None, :]), mask=m, other=0.0).to(tl.float32)
+        a1 = tl.load(x_ptr + (row1[:, None] + cols[None, :]), mask=m, other=0.0).to(tl.float32)
         return wd0[:, None] * a0 + wd1[:, None] * a1
 
     @triton.jit
-    def _upsample2x_kernel(x_ptr, y_ptr, NV, D, H, W, C, BLOCK_V: tl.constexpr, BLOCK_C: tl.constexpr):
-        """y[v, :] for one tile of output voxels v of (N, 2D, 2H, 2W) and every channel."""
+    def _upsample2x_kernel(x_ptr, y_ptr, NV, D, H, W, C: tl.constexpr, BLOCK_V: tl.constexpr,
+                           BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+        """y[v, :] for one tile of output voxels v of (N, 2D, 2H, 2W) and every channel; C a
+        constant, so the channel mask folds away where C is a power of two; WIDE: int64 offsets
+        (an output of 2³¹ elements or more)."""
         v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
         valid = v < NV
         cols = tl.arange(0, BLOCK_C)
         m = valid[:, None] & (cols < C)[None, :]
         od, oh, ow = _voxel_coords(v, 2 * D, 2 * H, 2 * W)
-        b = (v // (8 * D * H * W)).to(tl.int64)
+        b = v // (8 * D * H * W)
+        if WIDE:
+            b = b.to(tl.int64)
         d0, d1, wd0, wd1 = _lerp_pair(od, D)
         h0, h1, wh0, wh1 = _lerp_pair(oh, H)
         x0, x1, ww0, ww1 = _lerp_pair(ow, W)
@@ -791,7 +813,11 @@ if triton is not None:
         w0 = wh0[:, None] * h00 + wh1[:, None] * h10
         w1 = wh0[:, None] * h01 + wh1[:, None] * h11
         out = ww0[:, None] * w0 + ww1[:, None] * w1
-        tl.store(y_ptr + v.to(tl.int64)[:, None] * C + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=m)
+        if WIDE:
+            vo = v.to(tl.int64) * C
+        else:
+            vo = v * C
+        tl.store(y_ptr + (vo[:, None] + cols[None, :]), out.to(y_ptr.dtype.element_ty), mask=m)
 
     @torch.library.custom_op("medddpm::upsample2x", mutates_args=())
     def _up_forward(x: Tensor) -> Tensor:
@@ -803,8 +829,8 @@ if triton is not None:
         block_c = triton.next_power_of_2(c)
         rows = _rows(TILES.upsample_tile, block_c)
         nv = n * 8 * d * h * w
-        _upsample2x_kernel[(triton.cdiv(nv, rows),)](x, y, nv, d, h, w, c, BLOCK_V=rows, BLOCK_C=block_c,
-                                                     num_warps=TILES.upsample_warps)
+        _upsample2x_kernel[(triton.cdiv(nv, rows),)](x, y, nv, d, h, w, C=c, BLOCK_V=rows, BLOCK_C=block_c,
+                                                     WIDE=y.numel() >= 2**31, num_warps=TILES.upsample_warps)
         return y
 
     @_up_forward.register_fake

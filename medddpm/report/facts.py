@@ -560,6 +560,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
                                 if len(etas) else missing("sample_bench.csv"))
     for smp in ("ddim", "ddpm"):
         batches = sb[(sb["gpu_slug"] == r["ref"]) & (sb["config"] == best) & (sb["sampler"] == smp)] if best else sb
+        batches = batches.sort_values("batch") if len(batches) else batches
         f[f"samp_best_{smp}_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
                                                    zip(batches["batch"], batches["s_per_volume_median"]))
                                          if len(batches) else missing("sample_bench.csv"))
