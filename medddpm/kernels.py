@@ -575,6 +575,20 @@ if triton is not None:
         return tl.dot(a, b)
 
     @triton.jit
+    def _bordered_offsets(v, D, H, W, T, SIGN: tl.constexpr, BLOCK_K: tl.constexpr, WIDE: tl.constexpr):
+        """(j, centre, tap) of a gather from a T-channel copy with a zero border one voxel wide,
+        (N, D+2, H+2, W+2, T): gathered column j = tap·T + t of voxel v lies at centre[v] + tap[j]
+        (SIGN·the tap's offset; every neighbour lies inside the copy). WIDE: int64 offsets."""
+        j = tl.arange(0, BLOCK_K)
+        dd, dh, dw = _tap_offsets(j // T, SIGN)
+        tap = ((dd * (H + 2) + dh) * (W + 2) + dw) * T + j % T
+        d, h, w = _voxel_coords(v, D, H, W)
+        b = v // (D * H * W)
+        if WIDE:
+            b = b.to(tl.int64)
+        return j, (((b * (D + 2) + d + 1) * (H + 2) + h + 1) * (W + 2) + w + 1) * T, tap
+
+    @triton.jit
     def _padded_tap_gather(xp_ptr, v, valid, D, H, W, T, SIGN: tl.constexpr, BLOCK_K: tl.constexpr,
                            WIDE: tl.constexpr):
         """[BLOCK_K, BLOCK_V] of a T-channel NDHWC tensor: row tap·T + t holds channel t of the voxel
@@ -583,14 +597,7 @@ if triton is not None:
         padding is stored), so a tap's offset is one number per row, a voxel's one per column, and
         the load needs no bounds test. Voxels run along the tile's fast axis, so neighbouring lanes
         load neighbouring voxels. WIDE: int64 offsets (a copy of 2³¹ elements or more)."""
-        j = tl.arange(0, BLOCK_K)
-        dd, dh, dw = _tap_offsets(j // T, SIGN)
-        tap = ((dd * (H + 2) + dh) * (W + 2) + dw) * T + j % T
-        d, h, w = _voxel_coords(v, D, H, W)
-        b = v // (D * H * W)
-        if WIDE:
-            b = b.to(tl.int64)
-        centre = (((b * (D + 2) + d + 1) * (H + 2) + h + 1) * (W + 2) + w + 1) * T
+        j, centre, tap = _bordered_offsets(v, D, H, W, T, SIGN, BLOCK_K, WIDE)
         a = tl.load(xp_ptr + (centre[None, :] + tap[:, None]), mask=valid[None, :] & (j < 27 * T)[:, None], other=0.0)
         return tl.where(valid[None, :] & (j == 27 * T)[:, None], 1.0, a).to(a.dtype)
 
@@ -604,14 +611,7 @@ if triton is not None:
         and the three taps along W are neighbours in memory."""
         v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
         valid = v < NV
-        j = tl.arange(0, BLOCK_K)
-        dd, dh, dw = _tap_offsets(j // T, SIGN)
-        tap = ((dd * (H + 2) + dh) * (W + 2) + dw) * T + j % T
-        d, h, w = _voxel_coords(v, D, H, W)
-        b = v // (D * H * W)
-        if WIDE:
-            b = b.to(tl.int64)
-        centre = (((b * (D + 2) + d + 1) * (H + 2) + h + 1) * (W + 2) + w + 1) * T
+        j, centre, tap = _bordered_offsets(v, D, H, W, T, SIGN, BLOCK_K, WIDE)
         a = tl.load(xp_ptr + (centre[:, None] + tap[None, :]), mask=valid[:, None] & (j < 27 * T)[None, :], other=0.0)
         a = tl.where(valid[:, None] & (j == 27 * T)[None, :], 1.0, a).to(a.dtype)
         o = tl.arange(0, BLOCK_O)
