@@ -538,10 +538,10 @@ def _thin_wgrad(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[
     rows = _rows(TILES.wgrad_tile, block_k, block_w, least=DOT_MIN)
     programs, per_prog = _chunks(nv, rows, TILES.wgrad_programs_per_sm * _sm_count(x.device))
     part = torch.empty(programs, block_k, block_w, device=x.device, dtype=torch.float32)
-    _tconv_wgrad_kernel[(programs,)](_zero_border(thin), wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
+    padded = _zero_border(thin)
+    _tconv_wgrad_kernel[(programs,)](padded, wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
                                      BLOCK_V=rows, BLOCK_K=block_k, BLOCK_W=block_w, STAGES=TILES.stages,
-                                     IEEE=_exact_dot(x), WIDE=(n * (d + 2) * (h + 2) * (w + 2) * t) >= 2**31,
-                                     num_warps=TILES.wgrad_warps)
+                                     IEEE=_exact_dot(x), WIDE=padded.numel() >= 2**31, num_warps=TILES.wgrad_warps)
     acc = part.sum(0)  # [tap·T + thin channel, wide channel]; row 27·T sums the wide side
     dw = acc[:TAPS * t, :cw].reshape(TAPS, t, cw).permute(*((2, 1, 0) if thin_is_input else (1, 2, 0)))
     db = acc[TAPS * t, :cw] if thin_is_input else dy.sum(dim=(0, 2, 3, 4), dtype=torch.float32)
@@ -747,10 +747,10 @@ if triton is not None:
 # The reference, ``ndhwc.upsample2x``, doubles one axis after the other; Inductor turns that chain
 # into kernels that write intermediates of the output's size (0.55 ms for 64³ → 128³ × 64 channels
 # on an H200, ``fast_path/thin_convs.csv``, against the 0.06 ms that reading the input and writing
-# the output once take). Here one program
-# computes a tile of output voxels × channels from their 8 input neighbours, in the reference's
-# order (D, then H, then W, in fp32, rounded once), so the output is written once and the input,
-# an eighth of its size, is read through the cache. The backward is aten's trilinear backward.
+# the output once take). Here one program computes a tile of output voxels × channels from their 8
+# input neighbours, in the reference's order (D, then H, then W, in fp32, rounded once), so the
+# output is written once and the input, an eighth of its size, is read through the cache. The
+# backward is aten's trilinear backward.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -763,6 +763,12 @@ def upsample2x(x: Tensor) -> Tensor:
     if not runs_on(x):
         return ndhwc.upsample2x(x)
     return torch.ops.medddpm.upsample2x(x)
+
+
+def _doubled(x: Tensor) -> Tensor:
+    """An empty channels-last tensor of ``x``'s (N, C) and twice its (D, H, W): the upsampling's output."""
+    n, c, d, h, w = x.shape
+    return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last_3d)
 
 
 if triton is not None:
@@ -824,8 +830,7 @@ if triton is not None:
         """Trilinear ×2 of a channels-last (N, C, D, H, W) tensor (``upsample2x``)."""
         x = _as_nsc(x)
         n, c, d, h, w = x.shape
-        y = torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=x.dtype,
-                        memory_format=torch.channels_last_3d)
+        y = _doubled(x)
         block_c = triton.next_power_of_2(c)
         rows = _rows(TILES.upsample_tile, block_c)
         nv = n * 8 * d * h * w
@@ -835,9 +840,7 @@ if triton is not None:
 
     @_up_forward.register_fake
     def _(x):
-        n, c, d, h, w = x.shape
-        return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=x.dtype,
-                           memory_format=torch.channels_last_3d)
+        return _doubled(x)
 
     def _up_setup_context(ctx, inputs, output) -> None:
         ctx.shape = tuple(inputs[0].shape)

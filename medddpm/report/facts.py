@@ -564,15 +564,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         f[f"samp_best_{smp}_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
                                                    zip(batches["batch"], batches["s_per_volume_median"]))
                                          if len(batches) else missing("sample_bench.csv"))
-        meets = batches[batches["s_per_volume_median"] <= SAMPLING_TARGETS_S[smp]].sort_values("batch") \
-            if len(batches) else batches
-        f[f"samp_best_{smp}_batch_meets"] = (
-            missing("sample_bench.csv") if not len(batches) else
-            f"no batch size measured ({', '.join(str(int(b)) for b in sorted(batches['batch']))}) meets it"
-            if not len(meets) else
-            f"batch 1 already meets it ({meets['s_per_volume_median'].iloc[0]:.2f} s)" if meets["batch"].iloc[0] == 1 else
-            f"from batch {int(meets['batch'].iloc[0])} on, {meets['s_per_volume_median'].iloc[0]:.2f} s a volume, "
-            "it meets it as throughput")
+        f[f"samp_best_{smp}_batch_meets"] = _batch_verdict(batches, SAMPLING_TARGETS_S[smp])
     dk = tables.denoise_categories(root, [r["ref"]] if r["ref"] else [])
     profiled = ddim[ddim["config"].isin(dk.columns)] if len(ddim) and not dk.empty else ddim.iloc[0:0]
     best_profiled = profiled.loc[profiled["s_per_volume_median"].idxmin(), "config"] if len(profiled) else None
@@ -663,6 +655,20 @@ def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose
     se = math.hypot(run["background_se"], ddpm["background_se"])
     return (f"{text}: {excess:.{3 if excess < 0.01 else 2}f} beyond the {MATCH_BACKGROUND:g} criterion, "
             f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
+
+
+def _batch_verdict(batches: pd.DataFrame, target: float) -> str:
+    """The smallest batch of ``batches`` (sample_bench rows of one configuration and sampler, in
+    batch order) whose seconds per volume meet ``target``, said as latency (batch 1) or throughput."""
+    if not len(batches):
+        return missing("sample_bench.csv")
+    meets = batches[batches["s_per_volume_median"] <= target]
+    if not len(meets):
+        return f"no batch size measured ({', '.join(str(int(b)) for b in batches['batch'])}) meets it"
+    batch, secs = int(meets["batch"].iloc[0]), meets["s_per_volume_median"].iloc[0]
+    if batch == 1:
+        return f"batch 1 already meets it ({secs:.2f} s)"
+    return f"from batch {batch} on, {secs:.2f} s a volume, it meets it as throughput"
 
 
 def _run_facts(run: pd.Series | None, key: str, what: str, f: dict[str, str]) -> None:
