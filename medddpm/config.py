@@ -180,6 +180,8 @@ class Knobs:
     dense_skip_grads: bool = False  # the decoder's skip concatenations hand each input its gradient dense and NDHWC (model._DenseGradCat), written by Inductor's kernels, instead of a strided channel slice that cuDNN's backward copies with PyTorch's generic kernel (0.3 ms each at 128³); needs channels_last
     fold_conv_bias: bool = False  # each ResBlock's first convolution runs without its bias, which joins the timestep embedding's per-channel add inside the second norm's Triton kernels (model.ResBlock): Inductor otherwise adds it in a kernel of its own that reads and writes the convolution's output (0.12 ms at 128³) and reduces its gradient in another; needs triton_norm
     triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
+    timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
+    compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
@@ -303,8 +305,10 @@ _P8_TNORM = _rung(_P8, "fast-w16-p8-tnorm", triton_norm=True)  # + the Triton Gr
 _W16_TRITON = _rung(_TRITON, "fast-w16-tnorm-tconv", bf16_weights=True)  # fast-tnorm-tconv's denoiser, weights in bf16 once
 _W16_FOLD = _rung(_W16_TRITON, "fast-w16-tnorm-tconv-fold", fold_conv_bias=True)  # + the ResBlocks' first conv bias in the norm
 _W16_UP = _rung(_W16_FOLD, "fast-w16-tnorm-tconv-fold-up", triton_upsample=True)  # + the ×2 upsampling in one Triton kernel
-SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP)
-SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample")  # knobs training refuses (run_config(training=True))
+_W16_UPDATE = _rung(_W16_UP, "fast-w16-tnorm-tconv-fold-up-update", compiled_update=True)  # + DDPM's update compiled
+_W16_TABLE = _rung(_W16_UP, "fast-w16-tnorm-tconv-fold-up-table", timestep_table=True)  # fold-up + the time addends from a table
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE)
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample", "timestep_table", "compiled_update")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}

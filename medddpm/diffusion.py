@@ -48,11 +48,13 @@ class GaussianDiffusion(nn.Module):
     without, as the caller's tensors make it."""
 
     def __init__(self, model: nn.Module | Denoiser, cfg: DiffusionConfig = DiffusionConfig(),
-                 input_format: torch.memory_format | None = None) -> None:
+                 input_format: torch.memory_format | None = None, compile_update: bool = False) -> None:
         super().__init__()
         self.model = model
         self.cfg = cfg
         self.input_format = input_format
+        # DDPM's step x_t → x_{t−1} as one compiled kernel (Knobs.compiled_update), else ~30 eager ones
+        self.update = torch.compile(self.ddpm_update, dynamic=False) if compile_update else self.ddpm_update
         betas = cosine_betas(cfg.timesteps, cfg.cosine_s, cfg.max_beta)
         alphas = 1 - betas
         abar = torch.cumprod(alphas, 0)
@@ -130,6 +132,11 @@ class GaussianDiffusion(nn.Module):
         mean, _, log_var = self.q_posterior(x0, x_t, t)
         return mean, log_var
 
+    def ddpm_update(self, x_t: Tensor, t: Tensor, eps: Tensor, noise: Tensor, clip: bool = True) -> Tensor:
+        """x_{t−1} = μ_θ(x_t, t) + σ_t z, z = ``noise``, and no noise at t = 0 (DDPM Alg. 2, line 4)."""
+        mean, log_var = self.p_mean_variance(x_t, t, eps, clip)
+        return mean + (t > 0).to(mean.dtype).reshape(-1, *([1] * (mean.ndim - 1))) * (0.5 * log_var).exp() * noise
+
     def _check_mask(self, mask: Tensor, channels: int) -> None:
         if mask.ndim != 5:
             raise ValueError(f"mask must be (N, C, D, H, W), got shape {tuple(mask.shape)}")
@@ -147,9 +154,8 @@ class GaussianDiffusion(nn.Module):
         denoise = self.conditioned(mask, channels)
         for i in reversed(range(self.num_timesteps)):
             t = torch.full((shape[0],), i, device=mask.device, dtype=torch.long)
-            mean, log_var = self.p_mean_variance(x, t, denoise(x, t), clip)
-            noise = randn(shape, generator, mask.device, mask.dtype)
-            x = mean + (i > 0) * (0.5 * log_var).exp() * noise
+            eps = denoise(x, t)
+            x = self.update(x, t, eps, randn(shape, generator, mask.device, mask.dtype), clip)
             yield i, x
 
     @torch.no_grad()

@@ -177,10 +177,14 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if knobs.bf16_weights:
         cast_autocast_weights(model)
     freeze_channel_padding(model)  # after the cast: the padded weights hold the cast numbers
+    if knobs.timestep_table:  # after the cast, under the sampler's autocast: the numbers each step would compute
+        with torch.inference_mode(), autocast(knobs, device):
+            model.freeze_timestep_table(diffusion_cfg.timesteps)
     net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
     if knobs.cuda_graphs:
         net = GraphedDenoiser(net, device)
-    return model, GaussianDiffusion(net, diffusion_cfg, memory_format(knobs)).to(device), knobs
+    diffusion = GaussianDiffusion(net, diffusion_cfg, memory_format(knobs), knobs.compile and knobs.compiled_update)
+    return model, diffusion.to(device), knobs
 
 
 def data_parallel(model: nn.Module, device: torch.device, knobs: Knobs) -> nn.Module:

@@ -12,9 +12,11 @@ channels-last (NDHWC, seen here as (N, S, C)). It moves the fewest bytes the ope
 - backward: one read of x and dy for the reductions, one read of both and one write of dx.
 
 Statistics are per-channel partial sums over row chunks (shifted by the sample's first voxel, so a
-large mean does not cancel the variance away), summed over chunks by ``torch.sum`` and turned into
-group statistics by a one-program finalize kernel (law of total variance). No atomics: the result
-is deterministic, and the training run's ``--resume`` stays bit-exact.
+large mean does not cancel the variance away). Programs arrive at counters in groups of about √P
+(``_group_done``); the last of each group adds the group's partials, the last group adds those,
+in a fixed order, and turns them into group statistics (law of total variance): one launch, where a separate sum and finalize kernel
+cost two more launches per norm (78 in a denoising step). The only atomic is the counter's, so the
+result is deterministic, and the training run's ``--resume`` stays bit-exact.
 
 The reference is ``reference_group_norm_silu`` (``ndhwc.group_norm_silu`` on x + addend in fp32); it
 runs wherever Triton does not: on a CPU, for a tensor that is not channels-last, or without
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 import torch
@@ -139,6 +142,35 @@ def _chunks(s: int, block_s: int, programs: int) -> tuple[int, int]:
     return triton.cdiv(s, rows), rows
 
 
+
+PARTIAL_TILE = 4096  # most elements (partial rows × padded channels) a finalizing program sums per loop step
+
+_COUNTERS: dict[torch.device, Tensor] = {}
+
+
+def _counters(device: torch.device, n: int) -> Tensor:
+    """At least ``n`` int32 arrival counters on ``device`` for the one-launch reductions
+    (``_last_to_arrive``): zero before every launch, because each launch's last program stores 0
+    back; launches of one stream run one after another, so they share them. Allocated on first
+    use (a warm-up, before a CUDA graph captures the launches that then read them)."""
+    c = _COUNTERS.get(device)
+    if c is None or c.numel() < n:
+        c = _COUNTERS[device] = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
+    return c
+
+
+def _partial_rows(part: Tensor, block_c: int) -> int:
+    """BLOCK_P of a two-level reduction over ``part``'s P rows per sample ((N, P, sums, C)): the
+    group size, about √P (each level then sums one tile of rows), a power of two within PARTIAL_TILE."""
+    fits = 1 << (max(1, PARTIAL_TILE // block_c).bit_length() - 1)
+    return min(fits, triton.next_power_of_2(math.isqrt(part.shape[1] - 1) + 1))
+
+
+def _arrival_counters(part: Tensor, block_p: int) -> Tensor:
+    """The counters of a two-level reduction over ``part`` (N samples × groups, then the tops)."""
+    n, p = part.shape[:2]
+    return _counters(part.device, n * triton.cdiv(p, block_p) + n)
+
 if triton is not None:
 
     @triton.jit
@@ -170,13 +202,57 @@ if triton is not None:
         return tl.where(((cols[None, :] // (C // G)) == gs[:, None]) & cmask[None, :], 1.0, 0.0)
 
     @triton.jit
-    def _stats_kernel(x_ptr, part_ptr, S, C, rows_per_prog, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                      STAGES: tl.constexpr):
+    def _last_to_arrive(count_ptr, total):
+        """True in the one program of ``total`` that arrives last at ``*count_ptr`` (int32, zero
+        before the launch), after every program's stores: each arrives once its threads have
+        stored (barrier, then a release/acquire add at GPU scope, so the last one sees them all).
+        That program must store 0 back for the next launch."""
+        tl.debug_barrier()
+        return tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu") == total - 1
+
+    @triton.jit
+    def _sum_rows(ptr, first, step, count, C, cols, cmask, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+        """Σ_i ptr[first + i·step, :C] over i < ``count``: other programs' partial sums, read from L2
+        (``.cg``, never a stale L1 line) and added in a fixed order (deterministic)."""
+        ps = tl.arange(0, BLOCK_P)
+        acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+        for i in range(0, count, BLOCK_P):
+            rows = i + ps
+            m = (rows < count)[:, None] & cmask[None, :]
+            acc += tl.load(ptr + (first + rows * step)[:, None] * C + cols[None, :], mask=m, other=0.0,
+                           cache_modifier=".cg")
+        return tl.sum(acc, 0)
+
+    @triton.jit
+    def _group_done(part_ptr, count_ptr, n, p, P, SUMS: tl.constexpr, C, cols, cmask, BLOCK_P: tl.constexpr,
+                    BLOCK_C: tl.constexpr):
+        """First level of a two-level arrival: programs p of sample n arrive in groups of BLOCK_P
+        (counter n·NG + g); the last of a group adds the group's partial rows (n, p, SUMS, C) into
+        its first row and returns True (then arrives at the second level). With BLOCK_P ≈ √P each
+        level sums one tile of rows: a few µs where one program summing all P rows waits on L2 P/BLOCK_P times."""
+        g = p // BLOCK_P
+        members = tl.minimum(BLOCK_P, P - g * BLOCK_P)
+        counter = count_ptr + n * tl.cdiv(P, BLOCK_P) + g
+        done = _last_to_arrive(counter, members)
+        if done:
+            first = (n * P + g * BLOCK_P) * SUMS
+            for j in tl.static_range(SUMS):
+                total = _sum_rows(part_ptr, first + j, SUMS, members, C, cols, cmask, BLOCK_P, BLOCK_C)
+                tl.store(part_ptr + (first + j) * C + cols, total, mask=cmask)
+            tl.store(counter, 0)
+        return done
+
+    @triton.jit
+    def _stats_kernel(x_ptr, part_ptr, count_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, scale_ptr, shift_ptr,
+                      S, C, G, rows_per_prog, add_stride, eps, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr,
+                      BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, STAGES: tl.constexpr):
         """Per (row chunk p, sample n): each channel's Σ (x − ref) and Σ (x − ref)², ref = the
         sample's first voxel (one shift for every chunk, so the partial sums simply add up; a shift
-        inside the data's range keeps Σd² − (Σd)²/S from cancelling). One read of x."""
+        inside the data's range keeps Σd² − (Σd)²/S from cancelling). One read of x. The sample's
+        last program to finish (two levels: ``_group_done``) finalizes (``_finalize_stats``): one launch."""
         p = tl.program_id(0)
         n = tl.program_id(1)
+        P = tl.num_programs(0)
         cols = tl.arange(0, BLOCK_C)
         cmask = cols < C
         base = x_ptr + n.to(tl.int64) * S * C
@@ -191,27 +267,31 @@ if triton is not None:
             d = tl.where(m, v - ref[None, :], 0.0)
             acc += d
             acc2 += d * d
-        out = part_ptr + ((n * tl.num_programs(0) + p) * 2) * C + cols
+        out = part_ptr + ((n * P + p) * 2) * C + cols
         tl.store(out, tl.sum(acc, 0), mask=cmask)
         tl.store(out + C, tl.sum(acc2, 0), mask=cmask)
+        ng = tl.cdiv(P, BLOCK_P)
+        if _group_done(part_ptr, count_ptr, n, p, P, 2, C, cols, cmask, BLOCK_P, BLOCK_C):
+            top = count_ptr + tl.num_programs(1) * ng + n
+            if _last_to_arrive(top, ng):
+                s = _sum_rows(part_ptr, n * P * 2, 2 * BLOCK_P, ng, C, cols, cmask, BLOCK_P, BLOCK_C)
+                q = _sum_rows(part_ptr, n * P * 2 + 1, 2 * BLOCK_P, ng, C, cols, cmask, BLOCK_P, BLOCK_C)
+                _finalize_stats(s, q, ref, n, cols, cmask, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, scale_ptr,
+                                shift_ptr, S, C, G, add_stride, eps, HAS_ADD, BLOCK_G)
+                tl.store(top, 0)
 
     @triton.jit
-    def _stats_finalize_kernel(sums_ptr, x_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, scale_ptr, shift_ptr,
-                               S, C, G, eps, HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
-        """Per sample, from the summed partials (2, C): channel means and squared deviations, group
-        mean and rstd (law of total variance, equal counts per channel), and the apply's
-        per-channel scale and shift (the addend folded into the shift)."""
-        n = tl.program_id(0)
-        cols = tl.arange(0, BLOCK_C)
-        cmask = cols < C
-        ref = tl.load(x_ptr + n.to(tl.int64) * S * C + cols, mask=cmask, other=0.0).to(tl.float32)
-        s = tl.load(sums_ptr + n * 2 * C + cols, mask=cmask, other=0.0)
-        q = tl.load(sums_ptr + n * 2 * C + C + cols, mask=cmask, other=0.0)
+    def _finalize_stats(s, q, ref, n, cols, cmask, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, scale_ptr, shift_ptr,
+                        S, C, G, add_stride, eps, HAS_ADD: tl.constexpr, BLOCK_G: tl.constexpr):
+        """Sample n's statistics from its summed partials ``s`` = Σ(x − ref), ``q`` = Σ(x − ref)²
+        per channel: channel means and squared deviations, group mean and rstd (law of total
+        variance, equal counts per channel), and the apply's per-channel scale and shift (the
+        addend, row ``n`` of a (N, C) tensor with row stride ``add_stride``, folded into the shift)."""
         d = s / S
         mean_c = ref + d  # of x, without the addend
         var_c = tl.maximum(q / S - d * d, 0.0)
         if HAS_ADD:
-            a = tl.load(add_ptr + n * C + cols, mask=cmask, other=0.0).to(tl.float32)
+            a = tl.load(add_ptr + n * add_stride + cols, mask=cmask, other=0.0).to(tl.float32)
             mean_c += a
         onehot = _group_onehot(cols, cmask, C, G, BLOCK_G)
         cpg = C // G
@@ -249,12 +329,15 @@ if triton is not None:
         tl.store(y_ptr + off, z.to(y_ptr.dtype.element_ty), mask=m)
 
     @triton.jit
-    def _bwd_reduce_kernel(dy_ptr, x_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, part_ptr, S, C, G, rows_per_prog,
-                           SILU: tl.constexpr, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                           STAGES: tl.constexpr):
-        """Per (row chunk, sample): each channel's Σ dz, Σ dz·x̂ and Σ x̂ (one read of dy and x)."""
+    def _bwd_reduce_kernel(dy_ptr, x_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, part_ptr, count_ptr, k1_ptr,
+                           k2_ptr, k3_ptr, dw_ptr, db_ptr, dadd_ptr, S, C, G, rows_per_prog, SILU: tl.constexpr,
+                           HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                           BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, STAGES: tl.constexpr):
+        """Per (row chunk, sample): each channel's Σ dz, Σ dz·x̂ and Σ x̂ (one read of dy and x); the
+        launch's last program to finish (two levels: ``_group_done``) finalizes (``_bwd_finalize``)."""
         p = tl.program_id(0)
         n = tl.program_id(1)
+        P = tl.num_programs(0)
         cols = tl.arange(0, BLOCK_C)
         cmask = cols < C
         r, o, w, b = _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, HAS_ADD)
@@ -274,28 +357,34 @@ if triton is not None:
             acc_dz += dz
             acc_dzx += dz * xh
             acc_xh += xh
-        out = part_ptr + ((n * tl.num_programs(0) + p) * 3) * C + cols
+        out = part_ptr + ((n * P + p) * 3) * C + cols
         tl.store(out, tl.sum(acc_dz, 0), mask=cmask)
         tl.store(out + C, tl.sum(acc_dzx, 0), mask=cmask)
         tl.store(out + 2 * C, tl.sum(acc_xh, 0), mask=cmask)
+        N = tl.num_programs(1)
+        if _group_done(part_ptr, count_ptr, n, p, P, 3, C, cols, cmask, BLOCK_P, BLOCK_C):
+            top = count_ptr + N * tl.cdiv(P, BLOCK_P)
+            if _last_to_arrive(top, N * tl.cdiv(P, BLOCK_P)):
+                _bwd_finalize(part_ptr, P, w, rstd_ptr, k1_ptr, k2_ptr, k3_ptr, dw_ptr, db_ptr, dadd_ptr, N, S, C, G,
+                              cols, cmask, HAS_ADD, BLOCK_C, BLOCK_G, BLOCK_P)
+                tl.store(top, 0)
 
     @triton.jit
-    def _bwd_finalize_kernel(sums_ptr, w_ptr, rstd_ptr, k1_ptr, k2_ptr, k3_ptr, dw_ptr, db_ptr, dadd_ptr, N, S, C, G,
-                             HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
-        """One program, from the summed partials (N, 3, C): per sample, dx = k1·dz + k2·x̂ + k3 with
+    def _bwd_finalize(part_ptr, P, w, rstd_ptr, k1_ptr, k2_ptr, k3_ptr, dw_ptr, db_ptr, dadd_ptr, N, S, C, G, cols,
+                      cmask, HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+                      BLOCK_P: tl.constexpr):
+        """From the (N, P, 3, C) partials, each group of BLOCK_P rows already summed into its first: per sample, dx = k1·dz + k2·x̂ + k3 with
         k1 = rstd·w, k2 = −rstd·mean_g(w·dz·x̂), k3 = −rstd·mean_g(w·dz); dw = Σ dz·x̂ and db = Σ dz
         over samples; d(add) = Σ_voxels dx = k1·Σdz + k2·Σx̂ + k3·S."""
-        cols = tl.arange(0, BLOCK_C)
-        cmask = cols < C
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
         onehot = _group_onehot(cols, cmask, C, G, BLOCK_G)
         count = S * (C // G) * 1.0
         dw = tl.zeros([BLOCK_C], tl.float32)
         db = tl.zeros([BLOCK_C], tl.float32)
-        for n in range(0, N):
-            a = tl.load(sums_ptr + n * 3 * C + cols, mask=cmask, other=0.0)
-            bsum = tl.load(sums_ptr + n * 3 * C + C + cols, mask=cmask, other=0.0)
-            xs = tl.load(sums_ptr + n * 3 * C + 2 * C + cols, mask=cmask, other=0.0)
+        ng = tl.cdiv(P, BLOCK_P)
+        for n in range(0, N):  # each group's sums are in its first row (``_group_done``)
+            a = _sum_rows(part_ptr, n * P * 3, 3 * BLOCK_P, ng, C, cols, cmask, BLOCK_P, BLOCK_C)
+            bsum = _sum_rows(part_ptr, n * P * 3 + 1, 3 * BLOCK_P, ng, C, cols, cmask, BLOCK_P, BLOCK_C)
+            xs = _sum_rows(part_ptr, n * P * 3 + 2, 3 * BLOCK_P, ng, C, cols, cmask, BLOCK_P, BLOCK_C)
             dw += bsum
             db += a
             c1 = tl.sum(onehot * tl.sum(onehot * (w * a)[None, :], 1)[:, None], 0) / count
@@ -341,13 +430,16 @@ if triton is not None:
         tiles = TILES
         n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.stats_tile, 2)
         f32 = dict(device=x.device, dtype=torch.float32)
-        _stats_kernel[(part.shape[1], n)](x, part, s, c, rows, BLOCK_S=block_s, BLOCK_C=block_c, STAGES=tiles.stages,
-                              num_warps=tiles.stats_warps)
         mean, rstd = torch.empty(n, groups, **f32), torch.empty(n, groups, **f32)
         scale, shift = torch.empty(n, c, **f32), torch.empty(n, c, **f32)
-        _stats_finalize_kernel[(n,)](part.sum(1), x, part if add is None else add, weight, bias, mean, rstd, scale,
-                                     shift, s, c, groups, eps, HAS_ADD=add is not None, BLOCK_C=block_c,
-                                     BLOCK_G=triton.next_power_of_2(groups), num_warps=4)
+        if add is not None and add.stride(1) != 1:
+            add = add.contiguous()
+        block_p = _partial_rows(part, block_c)
+        _stats_kernel[(part.shape[1], n)](x, part, _arrival_counters(part, block_p), x if add is None else add,
+                                          weight, bias, mean, rstd, scale, shift, s, c, groups, rows,
+                                          0 if add is None else add.stride(0), eps, HAS_ADD=add is not None,
+                                          BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
+                                          BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
         y = torch.empty_like(x)
         apply_s = _rows(tiles.apply_tile, block_c)
         _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, scale, shift, s, c, SILU=silu, BLOCK_S=apply_s,
@@ -369,15 +461,17 @@ if triton is not None:
         n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.reduce_tile, 3)
         f32 = dict(device=x.device, dtype=torch.float32)
         has_add = add is not None
-        _bwd_reduce_kernel[(part.shape[1], n)](dy, x, add if has_add else x, weight, bias, mean, rstd, part, s, c, groups, rows,
-                                   SILU=silu, HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c, STAGES=tiles.stages,
-                                   num_warps=tiles.reduce_warps)
+        add = add.contiguous() if has_add else None
         k1, k2, k3 = (torch.empty(n, c, **f32) for _ in range(3))
         dw, db = torch.empty_like(weight), torch.empty_like(bias)
         dadd = torch.empty_like(add) if has_add else x.new_empty(0)
-        _bwd_finalize_kernel[(1,)](part.sum(1), weight, rstd, k1, k2, k3, dw, db, dadd if has_add else k1, n, s, c,
-                                   groups, HAS_ADD=has_add, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
-                                   num_warps=4)
+        block_p = _partial_rows(part, block_c)
+        _bwd_reduce_kernel[(part.shape[1], n)](dy, x, add if has_add else x, weight, bias, mean, rstd, part,
+                                               _arrival_counters(part, block_p), k1, k2, k3, dw, db,
+                                               dadd if has_add else k1, s, c, groups, rows, SILU=silu,
+                                               HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c,
+                                               BLOCK_G=triton.next_power_of_2(groups), BLOCK_P=block_p,
+                                               STAGES=tiles.stages, num_warps=tiles.reduce_warps)
         dx = torch.empty_like(x)
         dx_s = _rows(tiles.dx_tile, block_c)
         _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, add if has_add else x, weight, bias, mean, rstd, k1, k2,

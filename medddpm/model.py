@@ -86,6 +86,7 @@ class ResBlock(nn.Module):
                  triton: bool = False, fold_bias: bool = False) -> None:
         super().__init__()
         self.fold_bias = fold_bias
+        self.table_cols: tuple[int, int] | None = None  # its columns of UNet3D's timestep table, once frozen
         self.in_layers = nn.Sequential(*norm_act(cfg, cin, fused, triton), nn.Conv3d(cin, cout, 3, padding=1))
         self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, cout))
         self.out_layers = nn.Sequential(
@@ -95,12 +96,19 @@ class ResBlock(nn.Module):
         )
         self.skip = nn.Identity() if cin == cout else nn.Conv3d(cin, cout, 1)
 
-    def forward(self, x: Tensor, emb: Tensor) -> Tensor:
+    def addend(self, emb: Tensor) -> Tensor:
+        """The per-channel term added before the second norm: the embedding's projection (and,
+        with ``fold_bias``, the first convolution's bias), (N, cout)."""
         add = self.emb_layers(emb)
+        return add + self.in_layers[-1].bias if self.fold_bias else add
+
+    def forward(self, x: Tensor, emb: Tensor) -> Tensor:
+        """``emb`` is the timestep embedding, or, once UNet3D's timestep table is frozen, the table's
+        rows at t (every ResBlock's addend, this block's in ``table_cols``)."""
+        add = self.addend(emb) if self.table_cols is None else emb[:, self.table_cols[0]:self.table_cols[1]]
         if self.fold_bias:
             conv = self.in_layers[-1]
             h = F.conv3d(self.in_layers[:-1](x), conv.weight, None, conv.stride, conv.padding)
-            add = add + conv.bias
         else:
             h = self.in_layers(x)
         norm, *rest = self.out_layers
@@ -386,7 +394,12 @@ class UNet3D(nn.Module):
             raise ValueError(
                 f"expected input (N, {self.cfg.in_channels}, D, H, W), got {tuple(x.shape)}"
             )
-        emb = self.time_embed(timestep_embedding(t, self.cfg.model_channels).to(self.time_embed[0].weight.dtype))
+        if hasattr(self, "timestep_table"):
+            if t.is_floating_point():
+                raise ValueError("a frozen timestep table is indexed by integer timesteps; got fractional ones")
+            emb = self.timestep_table[t]
+        else:
+            emb = self.embed(t)
         skips = []
         h = x
         for block in self.input_blocks:
@@ -396,6 +409,24 @@ class UNet3D(nn.Module):
         for block in self.output_blocks:
             h = block(skip_cat(h, skips.pop(), self.dense_skip_grads), emb)
         return self.out(h)
+
+    def embed(self, t: Tensor) -> Tensor:
+        """The timestep embedding (N, 4·model_channels) every ResBlock projects (Fig. 3 ④)."""
+        return self.time_embed(timestep_embedding(t, self.cfg.model_channels).to(self.time_embed[0].weight.dtype))
+
+    def freeze_timestep_table(self, timesteps: int) -> None:
+        """Sampling: every ResBlock's addend (``ResBlock.addend``) at t = 0 … ``timesteps`` − 1,
+        computed once with the current weights (in the dtype the caller's autocast gives) into one
+        (T, Σ cout) buffer; ``forward`` then indexes it by t (one gather) instead of running the
+        embedding MLP and 2 kernels per ResBlock at every step. Weights changed later are not seen."""
+        blocks = [m for m in self.modules() if isinstance(m, ResBlock)]
+        emb = self.embed(torch.arange(timesteps, device=self.time_embed[0].weight.device))
+        adds = [b.addend(emb) for b in blocks]
+        start = 0
+        for b, a in zip(blocks, adds):
+            b.table_cols = (start, start + a.shape[1])
+            start += a.shape[1]
+        self.register_buffer("timestep_table", torch.cat(adds, 1), persistent=False)
 
 
 def count_parameters(model: nn.Module) -> int:

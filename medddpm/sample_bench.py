@@ -1,7 +1,7 @@
 """Timing the sampling of whole volumes (DDPM or DDIM) per run configuration.
 
 Seeded weights and phantom masks, so no checkpoint or data is needed. One untimed short run
-(DDIM, ``WARMUP_STEPS`` steps) per shape compiles, autotunes and captures the denoiser's CUDA
+(DDIM and DDPM, ``WARMUP_STEPS`` steps each) per shape compiles, autotunes and captures the denoiser's CUDA
 graph; then every timed repeat samples the whole chain, timed with CUDA events (wall clock on a
 CPU). Rows append to ``sample_bench.csv`` (``COLUMNS``).
 """
@@ -44,6 +44,8 @@ def warm_sampler(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
     gen = torch.Generator(device).manual_seed(seed)
     with torch.inference_mode(), autocast(eff, device):
         diffusion.sample(masks, model_cfg.out_channels, "ddim", min(WARMUP_STEPS, diffusion_cfg.timesteps), 0.0, gen)
+        for _ in zip(range(WARMUP_STEPS), diffusion.ddpm_steps(masks, model_cfg.out_channels, gen)):
+            pass  # DDPM's first steps: its update (compiled with compiled_update) is not DDIM's
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         yield diffusion, masks, gen

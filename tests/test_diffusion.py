@@ -188,3 +188,29 @@ def test_fewer_ddim_steps_shrink_the_spread():
     spread of Gaussian data shrinks as the steps get fewer (a fact of the sampler, not of a model)."""
     spread = [_linear_prediction("ddim", k, 0.0, 0.2, 0.25)[1] for k in (250, 50, 10)]
     assert spread[0] > spread[1] > spread[2] and spread[2] < 0.8 * 0.25
+
+
+def test_ddpm_update_is_algorithm_2_line_4():
+    """x_{t−1} = 1/√α_t (x_t − β_t/√(1−ᾱ_t) ε) + σ_t z with σ_t² = β̃_t, no noise at t = 0 (no clip:
+    the posterior mean of x̂_0 is the same line in DDPM's eq. 11 form)."""
+    d = GaussianDiffusion(Oracle(torch.zeros(1, 1, 2, 2, 2))).double()
+    g = torch.Generator().manual_seed(0)
+    x, eps, z = (torch.randn(2, 1, 2, 2, 2, generator=g, dtype=torch.float64) for _ in range(3))
+    t = torch.tensor([0, 137])
+    got = d.ddpm_update(x, t, eps, z, clip=False)
+    for k, s in enumerate(t.tolist()):
+        beta, abar = d.betas[s], d.alphas_cumprod[s]
+        mean = (x[k] - beta / (1 - abar).sqrt() * eps[k]) / (1 - beta).sqrt()
+        want = mean + (s > 0) * d.posterior_variance[s].sqrt() * z[k]
+        torch.testing.assert_close(got[k], want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Inductor's kernels of the update are checked on a GPU")
+def test_compiled_ddpm_update_draws_the_same_chain():
+    """compile_update: the sampler's update through one compiled kernel gives the eager chain's
+    samples (fp32, within rounding) for the same generator."""
+    eps = torch.randn(1, 1, 8, 8, 8, device="cuda")
+    mask = torch.zeros(2, 2, 8, 8, 8, device="cuda")
+    runs = [GaussianDiffusion(Oracle(eps), compile_update=c).cuda().sample(
+        mask, 1, "ddpm", generator=torch.Generator("cuda").manual_seed(1)) for c in (False, True)]
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-5, atol=1e-5)

@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 import torch
 
-from medddpm.config import CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, Knobs, TrainConfig, run_config
+from medddpm.config import (CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, DiffusionConfig, Knobs,
+                            TrainConfig, run_config)
 from medddpm.data import VolumeDataset, pair_files
 from medddpm.engine import Engine, effective_knobs, make_optimizer
 from medddpm.train import CHECKPOINT, Trainer, load_checkpoint
@@ -116,7 +117,8 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
 
 
 @pytest.mark.parametrize("name", ["bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv",
-                                  "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up"])
+                                  "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up",
+                                  "fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table"])
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
     5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""
@@ -230,3 +232,26 @@ def test_fast_checkpoint_resumes_and_loads_under_other_configs(phantoms, tmp_pat
     again = _trainer(phantoms, tmp_path, "bf16-graphs")
     again.resume()
     assert again.step == 3 and again.losses == losses
+
+
+def test_the_sampler_freezes_its_timestep_table_under_its_own_autocast(tiny):
+    """timestep_table: ``inference`` fills the table with the addends the denoiser computes at
+    every step (bf16, the sampler's autocast), so ε is that of the configuration without it."""
+    from medddpm.engine import autocast, inference
+
+    torch.manual_seed(0)
+    state = {k: v.clone() for k, v in inference(tiny, run_config("bf16-graphs"), CPU)[0].state_dict().items()}
+    for k, v in state.items():  # no zero-initialised branch: every addend reaches ε
+        if v.is_floating_point():
+            v.normal_(std=0.05)
+    x = torch.randn(2, 3, 16, 16, 16).contiguous(memory_format=torch.channels_last_3d)
+    t = torch.tensor([3, 200])
+    outs = {}
+    for name in ("fast-w16-tnorm-tconv-fold-up", "fast-w16-tnorm-tconv-fold-up-table"):
+        model, _, knobs = inference(tiny, run_config(name), CPU, state=state)
+        with torch.inference_mode(), autocast(knobs, CPU):
+            outs[name] = model(x, t).float()
+    table = model.timestep_table
+    assert table.dtype == torch.bfloat16 and table.shape[0] == DiffusionConfig().timesteps
+    torch.testing.assert_close(outs["fast-w16-tnorm-tconv-fold-up-table"], outs["fast-w16-tnorm-tconv-fold-up"],
+                               rtol=0, atol=0)

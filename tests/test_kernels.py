@@ -84,6 +84,43 @@ def test_group_norm_silu_kernels_are_deterministic():
 
 
 @needs_triton
+@pytest.mark.parametrize("partial_tile", [None, 16])
+def test_one_launch_reductions_finalize_once_and_leave_their_counters_at_zero(monkeypatch, partial_tile):
+    """The forward statistics and the backward reductions each finalize in the launch's last
+    program, through groups of about √P programs: with 7 partial rows per sample (groups of 4 and
+    3) or one row per group (16 elements a step), the result is the reference's, and every arrival
+    counter is back at 0 for the next launch."""
+    monkeypatch.setattr(kernels, "TILES", dataclasses.replace(kernels.TILES, stats_tile=256, reduce_tile=256))
+    monkeypatch.setattr(kernels, "_sm_count", lambda device: 2)  # the same partial rows on any device
+    if partial_tile:
+        monkeypatch.setattr(kernels, "PARTIAL_TILE", partial_tile)
+    x, w, b, a = _inputs(2, 16, (7, 8, 8), torch.float32, add=True, loc=1.0, spread=2.0)
+    part = kernels._reduction(x.detach(), kernels.TILES.stats_tile, 2)[-1]
+    assert part.shape[1] == 7 and kernels._partial_rows(part, 16) == (1 if partial_tile else 4)
+    for _ in range(2):  # a second launch reads counters the first one left
+        ref = kernels.reference_group_norm_silu(x, 4, w, b, 1e-5, True, a)
+        out = kernels.group_norm_silu(x, 4, w, b, 1e-5, True, a)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        g = torch.randn_like(ref)
+        for got, want in zip(_grads(out, (x, w, b, a), g), _grads(ref, (x, w, b, a), g)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+        assert not kernels._COUNTERS[x.device].any()
+
+
+@needs_triton
+def test_group_norm_addend_may_be_a_column_slice():
+    """The addend may be a column slice of a wider (N, K) table (the frozen timestep table's rows):
+    the kernels read it by its row stride, the same numbers as a dense copy."""
+    x, w, b, _ = _inputs(2, 16, (4, 4, 4), torch.float32, add=False)
+    table = torch.randn(2, 40, device=DEVICE)
+    view = table[:, 8:24]
+    assert view.stride() == (40, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(kernels.group_norm_silu(x, 4, w, b, 1e-5, True, view),
+                                   kernels.group_norm_silu(x, 4, w, b, 1e-5, True, view.contiguous()), rtol=0, atol=0)
+
+
+@needs_triton
 def test_group_norm_silu_op_registration_is_consistent():
     """torch.library's checks of the custom op: fake (meta) shapes and strides, autograd, schema."""
     x, w, b, a = _inputs(1, 16, (4, 4, 4), torch.float32, add=True)

@@ -159,3 +159,35 @@ def test_channel_padding_changes_no_sum_no_gradient_and_no_key(tiny):
     out_pad.square().sum().backward()
     for (name, a), b in zip(ref.named_parameters(), padded.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_frozen_timestep_table_gives_the_same_eps(tiny, fold):
+    """UNet3D.freeze_timestep_table: every ResBlock's addend (embedding MLP, projection, a folded
+    first-conv bias) read from the table at t gives the ε of computing it at every step, for a batch
+    of different timesteps; the table holds one row per timestep and the state dict is unchanged."""
+    torch.manual_seed(0)
+    model = UNet3D(tiny, checkpoint_attention=False, fused_ops=True, triton_norm=fold, fold_conv_bias=fold).eval()
+    for p in model.parameters():  # no zero-initialised branch: every addend reaches ε
+        torch.nn.init.normal_(p, std=0.05)
+    x = torch.randn(3, tiny.in_channels, 16, 16, 16).contiguous(memory_format=torch.channels_last_3d)
+    t = torch.tensor([0, 17, 249])
+    keys = set(model.state_dict())
+    with torch.no_grad():
+        want = model(x, t)
+        model.freeze_timestep_table(250)
+        got = model(x, t)
+    blocks = sum(m.__class__.__name__ == "ResBlock" for m in model.modules())
+    assert model.timestep_table.shape[0] == 250 and blocks > 1 and set(model.state_dict()) == keys
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="integer timesteps"):
+        model(x, t.float() + 0.5)
+
+
+def test_timestep_table_knob_is_for_sampling_only():
+    from medddpm.config import run_config
+
+    knobs = run_config("fast-w16-tnorm-tconv-fold-up-table")
+    assert knobs.timestep_table and knobs.triton_upsample
+    with pytest.raises(ValueError, match="sampling only.*timestep_table"):
+        run_config("fast-w16-tnorm-tconv-fold-up-table", training=True)
