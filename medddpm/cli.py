@@ -355,7 +355,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
-    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast-w16-tnorm-tconv-fold-up on a GPU, baseline on a CPU), one of: {configs}")
+    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast-w16-tnorm-tconv-fold-up-update on a GPU, baseline on a CPU), one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
@@ -379,7 +379,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile, autotune, graph capture)")
     s.set_defaults(func=cmd_bench)
 
-    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration", "fast-w16-tnorm-tconv-fold-up",
+    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration", "fast-w16-tnorm-tconv-fold-up-update",
                      "sample_bench.csv", "repeat's time")
     s.add_argument("--sampler", default="ddim", choices=["ddpm", "ddim"], help="ancestral DDPM (all T steps) or DDIM")
     s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")

@@ -55,6 +55,7 @@ class Tiles:
     reduce_tile: int = 2048  # the same for the backward reductions (three accumulators: a smaller tile)
     reduce_warps: int = 4  # warps of a backward-reduction program
     programs_per_sm: int = 8  # reduction programs per SM, over all samples: bytes in flight to fill HBM
+    program_bytes: int = 65536  # bytes of x a reduction program reads at least (0 = no floor): a small tensor gets fewer programs, so its finalizing tail (two levels of arrivals) is short
     stages: int = 3  # software-pipelining depth of the reduction loops (loads issued ahead)
     apply_tile: int = 4096  # elements a forward apply program handles
     apply_warps: int = 4  # warps of an apply program
@@ -131,7 +132,8 @@ def _reduction(x: Tensor, tile: int, sums: int) -> tuple[int, int, int, int, int
     rows, ``tile`` elements per loop step; partials is the (N, P, ``sums``, C) fp32 buffer it fills."""
     n, s, c, block_c = _shape(x)
     block_s = _rows(tile, block_c)
-    p, rows = _chunks(s, block_s, TILES.programs_per_sm * _sm_count(x.device) // n)
+    enough = triton.cdiv(s * c * x.element_size(), TILES.program_bytes) if TILES.program_bytes else s
+    p, rows = _chunks(s, block_s, min(TILES.programs_per_sm * _sm_count(x.device) // n, enough))
     return n, s, c, block_c, block_s, rows, torch.empty(n, p, sums, c, device=x.device, dtype=torch.float32)
 
 
@@ -161,9 +163,11 @@ def _counters(device: torch.device, n: int) -> Tensor:
 
 def _partial_rows(part: Tensor, block_c: int) -> int:
     """BLOCK_P of a two-level reduction over ``part``'s P rows per sample ((N, P, sums, C)): the
-    group size, about √P (each level then sums one tile of rows), a power of two within PARTIAL_TILE."""
+    group size, a power of two within PARTIAL_TILE: all P rows when they fit one tile (one group),
+    else about √P (each level then sums one tile of rows)."""
     fits = 1 << (max(1, PARTIAL_TILE // block_c).bit_length() - 1)
-    return min(fits, triton.next_power_of_2(math.isqrt(part.shape[1] - 1) + 1))
+    p = part.shape[1]
+    return triton.next_power_of_2(p) if p <= fits else min(fits, triton.next_power_of_2(math.isqrt(p - 1) + 1))
 
 
 def _arrival_counters(part: Tensor, block_p: int) -> Tensor:

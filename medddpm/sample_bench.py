@@ -93,10 +93,11 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
 
 
 def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
-                    steps: int = 5, seed: int = 0) -> pd.DataFrame:
-    """Where one sampling step's time goes: every GPU kernel of ``steps`` warm DDIM denoising steps
+                    steps: int = 5, seed: int = 0, sampler: str = "ddim") -> pd.DataFrame:
+    """Where one sampling step's time goes: every GPU kernel of ``steps`` warm DDIM (η = 0) or DDPM denoising steps
     (torch.profiler; kernels inside a replayed CUDA graph included), summed per kernel name with
-    its category, as launches and milliseconds per step."""
+    its category, as launches and milliseconds per step, and the GPU's idle milliseconds per step
+    just before its launches (``idle_ms_before``: launch gaps, waits on the host)."""
     from torch.profiler import ProfilerActivity, profile
 
     from .profiling.categories import category, short_name
@@ -104,12 +105,19 @@ def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, 
 
     with warm_sampler(model_cfg, knobs, size, device, 1, seed) as (diffusion, masks, gen):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            diffusion.sample(masks, model_cfg.out_channels, "ddim", steps, 0.0, gen)
+            if sampler == "ddim":
+                diffusion.sample(masks, model_cfg.out_channels, "ddim", steps, 0.0, gen)
+            else:  # DDPM's first ``steps`` steps
+                for _ in zip(range(steps), diffusion.ddpm_steps(masks, model_cfg.out_channels, gen)):
+                    pass
             torch.cuda.synchronize(device)
     k = _kernels(prof)
-    k = k.assign(short_name=k["name"].map(short_name), category=k["name"].map(category))
-    per = k.groupby(["category", "short_name"])["duration_us"].agg(["size", "sum"]).reset_index()
+    ends = (k["start_us"] + k["duration_us"]).cummax().shift(1)  # the GPU's busy-until before each launch
+    k = k.assign(short_name=k["name"].map(short_name), category=k["name"].map(category),
+                 gap_us=(k["start_us"] - ends).clip(lower=0).fillna(0))
+    per = k.groupby(["category", "short_name"]).agg(size=("duration_us", "size"), sum=("duration_us", "sum"),
+                                                    gap=("gap_us", "sum")).reset_index()
     return pd.DataFrame({"category": per["category"], "short_name": per["short_name"],
                          "launches_per_step": per["size"] / steps, "ms_per_step": per["sum"] / steps / 1e3,
-                         "config": knobs.name, "steps_profiled": steps}
+                         "config": knobs.name, "steps_profiled": steps, "idle_ms_before": per["gap"] / steps / 1e3}
                         ).sort_values("ms_per_step", ascending=False).reset_index(drop=True)

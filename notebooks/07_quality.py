@@ -92,7 +92,13 @@ if not SB.empty:
 # runs the decoder's trilinear ×2 upsampling as one Triton kernel that writes its output once
 # (Inductor's kernels of the axis-by-axis reference write intermediates of the output's size),
 # {glue:text}`samp_fast-w16-tnorm-tconv-fold-up_ddim_s` s and
-# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up_ddpm_s` s.
+# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up_ddpm_s` s. Two levers stand beside it, each
+# measured on its own: `fast-w16-tnorm-tconv-fold-up-update` runs DDPM's update x_t → x_{t−1} as
+# one compiled kernel instead of some thirty eager ones a step (its DDIM is fold-up's), DDPM 250
+# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update_ddpm_s` s; `fast-w16-tnorm-tconv-fold-up-table`
+# reads every ResBlock's time addend from a table computed once, DDPM 250
+# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-table_ddpm_s` s (Inductor then writes one small
+# slice kernel per ResBlock, and the step got no faster).
 # DDIM's η (the table's `eta`; older rows ran at 0, "Which sampler is right?" below says why the
 # default is now 1) costs one noise draw a step, no time: {glue:text}`samp_best` took
 # {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM 50

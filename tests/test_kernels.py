@@ -84,19 +84,20 @@ def test_group_norm_silu_kernels_are_deterministic():
 
 
 @needs_triton
-@pytest.mark.parametrize("partial_tile", [None, 16])
-def test_one_launch_reductions_finalize_once_and_leave_their_counters_at_zero(monkeypatch, partial_tile):
+@pytest.mark.parametrize("partial_tile,block_p", [(None, 8), (64, 4), (16, 1)])
+def test_one_launch_reductions_finalize_once_and_leave_their_counters_at_zero(monkeypatch, partial_tile, block_p):
     """The forward statistics and the backward reductions each finalize in the launch's last
-    program, through groups of about √P programs: with 7 partial rows per sample (groups of 4 and
-    3) or one row per group (16 elements a step), the result is the reference's, and every arrival
-    counter is back at 0 for the next launch."""
-    monkeypatch.setattr(kernels, "TILES", dataclasses.replace(kernels.TILES, stats_tile=256, reduce_tile=256))
+    program: with 7 partial rows per sample in one group (8 rows a tile), in groups of 4 and 3, or
+    one row per group, the result is the reference's, and every arrival counter is back at 0 for
+    the next launch."""
+    monkeypatch.setattr(kernels, "TILES", dataclasses.replace(kernels.TILES, stats_tile=256, reduce_tile=256,
+                                                              program_bytes=0))
     monkeypatch.setattr(kernels, "_sm_count", lambda device: 2)  # the same partial rows on any device
     if partial_tile:
         monkeypatch.setattr(kernels, "PARTIAL_TILE", partial_tile)
     x, w, b, a = _inputs(2, 16, (7, 8, 8), torch.float32, add=True, loc=1.0, spread=2.0)
     part = kernels._reduction(x.detach(), kernels.TILES.stats_tile, 2)[-1]
-    assert part.shape[1] == 7 and kernels._partial_rows(part, 16) == (1 if partial_tile else 4)
+    assert part.shape[1] == 7 and kernels._partial_rows(part, 16) == block_p
     for _ in range(2):  # a second launch reads counters the first one left
         ref = kernels.reference_group_norm_silu(x, 4, w, b, 1e-5, True, a)
         out = kernels.group_norm_silu(x, 4, w, b, 1e-5, True, a)
@@ -105,6 +106,18 @@ def test_one_launch_reductions_finalize_once_and_leave_their_counters_at_zero(mo
         for got, want in zip(_grads(out, (x, w, b, a), g), _grads(ref, (x, w, b, a), g)):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
         assert not kernels._COUNTERS[x.device].any()
+
+
+@needs_triton
+def test_a_small_tensor_gets_fewer_reduction_programs(monkeypatch):
+    """Tiles.program_bytes: each reduction program reads at least that many bytes, so a small
+    tensor's partial sums (and the tail that adds them up) are few; 0 lifts the floor."""
+    monkeypatch.setattr(kernels, "_sm_count", lambda device: 132)
+    x = torch.zeros(1, 256, 16, 16, 16, dtype=torch.bfloat16).contiguous(memory_format=NDHWC)  # 2 MiB
+    programs = lambda: kernels._reduction(x, kernels.TILES.stats_tile, 2)[-1].shape[1]  # noqa: E731
+    assert programs() == 32  # 2 MiB / 64 KiB
+    monkeypatch.setattr(kernels, "TILES", dataclasses.replace(kernels.TILES, program_bytes=0))
+    assert programs() == 256  # one 16-row tile each: fewer than 8 per SM × 132 SMs
 
 
 @needs_triton

@@ -524,6 +524,7 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
+SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
 AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
                      "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast", "fast-w16-tnorm-tconv-fold",
                      "fast-w16-tnorm-tconv-fold-up")
@@ -539,7 +540,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     r = roles(one["gpu_slug"] if not one.empty else [])
     f = {"sample_gpus": gpu_list(sb["gpu_slug"]) if not sb.empty else "none", **_names(r, "samp_")}
     s = one.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"] if not one.empty else pd.Series(dtype=float)
-    for cfg in SAMPLING_CONFIGS:
+    for cfg in (*SAMPLING_CONFIGS, *SAMPLING_LEVERS):
         for smp in ("ddim", "ddpm"):
             f[f"samp_{cfg}_{smp}_s"] = number(_get(s, (r["ref"], cfg, smp)), ".2f", f"sample_bench row of {cfg}")
     mine = one[one["gpu_slug"] == r["ref"]] if not one.empty else one
