@@ -35,6 +35,8 @@ CANDIDATES = [
     dataclasses.replace(T, conv_tile=1024, conv_warps=2),
     dataclasses.replace(T, conv_tile=2048, conv_warps=4),
     dataclasses.replace(T, conv_tile=8192, conv_warps=8),
+    *(dataclasses.replace(T, conv_programs_per_sm=k) for k in (0, 2, 4)),
+    dataclasses.replace(T, conv_programs_per_sm=4, conv_tile=16384),
 ]
 UPSAMPLE_CANDIDATES = [dataclasses.replace(T, upsample_tile=tile, upsample_warps=warps)
                        for tile in (1024, 2048, 4096, 8192) for warps in (2, 4, 8) if tile // warps >= 256]

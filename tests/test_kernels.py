@@ -316,6 +316,23 @@ def test_thin_convolution_in_bf16_accumulates_in_fp32(exact_fp32):
 
 
 @needs_triton
+def test_gathered_convolution_programs_may_loop_over_tiles(monkeypatch, exact_fp32):
+    """Tiles.conv_programs_per_sm: fewer programs than voxel tiles, each loading the weight once
+    and taking every num_programs-th tile: the same convolution (forward and data gradient)."""
+    monkeypatch.setattr(kernels, "TILES", dataclasses.replace(kernels.TILES, conv_programs_per_sm=1, conv_tile=512))
+    monkeypatch.setattr(kernels, "_sm_count", lambda device: 2)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 6, 7, generator=g).to(DEVICE).contiguous(memory_format=NDHWC)
+    w, b = torch.randn(16, 3, 3, 3, 3, generator=g).to(DEVICE), torch.randn(16, generator=g).to(DEVICE)
+    dy = torch.randn(2, 1, 5, 6, 7, generator=g).to(DEVICE).contiguous(memory_format=NDHWC)
+    w1 = torch.randn(1, 16, 3, 3, 3, generator=g).to(DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(kernels.conv3d_thin(x, w, b), F.conv3d(x, w, b, padding=1), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(kernels._thin_pass(dy, w1, None, dgrad=True),
+                                   torch.nn.grad.conv3d_input((2, 16, 5, 6, 7), w1, dy, padding=1), rtol=1e-4, atol=1e-4)
+
+
+@needs_triton
 def test_thin_convolution_is_deterministic():
     x, w, b = _conv_inputs(1, 3, 16, (8, 8, 8), torch.bfloat16)
     runs = []
