@@ -56,6 +56,7 @@ class Tiles:
     reduce_tile: int = 2048  # the same for the backward reductions (three accumulators: a smaller tile)
     reduce_warps: int = 4  # warps of a backward-reduction program
     programs_per_sm: int = 8  # reduction programs per SM, over all samples: bytes in flight to fill HBM
+    partial_tile: int = 4096  # most elements (partial rows × padded channels) a finalizing program sums per loop step
     program_bytes: int = 65536  # bytes of x a reduction program reads at least (0 = no floor): a small tensor gets fewer programs, so its finalizing tail (two levels of arrivals) is short
     stages: int = 3  # software-pipelining depth of the reduction loops (loads issued ahead)
     apply_tile: int = 4096  # elements a forward apply program handles
@@ -147,47 +148,56 @@ def _chunks(s: int, block_s: int, programs: int) -> tuple[int, int]:
 
 
 
-PARTIAL_TILE = 4096  # most elements (partial rows × padded channels) a finalizing program sums per loop step
-
-_COUNTERS: dict[torch.device, Tensor] = {}
-
-
-def _counters(device: torch.device, n: int) -> Tensor:
-    """At least ``n`` int32 arrival counters on ``device`` for the one-launch reductions
-    (``_last_to_arrive``): zero before every launch, because each launch's last program stores 0
-    back; launches of one stream run one after another, so they share them. Allocated on first
-    use (a warm-up, before a CUDA graph captures the launches that then read them)."""
-    c = _COUNTERS.get(device)
-    if c is None or c.numel() < n:
-        c = _COUNTERS[device] = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
-    return c
+_COUNTERS: dict[torch.device, Tensor] = {}  # per device: int32 arrival counters, zero between launches
 
 
 def _partial_rows(part: Tensor, block_c: int) -> int:
     """BLOCK_P of a two-level reduction over ``part``'s P rows per sample ((N, P, sums, C)): the
-    group size, a power of two within PARTIAL_TILE: all P rows when they fit one tile (one group),
-    else about √P (each level then sums one tile of rows)."""
-    fits = 1 << (max(1, PARTIAL_TILE // block_c).bit_length() - 1)
+    group size, a power of two within ``Tiles.partial_tile``: all P rows when they fit one tile
+    (one group), else about √P (each level then sums one tile of rows)."""
+    fits = 1 << (max(1, TILES.partial_tile // block_c).bit_length() - 1)
     p = part.shape[1]
     return triton.next_power_of_2(p) if p <= fits else min(fits, triton.next_power_of_2(math.isqrt(p - 1) + 1))
 
 
 def _arrival_counters(part: Tensor, block_p: int) -> Tensor:
-    """The counters of a two-level reduction over ``part`` (N samples × groups, then the tops)."""
+    """The counters of a two-level reduction over ``part`` (N samples × groups, then the tops;
+    ``_last_to_arrive``): zero before every launch, because each launch's last programs store 0
+    back; launches of one stream run one after another, so they share them. Allocated on first
+    use (a warm-up, before a CUDA graph captures the launches that then read them)."""
     n, p = part.shape[:2]
-    return _counters(part.device, n * triton.cdiv(p, block_p) + n)
+    need = n * triton.cdiv(p, block_p) + n
+    c = _COUNTERS.get(part.device)
+    if c is None or c.numel() < need:
+        c = _COUNTERS[part.device] = torch.zeros(max(need, 64), dtype=torch.int32, device=part.device)
+    return c
+
+
+def _dense_like(t: Tensor) -> Tensor:
+    """An empty tensor of ``t``'s shape and dtype, row-major (the addend's gradient, whatever its layout)."""
+    return t.new_empty(t.shape)
+
+
+def _addend(add: Tensor | None, x: Tensor) -> tuple[Tensor, int]:
+    """(tensor, row stride) the kernels read a (N, C) addend from: ``add`` itself when its channels
+    are adjacent (a column slice of a wider table too), else a copy; ``x`` and 0 without one."""
+    if add is None:
+        return x, 0
+    add = add if add.stride(1) == 1 else add.contiguous()
+    return add, add.stride(0)
 
 if triton is not None:
 
     @triton.jit
-    def _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, HAS_ADD: tl.constexpr):
+    def _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, add_stride,
+                     HAS_ADD: tl.constexpr):
         """Per channel (r, o, w, b) with x̂ = x·r + o and z = x̂·w + b: r = rstd of the channel's
-        group, o = (add − mean)·r."""
+        group, o = (add − mean)·r (the addend's row n at ``add_stride``)."""
         g = cols // (C // G)
         r = tl.load(rstd_ptr + n * G + g, mask=cmask, other=0.0)
         o = -tl.load(mean_ptr + n * G + g, mask=cmask, other=0.0) * r
         if HAS_ADD:
-            o += tl.load(add_ptr + n * C + cols, mask=cmask, other=0.0).to(tl.float32) * r
+            o += tl.load(add_ptr + n * add_stride + cols, mask=cmask, other=0.0).to(tl.float32) * r
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
         return r, o, w, b
@@ -337,7 +347,8 @@ if triton is not None:
 
     @triton.jit
     def _bwd_reduce_kernel(dy_ptr, x_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, part_ptr, count_ptr, k1_ptr,
-                           k2_ptr, k3_ptr, dw_ptr, db_ptr, dadd_ptr, S, C, G, rows_per_prog, SILU: tl.constexpr,
+                           k2_ptr, k3_ptr, dw_ptr, db_ptr, dadd_ptr, S, C, G, rows_per_prog, add_stride,
+                           SILU: tl.constexpr,
                            HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
                            BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, STAGES: tl.constexpr):
         """Per (row chunk, sample): each channel's Σ dz, Σ dz·x̂ and Σ x̂ (one read of dy and x); the
@@ -347,7 +358,7 @@ if triton is not None:
         P = tl.num_programs(0)
         cols = tl.arange(0, BLOCK_C)
         cmask = cols < C
-        r, o, w, b = _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, HAS_ADD)
+        r, o, w, b = _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, add_stride, HAS_ADD)
         base = n.to(tl.int64) * S * C
         start = p * rows_per_prog
         acc_dz = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
@@ -412,14 +423,14 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dx_kernel(dy_ptr, x_ptr, dx_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, k1_ptr, k2_ptr, k3_ptr,
-                       S, C, G, SILU: tl.constexpr, HAS_ADD: tl.constexpr,
+                       S, C, G, add_stride, SILU: tl.constexpr, HAS_ADD: tl.constexpr,
                        BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
         """dx = k1·dz + k2·x̂ + k3 (one read of dy and x, one write of dx)."""
         t = tl.program_id(0)
         n = tl.program_id(1)
         cols = tl.arange(0, BLOCK_C)
         cmask = cols < C
-        r, o, w, b = _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, HAS_ADD)
+        r, o, w, b = _xhat_coeffs(mean_ptr, rstd_ptr, add_ptr, w_ptr, b_ptr, n, cols, cmask, C, G, add_stride, HAS_ADD)
         rows = t * BLOCK_S + tl.arange(0, BLOCK_S)
         m = (rows < S)[:, None] & cmask[None, :]
         off = n.to(tl.int64) * S * C + rows.to(tl.int64)[:, None] * C + cols[None, :]
@@ -440,12 +451,10 @@ if triton is not None:
         f32 = dict(device=x.device, dtype=torch.float32)
         mean, rstd = torch.empty(n, groups, **f32), torch.empty(n, groups, **f32)
         scale, shift = torch.empty(n, c, **f32), torch.empty(n, c, **f32)
-        if add is not None and add.stride(1) != 1:
-            add = add.contiguous()
+        addend, add_stride = _addend(add, x)
         block_p = _partial_rows(part, block_c)
-        _stats_kernel[(part.shape[1], n)](x, part, _arrival_counters(part, block_p), x if add is None else add,
-                                          weight, bias, mean, rstd, scale, shift, s, c, groups, rows,
-                                          0 if add is None else add.stride(0), eps, HAS_ADD=add is not None,
+        _stats_kernel[(part.shape[1], n)](x, part, _arrival_counters(part, block_p), addend, weight, bias, mean, rstd,
+                                          scale, shift, s, c, groups, rows, add_stride, eps, HAS_ADD=add is not None,
                                           BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
                                           BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
         y = torch.empty_like(x)
@@ -469,28 +478,28 @@ if triton is not None:
         n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.reduce_tile, 3)
         f32 = dict(device=x.device, dtype=torch.float32)
         has_add = add is not None
-        add = add.contiguous() if has_add else None
+        addend, add_stride = _addend(add, x)
         k1, k2, k3 = (torch.empty(n, c, **f32) for _ in range(3))
         dw, db = torch.empty_like(weight), torch.empty_like(bias)
-        dadd = torch.empty_like(add) if has_add else x.new_empty(0)
+        dadd = _dense_like(add) if has_add else x.new_empty(0)
         block_p = _partial_rows(part, block_c)
-        _bwd_reduce_kernel[(part.shape[1], n)](dy, x, add if has_add else x, weight, bias, mean, rstd, part,
+        _bwd_reduce_kernel[(part.shape[1], n)](dy, x, addend, weight, bias, mean, rstd, part,
                                                _arrival_counters(part, block_p), k1, k2, k3, dw, db,
-                                               dadd if has_add else k1, s, c, groups, rows, SILU=silu,
+                                               dadd if has_add else k1, s, c, groups, rows, add_stride, SILU=silu,
                                                HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c,
                                                BLOCK_G=triton.next_power_of_2(groups), BLOCK_P=block_p,
                                                STAGES=tiles.stages, num_warps=tiles.reduce_warps)
         dx = torch.empty_like(x)
         dx_s = _rows(tiles.dx_tile, block_c)
-        _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, add if has_add else x, weight, bias, mean, rstd, k1, k2,
-                                                  k3, s, c, groups, SILU=silu, HAS_ADD=has_add, BLOCK_S=dx_s,
+        _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, addend, weight, bias, mean, rstd, k1, k2, k3, s, c,
+                                                  groups, add_stride, SILU=silu, HAS_ADD=has_add, BLOCK_S=dx_s,
                                                   BLOCK_C=block_c, num_warps=tiles.dx_warps)
         return dx, dw, db, dadd
 
     @_gn_backward.register_fake
     def _(dy, x, weight, bias, add, mean, rstd, groups, silu):
         return (torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias),
-                torch.empty_like(add) if add is not None else x.new_empty(0))
+                _dense_like(add) if add is not None else x.new_empty(0))
 
     def _setup_context(ctx, inputs, output) -> None:
         x, weight, bias, add, groups, eps, silu = inputs
@@ -606,11 +615,11 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
         rows = _rows(TILES.conv_tile, block_k, block_o, least=DOT_MIN)
         kernel = _tconv_dgrad_gather_kernel if dgrad else _tconv_fprop_gather_kernel
         padded = _zero_border(inp, tp)
-        tiles = triton.cdiv(nv, rows)
+        programs = triton.cdiv(nv, rows)  # one per tile of voxels, or fewer that loop over them
         if TILES.conv_programs_per_sm:
-            tiles = min(tiles, TILES.conv_programs_per_sm * _sm_count(inp.device))
-        kernel[(tiles,)](padded, mat, out, nv, d, h, w, tp, m, BLOCK_V=rows, BLOCK_K=block_k,
-                                         BLOCK_O=block_o, IEEE=exact, WIDE=padded.numel() >= 2**31, num_warps=warps)
+            programs = min(programs, TILES.conv_programs_per_sm * _sm_count(inp.device))
+        kernel[(programs,)](padded, mat, out, nv, d, h, w, tp, m, BLOCK_V=rows, BLOCK_K=block_k,
+                                            BLOCK_O=block_o, IEEE=exact, WIDE=padded.numel() >= 2**31, num_warps=warps)
         return out
     # thin output: every voxel times every tap, then the shifted sum
     block_c, block_z = _pow2(k), _pow2(TAPS * m)

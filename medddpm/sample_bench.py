@@ -30,6 +30,13 @@ COLUMNS = [
 WARMUP_STEPS = 3  # DDIM steps of the untimed run: enough to compile and capture every call shape
 
 
+def first_ddpm_steps(diffusion: GaussianDiffusion, masks: torch.Tensor, channels: int, gen: torch.Generator,
+                     steps: int) -> None:
+    """Run DDPM's first ``steps`` steps of a chain on ``masks`` (a warm-up, or a profiled window)."""
+    for _ in zip(range(steps), diffusion.ddpm_steps(masks, channels, gen)):
+        pass
+
+
 @contextlib.contextmanager
 def warm_sampler(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
                  batch: int = 1, seed: int = 0, diffusion_cfg: DiffusionConfig = DiffusionConfig()
@@ -44,8 +51,7 @@ def warm_sampler(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
     gen = torch.Generator(device).manual_seed(seed)
     with torch.inference_mode(), autocast(eff, device):
         diffusion.sample(masks, model_cfg.out_channels, "ddim", min(WARMUP_STEPS, diffusion_cfg.timesteps), 0.0, gen)
-        for _ in zip(range(WARMUP_STEPS), diffusion.ddpm_steps(masks, model_cfg.out_channels, gen)):
-            pass  # DDPM's first steps: its update (compiled with compiled_update) is not DDIM's
+        first_ddpm_steps(diffusion, masks, model_cfg.out_channels, gen, WARMUP_STEPS)  # its update is not DDIM's
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         yield diffusion, masks, gen
@@ -101,15 +107,17 @@ def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, 
     from torch.profiler import ProfilerActivity, profile
 
     from .profiling.categories import category, short_name
+
+    if sampler not in ("ddpm", "ddim"):
+        raise InputError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
     from .profiling.torchprof import _kernels
 
     with warm_sampler(model_cfg, knobs, size, device, 1, seed) as (diffusion, masks, gen):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             if sampler == "ddim":
                 diffusion.sample(masks, model_cfg.out_channels, "ddim", steps, 0.0, gen)
-            else:  # DDPM's first ``steps`` steps
-                for _ in zip(range(steps), diffusion.ddpm_steps(masks, model_cfg.out_channels, gen)):
-                    pass
+            else:
+                first_ddpm_steps(diffusion, masks, model_cfg.out_channels, gen, steps)
             torch.cuda.synchronize(device)
     k = _kernels(prof)
     ends = (k["start_us"] + k["duration_us"]).cummax().shift(1)  # the GPU's busy-until before each launch

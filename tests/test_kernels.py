@@ -91,10 +91,9 @@ def test_one_launch_reductions_finalize_once_and_leave_their_counters_at_zero(mo
     one row per group, the result is the reference's, and every arrival counter is back at 0 for
     the next launch."""
     monkeypatch.setattr(kernels, "TILES", dataclasses.replace(kernels.TILES, stats_tile=256, reduce_tile=256,
-                                                              program_bytes=0))
+                                                              program_bytes=0,
+                                                              partial_tile=partial_tile or kernels.TILES.partial_tile))
     monkeypatch.setattr(kernels, "_sm_count", lambda device: 2)  # the same partial rows on any device
-    if partial_tile:
-        monkeypatch.setattr(kernels, "PARTIAL_TILE", partial_tile)
     x, w, b, a = _inputs(2, 16, (7, 8, 8), torch.float32, add=True, loc=1.0, spread=2.0)
     part = kernels._reduction(x.detach(), kernels.TILES.stats_tile, 2)[-1]
     assert part.shape[1] == 7 and kernels._partial_rows(part, 16) == block_p
@@ -123,7 +122,7 @@ def test_a_small_tensor_gets_fewer_reduction_programs(monkeypatch):
 @needs_triton
 def test_group_norm_addend_may_be_a_column_slice():
     """The addend may be a column slice of a wider (N, K) table (the frozen timestep table's rows):
-    the kernels read it by its row stride, the same numbers as a dense copy."""
+    the kernels read it by its row stride, forward and backward, the same numbers as a dense copy."""
     x, w, b, _ = _inputs(2, 16, (4, 4, 4), torch.float32, add=False)
     table = torch.randn(2, 40, device=DEVICE)
     view = table[:, 8:24]
@@ -131,6 +130,13 @@ def test_group_norm_addend_may_be_a_column_slice():
     with torch.no_grad():
         torch.testing.assert_close(kernels.group_norm_silu(x, 4, w, b, 1e-5, True, view),
                                    kernels.group_norm_silu(x, 4, w, b, 1e-5, True, view.contiguous()), rtol=0, atol=0)
+    grads = []
+    for add in (table.clone().requires_grad_(True), table.clone().requires_grad_(True)):
+        a = add[:, 8:24] if not grads else add[:, 8:24].contiguous()
+        out = kernels.group_norm_silu(x, 4, w, b, 1e-5, True, a)
+        grads.append(_grads(out, (x, add), torch.ones_like(out)))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 @needs_triton
