@@ -147,6 +147,7 @@ DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) sampl
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/pipeline.py)
 GRAD_SYNCS = ("ddp", "flat")
+FP8_CONV_SETS = ("none", "skip", "all")  # Knobs.fp8_convs: which convolutions run in FP8 (UNet3D.use_fp8_convs)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ class Knobs:
     fold_conv_bias: bool = False  # each ResBlock's first convolution runs without its bias, which joins the timestep embedding's per-channel add inside the second norm's Triton kernels (model.ResBlock): Inductor otherwise adds it in a kernel of its own that reads and writes the convolution's output (0.12 ms at 128³) and reduces its gradient in another; needs triton_norm
     triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
+    fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
@@ -199,6 +201,10 @@ class Knobs:
             raise ValueError(f"data_cache must be one of {DATA_CACHES}, got {self.data_cache!r}")
         if isinstance(self.loader_workers, bool) or not isinstance(self.loader_workers, int) or self.loader_workers < 0:
             raise ValueError(f"loader_workers must be an integer >= 0, got {self.loader_workers!r}")
+        if self.fp8_convs not in FP8_CONV_SETS:
+            raise ValueError(f"fp8_convs must be one of {FP8_CONV_SETS}, got {self.fp8_convs!r}")
+        if self.fp8_convs != "none" and self.precision != "bf16":
+            raise ValueError("fp8_convs writes bf16 outputs into the bf16 denoiser: it needs precision 'bf16'")
         if self.grad_sync not in GRAD_SYNCS:
             raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
         if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
@@ -307,8 +313,11 @@ _W16_FOLD = _rung(_W16_TRITON, "fast-w16-tnorm-tconv-fold", fold_conv_bias=True)
 _W16_UP = _rung(_W16_FOLD, "fast-w16-tnorm-tconv-fold-up", triton_upsample=True)  # + the ×2 upsampling in one Triton kernel
 _W16_UPDATE = _rung(_W16_UP, "fast-w16-tnorm-tconv-fold-up-update", compiled_update=True)  # + DDPM's update compiled
 _W16_TABLE = _rung(_W16_UP, "fast-w16-tnorm-tconv-fold-up-table", timestep_table=True)  # fold-up + the time addends from a table
-SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE)
-SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample", "timestep_table", "compiled_update")  # knobs training refuses (run_config(training=True))
+_FP8_SKIP = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-fp8skip", fp8_convs="skip")  # + the 2C→C decoder convolutions in FP8
+_FP8_ALL = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-fp8", fp8_convs="all")  # + every ≤ 64-channel 3³ convolution in FP8
+SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE,
+                                        _FP8_SKIP, _FP8_ALL)
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample", "timestep_table", "compiled_update", "fp8_convs")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
@@ -327,7 +336,7 @@ def run_config(name: str, training: bool = False) -> Knobs:
     if name not in CONFIGS:
         raise ValueError(f"unknown configuration {name!r}; choose one of {sorted(CONFIGS)}")
     knobs = CONFIGS[name]
-    used = [k for k in SAMPLING_ONLY_KNOBS if getattr(knobs, k)]
+    used = [k for k in SAMPLING_ONLY_KNOBS if getattr(knobs, k) not in (False, "none")]
     if training and used:
         raise ValueError(f"configuration {name!r} is for sampling only ({', '.join(used)}: training keeps the "
                          f"model's own weights); train with 'fast', then sample with --config {name}")

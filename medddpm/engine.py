@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .config import DiffusionConfig, Knobs, ModelConfig, ungraphed
+from . import fp8
 from .diffusion import GaussianDiffusion
 from .model import UNet3D, freeze_channel_padding
 from .runtime import benchmark_limit, set_backend_flags, tf32_state
@@ -169,6 +170,8 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     denoising step replayed as a CUDA graph (``GraphedDenoiser``). Run its calls inside
     ``torch.inference_mode()`` and ``autocast(knobs, device)``."""
     knobs = replace(effective_knobs(knobs, device), checkpoint_attention=False)
+    if knobs.fp8_convs != "none" and (why := fp8.available(device)):
+        raise ValueError(f"configuration {knobs.name!r} (fp8_convs={knobs.fp8_convs!r}): {why}")
     set_backend_flags(knobs.tf32, knobs.cudnn_benchmark, knobs.cudnn_benchmark_limit)
     model = build_model(model_cfg, knobs, device)
     if state is not None:
@@ -180,6 +183,8 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if knobs.timestep_table:  # after the cast, under the sampler's autocast: the numbers each step would compute
         with torch.inference_mode(), autocast(knobs, device):
             model.freeze_timestep_table(diffusion_cfg.timesteps)
+    if knobs.fp8_convs != "none":  # after the cast: the bf16 weights quantized
+        model.use_fp8_convs(knobs.fp8_convs)
     net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
     if knobs.cuda_graphs:
         net = GraphedDenoiser(net, device)

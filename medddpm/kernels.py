@@ -1,7 +1,10 @@
 """Triton kernels of the fast path (issue 21), each beside the PyTorch reference it must equal.
 
 Three operations live here: GroupNorm + SiLU (below), the thin 3³ convolutions (``conv3d_thin``,
-after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last).
+after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last). The norm and the
+upsampling can write their output in E4M3 (``fp8=True``: the input of the sampler's FP8
+convolutions, ``medddpm.fp8``), saturated and rounded to E4M3 in fp32 first (``_saturate``), so
+the cast is exact on every backend and equals ``fp8.quantize_activation`` of the reference.
 
 ``group_norm_silu`` is GroupNorm with fp32 statistics, an optional SiLU (the reference's
 GroupNorm32 + SiLU, paper Fig. 3 ④) and an optional per-(sample, channel) addend folded into its
@@ -35,6 +38,7 @@ import torch
 from torch import Tensor
 
 from . import ndhwc
+from .fp8 import E4M3, E4M3_MAX, quantize_activation
 
 try:  # a CPU-only install may lack Triton: the references then run everywhere
     import triton
@@ -77,13 +81,16 @@ TILES = Tiles()  # the launch shapes in use (a module global, so a probe can swa
 
 
 def reference_group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
-                              silu: bool = True, add: Tensor | None = None) -> Tensor:
-    """SiLU(GroupNorm(x + add)) in fp32, returned in ``x``'s dtype and layout: the maths of
-    ``group_norm_silu`` in plain tensor operations (``add`` is (N, C), broadcast over voxels)."""
+                              silu: bool = True, add: Tensor | None = None, fp8: bool = False) -> Tensor:
+    """SiLU(GroupNorm(x + add)) in fp32, returned in ``x``'s dtype and layout (in E4M3 with ``fp8``,
+    ``fp8.quantize_activation``): the maths of ``group_norm_silu`` in plain tensor operations
+    (``add`` is (N, C), broadcast over voxels)."""
     if add is not None:
         x32 = x.float() + ndhwc.per_channel(add.float(), x)
-        return ndhwc.group_norm_silu(x32, groups, weight, bias, eps, silu).to(x.dtype)
-    return ndhwc.group_norm_silu(x, groups, weight, bias, eps, silu)
+        y = ndhwc.group_norm_silu(x32, groups, weight, bias, eps, silu).to(x.dtype)
+    else:
+        y = ndhwc.group_norm_silu(x, groups, weight, bias, eps, silu)
+    return quantize_activation(y) if fp8 else y
 
 
 def runs_on(x: Tensor) -> bool:
@@ -95,18 +102,27 @@ def runs_on(x: Tensor) -> bool:
 
 
 def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
-                    silu: bool = True, add: Tensor | None = None) -> Tensor:
+                    silu: bool = True, add: Tensor | None = None, fp8: bool = False) -> Tensor:
     """SiLU(GroupNorm(x + add)) through the Triton kernels where they run (``runs_on``), else the
     reference. ``x`` is (N, C, *spatial); ``add``, if given, is (N, C). Autograd reaches x,
-    weight, bias and add."""
+    weight, bias and add. ``fp8``: the output in E4M3 (saturated at ±448) for an FP8 convolution
+    (``medddpm.fp8``; the sampler's, no backward)."""
     n, c = x.shape[:2]
+    _no_fp8_grad(fp8, x, weight)
     if c % groups:
         raise ValueError(f"{c} channels do not split into {groups} groups")
     if add is not None and tuple(add.shape) != (n, c):
         raise ValueError(f"add must be (N, C) = {(n, c)}, got {tuple(add.shape)}")
     if not runs_on(x):
-        return reference_group_norm_silu(x, groups, weight, bias, eps, silu, add)
-    return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu)[0]
+        return reference_group_norm_silu(x, groups, weight, bias, eps, silu, add, fp8)
+    return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, fp8)[0]
+
+
+def _no_fp8_grad(fp8: bool, *inputs: Tensor) -> None:
+    """An E4M3 output is the sampler's: refuse it where autograd would need its backward."""
+    if fp8 and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        raise ValueError("an E4M3 (fp8) output has no backward: it is for sampling, under torch.no_grad or "
+                         "inference_mode")
 
 
 def _as_nsc(t: Tensor) -> Tensor:
@@ -327,10 +343,26 @@ if triton is not None:
         tl.store(scale_ptr + n * C + cols, scale, mask=cmask)
         tl.store(shift_ptr + n * C + cols, shift, mask=cmask)
 
+    _E4M3_MAX = tl.constexpr(E4M3_MAX)  # a global a kernel reads must be a constexpr
+
+    @triton.jit
+    def _saturate(z):
+        """``z`` saturated at ±448 and rounded to the nearest E4M3 value (ties to even) in fp32, so
+        that the cast after it is exact on any backend (Triton's CPU interpreter rounds 7.99 to 4):
+        20 of fp32's 23 mantissa bits rounded away in the integer view (a carry moves into the
+        exponent), and below 2⁻⁶, E4M3's subnormals, multiples of 2⁻⁹ (1.5·2²³ added and taken
+        away rounds to an integer)."""
+        z = tl.minimum(tl.maximum(z, -_E4M3_MAX), _E4M3_MAX)
+        bits = z.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -0x100000
+        sub = ((z * 512.0 + 12582912.0) - 12582912.0) * 0.001953125
+        return tl.where(tl.abs(z) < 0.015625, sub, bits.to(tl.float32, bitcast=True))
+
     @triton.jit
     def _apply_kernel(x_ptr, y_ptr, scale_ptr, shift_ptr, S, C, SILU: tl.constexpr,
-                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-        """y = SiLU(x·scale + shift) per channel (one read of x, one write of y)."""
+                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, FP8: tl.constexpr):
+        """y = SiLU(x·scale + shift) per channel (one read of x, one write of y); FP8: y is E4M3,
+        saturated at ±448."""
         t = tl.program_id(0)
         n = tl.program_id(1)
         cols = tl.arange(0, BLOCK_C)
@@ -343,6 +375,8 @@ if triton is not None:
             + tl.load(shift_ptr + n * C + cols, mask=cmask, other=0.0)[None, :]
         if SILU:
             z = z * tl.sigmoid(z)
+        if FP8:
+            z = _saturate(z)
         tl.store(y_ptr + off, z.to(y_ptr.dtype.element_ty), mask=m)
 
     @triton.jit
@@ -443,8 +477,8 @@ if triton is not None:
 
     @torch.library.custom_op("medddpm::group_norm_silu", mutates_args=())
     def _gn_forward(x: Tensor, weight: Tensor, bias: Tensor, add: Tensor | None, groups: int, eps: float,
-                    silu: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """(y, group mean, group rstd) of SiLU(GroupNorm(x + add)); x channels-last."""
+                    silu: bool, fp8: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """(y, group mean, group rstd) of SiLU(GroupNorm(x + add)); x channels-last; y in E4M3 with ``fp8``."""
         x = _as_nsc(x)
         tiles = TILES
         n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.stats_tile, 2)
@@ -457,16 +491,16 @@ if triton is not None:
                                           scale, shift, s, c, groups, rows, add_stride, eps, HAS_ADD=add is not None,
                                           BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
                                           BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
-        y = torch.empty_like(x)
+        y = torch.empty_like(x, dtype=E4M3 if fp8 else x.dtype)
         apply_s = _rows(tiles.apply_tile, block_c)
         _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, scale, shift, s, c, SILU=silu, BLOCK_S=apply_s,
-                                                    BLOCK_C=block_c, num_warps=tiles.apply_warps)
+                                                    BLOCK_C=block_c, FP8=fp8, num_warps=tiles.apply_warps)
         return y, mean, rstd
 
     @_gn_forward.register_fake
-    def _(x, weight, bias, add, groups, eps, silu):
+    def _(x, weight, bias, add, groups, eps, silu, fp8=False):
         n = x.shape[0]
-        return (torch.empty_like(x), x.new_empty((n, groups), dtype=torch.float32),
+        return (torch.empty_like(x, dtype=E4M3 if fp8 else x.dtype), x.new_empty((n, groups), dtype=torch.float32),
                 x.new_empty((n, groups), dtype=torch.float32))
 
     @torch.library.custom_op("medddpm::group_norm_silu_backward", mutates_args=())
@@ -502,7 +536,7 @@ if triton is not None:
                 _dense_like(add) if add is not None else x.new_empty(0))
 
     def _setup_context(ctx, inputs, output) -> None:
-        x, weight, bias, add, groups, eps, silu = inputs
+        x, weight, bias, add, groups, eps, silu, _fp8 = inputs
         _, mean, rstd = output
         ctx.save_for_backward(x, weight, bias, add, mean, rstd)
         ctx.groups, ctx.silu = groups, silu
@@ -512,7 +546,7 @@ if triton is not None:
         x, weight, bias, add, mean, rstd = ctx.saved_tensors
         dx, dw, db, dadd = torch.ops.medddpm.group_norm_silu_backward(dy, x, weight, bias, add, mean, rstd,
                                                                       ctx.groups, ctx.silu)
-        return dx, dw, db, (None if add is None else dadd), None, None, None
+        return dx, dw, db, (None if add is None else dadd), None, None, None, None
 
     _gn_forward.register_autograd(_backward, setup_context=_setup_context)
 
@@ -872,21 +906,25 @@ if triton is not None:
 # ---------------------------------------------------------------------------------------------
 
 
-def upsample2x(x: Tensor) -> Tensor:
+def upsample2x(x: Tensor, fp8: bool = False) -> Tensor:
     """``ndhwc.upsample2x(x)`` (trilinear ×2, align_corners=False) through the Triton kernel where
     it runs (``runs_on``: a channels-last (N, C, D, H, W) tensor), else the reference itself.
-    Autograd reaches x."""
+    Autograd reaches x. ``fp8``: the output in E4M3, saturated (the sampler's, no backward)."""
     if x.ndim != 5:
         raise ValueError(f"expected (N, C, D, H, W), got shape {tuple(x.shape)}")
+    _no_fp8_grad(fp8, x)
     if not runs_on(x):
-        return ndhwc.upsample2x(x)
-    return torch.ops.medddpm.upsample2x(x)
+        y = ndhwc.upsample2x(x)
+        return quantize_activation(y) if fp8 else y
+    return torch.ops.medddpm.upsample2x(x, fp8)
 
 
-def _doubled(x: Tensor) -> Tensor:
-    """An empty channels-last tensor of ``x``'s (N, C) and twice its (D, H, W): the upsampling's output."""
+def _doubled(x: Tensor, fp8: bool = False) -> Tensor:
+    """An empty channels-last tensor of ``x``'s (N, C) and twice its (D, H, W): the upsampling's
+    output, in ``x``'s dtype or E4M3."""
     n, c, d, h, w = x.shape
-    return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last_3d)
+    return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=E4M3 if fp8 else x.dtype,
+                       memory_format=torch.channels_last_3d)
 
 
 if triton is not None:
@@ -914,7 +952,7 @@ if triton is not None:
 
     @triton.jit
     def _upsample2x_kernel(x_ptr, y_ptr, NV, D, H, W, C: tl.constexpr, BLOCK_V: tl.constexpr,
-                           BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+                           BLOCK_C: tl.constexpr, WIDE: tl.constexpr, FP8: tl.constexpr):
         """y[v, :] for one tile of output voxels v of (N, 2D, 2H, 2W) and every channel; C a
         constant, so the channel mask folds away where C is a power of two; WIDE: int64 offsets
         (an output of 2³¹ elements or more)."""
@@ -937,6 +975,8 @@ if triton is not None:
         w0 = wh0[:, None] * h00 + wh1[:, None] * h10
         w1 = wh0[:, None] * h01 + wh1[:, None] * h11
         out = ww0[:, None] * w0 + ww1[:, None] * w1
+        if FP8:
+            out = _saturate(out)
         if WIDE:
             vo = v.to(tl.int64) * C
         else:
@@ -944,27 +984,27 @@ if triton is not None:
         tl.store(y_ptr + (vo[:, None] + cols[None, :]), out.to(y_ptr.dtype.element_ty), mask=m)
 
     @torch.library.custom_op("medddpm::upsample2x", mutates_args=())
-    def _up_forward(x: Tensor) -> Tensor:
-        """Trilinear ×2 of a channels-last (N, C, D, H, W) tensor (``upsample2x``)."""
+    def _up_forward(x: Tensor, fp8: bool = False) -> Tensor:
+        """Trilinear ×2 of a channels-last (N, C, D, H, W) tensor (``upsample2x``), E4M3 with ``fp8``."""
         x = _as_nsc(x)
         n, c, d, h, w = x.shape
-        y = _doubled(x)
+        y = _doubled(x, fp8)
         block_c = triton.next_power_of_2(c)
         rows = _rows(TILES.upsample_tile, block_c)
         nv = n * 8 * d * h * w
         _upsample2x_kernel[(triton.cdiv(nv, rows),)](x, y, nv, d, h, w, C=c, BLOCK_V=rows, BLOCK_C=block_c,
-                                                     WIDE=y.numel() >= 2**31, num_warps=TILES.upsample_warps)
+                                                     WIDE=y.numel() >= 2**31, FP8=fp8, num_warps=TILES.upsample_warps)
         return y
 
     @_up_forward.register_fake
-    def _(x):
-        return _doubled(x)
+    def _(x, fp8=False):
+        return _doubled(x, fp8)
 
     def _up_setup_context(ctx, inputs, output) -> None:
         ctx.shape = tuple(inputs[0].shape)
 
     def _up_backward(ctx, dy):
         n, c, d, h, w = ctx.shape
-        return torch.ops.aten.upsample_trilinear3d_backward(dy, [2 * d, 2 * h, 2 * w], [n, c, d, h, w], False)
+        return torch.ops.aten.upsample_trilinear3d_backward(dy, [2 * d, 2 * h, 2 * w], [n, c, d, h, w], False), None
 
     _up_forward.register_autograd(_up_backward, setup_context=_up_setup_context)

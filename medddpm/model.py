@@ -17,6 +17,8 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
 from . import kernels
+from .config import FP8_CONV_SETS
+from .fp8 import MAX_OUT_CHANNELS, Fp8Conv3d, quantize_activation
 from .ndhwc import group_norm_silu, per_channel, upsample2x
 
 
@@ -45,11 +47,17 @@ class GroupNorm(nn.GroupNorm):
         if triton and not fused:
             raise ValueError("the Triton GroupNorm kernels are the fused (NDHWC) path: triton needs fused")
         self.fp32, self.fused, self.silu, self.triton = fp32, fused, silu, triton
+        self.fp8 = False  # output in E4M3, for an FP8 convolution after it (UNet3D.use_fp8_convs)
 
     def forward(self, x: Tensor, add: Tensor | None = None) -> Tensor:
         """GroupNorm(x + add)(+SiLU); ``add`` is (N, C), broadcast over the voxels."""
         if self.triton:
-            return kernels.group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu, add)
+            return kernels.group_norm_silu(x, self.num_groups, self.weight, self.bias, self.eps, self.silu, add,
+                                           self.fp8)
+        y = self._norm(x, add)
+        return quantize_activation(y) if self.fp8 else y
+
+    def _norm(self, x: Tensor, add: Tensor | None) -> Tensor:
         if add is not None:
             x = x + per_channel(add.to(x.dtype), x)
         if self.fused:
@@ -108,7 +116,10 @@ class ResBlock(nn.Module):
         add = self.addend(emb) if self.table_cols is None else emb[:, self.table_cols[0]:self.table_cols[1]]
         if self.fold_bias:
             conv = self.in_layers[-1]
-            h = F.conv3d(self.in_layers[:-1](x), conv.weight, None, conv.stride, conv.padding)
+            if isinstance(conv, Fp8Conv3d):
+                h = conv(self.in_layers[:-1](x), bias=False)
+            else:
+                h = F.conv3d(self.in_layers[:-1](x), conv.weight, None, conv.stride, conv.padding)
         else:
             h = self.in_layers(x)
         norm, *rest = self.out_layers
@@ -193,8 +204,9 @@ class Upsample(nn.Module):
         self.conv = nn.Conv3d(channels, channels, 3, padding=1)
 
     def forward(self, x: Tensor, emb: Tensor | None = None) -> Tensor:
+        fp8 = isinstance(self.conv, Fp8Conv3d)  # its input written in E4M3 by the upsampling itself
         if self.triton:
-            return self.conv(kernels.upsample2x(x))
+            return self.conv(kernels.upsample2x(x, fp8))
         if self.fused:
             return self.conv(upsample2x(x))
         d, h, w = x.shape[2:]
@@ -427,6 +439,38 @@ class UNet3D(nn.Module):
             b.table_cols = (start, start + a.shape[1])
             start += a.shape[1]
         self.register_buffer("timestep_table", torch.cat(adds, 1), persistent=False)
+
+
+    def use_fp8_convs(self, which: str) -> int:
+        """Sampling (``Knobs.fp8_convs``): 3³ convolutions of at most ``fp8.MAX_OUT_CHANNELS`` outputs
+        run in FP8 from here on (``fp8.Fp8Conv3d``, weights quantized now), "skip": the decoder
+        ResBlocks' first convolutions (their input is a skip concatenation, 2C → C), "all": every
+        ResBlock's and upsampling's. The fused norm (or the upsampling) before each writes its input
+        in E4M3; an unfused one is followed by SiLU, so the convolution quantizes its input itself.
+        Returns how many convolutions were changed."""
+        if which not in FP8_CONV_SETS:
+            raise ValueError(f"fp8 convolutions: expected one of {FP8_CONV_SETS}, got {which!r}")
+        changed = 0
+        if which == "none":
+            return changed
+        for decoder, blocks in ((False, [*self.input_blocks, self.middle_block]), (True, self.output_blocks)):
+            for layer in (layer for block in blocks for layer in block):
+                if isinstance(layer, ResBlock):
+                    stacks = [layer.in_layers] * (decoder or which == "all") + [layer.out_layers] * (which == "all")
+                    for stack in stacks:
+                        if _narrow(stack[-1]):
+                            stack[-1] = Fp8Conv3d.frozen(stack[-1])
+                            stack[0].fp8 = stack[0].silu  # a fused norm applies the SiLU itself
+                            changed += 1
+                elif isinstance(layer, Upsample) and which == "all" and _narrow(layer.conv):
+                    layer.conv = Fp8Conv3d.frozen(layer.conv)
+                    changed += 1
+        return changed
+
+
+def _narrow(conv: nn.Module) -> bool:
+    """A plain 3³ convolution narrow enough for FP8 to pay (``fp8.MAX_OUT_CHANNELS``)."""
+    return type(conv) is nn.Conv3d and conv.kernel_size == (3, 3, 3) and conv.out_channels <= MAX_OUT_CHANNELS
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -22,7 +22,7 @@ from .errors import InputError
 from .train import configs_from_checkpoint, load_checkpoint
 
 
-SAMPLING_DEFAULT = "fast-w16-tnorm-tconv-fold-up-update"  # the fastest DDPM sampler measured (issue 20): fold-up's denoiser, whose DDPM 250 samples match the FP32 model's (quality/sampler_numerics.csv), with DDPM's update compiled, whose chain equals the eager update's within 1e-5 (tests/test_diffusion.py, on an H200); the faster-looking fast-w16-p8 runs the thin convolutions (padded) in cuDNN's bf16 kernels, whose bias offsets bf16-graphs's ε, and was not checked for it
+SAMPLING_DEFAULT = "fast-w16-tnorm-tconv-fold-up-update"  # the fastest DDPM sampler measured (issue 20): fold-up's denoiser, whose DDPM 250 samples match the FP32 model's (quality/sampler_numerics.csv), with DDPM's update compiled, whose chain equals the eager update's within 1e-5 (tests/test_diffusion.py, on an H200); the faster-looking fast-w16-p8 runs the thin convolutions (padded) in cuDNN's bf16 kernels, whose bias offsets bf16-graphs's ε, and was not checked for it; the FP8 configurations (…-update-fp8skip, …-update-fp8: DDPM 250 under 4 s on an H200) are faster still, but their samples move away from the FP32 model's voxel for voxel (quality/precision_agreement.csv), so they are chosen with --config, never by default
 
 
 def default_config(device: torch.device) -> str:

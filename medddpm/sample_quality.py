@@ -7,6 +7,7 @@ Volumes are read in canonical (RAS) orientation, as the model sees them: images 
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +204,28 @@ def sampler_table(volumes: Mapping[str, Mapping[str, np.ndarray]], labels: Mappi
     out = pd.DataFrame(rows)
     out["matches_reference"] = match_verdicts(out, reference)
     return out
+
+
+def run_agreement(volumes: Mapping[str, Mapping[str, np.ndarray]], labels: Mapping[str, np.ndarray],
+                  reference_config: str = "baseline") -> pd.DataFrame:
+    """Voxel agreement of sampler runs with the same run (sampler, steps, η, clip, seed) of
+    ``reference_config``: one row per (run, seed, subject) of another configuration, its sample
+    against the reference's sample of that subject (``agreement_metrics``: PSNR, 3D SSIM, errors).
+    The same noise drives both, so what differs is the denoiser's arithmetic (e.g. FP8 against FP32)."""
+    rows = []
+    for source, subjects in volumes.items():
+        if source == REAL:
+            continue
+        run = SamplerRun.parse(source)
+        if run.config == reference_config:
+            continue
+        ref = dataclasses.replace(run, config=reference_config).name
+        if ref not in volumes:
+            raise InputError(f"{source}: no samples of {ref!r} to compare with")
+        for subject, x in subjects.items():
+            rows.append({**{k: getattr(run, k) for k in [*RUN_KEYS, "seed"]}, "reference": reference_config,
+                         "subject": subject, **agreement_metrics(volumes[ref][subject], x, labels[subject])})
+    return pd.DataFrame(rows)
 
 
 def match_verdicts(table: pd.DataFrame, reference: tuple[str, int, float, bool] = ("ddpm", 250, 1.0, True),

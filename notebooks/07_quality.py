@@ -417,7 +417,108 @@ else:
 # changes is the sampler's, not the numerics'; `bf16-graphs`'s DDPM 250 samples are shifted by
 # its ε offset.
 
-# %% [markdown]
+# % [markdown]
+# ## FP8 convolutions: DDPM under 4 s, at what cost?
+#
+# The bf16 samplers stop at {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update_ddpm_s` s for DDPM 250
+# (`fast-w16-tnorm-tconv-fold-up-update`): its convolutions take {glue:text}`fp8_step_bf16_conv_ms` of the
+# {glue:text}`fp8_step_bf16_ms` ms of kernels a DDPM step runs. A sampler needs no backward, so it
+# can take a lever training cannot: FP8 (E4M3) operands, through cuDNN's graph API
+# (`medddpm/fp8.py`, `nvidia-cudnn-frontend`).
+#
+# - Activations are cast unscaled: E4M3 is a float, with 3 mantissa bits from 2⁻⁶ up to 448, where
+#   it saturates. The Triton norm or upsampling kernel that produces a convolution's input writes it
+#   in E4M3 directly, so no extra pass reads it.
+# - Weights get one scale per output channel (each channel's largest magnitude at 448), frozen when
+#   the sampler loads them.
+# - cuDNN accumulates in fp32, multiplies by the per-channel descale and writes bf16.
+#
+# Each convolution shape alone (`scripts/fp8_conv_probe.py`, the fastest of cuDNN's FP8 plans against
+# PyTorch's autotuned bf16 convolution, CUDA graphs, `sampling/fp8_convs.csv`); the errors are
+# against an fp32 convolution of the unquantized operands:
+
+# % tags=["hide-input"]
+probe = tables.fp8_convs(root, SGPU) if SGPU else None
+if probe is None or probe.empty:
+    print(plots.no_data_text("FP8 convolution probe (sampling/fp8_convs.csv)", "sampling"))
+else:
+    display(table(probe.rename(columns={"cin": "in channels", "cout": "out channels", "side": "side (voxels)",
+                                        "bf16_ms": "bf16 ms", "fp8_ms": "FP8 ms", "speedup": "speed-up",
+                                        "bf16_rel_err": "bf16 error", "fp8_rel_err": "FP8 error",
+                                        "fp8_plan": "cuDNN plan"}), 3))
+
+# % [markdown]
+# At 128³, 64 → 64 channels goes from {glue:text}`fp8_probe_64_64_128_bf16` to
+# {glue:text}`fp8_probe_64_64_128_fp8` ms ({glue:text}`fp8_probe_64_64_128_x`×) and the decoder's
+# 128 → 64 (after a skip concatenation) from {glue:text}`fp8_probe_128_64_128_bf16` to
+# {glue:text}`fp8_probe_128_64_128_fp8` ms ({glue:text}`fp8_probe_128_64_128_x`×); 128 → 128 at 64³
+# gains nothing ({glue:text}`fp8_probe_128_128_64_x`×), so only convolutions of at most 64 output
+# channels change (`fp8.MAX_OUT_CHANNELS`). The price is precision: each FP8 convolution is off by
+# {glue:text}`fp8_probe_err` (relative RMS), a bf16 one by {glue:text}`fp8_probe_err_bf16`.
+#
+# Two configurations add the lever to `fast-w16-tnorm-tconv-fold-up-update`:
+# - `…-fp8skip` changes only the decoder ResBlocks' first convolutions, whose input is a skip
+#   concatenation (2C → C, the largest gain per convolution). DDPM 250:
+#   {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_s` s ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_verdict` the 4 s
+#   target); DDIM 50: {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddim_s` s.
+# - `…-fp8` changes every ResBlock and upsampling convolution of at most 64 output channels. DDPM
+#   250: {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_s` s ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_verdict` it); DDIM 50:
+#   {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddim_s` s. Its DDPM step runs {glue:text}`fp8_step_fp8_ms` ms of
+#   kernels, convolutions {glue:text}`fp8_step_fp8_conv_ms` ms.
+#
+# Are the FP8 samples right? A fresh checkpoint of the recipe above (64³, step
+# {glue:text}`fp8_step`) was sampled by DDPM 250 and by the deterministic DDIM 50 (η = 0) under the
+# FP32 baseline, `fast-w16-tnorm-tconv-fold-up-update` (bf16) and both FP8 configurations, {glue:text}`fp8_n`, each seed's noise
+# the same in every configuration (`scripts/quality.py samplers --name precision --reference baseline`
+# → `quality/precision.csv`, `precision_agreement.csv`). The first columns compare each run's
+# samples voxel by voxel with the FP32 samples of the same run and seed; the last ones, like the
+# sections above, compare them with the real images, and judge each run against the FP32
+# baseline's DDPM 250.
+
+# % tags=["hide-input"]
+prec = tables.precision(root, QGPU) if QGPU else None
+if prec is None or prec.empty:
+    print(plots.no_data_text("FP8 sample agreement (quality/precision*.csv)", "quality"))
+else:
+    cols = ["sampler", "steps", "eta", "config", "psnr_vs_fp32", "psnr_vs_fp32_min", "ssim_vs_fp32", "background",
+            "background_se", "brain_corr", "matches_ddpm250"]
+    display(table(prec[[c for c in cols if c in prec]].rename(columns={
+        "psnr_vs_fp32": "PSNR vs FP32, dB", "psnr_vs_fp32_min": "lowest", "ssim_vs_fp32": "SSIM vs FP32",
+        "background": "background mean", "background_se": "standard error", "brain_corr": "in-brain r",
+        "matches_ddpm250": "matches FP32 DDPM 250"}), 3))
+
+# % [markdown]
+# - **Voxel by voxel**, DDPM 250 against the FP32 samples: bf16 {glue:text}`fp8_ddpm250_bf16_psnr` dB
+#   (lowest {glue:text}`fp8_ddpm250_bf16_psnr_min`), `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_psnr` dB
+#   (lowest {glue:text}`fp8_ddpm250_fp8skip_psnr_min`), `…-fp8` {glue:text}`fp8_ddpm250_fp8_psnr` dB
+#   (lowest {glue:text}`fp8_ddpm250_fp8_psnr_min`). The bar issue 20 set is the current fast
+#   sampler's agreement with FP32, {glue:text}`fp8_bar_db` dB (`bf16-graphs`, "Do they sample the same
+#   volumes?"): bf16 is {glue:text}`fp8_ddpm250_bf16_bar` it, `…-fp8skip`
+#   {glue:text}`fp8_ddpm250_fp8skip_bar`, `…-fp8` {glue:text}`fp8_ddpm250_fp8_bar`. With DDIM 50 (η = 0):
+#   bf16 {glue:text}`fp8_ddim50_eta0_bf16_psnr` dB, `…-fp8skip` {glue:text}`fp8_ddim50_eta0_fp8skip_psnr`,
+#   `…-fp8` {glue:text}`fp8_ddim50_eta0_fp8_psnr`.
+# - **Against the real images**, DDPM 250: FP32 background {glue:text}`fp8_ddpm250_fp32_bg`
+#   (in-brain r {glue:text}`fp8_ddpm250_fp32_corr`); bf16 {glue:text}`fp8_ddpm250_bf16_bg`
+#   (r {glue:text}`fp8_ddpm250_bf16_corr`; matches FP32's DDPM 250: {glue:text}`fp8_ddpm250_bf16_match`);
+#   `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_bg` (r {glue:text}`fp8_ddpm250_fp8skip_corr`; matches:
+#   {glue:text}`fp8_ddpm250_fp8skip_match`); `…-fp8` {glue:text}`fp8_ddpm250_fp8_bg`
+#   (r {glue:text}`fp8_ddpm250_fp8_corr`; matches: {glue:text}`fp8_ddpm250_fp8_match`).
+#
+# What the two comparisons say, and why this chapter still lists FP8 as a sampling option:
+#
+# - Where a PSNR is below the bar, those samples are not the FP32 model's samples voxel for voxel.
+#   A DDPM chain draws fresh noise at every step, and every small change of ε moves the sample to a
+#   neighbouring one: bf16's own lowest agreement is {glue:text}`fp8_ddpm250_bf16_psnr_min` dB.
+# - What the voxel bar stands for, the quality of the sample, is measured directly in the last
+#   columns. A run whose verdict is "yes" draws the background and the in-brain contrast of the FP32
+#   model's own DDPM 250 samples, within the criterion of the sections above. On these few samples
+#   that is the most this chapter can say. The distribution-level metrics below (FID, MS-SSIM) were
+#   not measured.
+# - So FP8 is an option you choose, not the default. `medddpm sample` without `--config` samples
+#   with bf16 (`fast-w16-tnorm-tconv-fold-up-update`). `--config fast-w16-tnorm-tconv-fold-up-update-fp8skip` (or `-fp8`) trades the voxel agreement above for
+#   the time above.
+
+# % [markdown]
 # ## The paper's Fig. 1, made from our own model
 #
 # Held-out masks (brain and lesion), the subject's real image, and the first seed's samples of the

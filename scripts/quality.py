@@ -13,7 +13,8 @@
                         [--runs ddpm250,ddim250-eta0,ddim250-eta1,ddim50-eta0,ddim50-eta1,ddpm250-noclip] --work W
                                                   # held-out masks sampled per run (W/samplers/<run>/,
                                                   # kept: a second call resumes) → samplers.csv,
-                                                  #   sampler_slices.parquet
+                                                  #   sampler_slices.parquet; [--name N --reference baseline]
+                                                  #   → N.csv, N_agreement.csv (voxels vs baseline's run)
 
 DEMO is a folder with images/ and masks/ (``medddpm demo-data``); its last ``--held-out``
 subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.quality`` and
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -134,8 +136,8 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
     """Every sampler run × configuration on the held-out masks of one checkpoint, each sample
     against its subject's real image (``sample_quality.sampler_table``) → samplers.csv."""
     from medddpm.sample import sample_masks
-    from medddpm.sample_quality import (REAL, RUN_KEYS, SamplerRun, brain_labels, orthogonal_slices, sample_volumes,
-                                        sampler_table)
+    from medddpm.sample_quality import (REAL, RUN_KEYS, SamplerRun, brain_labels, orthogonal_slices, run_agreement,
+                                        sample_volumes, sampler_table)
 
     runs = [SamplerRun.parse(f"{spec}{f'-s{seed}' if seed else ''}-{c}") for spec in a.runs.split(",")
             for seed in a.seeds for c in a.configs]  # checked first
@@ -157,10 +159,15 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
     volumes = sample_volumes(folders, held)
     labels = brain_labels(held, MASK_LABELS[a.model])
     table = sampler_table(volumes, labels)
-    append_csv(out / "samplers.csv", table.assign(checkpoint=str(a.checkpoint)), env_info(device))
-    first = {k: v for k, v in volumes.items() if k == REAL or SamplerRun.parse(k).seed == a.seeds[0]}
-    with atomic_path(out / "sampler_slices.parquet") as tmp:  # the chapter's Fig. 1: the first seed's samples
-        orthogonal_slices(first, labels).to_parquet(tmp, index=False)
+    append_csv(out / f"{a.name}.csv", table.assign(checkpoint=str(a.checkpoint)), env_info(device))
+    if a.reference in a.configs and len(a.configs) > 1:  # each run's voxels against the reference's same run
+        agreement = run_agreement(volumes, labels, a.reference)
+        append_csv(out / f"{a.name}_agreement.csv", agreement.assign(checkpoint=str(a.checkpoint)), env_info(device))
+        print(agreement.groupby(["sampler", "steps", "config"])[["psnr_db", "ssim"]].mean().round(3).to_string())
+    if a.name == "samplers":
+        first = {k: v for k, v in volumes.items() if k == REAL or SamplerRun.parse(k).seed == a.seeds[0]}
+        with atomic_path(out / "sampler_slices.parquet") as tmp:  # the chapter's Fig. 1: the first seed's samples
+            orthogonal_slices(first, labels).to_parquet(tmp, index=False)
     print(table.groupby(RUN_KEYS, dropna=False)[["background_mean", "brain_corr", "psnr_db", "ssim"]]
           .mean().round(3).to_string())
 
@@ -187,10 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", help="folder of per-configuration sample folders (compare)")
     p.add_argument("--reference", default="baseline", help="configuration the samples are compared with")
     p.add_argument("--device", default="cuda", help="cuda or cpu")
+    p.add_argument("--name", default="samplers", help="samplers: the table's name (NAME.csv; with --reference among "
+                   "--configs also NAME_agreement.csv, each run's voxels against the reference's same run)")
     a = p.parse_args(argv)
     a.configs = [run_config(c).name for c in a.configs.split(",")]
     a.seeds = [int(s) for s in a.seeds.split(",")]
     a.keep = set(filter(None, a.keep.split(",")))
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", a.name):
+        p.error(f"--name must be letters, digits, '-' or '_' (a table's file name), got {a.name!r}")
     needs = {"agree": ["out"], "parity": ["out", "data"], "split": ["data"], "sample": ["data", "checkpoint"],
              "compare": ["out", "data", "samples"], "samplers": ["out", "data", "checkpoint"]}[a.what]
     missing = [f"--{n}" for n in needs if getattr(a, n) is None]

@@ -220,6 +220,39 @@ def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp
     assert len(pd.read_csv(tmp_path / "out" / "quality" / "samplers.csv")) == 2 * len(table)
 
 
+def test_run_agreement_pairs_each_run_with_the_reference_run_of_the_same_seed():
+    """Issue 20 (FP8): a configuration's sample against the reference configuration's sample of the
+    same sampler run and seed, voxel by voxel; a run without its reference is named."""
+    from medddpm.sample_quality import REAL, run_agreement
+
+    rng = np.random.default_rng(1)
+    labels = np.zeros((8, 8, 8), np.int64)
+    labels[2:6, 2:6, 2:6] = 1
+    a, b = (rng.uniform(-1, 1, labels.shape).astype(np.float32) for _ in range(2))
+    runs = {REAL: {"s": a}, "ddpm250-eta1-baseline": {"s": a}, "ddpm250-eta1-s1-baseline": {"s": b},
+            "ddpm250-eta1-fp": {"s": a + 0.01}, "ddpm250-eta1-s1-fp": {"s": a}}
+    t = run_agreement(runs, {"s": labels}).set_index("seed")
+    assert len(t) == 2 and set(t["config"]) == {"fp"} and set(t["reference"]) == {"baseline"}
+    assert t.loc[0, "psnr_db"] == pytest.approx(20 * np.log10(2 / 0.01), abs=0.01)  # paired with seed 0's own
+    assert t.loc[1, "psnr_db"] < 10  # seed 1's reference is b, not a
+    with pytest.raises(InputError, match="no samples of 'ddim5-eta0-baseline'"):
+        run_agreement({**runs, "ddim5-eta0-fp": {"s": a}}, {"s": labels})
+
+
+def test_samplers_step_with_a_reference_writes_its_named_tables(phantoms, tmp_path):
+    run = _tiny_checkpoint(phantoms, tmp_path / "run").parent
+    argv = ["samplers", "--out", str(tmp_path / "out"), "--data", str(phantoms), "--held-out", "1", "--model", "tiny",
+            "--checkpoint", str(run / "checkpoint.pt"), "--configs", "baseline,opt1", "--runs", "ddim3-eta0",
+            "--work", str(tmp_path / "work"), "--device", "cpu", "--name", "precision"]
+    assert _script("quality").main(argv) == 0
+    q = tmp_path / "out" / "quality"
+    agree = pd.read_csv(q / "precision_agreement.csv")
+    assert set(agree["config"]) == {"opt1"} and (agree["psnr_db"] > 30).all()  # TF32 off on a CPU: near FP32
+    assert (q / "precision.csv").exists() and not (q / "samplers.csv").exists() and not (q / "sampler_slices.parquet").exists()
+    with pytest.raises(SystemExit):
+        _script("quality").main([*argv[:-1], "../x"])
+
+
 def test_samplers_step_refuses_a_bad_run_name_in_one_line(phantoms, tmp_path, capsys):
     script = _script("quality")
     assert script.main(["samplers", "--out", str(tmp_path), "--data", str(phantoms), "--checkpoint", "x.pt",

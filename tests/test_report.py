@@ -506,6 +506,43 @@ def test_sampler_tables_keep_the_newest_checkpoint_and_row(tmp_path):
     assert tables.samplers(tmp_path, "other").empty
 
 
+def test_precision_tables_join_voxel_agreement_to_each_run_and_judge_against_fp32(tmp_path):
+    """Issue 20 (FP8): each configuration's runs of the newest checkpoint, judged against the FP32
+    baseline's DDPM 250, with their PSNR against the FP32 samples (mean and lowest); the probe's
+    fastest FP8 plan per shape against bf16."""
+    from medddpm.report import facts
+
+    fp8 = "fast-w16-tnorm-tconv-fold-up-update-fp8"
+    base = {"sampler": "ddpm", "steps": 250, "eta": 1.0, "clip": True, "subject": "s", "brain_corr": 0.98,
+            "psnr_db": 20.0, "ssim": 0.7, "background_std": 0.1, "matches_reference": "", "checkpoint": "c.pt"}
+    runs = [{**base, "config": "baseline", "seed": 0, "background_mean": -0.70},
+            {**base, "config": "baseline", "seed": 1, "background_mean": -0.72},
+            {**base, "config": fp8, "seed": 0, "background_mean": -0.55},
+            {**base, "config": fp8, "seed": 1, "background_mean": -0.57}]  # 0.15 lighter: no match
+    agree = [{k: base[k] for k in ("sampler", "steps", "eta", "clip", "subject", "checkpoint")} |
+             {"config": fp8, "seed": seed, "reference": "baseline", "psnr_db": db, "ssim": 0.9}
+             for seed, db in ((0, 30.0), (1, 40.0))]
+    _store_csv(tmp_path, "g", "quality/precision.csv", pd.DataFrame(runs))
+    _store_csv(tmp_path, "g", "quality/precision_agreement.csv", pd.DataFrame(agree))
+    p = tables.precision(tmp_path, "g").set_index("config")
+    assert p.loc[fp8, "psnr_vs_fp32"] == pytest.approx(35.0) and p.loc[fp8, "psnr_vs_fp32_min"] == 30.0
+    assert p.loc[fp8, "matches_ddpm250"] == "no" and p.loc["baseline", "matches_ddpm250"] == "yes"
+    assert pd.isna(p.loc["baseline", "psnr_vs_fp32"])
+    probe = pd.DataFrame([{"impl": "torch bf16", "plan": "", "ms": 1.0, "rel_err": 0.002},
+                          {"impl": "cudnn fp8", "plan": "a", "ms": 0.9, "rel_err": 0.04},
+                          {"impl": "cudnn fp8", "plan": "b", "ms": 0.8, "rel_err": 0.04},
+                          {"impl": "cudnn fp8", "plan": "c", "ms": float("nan"), "rel_err": float("nan")},
+                          {"impl": "quantize input", "plan": "", "ms": 0.1, "rel_err": float("nan")}]).assign(
+        cin=64, cout=64, side=128)
+    _store_csv(tmp_path, "g", "sampling/fp8_convs.csv", probe)
+    t = tables.fp8_convs(tmp_path, "g").iloc[0]
+    assert t["fp8_plan"] == "b" and t["speedup"] == pytest.approx(1.25)
+    f = facts.fp8_sampling(tmp_path, "g", "g")
+    assert f["fp8_probe_64_64_128_x"] == "1.25" and f["fp8_ddpm250_fp8_psnr"] == "35.0"
+    assert f["fp8_ddpm250_fp8_match"] == "no" and "no" in f["fp8_bar_db"]  # no sample_agreement.csv: said so
+    assert all(v.startswith("—") for v in facts.fp8_sampling(tmp_path / "none", None, None).values())
+
+
 def test_fig1_takes_the_fastest_configuration_with_samples():
     sl = pd.DataFrame({"source": ["mask", "real", "ddpm250-eta1-fast", "ddim50-eta1-fast", "ddim50-eta0-fast",
                                   "ddpm250-eta1-fast-w16", "ddim50-eta1-fast-w16"]})

@@ -524,7 +524,9 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
-SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
+SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")
+SAMPLING_FP8 = ("fast-w16-tnorm-tconv-fold-up-update-fp8skip", "fast-w16-tnorm-tconv-fold-up-update-fp8")  # FP8 convolutions on fold-up-update (bf16, their reference below); judged by their own section (quality/precision*.csv), not candidates for the bf16 "fastest sampler"
+FP8_BF16 = "fast-w16-tnorm-tconv-fold-up-update"  # the bf16 sampler the FP8 ones add their lever to  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
 AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
                      "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast", "fast-w16-tnorm-tconv-fold",
                      "fast-w16-tnorm-tconv-fold-up")
@@ -540,9 +542,12 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     r = roles(one["gpu_slug"] if not one.empty else [])
     f = {"sample_gpus": gpu_list(sb["gpu_slug"]) if not sb.empty else "none", **_names(r, "samp_")}
     s = one.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"] if not one.empty else pd.Series(dtype=float)
-    for cfg in (*SAMPLING_CONFIGS, *SAMPLING_LEVERS):
+    for cfg in (*SAMPLING_CONFIGS, *SAMPLING_LEVERS, *SAMPLING_FP8):
         for smp in ("ddim", "ddpm"):
-            f[f"samp_{cfg}_{smp}_s"] = number(_get(s, (r["ref"], cfg, smp)), ".2f", f"sample_bench row of {cfg}")
+            v = _get(s, (r["ref"], cfg, smp))
+            f[f"samp_{cfg}_{smp}_s"] = number(v, ".2f", f"sample_bench row of {cfg}")
+            f[f"samp_{cfg}_{smp}_verdict"] = (missing(f"sample_bench row of {cfg}") if v is None else
+                                               "meets" if v <= SAMPLING_TARGETS_S[smp] else "misses")
     mine = one[one["gpu_slug"] == r["ref"]] if not one.empty else one
     ddim = mine[(mine["sampler"] == "ddim") & mine["config"].isin(SAMPLING_CONFIGS)] if len(mine) else mine
     best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"] if len(ddim) else None
@@ -618,6 +623,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
     f.update(sampler_quality(root, q, sb))
     f.update(sampler_numerics(root, q, gpus))
+    f.update(fp8_sampling(root, q, r["ref"]))
     lr = tables.long_run(root, q) if q else None
     what = "long run (quality/long_log.csv)"
     f["long_steps"] = number(lr and lr["steps"], ",", what)
@@ -634,6 +640,61 @@ OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16'
 NUMERICS_RUNS = ("ddpm250", "ddim50_eta1")  # the SAMPLER_RUNS set beside FP32
 SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold",
                             "fast-w16-tnorm-tconv-fold-up")  # bf16 ones set beside FP32
+
+
+FP8_RUNS = ("ddpm250", "ddim50_eta0")  # the SAMPLER_RUNS of quality/precision.csv
+
+
+def fp8_sampling(root: Path, q: str | None, s_gpu: str | None) -> dict[str, str]:
+    """07, "FP8 convolutions": the probe of each convolution shape (``sampling/fp8_convs.csv`` of
+    ``s_gpu``, the sampling GPU), one DDPM step's kernels in FP8 and bf16
+    (``sampling/denoise_kernels_ddpm.csv``), and the samples of one checkpoint under FP32, bf16 and
+    the FP8 configurations (``quality/precision*.csv`` of ``q``): voxel agreement with the FP32
+    samples of the same runs and seeds, and quality against the real images."""
+    f: dict[str, str] = {}
+    what = "FP8 convolution probe (sampling/fp8_convs.csv)"
+    probe = tables.fp8_convs(root, s_gpu) if s_gpu else pd.DataFrame()
+    probe = probe.set_index(["cin", "cout", "side"]) if not probe.empty else probe
+    for shape in ((64, 64, 128), (128, 64, 128), (128, 128, 64)):
+        key = "fp8_probe_{}_{}_{}".format(*shape)
+        f[f"{key}_x"] = number(_get(probe, shape, "speedup"), ".2f", what)
+        f[f"{key}_bf16"] = number(_get(probe, shape, "bf16_ms"), ".2f", what)
+        f[f"{key}_fp8"] = number(_get(probe, shape, "fp8_ms"), ".2f", what)
+    f["fp8_probe_err"] = (missing(what) if probe.empty else
+                          f"{100 * probe['fp8_rel_err'].min():.1f}–{100 * probe['fp8_rel_err'].max():.1f} %")
+    f["fp8_probe_err_bf16"] = (missing(what) if probe.empty else f"{100 * probe['bf16_rel_err'].max():.2f} %")
+    dk = tables.results_csv(root, [s_gpu], "sampling/denoise_kernels_ddpm") if s_gpu else pd.DataFrame()
+    for cfg, key in ((FP8_BF16, "bf16"), (SAMPLING_FP8[-1], "fp8")):
+        rows = dk[dk["config"] == cfg] if not dk.empty else dk
+        w = f"DDPM-step kernel table of {cfg}"
+        f[f"fp8_step_{key}_ms"] = number(rows["ms_per_step"].sum() if len(rows) else None, ".1f", w)
+        conv = rows[rows["category"] == "convolution/GEMM"]["ms_per_step"].sum() if len(rows) else None
+        f[f"fp8_step_{key}_conv_ms"] = number(conv, ".1f", w)
+    pr = tables.precision(root, q) if q else pd.DataFrame()
+    what = "FP8 sample agreement (quality/precision*.csv)"
+    runs = pr[pr["sampler"] != "real"].set_index(["sampler", "steps", "eta", "config"]) if not pr.empty else pr
+    raw = tables.quality_csv(root, [q], "precision") if q else pd.DataFrame()
+    f["fp8_n"] = (missing(what) if pr.empty else
+                  f"{raw.loc[raw['sampler'] != 'real', 'seed'].nunique()} seeds × {raw['subject'].nunique()} held-out subjects")
+    curve = tables.plateau(tables.heldout_curve(root, q, "precision_heldout")) if q else None
+    f["fp8_step"] = number(curve and curve["last_step"], ",", "quality/precision_heldout.csv")
+    bar = tables.sample_agreement(root, q) if q else pd.DataFrame()
+    bar_db = _get(bar, "bf16-graphs", "psnr_db")
+    f["fp8_bar_db"] = number(bar_db, ".1f", "sample agreement of bf16-graphs (quality/sample_agreement.csv)")
+    for run_key in FP8_RUNS:
+        smp, steps, eta = SAMPLER_RUNS[run_key]
+        for cfg, key in (("baseline", "fp32"), (FP8_BF16, "bf16"), (SAMPLING_FP8[0], "fp8skip"), (SAMPLING_FP8[1], "fp8")):
+            r = _get(runs, (smp, steps, eta, cfg))
+            k = f"fp8_{run_key}_{key}"
+            _run_facts(r, k, what, f)
+            if cfg == "baseline":
+                continue
+            f[f"{k}_psnr"] = number(None if r is None else r["psnr_vs_fp32"], ".1f", what)
+            f[f"{k}_psnr_min"] = number(None if r is None else r["psnr_vs_fp32_min"], ".1f", what)
+            f[f"{k}_ssim"] = number(None if r is None else r["ssim_vs_fp32"], ".3f", what)
+            f[f"{k}_bar"] = (missing(what) if r is None or bar_db is None else
+                             "above" if r["psnr_vs_fp32"] >= bar_db else "below")
+    return f
 
 
 def run_label(sampler: str, steps: int, eta: float) -> str:

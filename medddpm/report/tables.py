@@ -584,6 +584,45 @@ def sampler_numerics(root: Path, gpu: str) -> pd.DataFrame:
     return _newest_checkpoint_runs(root, gpu, "sampler_numerics", NUMERICS_REFERENCE)
 
 
+PRECISION_REFERENCE = "baseline"  # precision: every run's voxels and quality against this configuration's same run (FP32)
+
+
+def precision(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/precision.csv`` and ``precision_agreement.csv`` of the newest checkpoint: one row
+    per sampler run (``sampler_summary``, judged against the FP32 baseline's DDPM 250) with, for
+    every configuration but the reference, its samples' voxel agreement with the FP32 samples of the
+    same run and seeds: PSNR (mean and lowest) and 3D SSIM (mean)."""
+    from ..sample_quality import RUN_KEYS
+
+    runs = _newest_checkpoint_runs(root, gpu, "precision", PRECISION_REFERENCE)
+    if runs.empty:
+        return runs
+    out = sampler_summary(runs)
+    ag = quality_csv(root, [gpu], "precision_agreement")
+    if not ag.empty:
+        ag = ag[ag["checkpoint"] == runs["checkpoint"].iloc[0]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
+        vox = ag.groupby(RUN_KEYS, dropna=False).agg(psnr_vs_fp32=("psnr_db", "mean"), psnr_vs_fp32_min=("psnr_db", "min"),
+                                                    ssim_vs_fp32=("ssim", "mean")).reset_index()
+        out = out.merge(vox, on=RUN_KEYS, how="left")
+    return out
+
+
+def fp8_convs(root: Path, gpu: str) -> pd.DataFrame:
+    """``sampling/fp8_convs.csv`` (``scripts/fp8_conv_probe.py``) per convolution shape: PyTorch's
+    bf16 milliseconds, the fastest cuDNN FP8 plan's, the speed-up, and each one's relative error
+    against an fp32 convolution of the unquantized operands."""
+    p = results_csv(root, [gpu], "sampling/fp8_convs")
+    if p.empty:
+        return p
+    shape = ["cin", "cout", "side"]
+    bf = p[p["impl"] == "torch bf16"].set_index(shape)
+    f8 = p[(p["impl"] == "cudnn fp8") & p["ms"].notna()].sort_values("ms").drop_duplicates(shape).set_index(shape)
+    out = pd.DataFrame({"bf16_ms": bf["ms"], "fp8_ms": f8["ms"], "bf16_rel_err": bf["rel_err"],
+                        "fp8_rel_err": f8["rel_err"], "fp8_plan": f8["plan"]}).dropna(subset=["bf16_ms", "fp8_ms"])
+    out.insert(2, "speedup", out["bf16_ms"] / out["fp8_ms"])
+    return out.reset_index()
+
+
 def eps_bias(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``quality/agreement_trained.csv`` per (GPU, configuration): ε's error against the
     reference from trained weights on held-out subjects — its signed mean (a constant offset
