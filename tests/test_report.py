@@ -528,6 +528,7 @@ def test_precision_tables_join_voxel_agreement_to_each_run_and_judge_against_fp3
     assert p.loc[fp8, "psnr_vs_fp32"] == pytest.approx(35.0) and p.loc[fp8, "psnr_vs_fp32_min"] == 30.0
     assert p.loc[fp8, "matches_ddpm250"] == "no" and p.loc["baseline", "matches_ddpm250"] == "yes"
     assert pd.isna(p.loc["baseline", "psnr_vs_fp32"])
+    assert p.loc[fp8, "background_shift"] == pytest.approx(0.15) and p.loc[fp8, "background_shift_se"] == pytest.approx(0)
     probe = pd.DataFrame([{"impl": "torch bf16", "plan": "", "ms": 1.0, "rel_err": 0.002},
                           {"impl": "cudnn fp8", "plan": "a", "ms": 0.9, "rel_err": 0.04},
                           {"impl": "cudnn fp8", "plan": "b", "ms": 0.8, "rel_err": 0.04},

@@ -674,6 +674,7 @@ def fp8_sampling(root: Path, q: str | None, s_gpu: str | None) -> dict[str, str]
     what = "FP8 sample agreement (quality/precision*.csv)"
     runs = pr[pr["sampler"] != "real"].set_index(["sampler", "steps", "eta", "config"]) if not pr.empty else pr
     raw = tables.quality_csv(root, [q], "precision") if q else pd.DataFrame()
+    raw = raw[raw["checkpoint"] == raw["checkpoint"].iloc[-1]] if not raw.empty else raw  # the newest checkpoint's
     f["fp8_n"] = (missing(what) if pr.empty else
                   f"{raw.loc[raw['sampler'] != 'real', 'seed'].nunique()} seeds × {raw['subject'].nunique()} held-out subjects")
     curve = tables.plateau(tables.heldout_curve(root, q, "precision_heldout")) if q else None
@@ -689,6 +690,8 @@ def fp8_sampling(root: Path, q: str | None, s_gpu: str | None) -> dict[str, str]
             _run_facts(r, k, what, f)
             if cfg == "baseline":
                 continue
+            f[f"{k}_shift"] = (missing(what) if r is None or "background_shift" not in r or pd.isna(r["background_shift"])
+                               else f"{r['background_shift']:+.3f} ± {r['background_shift_se']:.3f}")
             f[f"{k}_psnr"] = number(None if r is None else r["psnr_vs_fp32"], ".1f", what)
             f[f"{k}_psnr_min"] = number(None if r is None else r["psnr_vs_fp32_min"], ".1f", what)
             f[f"{k}_ssim"] = number(None if r is None else r["ssim_vs_fp32"], ".3f", what)

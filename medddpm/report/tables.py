@@ -590,14 +590,26 @@ PRECISION_REFERENCE = "baseline"  # precision: every run's voxels and quality ag
 def precision(root: Path, gpu: str) -> pd.DataFrame:
     """``quality/precision.csv`` and ``precision_agreement.csv`` of the newest checkpoint: one row
     per sampler run (``sampler_summary``, judged against the FP32 baseline's DDPM 250) with, for
-    every configuration but the reference, its samples' voxel agreement with the FP32 samples of the
-    same run and seeds: PSNR (mean and lowest) and 3D SSIM (mean)."""
+    every configuration but the reference, its samples' background mean minus the FP32 sample's of
+    the same run, seed and subject (mean and standard error over the pairs: a shift the unpaired
+    spread of subjects and seeds hides), and their voxel agreement with those FP32 samples: PSNR
+    (mean and lowest) and 3D SSIM (mean)."""
     from ..sample_quality import RUN_KEYS
 
     runs = _newest_checkpoint_runs(root, gpu, "precision", PRECISION_REFERENCE)
     if runs.empty:
         return runs
     out = sampler_summary(runs)
+    # each sample's background against the FP32 sample of the same run, seed and subject (the same noise)
+    keys = ["sampler", "steps", "eta", "clip", "seed", "subject"]
+    ref = runs[runs["config"] == PRECISION_REFERENCE].set_index(keys)["background_mean"]
+    paired = runs[(runs["config"] != PRECISION_REFERENCE) & (runs["sampler"] != "real")]
+    if len(ref) and len(paired):
+        shift = paired.assign(shift=paired["background_mean"].to_numpy()
+                              - ref.reindex(pd.MultiIndex.from_frame(paired[keys])).to_numpy())
+        g = shift.groupby(RUN_KEYS, dropna=False)["shift"]
+        out = out.merge(pd.DataFrame({"background_shift": g.mean(), "background_shift_se": g.sem()}).reset_index(),
+                        on=RUN_KEYS, how="left")
     ag = quality_csv(root, [gpu], "precision_agreement")
     if not ag.empty:
         ag = ag[ag["checkpoint"] == runs["checkpoint"].iloc[0]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
