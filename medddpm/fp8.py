@@ -56,9 +56,10 @@ def reference_conv3d_fp8(x: Tensor, q: Tensor, descale: Tensor, padding: int) ->
     return y.to(torch.bfloat16).contiguous(memory_format=torch.channels_last_3d)
 
 
-def _out_shape(x: Tensor, q: Tensor, padding: int) -> tuple[int, ...]:
-    n, _, *sides = x.shape
-    return (n, q.shape[0], *[s + 2 * padding - k + 1 for s, k in zip(sides, q.shape[2:])])
+def _out_shape(x_shape: tuple[int, ...], cout: int, kernel: int, padding: int) -> tuple[int, ...]:
+    """(N, cout, *sides) of a stride-1 convolution of an (N, C, *sides) input."""
+    n, _, *sides = x_shape
+    return (n, cout, *[s + 2 * padding - kernel + 1 for s in sides])
 
 
 def check_operands(x: Tensor, q: Tensor, descale: Tensor) -> None:
@@ -91,7 +92,7 @@ def _conv3d_fp8(x: Tensor, q: Tensor, descale: Tensor, padding: int) -> Tensor:
 
 @_conv3d_fp8.register_fake
 def _(x, q, descale, padding):
-    return torch.empty(_out_shape(x, q, padding), device=x.device, dtype=torch.bfloat16,
+    return torch.empty(_out_shape(tuple(x.shape), q.shape[0], q.shape[2], padding), device=x.device, dtype=torch.bfloat16,
                        memory_format=torch.channels_last_3d)
 
 
@@ -127,10 +128,10 @@ class Fp8Conv:
                  kernel: int = 3, per_channel: bool = True) -> None:
         import cudnn
 
-        self.device, self.padding = device, padding
-        n, c, *sides = x_shape
-        self.y_shape = (n, cout, *[s + 2 * padding - kernel + 1 for s in sides])
-        w_shape = (cout, c, *[kernel] * len(sides))
+        self.device = device
+        sides = x_shape[2:]
+        self.y_shape = _out_shape(x_shape, cout, kernel, padding)
+        w_shape = (cout, x_shape[1], *[kernel] * len(sides))
         self.x_shape, self.w_shape = tuple(x_shape), w_shape
         g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, intermediate_data_type=cudnn.data_type.FLOAT,
                           compute_data_type=cudnn.data_type.FLOAT, handle=_handle(device))
@@ -139,7 +140,6 @@ class Fp8Conv:
         self.w = g.tensor(name="w", dim=list(w_shape), stride=_channels_last_strides(w_shape),
                           data_type=cudnn.data_type.FP8_E4M3)
         ones = [1] * (len(sides) + 2)
-        self.per_channel = per_channel
         scale_dim = [1, cout if per_channel else 1, *[1] * len(sides)]
         self.s = g.tensor(name="descale", dim=scale_dim, stride=_channels_last_strides(tuple(scale_dim)),
                           data_type=cudnn.data_type.FLOAT)
@@ -218,13 +218,12 @@ class Fp8Conv3d(torch.nn.Conv3d):
         new.register_buffer("descale", descale, persistent=False)
         return new
 
-    def forward(self, x: Tensor, bias: bool = True) -> Tensor:
-        """conv3d(x) in FP8, plus the bias unless ``bias`` is False (a folded bias)."""
+    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """``nn.Conv3d``'s convolution (``forward`` calls it with the module's weight and bias; a
+        caller that folds the bias elsewhere passes None) in FP8: ``weight`` is the frozen E4M3 one."""
         x = x if x.dtype == E4M3 else quantize_activation(x)
         y = conv3d_fp8(x, self.q, self.descale, self.padding[0])
-        if bias and self.bias is not None:
-            y = y + self.bias.to(y.dtype).view(1, -1, 1, 1, 1)
-        return y
+        return y if bias is None else y + bias.to(y.dtype).view(1, -1, 1, 1, 1)
 
 
 def available(device: torch.device) -> str | None:

@@ -3,7 +3,7 @@
 Three operations live here: GroupNorm + SiLU (below), the thin 3³ convolutions (``conv3d_thin``,
 after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last). The norm and the
 upsampling can write their output in E4M3 (``fp8=True``: the input of the sampler's FP8
-convolutions, ``medddpm.fp8``), saturated and rounded to E4M3 in fp32 first (``_saturate``), so
+convolutions, ``medddpm.fp8``), saturated and rounded to E4M3 in fp32 first (``_e4m3_rounded``), so
 the cast is exact on every backend and equals ``fp8.quantize_activation`` of the reference.
 
 ``group_norm_silu`` is GroupNorm with fp32 statistics, an optional SiLU (the reference's
@@ -108,7 +108,7 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     weight, bias and add. ``fp8``: the output in E4M3 (saturated at ±448) for an FP8 convolution
     (``medddpm.fp8``; the sampler's, no backward)."""
     n, c = x.shape[:2]
-    _no_fp8_grad(fp8, x, weight)
+    _no_fp8_grad(fp8, x, weight, bias, *([] if add is None else [add]))
     if c % groups:
         raise ValueError(f"{c} channels do not split into {groups} groups")
     if add is not None and tuple(add.shape) != (n, c):
@@ -116,6 +116,11 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     if not runs_on(x):
         return reference_group_norm_silu(x, groups, weight, bias, eps, silu, add, fp8)
     return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, fp8)[0]
+
+
+def _out_dtype(x: Tensor, fp8: bool) -> torch.dtype:
+    """The dtype of a kernel's output: ``x``'s, or E4M3 for an FP8 convolution after it."""
+    return E4M3 if fp8 else x.dtype
 
 
 def _no_fp8_grad(fp8: bool, *inputs: Tensor) -> None:
@@ -346,7 +351,7 @@ if triton is not None:
     _E4M3_MAX = tl.constexpr(E4M3_MAX)  # a global a kernel reads must be a constexpr
 
     @triton.jit
-    def _saturate(z):
+    def _e4m3_rounded(z):
         """``z`` saturated at ±448 and rounded to the nearest E4M3 value (ties to even) in fp32, so
         that the cast after it is exact on any backend (Triton's CPU interpreter rounds 7.99 to 4):
         20 of fp32's 23 mantissa bits rounded away in the integer view (a carry moves into the
@@ -376,7 +381,7 @@ if triton is not None:
         if SILU:
             z = z * tl.sigmoid(z)
         if FP8:
-            z = _saturate(z)
+            z = _e4m3_rounded(z)
         tl.store(y_ptr + off, z.to(y_ptr.dtype.element_ty), mask=m)
 
     @triton.jit
@@ -491,7 +496,7 @@ if triton is not None:
                                           scale, shift, s, c, groups, rows, add_stride, eps, HAS_ADD=add is not None,
                                           BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
                                           BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
-        y = torch.empty_like(x, dtype=E4M3 if fp8 else x.dtype)
+        y = torch.empty_like(x, dtype=_out_dtype(x, fp8))
         apply_s = _rows(tiles.apply_tile, block_c)
         _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, scale, shift, s, c, SILU=silu, BLOCK_S=apply_s,
                                                     BLOCK_C=block_c, FP8=fp8, num_warps=tiles.apply_warps)
@@ -500,7 +505,7 @@ if triton is not None:
     @_gn_forward.register_fake
     def _(x, weight, bias, add, groups, eps, silu, fp8=False):
         n = x.shape[0]
-        return (torch.empty_like(x, dtype=E4M3 if fp8 else x.dtype), x.new_empty((n, groups), dtype=torch.float32),
+        return (torch.empty_like(x, dtype=_out_dtype(x, fp8)), x.new_empty((n, groups), dtype=torch.float32),
                 x.new_empty((n, groups), dtype=torch.float32))
 
     @torch.library.custom_op("medddpm::group_norm_silu_backward", mutates_args=())
@@ -923,7 +928,7 @@ def _doubled(x: Tensor, fp8: bool = False) -> Tensor:
     """An empty channels-last tensor of ``x``'s (N, C) and twice its (D, H, W): the upsampling's
     output, in ``x``'s dtype or E4M3."""
     n, c, d, h, w = x.shape
-    return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=E4M3 if fp8 else x.dtype,
+    return torch.empty((n, c, 2 * d, 2 * h, 2 * w), device=x.device, dtype=_out_dtype(x, fp8),
                        memory_format=torch.channels_last_3d)
 
 
@@ -976,7 +981,7 @@ if triton is not None:
         w1 = wh0[:, None] * h01 + wh1[:, None] * h11
         out = ww0[:, None] * w0 + ww1[:, None] * w1
         if FP8:
-            out = _saturate(out)
+            out = _e4m3_rounded(out)
         if WIDE:
             vo = v.to(tl.int64) * C
         else:

@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import ModelConfig
+from .config import FP8_CONV_SETS, ModelConfig
 from . import kernels
-from .config import FP8_CONV_SETS
 from .fp8 import MAX_OUT_CHANNELS, Fp8Conv3d, quantize_activation
 from .ndhwc import group_norm_silu, per_channel, upsample2x
 
@@ -115,11 +114,8 @@ class ResBlock(nn.Module):
         rows at t (every ResBlock's addend, this block's in ``table_cols``)."""
         add = self.addend(emb) if self.table_cols is None else emb[:, self.table_cols[0]:self.table_cols[1]]
         if self.fold_bias:
-            conv = self.in_layers[-1]
-            if isinstance(conv, Fp8Conv3d):
-                h = conv(self.in_layers[:-1](x), bias=False)
-            else:
-                h = F.conv3d(self.in_layers[:-1](x), conv.weight, None, conv.stride, conv.padding)
+            conv = self.in_layers[-1]  # its convolution without the bias (an nn.Conv3d's or an Fp8Conv3d's)
+            h = conv._conv_forward(self.in_layers[:-1](x), conv.weight, None)
         else:
             h = self.in_layers(x)
         norm, *rest = self.out_layers
@@ -439,7 +435,6 @@ class UNet3D(nn.Module):
             b.table_cols = (start, start + a.shape[1])
             start += a.shape[1]
         self.register_buffer("timestep_table", torch.cat(adds, 1), persistent=False)
-
 
     def use_fp8_convs(self, which: str) -> int:
         """Sampling (``Knobs.fp8_convs``): 3³ convolutions of at most ``fp8.MAX_OUT_CHANNELS`` outputs

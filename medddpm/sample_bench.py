@@ -107,10 +107,10 @@ def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, 
     from torch.profiler import ProfilerActivity, profile
 
     from .profiling.categories import category, short_name
+    from .profiling.torchprof import _kernels
 
     if sampler not in ("ddpm", "ddim"):
         raise InputError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
-    from .profiling.torchprof import _kernels
 
     with warm_sampler(model_cfg, knobs, size, device, 1, seed) as (diffusion, masks, gen):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -524,9 +524,9 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
-SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")
+SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
 SAMPLING_FP8 = ("fast-w16-tnorm-tconv-fold-up-update-fp8skip", "fast-w16-tnorm-tconv-fold-up-update-fp8")  # FP8 convolutions on fold-up-update (bf16, their reference below); judged by their own section (quality/precision*.csv), not candidates for the bf16 "fastest sampler"
-FP8_BF16 = "fast-w16-tnorm-tconv-fold-up-update"  # the bf16 sampler the FP8 ones add their lever to  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
+FP8_BF16 = "fast-w16-tnorm-tconv-fold-up-update"  # the bf16 sampler the FP8 ones add their lever to
 AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
                      "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast", "fast-w16-tnorm-tconv-fold",
                      "fast-w16-tnorm-tconv-fold-up")
@@ -546,8 +546,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         for smp in ("ddim", "ddpm"):
             v = _get(s, (r["ref"], cfg, smp))
             f[f"samp_{cfg}_{smp}_s"] = number(v, ".2f", f"sample_bench row of {cfg}")
-            f[f"samp_{cfg}_{smp}_verdict"] = (missing(f"sample_bench row of {cfg}") if v is None else
-                                               "meets" if v <= SAMPLING_TARGETS_S[smp] else "misses")
+            f[f"samp_{cfg}_{smp}_verdict"] = _target_verdict(v, smp, f"sample_bench row of {cfg}")
     mine = one[one["gpu_slug"] == r["ref"]] if not one.empty else one
     ddim = mine[(mine["sampler"] == "ddim") & mine["config"].isin(SAMPLING_CONFIGS)] if len(mine) else mine
     best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"] if len(ddim) else None
@@ -558,7 +557,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
         opt1 = _get(s, (r["ref"], "opt1", smp))
         f[f"samp_best_{smp}_s"] = number(v, ".2f", f"sample_bench row of {best or 'any configuration'}")
         f[f"samp_best_{smp}_target"] = f"{target:g}"
-        f[f"samp_best_{smp}_verdict"] = missing("sample_bench.csv") if v is None else ("meets" if v <= target else "misses")
+        f[f"samp_best_{smp}_verdict"] = _target_verdict(v, smp, "sample_bench.csv")
         f[f"samp_best_{smp}_vs_opt1"] = number(opt1 / v if v and opt1 else None, ".1f", "sample_bench rows of opt1")
     etas = tables.sample_bench(root, [r["ref"]] if r["ref"] else [], every_eta=True)
     etas = etas[(etas["config"] == best) & (etas["sampler"] == "ddim") & (etas["batch"] == 1)] if best else etas
@@ -670,13 +669,11 @@ def fp8_sampling(root: Path, q: str | None, s_gpu: str | None) -> dict[str, str]
         f[f"fp8_step_{key}_ms"] = number(rows["ms_per_step"].sum() if len(rows) else None, ".1f", w)
         conv = rows[rows["category"] == "convolution/GEMM"]["ms_per_step"].sum() if len(rows) else None
         f[f"fp8_step_{key}_conv_ms"] = number(conv, ".1f", w)
-    pr = tables.precision(root, q) if q else pd.DataFrame()
     what = "FP8 sample agreement (quality/precision*.csv)"
+    raw = tables.precision_runs(root, q) if q else pd.DataFrame()
+    f["fp8_n"] = _seeds_subjects(raw, what)
+    pr = tables.precision(root, q) if q else pd.DataFrame()
     runs = pr[pr["sampler"] != "real"].set_index(["sampler", "steps", "eta", "config"]) if not pr.empty else pr
-    raw = tables.quality_csv(root, [q], "precision") if q else pd.DataFrame()
-    raw = raw[raw["checkpoint"] == raw["checkpoint"].iloc[-1]] if not raw.empty else raw  # the newest checkpoint's
-    f["fp8_n"] = (missing(what) if pr.empty else
-                  f"{raw.loc[raw['sampler'] != 'real', 'seed'].nunique()} seeds × {raw['subject'].nunique()} held-out subjects")
     curve = tables.plateau(tables.heldout_curve(root, q, "precision_heldout")) if q else None
     f["fp8_step"] = number(curve and curve["last_step"], ",", "quality/precision_heldout.csv")
     bar = tables.sample_agreement(root, q) if q else pd.DataFrame()
@@ -720,6 +717,18 @@ def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose
     se = math.hypot(run["background_se"], ddpm["background_se"])
     return (f"{text}: {excess:.{3 if excess < 0.01 else 2}f} beyond the {MATCH_BACKGROUND:g} criterion, "
             f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
+
+
+def _target_verdict(seconds: float | None, sampler: str, what: str) -> str:
+    """"meets" or "misses" the sampler's target (``SAMPLING_TARGETS_S``), or ``missing(what)``."""
+    return missing(what) if seconds is None else "meets" if seconds <= SAMPLING_TARGETS_S[sampler] else "misses"
+
+
+def _seeds_subjects(runs: pd.DataFrame, what: str) -> str:
+    """'N seeds × M held-out subjects' of sampler-run rows (the real images' rows not counted)."""
+    if runs.empty:
+        return missing(what)
+    return f"{runs.loc[runs['sampler'] != 'real', 'seed'].nunique()} seeds × {runs['subject'].nunique()} held-out subjects"
 
 
 def _batch_verdict(batches: pd.DataFrame, target: float) -> str:
@@ -801,8 +810,7 @@ def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, st
                 f[f"sn_probe_{key}_{engine}{'_bias' if bias else ''}"] = number(_get(at, (conv, bias, engine)), "+.1e", what)
     what = "sampler runs of the FP32 baseline (quality/sampler_numerics.csv)"
     s = tables.sampler_numerics(root, q) if q else pd.DataFrame()
-    f["sn_n"] = (missing(what) if s.empty else
-                 f"{s.loc[s['sampler'] != 'real', 'seed'].nunique()} seeds × {s['subject'].nunique()} held-out subjects")
+    f["sn_n"] = _seeds_subjects(s, what)
     curve = tables.plateau(tables.heldout_curve(root, q, "sampler_numerics_heldout")) if q else None
     f["sn_step"] = number(curve and curve["last_step"], ",", "quality/sampler_numerics_heldout.csv")
     by = _numerics_summary(s)

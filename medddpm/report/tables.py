@@ -587,6 +587,12 @@ def sampler_numerics(root: Path, gpu: str) -> pd.DataFrame:
 PRECISION_REFERENCE = "baseline"  # precision: every run's voxels and quality against this configuration's same run (FP32)
 
 
+def precision_runs(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/precision.csv`` of the newest checkpoint: one row per sample (run, seed, subject),
+    each run judged against the FP32 baseline's DDPM 250."""
+    return _newest_checkpoint_runs(root, gpu, "precision", PRECISION_REFERENCE)
+
+
 def precision(root: Path, gpu: str) -> pd.DataFrame:
     """``quality/precision.csv`` and ``precision_agreement.csv`` of the newest checkpoint: one row
     per sampler run (``sampler_summary``, judged against the FP32 baseline's DDPM 250) with, for
@@ -596,7 +602,7 @@ def precision(root: Path, gpu: str) -> pd.DataFrame:
     (mean and lowest) and 3D SSIM (mean)."""
     from ..sample_quality import RUN_KEYS
 
-    runs = _newest_checkpoint_runs(root, gpu, "precision", PRECISION_REFERENCE)
+    runs = precision_runs(root, gpu)
     if runs.empty:
         return runs
     out = sampler_summary(runs)
