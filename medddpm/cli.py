@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import CONFIGS, DEFAULT_ETA
+from .config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES
 from .errors import InputError, MedddpmError
+from .solvers import RECOMMENDED, SAMPLERS, SPACINGS
 
 
 def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -212,18 +213,19 @@ def cmd_sample(a: argparse.Namespace) -> None:
     with _ranks(a) as (world, device):
         written = world.checked(lambda: sample_masks(
             a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
-            progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip))
+            progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip,
+            spacing=a.spacing))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
 
 def _bench_inputs(a: argparse.Namespace, training: bool):
     """Model, configurations, device and size of ``bench`` / ``bench-sample``, checked."""
-    from .config import model_preset, run_config
+    from .config import model_preset, run_config, sampling_config
     from .runtime import resolve_device
 
     cfg = model_preset(a.model)
-    configs = [run_config(c, training) for c in a.config.split(",")]
+    configs = [run_config(c, training) if training else sampling_config(c) for c in a.config.split(",")]
     device = resolve_device(a.device)
     size = _size(a.size, cfg.native_size)
     cfg.check_size(size)
@@ -268,8 +270,9 @@ def cmd_bench_sample(a: argparse.Namespace) -> None:
     from . import sample_bench
 
     _benches(a, lambda cfg, knobs, size, device: sample_bench.bench_sample(
-                 cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed, eta=a.eta),
-             lambda row: (f"{row['gpu']} {row['config']:<16} {row['size']} {row['sampler']} {row['steps']} steps, "
+                 cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed, eta=a.eta, spacing=a.spacing),
+             lambda row: (f"{row['gpu']} {row['config']:<16} {row['size']} {row['sampler']} {row['steps']} steps"
+                          f"{' (' + row['spacing'] + ')' if row['spacing'] else ''}, "
                           f"batch {row['batch']}: {row['s_per_volume_median']:.3f} s/volume (min "
                           f"{row['s_per_volume_min']:.3f}, max {row['s_per_volume_max']:.3f}), peak "
                           f"{row['peak_mem_gib']:.2f} GiB"),
@@ -346,8 +349,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint", required=True, help="a checkpoint.pt written by train")
     s.add_argument("--masks", required=True, help="folder of mask NIfTI files")
     s.add_argument("--out", required=True, help="folder for the generated NIfTI files (must not hold them yet)")
-    s.add_argument("--sampler", default="ddpm", choices=["ddpm", "ddim"], help="ancestral DDPM or DDIM")
-    s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")
+    s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
+                   help=f"ancestral DDPM, DDIM or a few-step solver (default {RECOMMENDED.sampler}: {RECOMMENDED.why})")
+    s.add_argument("--steps", type=int, help=f"denoising steps (default: {RECOMMENDED.steps} for {RECOMMENDED.sampler}; "
+                   "all timesteps for ddpm and ddim)")
+    s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps: uniform in time, in log-SNR "
+                   f"or quadratic in time (default {RECOMMENDED.spacing})")
     s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (0 = deterministic; default {DEFAULT_ETA:g}: "
                    "at 0 the trained model's samples lose in-brain agreement)")
     s.add_argument("--seed", type=int, default=0, help="random seed")
@@ -355,7 +362,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
-    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast-w16-tnorm-tconv-fold-up-update on a GPU, baseline on a CPU), one of: {configs}")
+    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast on a GPU, baseline on a CPU); "
+                   f"fast = {SAMPLING_ALIASES['fast']}, fast-fp8 = {SAMPLING_ALIASES['fast-fp8']}; or one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
@@ -379,10 +387,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile, autotune, graph capture)")
     s.set_defaults(func=cmd_bench)
 
-    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration", "fast-w16-tnorm-tconv-fold-up-update",
+    s = bench_parser("bench-sample", "time the sampling of whole volumes per configuration (fast, fast-fp8 or any)", "fast",
                      "sample_bench.csv", "repeat's time")
-    s.add_argument("--sampler", default="ddim", choices=["ddpm", "ddim"], help="ancestral DDPM (all T steps) or DDIM")
-    s.add_argument("--steps", type=int, help="DDIM steps (default: all timesteps)")
+    s.add_argument("--sampler", default="ddim", choices=SAMPLERS, help="ancestral DDPM (all T steps), DDIM or a "
+                   "few-step solver")
+    s.add_argument("--steps", type=int, help="denoising steps (default: all timesteps)")
+    s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps (default logsnr)")
     s.add_argument("--batch", type=int, default=1, help="volumes sampled together; times are per volume")
     s.add_argument("--repeats", type=int, default=3, help="timed runs after one untimed warm-up run")
     s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (default {DEFAULT_ETA:g}, as `sample`)")

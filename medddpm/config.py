@@ -184,6 +184,7 @@ class Knobs:
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
     fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
+    chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
@@ -220,6 +221,8 @@ class Knobs:
             raise ValueError("triton_conv's kernels read and write NDHWC activations: it needs channels_last=True")
         if self.triton_upsample and not self.fused_ops:
             raise ValueError("triton_upsample replaces the fused NDHWC upsampling: it needs fused_ops=True")
+        if self.chain_graph and not self.cuda_graphs:
+            raise ValueError("chain_graph captures a sampler's chain as a CUDA graph: it needs cuda_graphs=True")
         if self.graph_owned_grads and not self.cuda_graphs:
             raise ValueError("graph_owned_grads changes how the step's CUDA graph holds gradients: it needs cuda_graphs=True")
         if self.fold_conv_bias and not self.triton_norm:
@@ -315,9 +318,11 @@ _W16_UPDATE = _rung(_W16_UP, "fast-w16-tnorm-tconv-fold-up-update", compiled_upd
 _W16_TABLE = _rung(_W16_UP, "fast-w16-tnorm-tconv-fold-up-table", timestep_table=True)  # fold-up + the time addends from a table
 _FP8_SKIP = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-fp8skip", fp8_convs="skip")  # + the 2C→C decoder convolutions in FP8
 _FP8_ALL = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-fp8", fp8_convs="all")  # + every ≤ 64-channel 3³ convolution in FP8
+_CHAIN = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-chain", chain_graph=True)  # + a few-step chain as one CUDA graph
+_CHAIN_FP8 = _rung(_FP8_SKIP, "fast-w16-tnorm-tconv-fold-up-update-fp8skip-chain", chain_graph=True)  # the same with fp8skip's convolutions
 SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE,
-                                        _FP8_SKIP, _FP8_ALL)
-SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample", "timestep_table", "compiled_update", "fp8_convs")  # knobs training refuses (run_config(training=True))
+                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8)
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
@@ -327,8 +332,18 @@ ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproducti
 
 
 def ungraphed(knobs: Knobs) -> Knobs:
-    """``knobs`` with the step run eagerly: no CUDA graph, so no graph-owned gradients either."""
-    return replace(knobs, cuda_graphs=False, graph_owned_grads=False)
+    """``knobs`` with the step run eagerly: no CUDA graph, so no graph-owned gradients or chain graph either."""
+    return replace(knobs, cuda_graphs=False, graph_owned_grads=False, chain_graph=False)
+
+
+# Names a person types for sampling: `fast` samples with the recommended sampling variant of `fast`'s
+# denoiser (its rows record that variant's own name), `fast-fp8` with the same plus fp8skip's FP8 convolutions.
+SAMPLING_ALIASES: dict[str, str] = {"fast": _CHAIN.name, "fast-fp8": _CHAIN_FP8.name}
+
+
+def sampling_config(name: str) -> Knobs:
+    """The configuration a sampler runs under ``name``: a ``SAMPLING_ALIASES`` name or any configuration."""
+    return run_config(SAMPLING_ALIASES.get(name, name))
 
 
 def run_config(name: str, training: bool = False) -> Knobs:
@@ -346,5 +361,5 @@ def run_config(name: str, training: bool = False) -> Knobs:
 __all__ = [
     "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
     "LADDER", "KERNEL_VARIANTS", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
-    "model_preset", "run_config", "from_dict", "asdict", "replace",
+    "model_preset", "run_config", "sampling_config", "SAMPLING_ALIASES", "from_dict", "asdict", "replace",
 ]

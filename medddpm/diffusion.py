@@ -1,5 +1,6 @@
 """Gaussian diffusion for Med-DDPM (paper §2.1): cosine schedule, q_sample, ε-prediction loss,
-posterior, ancestral DDPM sampling and DDIM, always conditioned on the mask.
+posterior, ancestral DDPM sampling, DDIM and the few-step solvers of ``solvers``, always
+conditioned on the mask.
 
 Equation numbers refer to Ho et al. (2020) "DDPM" and Song et al. (2021) "DDIM".
 """
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DiffusionConfig
+from .solvers import DEFAULT_SPACING, DEFAULT_STEPS, SOLVERS, Plan, check_sampler, make_plan, run_plan
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
 Generators = torch.Generator | Sequence[torch.Generator] | None  # one for the batch, or one per volume
@@ -76,6 +78,10 @@ class GaussianDiffusion(nn.Module):
         }
         for name, value in buffers.items():
             self.register_buffer(name, value, persistent=False)
+        self.abar_host = abar.tolist()  # ᾱ_t as Python floats: a solver's coefficients need no device read
+        self.plans: dict[tuple[str, int, str], Plan] = {}
+        # a solver's whole chain as one CUDA graph (engine.GraphedChain, Knobs.chain_graph), else eager
+        self.chain: Callable[..., Tensor] | None = None
 
     @property
     def num_timesteps(self) -> int:
@@ -98,17 +104,19 @@ class GaussianDiffusion(nn.Module):
         x = torch.cat([x_t, mask], dim=1)
         return self.model(x if self.input_format is None else x.contiguous(memory_format=self.input_format), t)
 
-    def conditioned(self, mask: Tensor, channels: int) -> Callable[[Tensor, Tensor], Tensor]:
+    def conditioned(self, mask: Tensor, channels: int, net: Denoiser | None = None) -> Callable[[Tensor, Tensor], Tensor]:
         """ε_θ(x_t, t) of one sampling chain on ``mask``: the mask is written once into the
         denoiser's input buffer, in ``input_format``, and each step copies only x_t into the
-        buffer's first ``channels`` channels (no concatenation, no layout copy per step)."""
+        buffer's first ``channels`` channels (no concatenation, no layout copy per step). ``net``:
+        another denoiser than ``self.model`` (the un-graphed one, inside a chain's graph)."""
         buf = torch.empty((mask.shape[0], channels + mask.shape[1], *mask.shape[2:]), device=mask.device,
                           dtype=mask.dtype, memory_format=self.input_format or torch.contiguous_format)
         buf[:, channels:] = mask
+        model = self.model if net is None else net
 
         def eps(x_t: Tensor, t: Tensor) -> Tensor:
             buf[:, :channels] = x_t
-            return self.model(buf, t)
+            return model(buf, t)
         return eps
 
     # ---- training ---------------------------------------------------------------------------
@@ -195,6 +203,32 @@ class GaussianDiffusion(nn.Module):
                 x = x + sigma * randn(shape, generator, mask.device, mask.dtype)
             yield i, x
 
+    def plan(self, sampler: str, steps: int, spacing: str) -> Plan:
+        """The few-step ``sampler``'s chain on this schedule (``solvers.make_plan``), made once."""
+        key = (sampler, steps, spacing)
+        if key not in self.plans:
+            self.plans[key] = make_plan(self.abar_host, sampler, steps, spacing)
+        return self.plans[key]
+
+    @torch.no_grad()
+    def solve(self, mask: Tensor, channels: int, sampler: str, steps: int, spacing: str,
+              generator: Generators = None, clip: bool = True, on_step: Callable[[], object] | None = None) -> Tensor:
+        """A few-step solver's chain (``solvers``) from x_T drawn from ``generator``; the SDE
+        solvers' fresh noise comes from the same generator(s), in step order. With ``self.chain``
+        the whole chain replays as one CUDA graph, its noise drawn first (the same numbers)."""
+        self._check_mask(mask, channels)
+        plan = self.plan(sampler, steps, spacing)
+        shape = (mask.shape[0], channels, *mask.shape[2:])
+        x = randn(shape, generator, mask.device, mask.dtype)
+        if self.chain is None:
+            return run_plan(plan, self.conditioned(mask, channels), x, self.abar_host,
+                            lambda _: randn(shape, generator, mask.device, mask.dtype), clip, on_step)
+        noises = [randn(shape, generator, mask.device, mask.dtype) for _ in range(plan.noises)]
+        out = self.chain(plan, mask, channels, x, noises, clip)
+        for _ in plan.steps if on_step is not None else ():
+            on_step()
+        return out
+
     def sample(
         self,
         mask: Tensor,
@@ -205,17 +239,22 @@ class GaussianDiffusion(nn.Module):
         generator: Generators = None,
         clip: bool = True,
         on_step: Callable[[], object] | None = None,
+        spacing: str | None = None,
     ) -> Tensor:
-        """Generate images for ``mask`` (N, mask_channels, ...) in [-1, 1]; ``on_step()`` is
-        called after every denoising step (a progress bar)."""
+        """Generate images for ``mask`` (N, mask_channels, ...) in [-1, 1] with ``sampler`` (one of
+        ``solvers.SAMPLERS``); ``on_step()`` is called after every denoising step (a progress bar).
+        ``steps`` and ``spacing`` apply to the few-step solvers (default ``solvers.DEFAULT_STEPS``
+        and ``DEFAULT_SPACING``); DDIM takes ``steps`` (default all T) uniformly in time."""
+        check_sampler(sampler, steps, spacing, self.num_timesteps)
+        if sampler in SOLVERS:
+            return self.solve(mask, channels, sampler, min(DEFAULT_STEPS, self.num_timesteps) if steps is None else steps,
+                              spacing or DEFAULT_SPACING, generator, clip, on_step)
+        if sampler == "ddim" and spacing not in (None, "time"):
+            raise ValueError("ddim spaces its steps uniformly in time; --spacing is for the few-step solvers")
         if sampler == "ddpm":
-            if steps not in (None, self.num_timesteps):
-                raise ValueError(f"the ddpm sampler runs all {self.num_timesteps} steps; use ddim for fewer")
             it = self.ddpm_steps(mask, channels, generator, clip)
-        elif sampler == "ddim":
-            it = self.ddim_steps(mask, channels, self.num_timesteps if steps is None else steps, eta, generator, clip)
         else:
-            raise ValueError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
+            it = self.ddim_steps(mask, channels, self.num_timesteps if steps is None else steps, eta, generator, clip)
         x = None
         for _, x in it:
             if on_step is not None:

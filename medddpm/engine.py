@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from .config import DiffusionConfig, Knobs, ModelConfig, ungraphed
 from . import fp8
 from .diffusion import GaussianDiffusion
+from .solvers import Plan, run_plan
 from .model import UNet3D, freeze_channel_padding
 from .runtime import benchmark_limit, set_backend_flags, tf32_state
 
@@ -57,7 +58,7 @@ def side_stream(device: torch.device) -> Iterator[None]:
 
 
 def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> Knobs:
-    """The knobs that run on ``device``: on a CPU, compile, CUDA graphs, the fused Adam and a
+    """The knobs that run on ``device``: on a CPU, compile, CUDA graphs (a sampler's chain graph too), the fused Adam and a
     device-side data cache fall back to eager PyTorch, the reference path. With several ranks and
     ``grad_sync`` "ddp" the step is not captured as a CUDA graph (DDP's all-reduces stay eager);
     with "flat" the one all-reduce is captured with the step (and the gradients stay in its flat
@@ -147,6 +148,50 @@ class GraphedDenoiser:
         return static, out, graph
 
 
+class GraphedChain:
+    """A few-step solver's whole chain (``solvers.run_plan``: every denoiser call and update)
+    captured as one CUDA graph per (plan, clip, shapes) and replayed (``Knobs.chain_graph``): the
+    mask, x_T and the chain's noise are copied into the graph's inputs, so a replay computes what
+    the eager chain computes from the same numbers, with no host work between steps. At most
+    ``KEEP`` graphs are held (the oldest is released first). Call it inside ``autocast`` and
+    inference mode."""
+
+    WARMUP = 2  # eager chains on a side stream before a chain is captured (compile, autotune)
+    KEEP = 4  # graphs held at once: each holds its chain's memory
+
+    def __init__(self, diffusion: GaussianDiffusion, net: nn.Module | Callable, device: torch.device) -> None:
+        self.diffusion, self.net, self.device = diffusion, net, device
+        self.graphs: dict[tuple, tuple[list[Tensor], Tensor, torch.cuda.CUDAGraph]] = {}
+
+    def __call__(self, plan: Plan, mask: Tensor, channels: int, x: Tensor, noises: Sequence[Tensor],
+                 clip: bool = True) -> Tensor:
+        inputs = [mask, x, *noises]
+        key = (plan, clip, channels, *((tuple(a.shape), a.dtype, a.stride()) for a in inputs))
+        if key not in self.graphs:
+            while len(self.graphs) >= self.KEEP:
+                self.graphs.pop(next(iter(self.graphs)))[2].reset()
+            self.graphs[key] = self._capture(plan, inputs, channels, clip)
+        static, out, graph = self.graphs[key]
+        for dst, src in zip(static, inputs):
+            dst.copy_(src, non_blocking=True)
+        graph.replay()
+        return out.clone()  # the graph's output buffer is overwritten by the next replay
+
+    def _capture(self, plan: Plan, inputs: Sequence[Tensor], channels: int, clip: bool):
+        static = [a.clone() for a in inputs]
+
+        def chain() -> Tensor:  # the mask is written into the denoiser's input inside the graph
+            eps = self.diffusion.conditioned(static[0], channels, self.net)
+            return run_plan(plan, eps, static[1], self.diffusion.abar_host, static[2:], clip)
+        with side_stream(self.device):
+            for _ in range(self.WARMUP):
+                chain()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain()
+        return static, out, graph
+
+
 # Layers whose weights and biases bf16 autocast casts to bf16 at every call (``Knobs.bf16_weights``).
 AUTOCAST_BF16_LAYERS = (nn.Conv1d, nn.Conv3d, nn.Linear)
 
@@ -186,9 +231,10 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if knobs.fp8_convs != "none":  # after the cast: the bf16 weights quantized
         model.use_fp8_convs(knobs.fp8_convs)
     net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
-    if knobs.cuda_graphs:
-        net = GraphedDenoiser(net, device)
-    diffusion = GaussianDiffusion(net, diffusion_cfg, memory_format(knobs), knobs.compile and knobs.compiled_update)
+    diffusion = GaussianDiffusion(GraphedDenoiser(net, device) if knobs.cuda_graphs else net, diffusion_cfg,
+                                  memory_format(knobs), knobs.compile and knobs.compiled_update)
+    if knobs.chain_graph:
+        diffusion.chain = GraphedChain(diffusion, net, device)
     return model, diffusion.to(device), knobs
 
 

@@ -1,4 +1,4 @@
-"""Timing the sampling of whole volumes (DDPM or DDIM) per run configuration.
+"""Timing the sampling of whole volumes (DDPM, DDIM or a few-step solver) per run configuration.
 
 Seeded weights and phantom masks, so no checkpoint or data is needed. One untimed short run
 (DDIM and DDPM, ``WARMUP_STEPS`` steps each) per shape compiles, autotunes and captures the denoiser's CUDA
@@ -22,10 +22,11 @@ from .engine import autocast, inference
 from .errors import InputError
 from .quality import phantom_batch, seeded_weights
 from .runtime import env_info
+from .solvers import DEFAULT_SPACING, SOLVERS, check_sampler
 
 COLUMNS = [
     "gpu", "config", "model", "size", "batch", "sampler", "steps", "s_per_volume_median", "s_per_volume_min",
-    "s_per_volume_max", "peak_mem_gib", "torch", "cuda", "cudnn", "eta",
+    "s_per_volume_max", "peak_mem_gib", "torch", "cuda", "cudnn", "eta", "spacing",
 ]
 WARMUP_STEPS = 3  # DDIM steps of the untimed run: enough to compile and capture every call shape
 
@@ -60,14 +61,17 @@ def warm_sampler(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
 def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
                  sampler: str = "ddim", steps: int | None = 50, batch: int = 1, repeats: int = 3,
                  seed: int = 0, diffusion_cfg: DiffusionConfig = DiffusionConfig(),
-                 eta: float = DEFAULT_ETA) -> dict[str, Any]:
+                 eta: float = DEFAULT_ETA, spacing: str | None = None) -> dict[str, Any]:
     """Seconds per volume to sample ``batch`` volumes with ``sampler`` (``steps`` DDIM steps at
-    ``eta``, or all T for DDPM, whose η is 1), median/min/max over ``repeats`` warm runs; one CSV
+    ``eta``, all T for DDPM, whose η is 1, or a few-step solver's ``steps`` at ``spacing``),
+    median/min/max over ``repeats`` warm runs after one untimed run of the same chain; one CSV
     row plus the raw times."""
-    if sampler not in ("ddpm", "ddim"):
-        raise InputError(f"--sampler must be 'ddpm' or 'ddim', got {sampler!r}")
-    if sampler == "ddpm" and steps not in (None, diffusion_cfg.timesteps):
-        raise InputError(f"the ddpm sampler runs all {diffusion_cfg.timesteps} steps; use --sampler ddim for {steps}")
+    try:
+        check_sampler(sampler, steps, spacing, diffusion_cfg.timesteps)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if sampler in SOLVERS:
+        spacing = spacing or DEFAULT_SPACING
     if eta < 0:
         raise InputError(f"--eta must be >= 0, got {eta}")
     steps = diffusion_cfg.timesteps if steps is None else steps
@@ -77,11 +81,13 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
     timer = Timer(device)
     times = []
     with warm_sampler(model_cfg, knobs, size, device, batch, seed, diffusion_cfg) as (diffusion, masks, gen):
+        if sampler in SOLVERS:  # the chain itself, once untimed (its CUDA graph is captured here)
+            diffusion.sample(masks, model_cfg.out_channels, sampler, steps, eta, gen, spacing=spacing)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(repeats):
             a = timer.mark()
-            diffusion.sample(masks, model_cfg.out_channels, sampler, steps, eta, gen)
+            diffusion.sample(masks, model_cfg.out_channels, sampler, steps, eta, gen, spacing=spacing)
             times.append(timer.ms(a, timer.mark()) / 1e3 / batch)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     env = env_info(device)
@@ -91,7 +97,8 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         "s_per_volume_median": round(statistics.median(times), 4), "s_per_volume_min": round(min(times), 4),
         "s_per_volume_max": round(max(times), 4), "peak_mem_gib": round(peak, 3),
         "torch": env["torch"], "cuda": env["cuda"], "cudnn": env["cudnn"],
-        "eta": 1.0 if sampler == "ddpm" else eta,
+        "eta": 1.0 if sampler == "ddpm" else (eta if sampler == "ddim" else float("nan")),
+        "spacing": spacing or ("time" if sampler == "ddim" else ""),
     }
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -16,6 +16,13 @@
                                                   #   sampler_slices.parquet; [--name N --reference baseline]
                                                   #   → N.csv, N_agreement.csv (voxels vs baseline's run)
 
+    quality.py gate --out OUT --data DEMO --checkpoint CKPT --seeds 0,1,2,3 --configs fast \
+                    --runs dpm2m-sde10-logsnr,ddim50,... [--work W] [--slices dpm2m-sde10-logsnr:fast]
+                                                  # FP32 DDPM 250 (the band) and every run × config on the
+                                                  # held-out masks (W/gate/<run>/, kept: resumable) →
+                                                  # sampler_gate.csv, sampler_diversity.csv,
+                                                  # sampler_verdicts.csv, sampler_gate_slices.parquet
+
 DEMO is a folder with images/ and masks/ (``medddpm demo-data``); its last ``--held-out``
 subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.quality`` and
 ``medddpm.sample_quality``; rows append atomically, with the run's environment beside each table.
@@ -29,7 +36,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from medddpm.config import model_preset, run_config
+from medddpm.config import model_preset, run_config, sampling_config
 from medddpm.data import MASK_LABELS, pair_files
 from medddpm.errors import InputError
 from medddpm.io import append_csv, atomic_path, write_text_atomic
@@ -172,9 +179,51 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
           .mean().round(3).to_string())
 
 
+def gate(a: argparse.Namespace, out: Path) -> None:
+    """The samplers' quality gate (``medddpm.sampler_gate``): FP32 DDPM 250 over ``--seeds`` gives
+    each held-out subject's band; every run × configuration of ``--runs`` passes inside it or not."""
+    import os
+
+    from medddpm.data import read_image
+    from medddpm.sample_quality import REAL, brain_labels, orthogonal_slices
+    from medddpm.sampler_gate import REFERENCE, GateRun, gate_tables, passing, sample_runs, verdicts
+
+    ref = GateRun(*REFERENCE)
+    runs = [GateRun.parse(ref.spec, ref.config, seed) for seed in a.seeds]
+    runs += [GateRun.parse(spec, c, seed) for spec in a.runs.split(",") for c in a.configs for seed in a.seeds]
+    runs = list(dict.fromkeys(runs))
+    _, held = _pairs(a)
+    masks = split(a)
+    device = resolve_device(a.device)
+    folders = sample_runs(a.checkpoint, masks, Path(a.work) / "gate", runs, device)
+    labels = brain_labels(held, MASK_LABELS[a.model])
+    real = {p.subject: read_image(p.image)[0] for p in held}
+    samples, diversity = gate_tables(folders, held, labels, real, workers=min(8, os.cpu_count() or 1))
+    table = verdicts(samples, diversity)
+    env = env_info(device)
+    for name, df in (("sampler_gate", samples), ("sampler_diversity", diversity), ("sampler_verdicts", table)):
+        append_csv(out / f"{name}.csv", df.assign(checkpoint=str(a.checkpoint)), env)
+    if a.slices:  # the chapter's figure: the reference and named runs, first seed, every held-out subject
+        from medddpm.sample_quality import read_sample
+        from medddpm.data import strip_nifti_suffix
+
+        chosen = [ref] + [GateRun.parse(s.split(":")[0], sampling_config(s.split(":")[-1]).name, a.seeds[0])
+                          for s in a.slices.split(",")]
+        missing = [r.name for r in chosen if r not in folders]
+        if missing:
+            raise InputError(f"--slices names runs this call did not sample: {', '.join(missing)}")
+        vols = {REAL: real, **{r.spec + ":" + r.config: {p.subject: read_sample(folders[r] / f"{strip_nifti_suffix(p.mask.name)}.nii.gz")
+                                                         for p in held} for r in chosen}}
+        with atomic_path(out / "sampler_gate_slices.parquet") as tmp:
+            orthogonal_slices(vols, labels).to_parquet(tmp, index=False)
+    print(passing(table).to_string())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["agree", "parity", "split", "sample", "compare", "samplers"], help="which step")
+    p.add_argument("what", choices=["agree", "parity", "split", "sample", "compare", "samplers", "gate"], help="which step")
+    p.add_argument("--slices", default="", help="gate: runs (spec:config, comma-separated) whose first seed's "
+                   "slices go to sampler_gate_slices.parquet beside FP32 DDPM 250's")
     p.add_argument("--runs", default=DEFAULT_RUNS, help="samplers: comma-separated ddpm250 / ddim<N>-eta<η>, "
                    "each optionally followed by -noclip")
     p.add_argument("--out", help="results folder of this GPU (tables go to OUT/quality/)")
@@ -197,13 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="samplers", help="samplers: the table's name (NAME.csv; with --reference among "
                    "--configs also NAME_agreement.csv, each run's voxels against the reference's same run)")
     a = p.parse_args(argv)
-    a.configs = [run_config(c).name for c in a.configs.split(",")]
+    resolve = sampling_config if a.what == "gate" else run_config  # the gate samples: `fast` is its sampling variant
+    a.configs = [resolve(c).name for c in a.configs.split(",")]
     a.seeds = [int(s) for s in a.seeds.split(",")]
     a.keep = set(filter(None, a.keep.split(",")))
     if not re.fullmatch(r"[A-Za-z0-9_-]+", a.name):
         p.error(f"--name must be letters, digits, '-' or '_' (a table's file name), got {a.name!r}")
     needs = {"agree": ["out"], "parity": ["out", "data"], "split": ["data"], "sample": ["data", "checkpoint"],
-             "compare": ["out", "data", "samples"], "samplers": ["out", "data", "checkpoint"]}[a.what]
+             "compare": ["out", "data", "samples"], "samplers": ["out", "data", "checkpoint"],
+             "gate": ["out", "data", "checkpoint"]}[a.what]
     missing = [f"--{n}" for n in needs if getattr(a, n) is None]
     if missing:
         p.error(f"{a.what} needs {', '.join(missing)}")
@@ -212,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.what in ("split", "sample"):
             {"split": split, "sample": sample}[a.what](a)
         else:
-            {"agree": agree, "parity": parity, "compare": compare, "samplers": samplers}[a.what](a, out)
+            {"agree": agree, "parity": parity, "compare": compare, "samplers": samplers, "gate": gate}[a.what](a, out)
     except InputError as exc:
         print(f"quality.py: error: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,9 @@
 # for TRAIN_S seconds a call, resumed by the next call until CONVERGE_STEPS; its log, heldout and
 # timing CSVs → OUT/quality/converge_*.csv) · samplers (CKPT, by default the converge run's
 # best.pt, its checkpoint of the lowest held-out loss, sampled by DDPM 250 and DDIM 250/50 at η 0 and 1 under SAMPLER_CONFIGS, each sample
-# against the real image → OUT/quality/samplers.csv, sampler_slices.parquet; resumable). Concurrent copies of this
+# against the real image → OUT/quality/samplers.csv, sampler_slices.parquet; resumable) · gate (the samplers'
+# quality gate of CKPT: FP32 DDPM 250 over GATE_SEEDS gives the band, GATE_RUNS × GATE_CONFIGS are judged inside
+# it → OUT/quality/sampler_gate.csv, sampler_diversity.csv, sampler_verdicts.csv). Concurrent copies of this
 # script must use different OUT folders (tables are appended). Logs: OUT/log.txt, OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: quality_measure.sh OUT DATA WORK STAGE...}; DATA=${2:?}; WORK=${3:?}; shift 3
@@ -69,6 +71,11 @@ for stage in "$@"; do
       run "${LIMIT:-580}" $Q samplers --out "$OUT" --data "$DATA" --work "$WORK" \
         --checkpoint "${CKPT:-$WORK/converge/best.pt}" --configs "${SAMPLER_CONFIGS:-fast-w16-p8}" \
         --seeds "${SAMPLER_SEEDS:-0}" ${SAMPLER_RUNS:+--runs "$SAMPLER_RUNS"} ;;
+    gate)  # the samplers' quality gate: FP32 DDPM 250 over GATE_SEEDS is the band → quality/sampler_*.csv
+      run "${LIMIT:-580}" $Q gate --out "$OUT" --data "$DATA" --work "$WORK" \
+        --checkpoint "${CKPT:-$WORK/converge/best.pt}" --configs "${GATE_CONFIGS:-fast}" \
+        --seeds "${GATE_SEEDS:-0,1,2,3}" --runs "${GATE_RUNS:?GATE_RUNS: comma-separated runs}" \
+        ${GATE_SLICES:+--slices "$GATE_SLICES"} ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done
