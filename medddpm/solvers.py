@@ -40,7 +40,7 @@ from torch import Tensor
 
 SOLVERS = ("dpm2m", "dpm2m-sde", "dpm3m", "dpm3m-sde", "ipndm")  # the few-step samplers of this module
 SAMPLERS = ("ddpm", "ddim", *SOLVERS)  # every sampler GaussianDiffusion.sample takes
-SPACINGS = ("time", "logsnr", "quadratic")  # timestep spacings of a few-step chain
+SPACINGS = ("time", "logsnr", "logsnr-full", "quadratic")  # timestep spacings of a few-step chain (``timesteps``)
 IPNDM_ORDER = 3  # DEIS's iPNDM order in the reference repository's fast sampling (order 3)
 _AB = {1: (1.0,), 2: (1.5, -0.5), 3: (23 / 12, -16 / 12, 5 / 12), 4: (55 / 24, -59 / 24, 37 / 24, -9 / 24)}
 
@@ -87,11 +87,19 @@ def log_snr(abar: Sequence[float] | np.ndarray) -> np.ndarray:
     return 0.5 * (np.log(a) - np.log1p(-a))
 
 
-def timesteps(abar: Sequence[float] | np.ndarray, steps: int, spacing: str = DEFAULT_SPACING) -> list[int]:
-    """``steps`` distinct training timesteps from T − 1 down to 0, spaced uniformly in time, in λ,
-    or quadratically in time (denser near the data). The continuous grid is rounded to the nearest
-    timestep; where rounding would repeat one, the next is moved by one, so there are always
-    ``steps`` of them."""
+def timesteps(abar: Sequence[float] | np.ndarray, steps: int, spacing: str = DEFAULT_SPACING,
+              max_beta: float = 0.999) -> list[int]:
+    """``steps`` distinct training timesteps from T − 1 down to 0:
+
+    * ``time``: uniform in t; ``quadratic``: t ∝ i² (denser near the data, DDIM §D.2);
+    * ``logsnr-full``: uniform in λ over the whole schedule, λ(T − 1) … λ(0);
+    * ``logsnr``: T − 1 first, then uniform in λ over the timesteps whose β is not clipped to
+      ``max_beta``: the cosine schedule's clipped last β puts λ(T − 1) far below the rest (−8.5
+      against −5.1 at T − 2 for T = 250), and a grid that spans it spends 4 of 10 steps at t ≥ 246,
+      where x_t is noise (``logsnr-full``).
+
+    The continuous grid is rounded to the nearest timestep; where rounding would repeat one, the
+    next is moved by one, so there are always ``steps`` of them."""
     T = len(abar)
     if spacing not in SPACINGS:
         raise ValueError(f"unknown spacing {spacing!r}; choose one of {', '.join(SPACINGS)}")
@@ -106,8 +114,16 @@ def timesteps(abar: Sequence[float] | np.ndarray, steps: int, spacing: str = DEF
         cont = u**2 * (T - 1)
     else:
         lam = log_snr(abar)  # decreasing in t
-        target = lam[0] + u * (lam[-1] - lam[0])
+        a = np.asarray(abar, dtype=np.float64)
+        betas = 1 - a / np.concatenate([[1.0], a[:-1]])
+        clipped = int((betas >= max_beta * (1 - 1e-9)).sum()) if spacing == "logsnr" else 0
+        end = T - 1 - clipped  # the noisiest timestep the λ grid spans
+        if spacing == "logsnr" and clipped and steps > 2:
+            u = np.linspace(0.0, 1.0, steps - 1)  # the last point is T − 1 itself
+        target = lam[0] + u * (lam[end] - lam[0])
         cont = np.interp(-target, -lam, np.arange(T, dtype=np.float64))  # t at each λ (interp needs increasing x)
+        if len(cont) < steps:
+            cont = np.append(cont, T - 1)
     ts = [int(round(c)) for c in cont]
     ts[0] = 0
     for i in range(1, steps):  # strictly increasing: push duplicates up ...
