@@ -249,8 +249,6 @@ class GaussianDiffusion(nn.Module):
         if sampler in SOLVERS:
             return self.solve(mask, channels, sampler, min(DEFAULT_STEPS, self.num_timesteps) if steps is None else steps,
                               spacing or DEFAULT_SPACING, generator, clip, on_step)
-        if sampler == "ddim" and spacing not in (None, "time"):
-            raise ValueError("ddim spaces its steps uniformly in time; --spacing is for the few-step solvers")
         if sampler == "ddpm":
             it = self.ddpm_steps(mask, channels, generator, clip)
         else:

@@ -78,7 +78,9 @@ def check_sampler(sampler: str, steps: int | None, spacing: str | None, timestep
             raise ValueError(f"the ddpm sampler runs all {timesteps} steps; use another sampler for {steps}")
         if spacing not in (None, "time"):
             raise ValueError("the ddpm sampler runs every timestep: it takes no --spacing")
-    elif steps is not None and not 1 <= steps <= timesteps:
+    elif sampler == "ddim" and spacing not in (None, "time"):
+        raise ValueError("the ddim sampler spaces its steps uniformly in time: it takes no --spacing")
+    if sampler != "ddpm" and steps is not None and not 1 <= steps <= timesteps:
         raise ValueError(f"--steps must be in [1, {timesteps}] (the schedule's timesteps), got {steps}")
 
 

@@ -24,3 +24,14 @@ def phantoms(tmp_path_factory) -> Path:
 @pytest.fixture
 def tiny():
     return MODEL_PRESETS["tiny"]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(phantoms, tmp_path_factory) -> Path:
+    """One tiny 16³ checkpoint (1 training step on the phantoms), shared by the tests that sample."""
+    from medddpm.cli import main
+
+    run = tmp_path_factory.mktemp("tiny-run")
+    assert main(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+                 "--steps", "1", "--size", "16", "--out", str(run), "--quiet", "--device", "cpu"]) == 0
+    return run / "checkpoint.pt"

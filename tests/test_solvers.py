@@ -159,7 +159,7 @@ def test_bad_sampler_options_are_refused():
         check_sampler("ipndm", 251, None, 250)
     with pytest.raises(ValueError, match="all 250 steps"):
         check_sampler("ddpm", 10, None, 250)
-    with pytest.raises(ValueError, match="ddim spaces"):
+    with pytest.raises(ValueError, match="takes no --spacing"):
         exact_diffusion().sample(torch.zeros(1, 2, 4, 4, 4), 1, "ddim", 5, spacing="logsnr")
 
 

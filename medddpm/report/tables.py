@@ -316,14 +316,17 @@ FULL_SIZE = "128x128x128"  # the paper's whole-head volume, as bench tables writ
 
 
 def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, every_eta: bool = False) -> pd.DataFrame:
-    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of volumes of ``size`` (None:
-    every size); the newest row of each (GPU, configuration, size, sampler, steps, batch, η) wins, as
-    in ``bench``, and of a DDIM chain timed at several η the one at ``DEFAULT_ETA`` (η costs no time:
-    one noise draw a step; ``every_eta`` keeps each η). Rows written before the table had an ``eta``
-    column ran DDIM at η = 0."""
+    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of DDPM and DDIM chains of
+    volumes of ``size`` (None: every size); the newest row of each (GPU, configuration, size,
+    sampler, steps, batch, η) wins, as in ``bench``, and of a DDIM chain timed at several η the one
+    at ``DEFAULT_ETA`` (η costs no time: one noise draw a step; ``every_eta`` keeps each η). Rows
+    written before the table had an ``eta`` column ran DDIM at η = 0. The few-step solvers' rows:
+    ``solver_bench``."""
     sb = results_csv(root, gpus, "sample_bench")
     if size is not None and not sb.empty:
         sb = sb[sb["size"] == size]
+    if not sb.empty:
+        sb = sb[sb["sampler"].isin(["ddpm", "ddim"])]
     if sb.empty:
         return sb
     eta = sb["eta"] if "eta" in sb else pd.Series(np.nan, index=sb.index)
@@ -334,6 +337,19 @@ def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, ever
         return ordered(sb.reset_index(drop=True), ["gpu_slug", "config"])
     sb = sb.assign(_pref=sb["eta"] != DEFAULT_ETA).sort_values("_pref", kind="stable").drop_duplicates(keys)
     return ordered(sb.drop(columns="_pref").sort_index().reset_index(drop=True), ["gpu_slug", "config"])
+
+
+def solver_bench(root: Path, gpus: list[str], size: str = FULL_SIZE) -> pd.DataFrame:
+    """``sample_bench.csv`` rows of the few-step solvers (``solvers.SOLVERS``) at ``size``: the
+    newest row of each (GPU, configuration, sampler, steps, spacing, batch)."""
+    from ..solvers import SOLVERS
+
+    sb = results_csv(root, gpus, "sample_bench")
+    if sb.empty or "spacing" not in sb:
+        return pd.DataFrame()
+    sb = sb[(sb["size"] == size) & sb["sampler"].isin(SOLVERS)]
+    keys = ["gpu_slug", "config", "sampler", "steps", "spacing", "batch"]
+    return sb.drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
 def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

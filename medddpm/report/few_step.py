@@ -1,0 +1,213 @@
+"""Chapter 07's few-step samplers: the quality gate's verdicts (``quality/sampler_verdicts.csv``,
+``medddpm.sampler_gate``), the solvers' timings, the facts the prose quotes and the figures.
+
+A store may hold the gate on any GPU, or on none: every function returns its full shape then,
+and every fact reads "—" with what is missing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..config import SAMPLING_ALIASES
+from ..sampler_gate import REFERENCE, RUN_COLUMNS
+from ..solvers import RECOMMENDED, SOLVERS
+from . import tables
+from .facts import missing, number, roles
+from .present import gpu_name
+
+FAST, FAST_FP8 = SAMPLING_ALIASES["fast"], SAMPLING_ALIASES["fast-fp8"]
+CONFIG_LABELS = {FAST: "fast", FAST_FP8: "fast-fp8", "baseline": "FP32"}  # the chapter's names for the gate's configurations
+METRIC_LABELS = {"brain_corr": "in-brain r with the real image", "background_mean": "background mean",
+                 "hist_w1": "in-brain histogram W1 to the real image"}
+
+
+def gate_gpu(root: Path, gpus: list[str]) -> str | None:
+    """The GPU whose store holds the gate (the committed H200 first, then the H100, then any)."""
+    return roles([g for g in gpus if (Path(root) / g / "quality" / "sampler_verdicts.csv").exists()])["ref"]
+
+
+def verdicts(root: Path, gpu: str | None) -> pd.DataFrame:
+    """Every (checkpoint, run, subject) row of the gate, the newest of duplicates, with ``label``:
+    the run as the chapter names it ('dpm2m-sde 12 logsnr · fast')."""
+    path = Path(root) / str(gpu) / "quality" / "sampler_verdicts.csv"
+    if gpu is None or not path.exists():
+        return pd.DataFrame(columns=[*RUN_COLUMNS, "subject", "checkpoint", "verdict", "label", "seeds", "brain_corr",
+                                     "background_mean", "hist_w1", "ssim_between_seeds", "corr_low", "background_low",
+                                     "background_high", "w1_high", "ssim_high"])
+    v = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    v["spacing"] = v["spacing"].fillna("")
+    v = v.drop_duplicates(["checkpoint", *RUN_COLUMNS, "subject"], keep="last").reset_index(drop=True)
+    return v.assign(label=[run_label(*k) for k in zip(*(v[c] for c in RUN_COLUMNS))])
+
+
+def run_label(sampler: str, steps: int, spacing: str, config: str) -> str:
+    return f"{sampler} {steps}{' ' + spacing if spacing else ''} · {CONFIG_LABELS.get(config, config)}"
+
+
+def main_checkpoint(v: pd.DataFrame) -> str | None:
+    """The checkpoint the chapter shows: the newest that judged the recommended sampler under
+    ``fast``, else the one with the most judged runs (the newest of a tie)."""
+    if v.empty:
+        return None
+    rec = v[v["label"] == run_label(RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing, FAST)]
+    if len(rec):
+        return str(rec["checkpoint"].iloc[-1])
+    counts = v.drop_duplicates(["checkpoint", *RUN_COLUMNS]).groupby("checkpoint", sort=False).size()
+    return counts[counts == counts.max()].index[-1]
+
+
+def runs(root: Path, gpu: str | None) -> pd.DataFrame:
+    """One row per run of the main checkpoint: its verdict, its metrics' mean over subjects, the
+    verdicts at the other checkpoints, and the seconds per 128³ volume (batch 1) where that run's
+    configuration and chain were timed on the same GPU (``s_per_volume``; NaN where not)."""
+    v = verdicts(root, gpu)
+    ckpt = main_checkpoint(v)
+    cols = [*RUN_COLUMNS, "label", "verdict", "brain_corr", "background_mean", "hist_w1", "ssim_between_seeds",
+            "seeds", "other_checkpoints", "s_per_volume"]
+    if ckpt is None:
+        return pd.DataFrame(columns=cols)
+    main = v[v["checkpoint"] == ckpt]
+    out = main.groupby([*RUN_COLUMNS, "label", "verdict"], as_index=False, sort=False)[
+        ["brain_corr", "background_mean", "hist_w1", "ssim_between_seeds", "seeds"]].mean()
+    other = v[v["checkpoint"] != ckpt].drop_duplicates(["checkpoint", *RUN_COLUMNS])
+    out["other_checkpoints"] = [", ".join(other.loc[other["label"] == lab, "verdict"]) or "—" for lab in out["label"]]
+    out["s_per_volume"] = [seconds(root, gpu, *k) for k in zip(*(out[c] for c in RUN_COLUMNS))]
+    return out[cols]
+
+
+def seconds(root: Path, gpu: str, sampler: str, steps: int, spacing: str, config: str, batch: int = 1) -> float:
+    """Median seconds per 128³ volume of that chain on ``gpu`` (newest row), NaN where not timed."""
+    if sampler in SOLVERS:
+        sb = tables.solver_bench(root, [gpu])
+        sel = sb[(sb["config"] == config) & (sb["sampler"] == sampler) & (sb["steps"] == steps)
+                 & (sb["spacing"] == spacing) & (sb["batch"] == batch)] if not sb.empty else sb
+    else:
+        sb = tables.sample_bench(root, [gpu])
+        sel = sb[(sb["config"] == config) & (sb["sampler"] == sampler) & (sb["steps"] == steps)
+                 & (sb["batch"] == batch)] if not sb.empty else sb
+    return float(sel["s_per_volume_median"].iloc[-1]) if len(sel) else float("nan")
+
+
+def _verdict_of(r: pd.DataFrame, sampler: str, steps: int, spacing: str, config: str) -> str | None:
+    sel = r[(r["sampler"] == sampler) & (r["steps"] == steps) & (r["spacing"] == spacing) & (r["config"] == config)]
+    return None if sel.empty else str(sel["verdict"].iloc[0])
+
+
+def facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """The few-step section's numbers (``fs_*``), every name always present."""
+    g = gate_gpu(root, gpus)
+    v = verdicts(root, g)
+    r = runs(root, g)
+    ckpt = main_checkpoint(v)
+    rec = (RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing, FAST)
+    ten = (RECOMMENDED.sampler, 10, RECOMMENDED.spacing, FAST)
+    f = {"fs_gpu": gpu_name(g) if g else missing("sampler gate"),
+         "fs_rec": f"{RECOMMENDED.sampler}, {RECOMMENDED.steps} steps, {RECOMMENDED.spacing} spacing",
+         "fs_seeds": number(None if v.empty else int(v["seeds"].min()), "d", "sampler gate"),
+         "fs_runs": number(None if r.empty else len(r), "d", "sampler gate"),
+         "fs_checkpoints": number(None if v.empty else v["checkpoint"].nunique(), "d", "sampler gate"),
+         "fs_ckpt": ckpt.split(":")[0] if ckpt else missing("sampler gate")}
+    f["fs_rec_verdict"] = _verdict_of(r, *rec) or missing("gate verdict of the recommended sampler")
+    f["fs_10_verdict"] = _verdict_of(r, *ten) or missing("gate verdict of the 10-step sampler")
+    f["fs_fp8_10_verdict"] = _verdict_of(r, ten[0], 10, ten[2], FAST_FP8) or missing("gate verdict of FP8 at 10 steps")
+    t = {k: seconds(root, g, *k) if g else float("nan") for k in (rec, ten, (*ten[:3], FAST_FP8))}
+    f["fs_rec_s"] = number(t[rec], ".3f", "timing of the recommended sampler")
+    f["fs_10_s"] = number(t[ten], ".3f", "timing of the 10-step sampler")
+    f["fs_fp8_10_s"] = number(t[(*ten[:3], FAST_FP8)], ".3f", "timing of FP8 at 10 steps")
+    batches = [(b, seconds(root, g, *rec, batch=b) if g else float("nan")) for b in (1, 2, 4)]
+    f["fs_rec_batches"] = (", ".join(f"{s:.3f} s at batch {b}" for b, s in batches if np.isfinite(s))
+                           or missing("batched timings of the recommended sampler"))
+    for name, key in (("fs_ddpm_fast_s", ("ddpm", 250, "", FAST)), ("fs_ddpm_fp32_s", ("ddpm", 250, "", "baseline")),
+                      ("fs_ddpm_opt1_s", ("ddpm", 250, "", "opt1"))):
+        t[key] = seconds(root, g, *key) if g else float("nan")
+        f[name] = number(t[key], ".2f", f"DDPM 250 timing of {key[3]}")
+    for name, key in (("fs_vs_ddpm_fast", ("ddpm", 250, "", FAST)), ("fs_vs_fp32", ("ddpm", 250, "", "baseline")),
+                      ("fs_vs_opt1", ("ddpm", 250, "", "opt1"))):
+        f[name] = number(t[key] / t[rec], ".0f", "timings for this ratio")
+    target = 0.2
+    h200 = seconds(root, "h200", *rec) if (Path(root) / "h200").is_dir() else float("nan")
+    f["fs_target"] = (f"met: {h200:.3f} s on the H200" if h200 <= target else
+                      f"missed: {h200:.3f} s on the H200" if np.isfinite(h200) else
+                      "not judged: the store has no H200 timing of it")
+    ode = r[r["sampler"].isin(["dpm2m", "dpm3m", "ipndm"])]
+    f["fs_ode_corr"] = (f"{ode['brain_corr'].min():.2f}–{ode['brain_corr'].max():.2f}" if len(ode)
+                        else missing("deterministic solver runs"))
+    ref = r[[tuple(k) == REFERENCE for k in zip(*(r[c] for c in RUN_COLUMNS))]]
+    f["fs_ref_corr"] = number(None if ref.empty else ref["brain_corr"].iloc[0], ".3f", "FP32 DDPM 250 runs")
+    tenrow = v[(v["checkpoint"] == ckpt) & (v["label"] == run_label(*ten))].astype({"hist_w1": float, "w1_high": float})
+    worst = tenrow.assign(excess=tenrow["hist_w1"] - tenrow["w1_high"]).sort_values("excess").tail(1)
+    f["fs_10_w1"] = (f"{worst['hist_w1'].iloc[0]:.3f} against the band's {worst['w1_high'].iloc[0]:.3f} on "
+                     f"{worst['subject'].iloc[0]}" if len(worst) else missing("10-step gate rows"))
+    return f
+
+
+def passing_runs(root: Path, gpu: str | None) -> pd.DataFrame:
+    """The chapter's table: every run of the main checkpoint, passing ones first, then by steps."""
+    r = runs(root, gpu)
+    if r.empty:
+        return r
+    r = r.assign(_fail=r["verdict"].ne("pass") & r["verdict"].ne("reference"))
+    r = r.sort_values(["_fail", "steps"], kind="stable")
+    return r[["label", "verdict", "other_checkpoints", "brain_corr", "background_mean", "hist_w1",
+              "ssim_between_seeds", "s_per_volume"]].rename(columns={
+        "label": "run", "other_checkpoints": "at the other checkpoints", "brain_corr": "in-brain r",
+        "background_mean": "background", "hist_w1": "W1", "ssim_between_seeds": "SSIM between seeds",
+        "s_per_volume": "s / volume (128³)"}).reset_index(drop=True)
+
+
+def tradeoff(root: Path, gpu: str | None):
+    """Time per 128³ volume against each gate metric, per held-out subject, for the runs of the
+    main checkpoint that were timed; FP32 DDPM 250's band (its spread over seeds) shaded."""
+    v = verdicts(root, gpu)
+    ckpt = main_checkpoint(v)
+    v = v[v["checkpoint"] == ckpt].copy()
+    v["s"] = [seconds(root, gpu, *k) for k in zip(*(v[c] for c in RUN_COLUMNS))]
+    v = v[np.isfinite(v["s"])]
+    subjects = sorted(v["subject"].unique())
+    if not subjects:
+        from .plots import no_data
+
+        return no_data("timed runs of the sampler gate (quality/sampler_verdicts.csv, sample_bench.csv)", "sampling")
+    fig, axes = plt.subplots(len(subjects), 3, figsize=(11, 3.2 * len(subjects)), squeeze=False)
+    bands = {"brain_corr": ("corr_low", None), "background_mean": ("background_low", "background_high"),
+             "hist_w1": (None, "w1_high")}
+    for row, subject in zip(axes, subjects):
+        d = v[v["subject"] == subject]
+        for ax, (metric, (low, high)) in zip(row, bands.items()):
+            for _, p in d.iterrows():
+                ok = p["verdict"] in ("pass", "reference")
+                ax.scatter(p["s"], p[metric], s=40, marker="o" if ok else "x", color="#009E73" if ok else "#D55E00")
+                ax.annotate(p["label"], (p["s"], p[metric]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            lo, hi = (d[low].iloc[0] if low else None), (d[high].iloc[0] if high else None)
+            y0, y1 = ax.get_ylim()
+            y0, y1 = min(y0, lo if lo is not None else y0), max(y1, hi if hi is not None else y1)
+            ax.axhspan(lo if lo is not None else y0, hi if hi is not None else y1, color="0.85", zorder=0)
+            ax.set_ylim(y0, y1)
+            ax.set_xscale("log")
+            ax.set_xlabel("seconds per 128³ volume")
+            ax.set_ylabel(METRIC_LABELS[metric])
+            ax.set_title(f"{subject}", fontsize=8)
+    fig.suptitle(f"{gpu_name(gpu)}: grey = FP32 DDPM 250's band; o inside it on every criterion, x not", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def slices(root: Path, gpu: str | None) -> tuple[pd.DataFrame, dict[str, str]] | None:
+    """The gate's slices (``quality/sampler_gate_slices.parquet``: seed 0 of its main checkpoint)
+    of the first held-out subject, and the figure's columns (source → title): the mask, the real
+    image, FP32 DDPM 250, then each few-step run kept there."""
+    path = Path(root) / str(gpu) / "quality" / "sampler_gate_slices.parquet"
+    if gpu is None or not path.exists():
+        return None
+    sl = pd.read_parquet(path)
+    sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
+    sources = {"mask": "mask", "real": "real image"}
+    for src in sl["source"].unique():
+        if src not in sources:
+            spec, config = src.split(":")
+            sources[src] = f"{spec} · {CONFIG_LABELS.get(config, config)}"
+    return sl, sources
