@@ -44,8 +44,7 @@ from medddpm.report.present import table
 root, G = prepare(results_dir, gpus, measure, "sampling", size, configs)
 QG = [g for g in G if (root / g / "quality").is_dir()]  # GPUs with quality results
 QGPU = facts.roles(QG)["ref"]  # the one this chapter's quality sections show
-glue_facts(facts.quality(root, G))
-glue_facts(few_step.facts(root, G))
+glue_facts(facts.quality_chapter(root, G))
 
 # %% [markdown]
 # ## Sampling in seconds

@@ -158,9 +158,45 @@ def test_few_step_facts_on_an_empty_store_and_on_the_committed_one(tmp_path):
 
     empty = few_step.facts(tmp_path, [])
     full = few_step.facts(Path("data/results"), ["h200", "h100-80gb-hbm3"])
-    assert set(empty) == set(full) and all(v.startswith("—") for k, v in empty.items() if k not in ("fs_rec", "fs_target"))
+    assert set(empty) == set(full) and all(v.startswith("—") for k, v in empty.items() if k not in (*few_step.STORE_FREE, "fs_target"))
     g = few_step.gate_gpu(Path("data/results"), ["h200", "h100-80gb-hbm3"])
     r = few_step.runs(Path("data/results"), g)
     rec = r[r["label"] == few_step.run_label(RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing, few_step.FAST)]
     assert full["fs_rec_verdict"] == rec["verdict"].iloc[0]
     assert few_step.passing_runs(tmp_path, None).empty
+
+
+def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
+    """The intro's sampling row: the fastest timed chain whose verdict is "pass" at every checkpoint
+    that judged it; a faster chain that failed (here, or at another checkpoint) is never quoted."""
+    from medddpm.config import SAMPLING_ALIASES
+    from medddpm.io import append_rows
+    from medddpm.report import tables
+    from medddpm.sample_bench import COLUMNS
+
+    fast = SAMPLING_ALIASES["fast"]
+    gpu = tmp_path / "x"
+    base = {"gpu": "X", "model": "whole-head", "size": "128x128x128", "batch": 1, "s_per_volume_min": 0,
+            "s_per_volume_max": 0, "peak_mem_gib": 0, "torch": "", "cuda": "", "cudnn": "", "eta": ""}
+    timed = [(fast, "dpm2m-sde", 10, "logsnr", 0.18), (fast, "dpm2m-sde", 12, "logsnr", 0.22),
+             ("opt1", "ddpm", 250, "", 24.0), ("baseline", "ddpm", 250, "", 50.0)]
+    append_rows(gpu / "sample_bench.csv", [{**base, "config": c, "sampler": s, "steps": n, "spacing": sp,
+                                           "s_per_volume_median": t} for c, s, n, sp, t in timed], COLUMNS)
+
+    def verdicts_csv(rows):
+        pd.DataFrame([{"sampler": s, "steps": n, "spacing": sp, "config": c, "subject": "s1", "seeds": 4,
+                       "checkpoint": ck, "verdict": v} for s, n, sp, c, ck, v in rows]).to_csv(
+            gpu / "quality" / "sampler_verdicts.csv", index=False)
+
+    (gpu / "quality").mkdir()
+    (gpu / "info.json").write_text('{"gpu": "X"}')
+    rows = [("dpm2m-sde", 10, "logsnr", fast, "a", "fail: w1"), ("dpm2m-sde", 12, "logsnr", fast, "a", "pass"),
+            ("ddpm", 250, "", "baseline", "a", "reference")]
+    verdicts_csv(rows)
+    h = tables.headline(tmp_path, ["x"]).set_index("result")
+    quoted = h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"]
+    assert quoted == "0.220 (dpm2m-sde 12 logsnr · fast)"
+    assert h.loc["  × faster than DDPM 250 in FP32", "ours"] == pytest.approx(50 / 0.22)
+    verdicts_csv(rows + [("dpm2m-sde", 12, "logsnr", fast, "b", "fail: corr")])  # fails at a second checkpoint
+    h = tables.headline(tmp_path, ["x"]).set_index("result")
+    assert h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"] == "50.000 (ddpm 250 · FP32)"

@@ -891,5 +891,12 @@ def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, st
     return f
 
 
+def quality_chapter(root: Path, gpus: list[str]) -> dict[str, str]:
+    """Chapter 07's facts: ``quality`` and its few-step samplers' (``few_step.facts``)."""
+    from . import few_step
+
+    return {**quality(root, gpus), **few_step.facts(root, gpus)}
+
+
 CHAPTERS = {"01_setup": setup, "03_characterization": characterization, "04_interventions": interventions,
-            "05_end_to_end": end_to_end, "06_beyond": beyond, "07_quality": quality}
+            "05_end_to_end": end_to_end, "06_beyond": beyond, "07_quality": quality_chapter}

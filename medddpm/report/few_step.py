@@ -21,6 +21,7 @@ from .present import gpu_name
 
 FAST, FAST_FP8 = SAMPLING_ALIASES["fast"], SAMPLING_ALIASES["fast-fp8"]
 CONFIG_LABELS = {FAST: "fast", FAST_FP8: "fast-fp8", "baseline": "FP32"}  # the chapter's names for the gate's configurations
+STORE_FREE = ("fs_rec",)  # facts the package states whatever the store holds (the recommended sampler)
 METRIC_LABELS = {"brain_corr": "in-brain r with the real image", "background_mean": "background mean",
                  "hist_w1": "in-brain histogram W1 to the real image"}
 
@@ -211,3 +212,45 @@ def slices(root: Path, gpu: str | None) -> tuple[pd.DataFrame, dict[str, str]] |
             spec, config = src.split(":")
             sources[src] = f"{spec} · {CONFIG_LABELS.get(config, config)}"
     return sl, sources
+
+
+def _unchained(config: str) -> str | None:
+    """The configuration that differs from ``config`` only by ``chain_graph`` (which changes nothing
+    for DDPM and DDIM chains), or None."""
+    from dataclasses import replace
+
+    from ..config import CONFIGS
+
+    knobs = CONFIGS.get(config)
+    if knobs is None or not knobs.chain_graph:
+        return None
+    twin = replace(knobs, chain_graph=False, name="")
+    return next((name for name, k in CONFIGS.items() if replace(k, name="") == twin), None)
+
+
+def fastest_passing(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per GPU: the fastest timed sampling chain (128³, batch 1) that passed the gate at every
+    checkpoint that judged it (the FP32 reference counts as passing), with its label, seconds per
+    volume, and the speed-ups over DDPM 250 under the paper's OPT1 and under FP32 on the same GPU.
+    A GPU's own gate judges its runs where it has one, else the store's gate GPU's; a DDPM or DDIM
+    verdict of a chain-graph configuration also holds for its twin without the chain graph. A chain
+    without a verdict is never quoted."""
+    cols = ["gpu_slug", "label", "s_per_volume", "vs_opt1_ddpm250", "vs_fp32_ddpm250"]
+    fallback = gate_gpu(root, gpus)
+    rows = []
+    for g in gpus:
+        v = verdicts(root, g if (Path(root) / g / "quality" / "sampler_verdicts.csv").exists() else fallback)
+        if v.empty:
+            continue
+        ok = v.groupby(RUN_COLUMNS)["verdict"].agg(lambda x: x.isin(["pass", "reference"]).all())
+        keys = [k for k, passed in ok.items() if passed]
+        keys += [(*k[:3], twin) for k in keys if k[0] in ("ddpm", "ddim") and (twin := _unchained(k[3]))]
+        timed = [(seconds(root, g, *k), run_label(*k)) for k in keys]
+        timed = [t for t in timed if np.isfinite(t[0])]
+        if not timed:
+            continue
+        s, label = min(timed)
+        rows.append({"gpu_slug": g, "label": label, "s_per_volume": s,
+                     "vs_opt1_ddpm250": seconds(root, g, "ddpm", 250, "", "opt1") / s,
+                     "vs_fp32_ddpm250": seconds(root, g, "ddpm", 250, "", "baseline") / s})
+    return pd.DataFrame(rows, columns=cols)
