@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES
+from .config import DEFAULT_ETA, SAMPLING_ALIASES, USER_CONFIGS
 from .errors import InputError, MedddpmError
 from .solvers import RECOMMENDED, SAMPLERS, SPACINGS
 
@@ -286,6 +286,24 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def cmd_configs(a: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from .config import CONFIGS, USER_CONFIGS, describe
+
+    names = list(dict.fromkeys([*USER_CONFIGS, *CONFIGS])) if a.all else list(USER_CONFIGS)
+    rows = pd.DataFrame([describe(n) for n in names])
+    if a.json:
+        _print_json(rows.to_dict("records"))
+        return
+    cols = list(rows.columns)
+    width = {c: max(len(c), int(rows[c].str.len().max())) for c in cols[:-1]}
+    for line in [dict(zip(cols, cols)), *rows.to_dict("records")]:
+        print("  ".join(str(line[c]).ljust(width[c]) for c in cols[:-1]) + "  " + line[cols[-1]])
+    if not a.all:
+        print(f"\n{len(CONFIGS) - len(USER_CONFIGS) + 1} more (the book's ablation rungs and levers): medddpm configs --all")
+
+
 def cmd_info(a: argparse.Namespace) -> None:
     from .runtime import env_info
 
@@ -300,7 +318,11 @@ def cmd_info(a: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="medddpm", description="Med-DDPM: train, sample, time and profile.")
     sub = p.add_subparsers(dest="command", required=True)
-    configs = ", ".join(CONFIGS)
+    from .config import describe
+
+    more = " (what each does: medddpm configs; the book's ablations: medddpm configs --all)"
+    configs = ", ".join(USER_CONFIGS) + more
+    train_configs = ", ".join(n for n in USER_CONFIGS if describe(n)["use"] != "sample") + more
     model_help = "model preset: whole-head (the paper's), brats or tiny (tests, demos)"
 
     s = sub.add_parser("summary", help="parameters, forward FLOPs and shapes of a model preset")
@@ -322,7 +344,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--images", required=True, help="folder of image NIfTI files")
     s.add_argument("--masks", required=True, help="folder of mask NIfTI files, paired by subject ID")
     s.add_argument("--model", default="whole-head", help=model_help)
-    s.add_argument("--config", default="baseline", help=f"run configuration, one of: {configs}")
+    s.add_argument("--config", default="baseline", help=f"run configuration, one of: {train_configs}")
     s.add_argument("--steps", type=int, required=True, help="total optimizer steps to reach")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt, log.csv, timing.csv)")
     s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides to resize to (default: the preset's)")
@@ -363,7 +385,7 @@ def parser() -> argparse.ArgumentParser:
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: fast on a GPU, baseline on a CPU); "
-                   f"fast = {SAMPLING_ALIASES['fast']}, fast-fp8 = {SAMPLING_ALIASES['fast-fp8']}; or one of: {configs}")
+                   f"one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
@@ -398,6 +420,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (default {DEFAULT_ETA:g}, as `sample`)")
     s.add_argument("--seed", type=int, default=0, help="seed of the weights, masks and noise")
     s.set_defaults(func=cmd_bench_sample)
+
+    s = sub.add_parser("configs", help="the run configurations: what each does, train or sample, on a CPU")
+    s.add_argument("--all", action="store_true", help="also the book's ablation rungs and levers")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_configs)
 
     s = sub.add_parser("info", help="torch/CUDA/cuDNN versions, GPU properties, TF32 settings")
     s.add_argument("--json", action="store_true", help="print JSON")

@@ -341,6 +341,37 @@ def ungraphed(knobs: Knobs) -> Knobs:
 SAMPLING_ALIASES: dict[str, str] = {"fast": _CHAIN.name, "fast-fp8": _CHAIN_FP8.name}
 
 
+# The names a person types, each with one line (``medddpm configs``; every other configuration is an
+# ablation rung or lever of the book, listed by ``medddpm configs --all`` and runnable by its name).
+USER_CONFIGS: dict[str, str] = {
+    "baseline": "the paper's baseline: true FP32 (TF32 off for matmul and cuDNN convolutions)",
+    "opt1": "the paper's OPT1: TF32 tensor cores",
+    "opt2": "the paper's OPT2: 3D channels-last (NDHWC), FP32",
+    "opt12": "the paper's OPT1 + OPT2",
+    "pytorch-default": "whatever the installed PyTorch does by default (recorded)",
+    "fast": "training: bf16, compiled NDHWC kernels, Triton norms and thin convolutions, one CUDA graph a step; "
+            "sampling: its sampling variant, a few-step chain as one CUDA graph",
+    "fast-fp8": "sampling only: fast with FP8 (E4M3) convolutions in the decoder (needs nvidia-cudnn-frontend)",
+}
+GPU_LEVERS = ("compile", "cuda_graphs", "fused_adam", "triton_norm", "triton_conv", "triton_upsample", "fp8_convs",
+              "chain_graph")  # knobs that act only on a GPU; a CPU runs their PyTorch reference path, eagerly
+
+
+def describe(name: str) -> dict[str, str]:
+    """One row of ``medddpm configs``: the name, what it does (``USER_CONFIGS``' line, else the knobs
+    it sets apart from ``baseline``), what it is for (train and sample, or sample only) and what a
+    CPU runs of it."""
+    knobs = CONFIGS[name] if name in CONFIGS else sampling_config(name)  # `fast` trains as itself
+    base = CONFIGS["baseline"]
+    changed = [f.name if isinstance(getattr(knobs, f.name), bool) else f"{f.name}={getattr(knobs, f.name)}"
+               for f in fields(Knobs) if f.name != "name" and getattr(knobs, f.name) != getattr(base, f.name)]
+    sampling_only = any(getattr(knobs, k) not in (False, "none") for k in SAMPLING_ONLY_KNOBS)
+    gpu = [k for k in GPU_LEVERS if getattr(knobs, k) not in (False, "none")]
+    return {"name": name, "use": "sample" if sampling_only else "train, sample",
+            "on a CPU": "its PyTorch reference path, eagerly" if gpu else "as on a GPU",
+            "what": USER_CONFIGS.get(name, ", ".join(changed) or "the baseline")}
+
+
 def sampling_config(name: str) -> Knobs:
     """The configuration a sampler runs under ``name``: a ``SAMPLING_ALIASES`` name or any configuration."""
     return run_config(SAMPLING_ALIASES.get(name, name))

@@ -250,3 +250,20 @@ def test_append_rows_adds_new_columns_to_an_older_table_and_refuses_another(tmp_
 def test_sampling_refuses_a_negative_eta(capsys, tmp_path):
     code, _, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--device", "cpu", "--eta", "-1")
     assert_one_line_error(code, err, "--eta must be >= 0")
+
+
+def test_configs_lists_the_user_names_and_on_request_the_ablations(capsys):
+    from medddpm.config import CONFIGS, USER_CONFIGS
+
+    code, out, _ = run(capsys, "configs", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 0 and list(rows) == list(USER_CONFIGS)
+    assert rows["fast"]["use"] == "train, sample" and rows["fast-fp8"]["use"] == "sample"
+    assert rows["opt1"]["on a CPU"] == "as on a GPU" and "reference path" in rows["fast"]["on a CPU"]
+    code, out, _ = run(capsys, "configs", "--all", "--json")
+    every = {r["name"]: r for r in json.loads(out)}
+    assert set(CONFIGS) <= set(every) and every["fast-w16"]["use"] == "sample"
+    assert every["bf16"]["what"] == "tf32, precision=bf16"
+    assert main(["train", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "fast-fp8" not in help_text and "medddpm configs --all" in help_text
