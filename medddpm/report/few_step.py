@@ -139,6 +139,14 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                         else missing("deterministic solver runs"))
     ref = r[[tuple(k) == REFERENCE for k in zip(*(r[c] for c in RUN_COLUMNS))]]
     f["fs_ref_corr"] = number(None if ref.empty else ref["brain_corr"].iloc[0], ".3f", "FP32 DDPM 250 runs")
+    def at_others(label: str) -> str:
+        o = v[(v["checkpoint"] != ckpt) & (v["label"] == label)].drop_duplicates("checkpoint")
+        return "; ".join(f"{x['verdict']} at {x['checkpoint'].split(':')[0]}" for _, x in o.iterrows()) or "not judged elsewhere"
+
+    f["fs_fp8_10_other"] = at_others(run_label(ten[0], 10, ten[2], FAST_FP8)) if len(v) else missing("sampler gate")
+    spac = v[(v["sampler"] == ten[0]) & (v["steps"] == 10) & (v["config"] == FAST)].drop_duplicates(["checkpoint", "spacing"])
+    f["fs_spacings"] = ("; ".join(f"{x['spacing']}: {x['verdict']} ({x['checkpoint'].split(':')[0]})" for _, x in spac.iterrows())
+                        or missing("10-step gate rows"))
     tenrow = v[(v["checkpoint"] == ckpt) & (v["label"] == run_label(*ten))].astype({"hist_w1": float, "w1_high": float})
     worst = tenrow.assign(excess=tenrow["hist_w1"] - tenrow["w1_high"]).sort_values("excess").tail(1)
     f["fs_10_w1"] = (f"{worst['hist_w1'].iloc[0]:.3f} against the band's {worst['w1_high'].iloc[0]:.3f} on "
