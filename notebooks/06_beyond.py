@@ -20,10 +20,9 @@
 # thing to the one before: bf16 autocast, `torch.compile`, cuDNN's autotuner, NDHWC end to end
 # (layout-preserving GroupNorm+SiLU and ×2 upsampling, `medddpm/ndhwc.py`), SDPA attention with
 # the fused Adam, the whole training step as one CUDA graph with the data on the GPU
-# (`bf16-graphs`), and last `fast`: `bf16-graphs` with every kernel lever of issue 21 (Triton
+# (`bf16-graphs`), and last `fast`: `bf16-graphs` with every kernel lever below (Triton
 # GroupNorm and thin-convolution kernels, dense skip gradients, the folded bias, graph-owned
-# gradients; each measured on its own below). `fast` was the name of `bf16-graphs` until
-# 2026-11-24 (`scripts/rename_configs.py` renamed the committed results with the code).
+# gradients; each measured on its own).
 # Whole-head model, 128³, batch 1, forward + L1 loss + backward + Adam; CUDA events.
 
 # %% tags=["parameters", "remove-cell"]
@@ -401,7 +400,7 @@ if not RS.empty:
 #
 # ε-prediction of seeded weights on fixed (x_t, mask, t) inputs at 128³, each rung against the FP32
 # baseline on the same GPU (`medddpm/quality.py`). bf16 keeps 8 bits of mantissa, so a relative
-# error near 1e-2 is what rounding alone gives; TF32 (10 bits) near 1e-3.
+# error near 10⁻² is what rounding alone gives; TF32 (10 bits) near 10⁻³.
 
 # %% tags=["hide-input"]
 A = tables.fast_path_csv(root, G, "agreement")
@@ -410,7 +409,7 @@ if not A.empty:
 
 # %% [markdown]
 # **Loss after short training.** The same seeded phantoms, weights and data order, 50 Adam steps
-# (batch 1, lr 1e-4) per configuration at 64³, then the held-out denoising loss of the trained
+# (batch 1, learning rate 10⁻⁴) per configuration at 64³, then the held-out denoising loss of the trained
 # weights at fixed (x0, t, ε) triples, computed by the same FP32 forward for every configuration
 # (`medddpm.quality.short_training`). Baseline with three seeds gives the seed-to-seed band.
 

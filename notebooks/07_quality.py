@@ -144,7 +144,7 @@ else:
 # is not zero) on fixed (x_t, mask, t) inputs, each configuration on the GPU against the same
 # network in float64 on the CPU (`medddpm.quality.denoiser_agreement`, reference `fp64-cpu`), at
 # 64³ (the FP64 CPU forward at 128³ would take minutes per input). TF32 keeps 10 mantissa bits and
-# bf16 8, so relative errors near 1e-3 and 1e-2 are what their rounding alone gives.
+# bf16 8, so relative errors near 10⁻³ and 10⁻² are what their rounding alone gives.
 
 # %% tags=["hide-input"]
 A = tables.quality_csv(root, QG, "agreement")
@@ -178,8 +178,8 @@ else:
 #
 # The real training loop (`medddpm.train.Trainer`) on the MNI152-based demo set (`medddpm
 # demo-data`, 8 subjects at 64³: the template's anatomy with random lesions and noise), trained on
-# 6 subjects and evaluated on the 2 held out: 1,000 Adam steps (batch 1, no accumulation, lr
-# 1e-4), the same seeded data order, diffusion times and noise in every configuration. Every 100
+# 6 subjects and evaluated on the 2 held out: 1,000 Adam steps (batch 1, no accumulation, learning
+# rate 10⁻⁴), the same seeded data order, diffusion times and noise in every configuration. Every 100
 # steps the held-out loss, L1 between ε and ε_θ at fixed (x0, t, ε) triples (both held-out
 # subjects × t ∈ {1, 25, 50, 125, 200, 249}), always computed by the FP32 baseline forward, so it
 # judges the weights, not the evaluator. Baseline with three seeds gives the spread; the band is
@@ -273,7 +273,7 @@ else:
 #
 # A faster sampler counts only if its samples are as good as DDPM 250's from the same checkpoint,
 # so first a checkpoint worth judging. `medddpm train --config bf16-graphs --held-out 2 --eval-every 1000`
-# trains on the 6 training subjects (64³, lr 1e-4, batch 1) and every 1,000 steps evaluates the
+# trains on the 6 training subjects (64³, learning rate 10⁻⁴, batch 1) and every 1,000 steps evaluates the
 # denoising loss of the 2 held-out subjects, on the same fixed noised inputs and with the same FP32
 # evaluator each time (`heldout.csv`), keeping the checkpoint of the lowest loss (`best.pt`);
 # `--time-limit` and `--resume` split the run into device calls.
@@ -554,7 +554,7 @@ else:
 # - **Voxel by voxel**, DDPM 250 against the FP32 samples: bf16 {glue:text}`fp8_ddpm250_bf16_psnr` dB
 #   (lowest {glue:text}`fp8_ddpm250_bf16_psnr_min`), `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_psnr` dB
 #   (lowest {glue:text}`fp8_ddpm250_fp8skip_psnr_min`), `…-fp8` {glue:text}`fp8_ddpm250_fp8_psnr` dB
-#   (lowest {glue:text}`fp8_ddpm250_fp8_psnr_min`). The bar issue 20 set is the current fast
+#   (lowest {glue:text}`fp8_ddpm250_fp8_psnr_min`). The bar is the earlier fast
 #   sampler's agreement with FP32, {glue:text}`fp8_bar_db` dB (`bf16-graphs`, "Do they sample the same
 #   volumes?"): bf16 is {glue:text}`fp8_ddpm250_bf16_bar` it, `…-fp8skip`
 #   {glue:text}`fp8_ddpm250_fp8skip_bar`, `…-fp8` {glue:text}`fp8_ddpm250_fp8_bar`. With DDIM 50 (η = 0):

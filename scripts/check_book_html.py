@@ -1,7 +1,9 @@
 """Open every page of the built book in headless Chromium at a laptop's width (1300 px) and check
 it as a reader would see it: each page in the table of contents exists and loads, every image has
-a non-zero natural size, no table of the pages in NO_SCROLL scrolls sideways, and a figure in a
-full-width cell (a multi-panel figure) is drawn wider than the text column. A screenshot of the
+a non-zero natural size, no table of the pages in NO_SCROLL scrolls sideways, a figure in a
+full-width cell (a multi-panel figure) is drawn wider than the text column, and the prose (the page's
+text outside code) has no raw scientific notation ("8.5e-04": write 8.5 × 10⁻⁴) and names no issue
+of the tracker ("issue 21"). A screenshot of the
 pages in SCREENSHOTS is written to --screenshots.
 
 Usage: python scripts/check_book_html.py [_build/html] [--toc _toc.yml] [--chromium /usr/bin/chromium]
@@ -110,6 +112,29 @@ def layout_failures(page: str, result: dict) -> list[str]:
     return out
 
 
+RAW_SCI = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?e[-+]?\d+(?![\w.])")  # 8.5e-04, 1e-2
+ISSUE = re.compile(r"\bissues? #?\d+", re.I)  # the tracker's numbers mean nothing to a reader
+
+
+def prose(html_text: str) -> str:
+    """A page's text outside code: cell sources, <pre>, <code>, scripts and styles removed."""
+    import html as h
+
+    t = re.sub(r"<(script|style|pre|code)\b.*?</\1>", " ", html_text, flags=re.S | re.I)
+    t = re.sub(r'<div class="cell_input.*?</div>\s*</div>', " ", t, flags=re.S)
+    return h.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", t)))
+
+
+def prose_failures(page: str, html_text: str) -> list[str]:
+    """Raw scientific notation and issue numbers in the prose of one page, each quoted in context."""
+    text = prose(html_text)
+    out = []
+    for pattern, what in ((RAW_SCI, "raw scientific notation"), (ISSUE, "an issue number")):
+        for m in pattern.finditer(text):
+            out.append(f"{page}: {what} in the prose: …{text[max(0, m.start() - 40):m.end() + 20]}…")
+    return out
+
+
 def screenshot(chromium: str, html: Path, png: Path, profile: Path) -> None:
     png.parent.mkdir(parents=True, exist_ok=True)
     flags = [f for f in FLAGS if not f.startswith("--window-size")] + [f"--window-size={WIDTH},2400"]
@@ -139,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             if not html.exists():
                 failures.append(f"{page}: page missing from the built book")
                 continue
+            failures += prose_failures(page, html.read_text(encoding="utf-8"))
             result = check_page(a.chromium, html, Path(tmp) / "profile")
             for img in result["images"]:
                 images += 1

@@ -174,4 +174,17 @@ def test_trained_weight_offsets_split_the_configurations_by_the_threshold():
     assert not named["sn_offset"] & named["sn_no_offset"]
     for cfg in named["sn_offset"]:
         assert bias.loc[cfg, "worst_mean_err"] > facts.OFFSET_SEEN
-    assert float(f["sn_bias_bf16-graphs"]) == pytest.approx(bias.loc["bf16-graphs", "mean_err"], rel=0.06)
+    assert from_sci(f["sn_bias_bf16-graphs"]) == pytest.approx(bias.loc["bf16-graphs", "mean_err"], rel=0.06)
+
+
+def from_sci(text: str) -> float:
+    """'+8.5 × 10⁻⁴' (facts.sci_fact) back to a float."""
+    mantissa, exponent = text.replace("−", "-").split(" × 10")
+    return float(mantissa) * 10 ** int(exponent.translate(str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")))
+
+
+def test_small_numbers_are_written_for_readers():
+    assert facts.sci_fact(8.5e-4, "x", signed=True) == "+8.5 × 10⁻⁴"
+    assert facts.sci_fact(-1.9e-4, "x", signed=True) == "−1.9 × 10⁻⁴"
+    assert from_sci(facts.sci_fact(-4.8e-6, "x", signed=True)) == pytest.approx(-4.8e-6)
+    assert facts.sci_fact(float("nan"), "bias").startswith("—")

@@ -568,3 +568,19 @@ def test_sample_bench_prefers_the_default_eta_and_reads_old_rows_as_eta_0(tmp_pa
     _store_csv(tmp_path, "g", "sample_bench.csv", new)
     ddim = tables.sample_bench(tmp_path, ["g"]).query("sampler == 'ddim'")
     assert len(ddim) == 1 and ddim["eta"].iloc[0] == DEFAULT_ETA and ddim["s_per_volume_median"].iloc[0] == 1.1
+
+
+def test_html_check_flags_raw_scientific_notation_and_issue_numbers_in_prose_only():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_book_html", ROOT / "scripts" / "check_book_html.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    page = ('<html><body><article><p>offset +8.5e-04 on average, as issue 21 asked; 8.5 × 10⁻⁴ is fine</p>'
+            '<div class="cell_input docutils container"><div class="highlight"><pre>lr = 1e-4  # issue 3</pre></div>'
+            '</div><p>version 2.11.0e and ISSUE-free text</p><code>1e-3</code></article></body></html>')
+    failures = check.prose_failures("ch", page)
+    assert len(failures) == 2
+    assert "raw scientific notation" in failures[0] and "8.5e-04" in failures[0]
+    assert "an issue number" in failures[1] and "issue 21" in failures[1]
+    assert check.prose_failures("ch", "<p>8.5 × 10⁻⁴, 1,000 steps, 2e5x</p>") == []

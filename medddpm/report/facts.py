@@ -41,6 +41,14 @@ def number(value: Any, spec: str, what: str) -> str:
     return format(value, spec)
 
 
+def sci_fact(value: Any, what: str, signed: bool = False) -> str:
+    """A small number for readers ('+8.5 × 10⁻⁴'), or ``missing(what)``."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return missing(what)
+    text = sci(abs(value) if signed else value, 2)
+    return (("+" if value >= 0 else "−") + text) if signed else text
+
+
 def pct(value: Any, what: str, digits: int = 0) -> str:
     """A fraction as a percentage ('12 %'), or ``missing(what)``."""
     text = number(None if value is None else 100 * value, f".{digits}f", what)
@@ -795,8 +803,8 @@ def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, st
             "none" if len(b) else missing("quality/agreement_trained.csv"))
     for cfg in SAMPLER_NUMERICS_CONFIGS:
         w = f"trained-weights ε agreement of {cfg}"
-        f[f"sn_bias_{cfg}"] = number(_get(b, cfg, "mean_err"), "+.1e", w)
-        f[f"sn_bias_{cfg}_worst"] = number(_get(b, cfg, "worst_mean_err"), ".1e", w)
+        f[f"sn_bias_{cfg}"] = sci_fact(_get(b, cfg, "mean_err"), w, signed=True)
+        f[f"sn_bias_{cfg}_worst"] = sci_fact(_get(b, cfg, "worst_mean_err"), w)
         f[f"sn_l2_{cfg}"] = number(_get(b, cfg, "rel_l2"), ".3f", w)
     what = "thin-convolution offset probe (quality/thin_offset.csv)"
     probe = tables.quality_csv(root, gpus, "thin_offset")
@@ -807,7 +815,7 @@ def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, st
     for conv, key in (("output 64→1", "out"), ("stem 3→64", "stem")):
         for bias in (True, False):
             for engine in ("cudnn", "triton"):
-                f[f"sn_probe_{key}_{engine}{'_bias' if bias else ''}"] = number(_get(at, (conv, bias, engine)), "+.1e", what)
+                f[f"sn_probe_{key}_{engine}{'_bias' if bias else ''}"] = sci_fact(_get(at, (conv, bias, engine)), what, signed=True)
     what = "sampler runs of the FP32 baseline (quality/sampler_numerics.csv)"
     s = tables.sampler_numerics(root, q) if q else pd.DataFrame()
     f["sn_n"] = _seeds_subjects(s, what)
