@@ -217,8 +217,11 @@ def slices(root: Path, gpu: str | None) -> tuple[pd.DataFrame, dict[str, str]] |
     sources = {"mask": "mask", "real": "real image"}
     for src in sl["source"].unique():
         if src not in sources:
+            from ..sampler_gate import GateRun
+
             spec, config = src.split(":")
-            sources[src] = f"{spec} · {CONFIG_LABELS.get(config, config)}"
+            r = GateRun.parse(spec, config)
+            sources[src] = f"{r.sampler} {r.steps}\n{(r.spacing + ' · ') if r.spacing else ''}{CONFIG_LABELS.get(config, config)}"
     return sl, sources
 
 
