@@ -7,27 +7,17 @@ import pytest
 import torch
 
 from medddpm.diffusion import GaussianDiffusion
+from test_diffusion import GaussianOracle
 from medddpm.solvers import (SOLVERS, SPACINGS, _interpolation_weights, _moments, check_sampler, log_snr, make_plan,
                              timesteps)
 
 MU, SD = 0.2, 0.3  # the Gaussian data: x₀ ~ N(MU, SD²) per voxel
 
 
-class GaussianEps(torch.nn.Module):
-    """The exact ε(x_t, t) = E[ε | x_t] for x₀ ~ N(MU, SD²): σ (x_t − α MU) / (α² SD² + σ²)."""
-
-    def __init__(self, abar: torch.Tensor):
-        super().__init__()
-        self.abar = abar
-
-    def forward(self, x, t):
-        ab = self.abar[t].to(x.dtype).view(-1, 1, 1, 1, 1)
-        return (1 - ab).sqrt() * (x[:, :1] - ab.sqrt() * MU) / (ab * SD**2 + 1 - ab)
-
-
 def exact_diffusion() -> GaussianDiffusion:
+    """The diffusion with the exact ε of x₀ ~ N(MU, SD²) as its denoiser."""
     d = GaussianDiffusion(torch.nn.Identity())
-    d.model = GaussianEps(d.alphas_cumprod)
+    d.model = GaussianOracle(d.alphas_cumprod, MU, SD)
     return d
 
 
