@@ -320,9 +320,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     from .config import describe
 
-    more = " (what each does: medddpm configs; the book's ablations: medddpm configs --all)"
-    configs = ", ".join(USER_CONFIGS) + more
-    train_configs = ", ".join(n for n in USER_CONFIGS if describe(n)["use"] != "sample") + more
+    more = " (a table: medddpm configs; the book's ablation rungs: medddpm configs --all)"
+    configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items()) + more
+    train_configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items() if describe(n)["use"] != "sample") + more
     model_help = "model preset: whole-head (the paper's), brats or tiny (tests, demos)"
 
     s = sub.add_parser("summary", help="parameters, forward FLOPs and shapes of a model preset")

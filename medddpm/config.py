@@ -368,6 +368,7 @@ def describe(name: str) -> dict[str, str]:
     sampling_only = any(getattr(knobs, k) not in (False, "none") for k in SAMPLING_ONLY_KNOBS)
     gpu = [k for k in GPU_LEVERS if getattr(knobs, k) not in (False, "none")]
     return {"name": name, "use": "sample" if sampling_only else "train, sample",
+            "GPU": "for its speed levers" if gpu else "not needed",
             "on a CPU": "its PyTorch reference path, eagerly" if gpu else "as on a GPU",
             "what": USER_CONFIGS.get(name, ", ".join(changed) or "the baseline")}
 

@@ -260,10 +260,12 @@ def test_configs_lists_the_user_names_and_on_request_the_ablations(capsys):
     assert code == 0 and list(rows) == list(USER_CONFIGS)
     assert rows["fast"]["use"] == "train, sample" and rows["fast-fp8"]["use"] == "sample"
     assert rows["opt1"]["on a CPU"] == "as on a GPU" and "reference path" in rows["fast"]["on a CPU"]
+    assert rows["opt1"]["GPU"] == "not needed" and rows["fast"]["GPU"] == "for its speed levers"
     code, out, _ = run(capsys, "configs", "--all", "--json")
     every = {r["name"]: r for r in json.loads(out)}
     assert set(CONFIGS) <= set(every) and every["fast-w16"]["use"] == "sample"
     assert every["bf16"]["what"] == "tf32, precision=bf16"
     assert main(["train", "--help"]) == 0
-    help_text = capsys.readouterr().out
+    help_text = " ".join(capsys.readouterr().out.split())
     assert "fast-fp8" not in help_text and "medddpm configs --all" in help_text
+    assert "opt1 = the paper's OPT1: TF32 tensor cores" in help_text
