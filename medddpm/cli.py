@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import DEFAULT_ETA, SAMPLING_ALIASES, USER_CONFIGS
+from .config import DEFAULT_ETA, USER_CONFIGS
 from .errors import InputError, MedddpmError
 from .solvers import RECOMMENDED, SAMPLERS, SPACINGS
 

@@ -15,15 +15,15 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .config import DiffusionConfig, Knobs, ModelConfig, TrainConfig, run_config
+from .config import DiffusionConfig, ModelConfig, TrainConfig, run_config
 from .data import MASK_LABELS, Pair, VolumeDataset, one_hot, phantom
-from .engine import Engine, autocast, inference, to_device
-from .runtime import preserved_backend_flags
+from .engine import Engine
 from .errors import InputError
 from .model import UNet3D
+from .heldout import (HELDOUT_TIMESTEPS, cpu_state, held_out_loss, held_out_triples, noised,  # noqa: F401 (re-exported)
+                      predict_eps, split_held_out)
 
 AGREEMENT_TIMESTEPS = (1, 25, 125, 249)  # early, middle and late diffusion steps of T = 250
-HELDOUT_TIMESTEPS = (1, 25, 50, 125, 200, 249)  # held-out loss: near-clean to almost pure noise
 FP64 = "fp64-cpu"  # the reference name of a float64 forward on the CPU
 
 
@@ -57,36 +57,6 @@ def fixed_triples(model_cfg: ModelConfig, size: int, timesteps: Sequence[int], s
     t = torch.tensor(list(timesteps), dtype=torch.long)
     x_t, noise = noised(x0, t, seed + 1, diffusion_cfg)
     return x_t, mask, t, noise
-
-
-def noised(x0: Tensor, t: Tensor, seed: int, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[Tensor, Tensor]:
-    """(x_t, ε): ``x0`` noised to ``t`` with ε from a CPU generator seeded ``seed`` (DDPM eq. 4)."""
-    from .diffusion import GaussianDiffusion
-
-    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed))
-    x_t = GaussianDiffusion(lambda x, s: x, diffusion_cfg).q_sample(x0.double(), t, noise.double()).float()
-    return x_t, noise
-
-
-@torch.no_grad()
-def predict_eps(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, state: dict[str, Tensor],
-                x_t: Tensor, mask: Tensor, t: Tensor, dtype: torch.dtype = torch.float32,
-                chunk: int | None = None) -> Tensor:
-    """ε_θ(x_t, mask, t) under ``knobs`` on ``device`` (``dtype`` float64 for a CPU reference),
-    ``chunk`` inputs per forward (all at once by default), returned as float64 on the CPU. The
-    process-wide backend flags are left as they were, so this can run inside another
-    configuration's training."""
-    with preserved_backend_flags():
-        model, diffusion, eff = inference(model_cfg, knobs, device, state=state)
-        if dtype != torch.float32:  # the float64 reference (a bf16_weights model keeps its bf16 weights)
-            model.to(dtype)
-        out = []
-        for k in range(0, len(t), chunk or len(t)):
-            sl = slice(k, k + (chunk or len(t)))
-            inputs = [to_device(v[sl].to(dtype), device, eff) for v in (x_t, mask)]
-            with autocast(eff, device):
-                out.append(diffusion.eps(inputs[0], inputs[1], t[sl].to(device)).double().cpu())
-    return torch.cat(out)
 
 
 def denoiser_agreement(model_cfg: ModelConfig, configs: Sequence[str], size: int, device: torch.device,
@@ -150,47 +120,6 @@ def short_training(model_cfg: ModelConfig, config: str, size: int, device: torch
 
 
 # ---- training parity on real data (issue "quality parity", §2) -------------------------------
-
-def split_held_out(pairs: Sequence[Pair], held_out: int) -> tuple[list[Pair], list[Pair]]:
-    """(train, held-out): the last ``held_out`` pairs in subject order are never trained on."""
-    pairs = sorted(pairs, key=lambda p: p.subject)
-    if not 1 <= held_out < len(pairs):
-        raise InputError(f"--held-out must be in [1, {len(pairs) - 1}] for {len(pairs)} subjects, got {held_out}")
-    return pairs[:-held_out], pairs[-held_out:]
-
-
-def held_out_triples(pairs: Sequence[Pair], model_cfg: ModelConfig, size: tuple[int, int, int],
-                     timesteps: Sequence[int] = HELDOUT_TIMESTEPS, seed: int = 4321,
-                     diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[pd.DataFrame, Tensor, Tensor, Tensor, Tensor]:
-    """Fixed (x_t, mask, t, ε) for every (held-out subject, t): the keys as a frame (subject, t)
-    and the tensors in the same order. ε is seeded, so every configuration meets the same inputs."""
-    data = VolumeDataset(list(pairs), model_cfg.name, model_cfg.out_channels, size)
-    keys, x0, masks = [], [], []
-    for i, pair in enumerate(pairs):
-        image, mask = data[i]
-        for step in timesteps:
-            keys.append({"subject": pair.subject, "t": int(step)})
-            x0.append(image)
-            masks.append(mask)
-    t = torch.tensor([k["t"] for k in keys], dtype=torch.long)
-    x_t, noise = noised(torch.stack(x0), t, seed, diffusion_cfg)
-    return pd.DataFrame(keys), x_t, torch.stack(masks), t, noise
-
-
-def held_out_loss(model_cfg: ModelConfig, state: dict[str, Tensor], triples, device: torch.device,
-                  chunk: int = 4) -> pd.DataFrame:
-    """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1), always from
-    the FP32 baseline forward of the weights ``state``: every configuration is judged by the same
-    evaluator, so the loss measures the weights, not the evaluator's numerics."""
-    keys, x_t, mask, t, noise = triples
-    eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t, mask, t, chunk=chunk)
-    return keys.assign(loss=(eps - noise.double()).abs().flatten(1).mean(1).numpy())
-
-
-def cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
-    """A float32, contiguous CPU copy of ``model``'s weights (loads into any configuration)."""
-    return {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-
 
 def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, size: tuple[int, int, int],
                     device: torch.device, steps: int = 1000, seed: int = 0, lr: float = 1e-4, held_out: int = 2,

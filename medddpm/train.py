@@ -36,7 +36,7 @@ from .engine import Engine
 from .errors import DivergedError, InputError
 from .data import Pair
 from .io import atomic_path, write_text_atomic
-from .quality import cpu_state, held_out_loss, held_out_triples
+from .heldout import cpu_state, held_out_loss, held_out_triples
 
 CHECKPOINT = "checkpoint.pt"
 HELDOUT = "heldout.csv"  # held-out loss per (step, weights, subject, t), beside log.csv
@@ -294,7 +294,7 @@ class Trainer:
 
     def evaluate(self) -> pd.DataFrame:
         """The held-out loss at this step of the model's weights and of the EMA's (which ``sample``
-        uses), one row per (weights, subject, t): ``quality.held_out_loss``, the same fixed noised
+        uses), one row per (weights, subject, t): ``heldout.held_out_loss``, the same fixed noised
         inputs and FP32 evaluator at every step, so the curve measures the weights alone. Rank 0
         evaluates; the rows are kept for the checkpoint and ``heldout.csv``."""
         if self._triples is None:

@@ -35,11 +35,11 @@ configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measur
 
 # %% tags=["remove-input", "full-width"]
 from medddpm.report.measure import prepare
-from medddpm.report import tables
+from medddpm.report import headline
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
-table(tables.headline(root, G), 2)
+table(headline.headline(root, G), 2)
 
 # %% [markdown]
 # Each chapter is a notebook in `notebooks/` that reads the results store (`data/results/<gpu>/`)

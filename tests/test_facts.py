@@ -4,7 +4,7 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import facts, few_step, tables
+from medddpm.report import facts, few_step, headline, tables
 from medddpm.report.present import register_gpus
 
 GPUS = ["h100-80gb-hbm3", "h200"]
@@ -59,14 +59,14 @@ def test_missing_and_number_formatting():
 
 def test_headline_has_gpus_as_rows_and_only_measured_ones(tmp_path):
     register_gpus(COMMITTED)
-    h = tables.headline(COMMITTED, GPUS)
+    h = headline.headline(COMMITTED, GPUS)
     assert list(h.columns) == ["result", "scope", "GPU", "ours", "paper (H100)", "chapter"]
     assert set(h["GPU"]) == {"H200", "H100 80GB HBM3"} and h["ours"].notna().all()
     firsts = h[h["result"] != ""]
     assert not firsts.duplicated(["result", "scope"]).any() and (h.loc[h["result"] == "", "chapter"] == "").all()
     root = STORES["unknown-gpu-measured-only"](tmp_path / "results")
     register_gpus(root)
-    assert set(tables.headline(root, ["l40s"])["GPU"]) == {"L40S"}
+    assert set(headline.headline(root, ["l40s"])["GPU"]) == {"L40S"}
 
 
 def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):

@@ -171,7 +171,7 @@ def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
     that judged it; a faster chain that failed (here, or at another checkpoint) is never quoted."""
     from medddpm.config import SAMPLING_ALIASES
     from medddpm.io import append_rows
-    from medddpm.report import tables
+    from medddpm.report import headline
     from medddpm.sample_bench import COLUMNS
 
     fast = SAMPLING_ALIASES["fast"]
@@ -193,10 +193,10 @@ def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
     rows = [("dpm2m-sde", 10, "logsnr", fast, "a", "fail: w1"), ("dpm2m-sde", 12, "logsnr", fast, "a", "pass"),
             ("ddpm", 250, "", "baseline", "a", "reference")]
     verdicts_csv(rows)
-    h = tables.headline(tmp_path, ["x"]).set_index("result")
+    h = headline.headline(tmp_path, ["x"]).set_index("result")
     quoted = h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"]
     assert quoted == "0.220 (dpm2m-sde 12 logsnr · fast)"
     assert h.loc["  × faster than DDPM 250 in FP32", "ours"] == pytest.approx(50 / 0.22)
     verdicts_csv(rows + [("dpm2m-sde", 12, "logsnr", fast, "b", "fail: corr")])  # fails at a second checkpoint
-    h = tables.headline(tmp_path, ["x"]).set_index("result")
+    h = headline.headline(tmp_path, ["x"]).set_index("result")
     assert h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"] == "50.000 (ddpm 250 · FP32)"

@@ -20,46 +20,13 @@ from ..config import KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, DiffusionConfig
 from ..kernels import THIN
 from . import paper, tables
 from .present import gpu_name, register_gpus, sci
+from .wording import PREFERRED, missing, number, pct, roles, sci_fact  # noqa: F401 (the chapters' helpers, re-exported)
 
-PREFERRED = ("h200", "h100-80gb-hbm3")  # the committed GPUs, reference first
 NCU_PREFERRED = ("h100-80gb-hbm3", "h200")  # for the paper's counters: the paper's own GPU first
 STEP_TARGET_MS = 50.0  # issue 21: a fast training step on the reference GPU
 SAMPLING_TARGETS_S = {"ddim": 1.0, "ddpm": 4.0}  # issue 20: seconds per 128³ volume, batch 1, H200
 DDPM_STEPS = DiffusionConfig().timesteps  # denoising steps of a DDPM chain (T)
 ONE_GPU = "— (one GPU in this store)"
-
-
-def missing(what: str) -> str:
-    """The text of a fact whose data the store lacks."""
-    return f"— (no {what} in this results store)"
-
-
-def number(value: Any, spec: str, what: str) -> str:
-    """``value`` formatted with ``spec``, or ``missing(what)`` when it is absent or not finite."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return missing(what)
-    return format(value, spec)
-
-
-def sci_fact(value: Any, what: str, signed: bool = False) -> str:
-    """A small number for readers ('+8.5 × 10⁻⁴'), or ``missing(what)``."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return missing(what)
-    text = sci(abs(value) if signed else value, 2)
-    return (("+" if value >= 0 else "−") + text) if signed else text
-
-
-def pct(value: Any, what: str, digits: int = 0) -> str:
-    """A fraction as a percentage ('12 %'), or ``missing(what)``."""
-    text = number(None if value is None else 100 * value, f".{digits}f", what)
-    return text if text.startswith("—") else f"{text} %"
-
-
-def roles(gpus: Iterable[str], preferred: tuple[str, ...] = PREFERRED) -> dict[str, str | None]:
-    """The reference and second GPU among ``gpus``: ``preferred`` ones first, then the rest sorted."""
-    have = sorted(set(gpus))
-    order = [g for g in preferred if g in have] + [g for g in have if g not in preferred]
-    return {"ref": order[0] if order else None, "alt": order[1] if len(order) > 1 else None}
 
 
 def _names(r: Mapping[str, str | None], prefix: str = "") -> dict[str, str]:

@@ -16,7 +16,7 @@ from ..config import SAMPLING_ALIASES
 from ..sampler_gate import REFERENCE, RUN_COLUMNS
 from ..solvers import RECOMMENDED, SOLVERS
 from . import tables
-from .facts import missing, number, roles
+from .wording import missing, number, roles
 from .present import gpu_name
 
 FAST, FAST_FP8 = SAMPLING_ALIASES["fast"], SAMPLING_ALIASES["fast-fp8"]

@@ -377,62 +377,6 @@ def loop_vs_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
     return results_csv(root, gpus, "loop/loop_vs_bench")
 
 
-def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """The book's results in one table (intro), GPUs as rows so that it stays narrow whatever the
-    store holds: per result, one row per GPU with a measurement (ours), the result's scope, the
-    paper's value where it states one (its H100) and the chapter, written on the result's first
-    row only."""
-    from .present import gpu_name
-
-    rows: list[dict] = []
-
-    def add(result: str, scope: str, chapter: str, paper_value, per_gpu: dict) -> None:
-        have = [g for g in gpus if g in per_gpu and pd.notna(per_gpu[g])]
-        for i, g in enumerate(have):
-            first = i == 0
-            rows.append({"result": result if first else "", "scope": scope if first else "", "GPU": gpu_name(g),
-                         "ours": per_gpu[g], "paper (H100)": paper_value if first else "",
-                         "chapter": chapter if first else ""})
-
-    ref61 = paper.values(figure="§6.1")
-    ref61 = ref61[(ref61["gpu"] == "H100") & (ref61["metric"] == "norm_cycles")].set_index("config")
-
-    def stated(cfg: str) -> str:
-        if cfg not in ref61.index:
-            return "not reported"
-        r = ref61.loc[cfg]
-        return f"{r['value']:.2f}" + (f"–{r['value_high']:.2f}" if pd.notna(r["value_high"]) else "")
-
-    norm = normalized_scopes(root, gpus)
-    for cfg in ("opt1", "opt2"):
-        for mode, scope in SCOPES.items():
-            d = norm[(norm["config"] == cfg) & (norm["metric"] == "cycles") & (norm["mode"] == mode)] if not norm.empty else norm
-            if d.empty:
-                continue
-            add(f"cycles of {cfg} (× baseline)", scope, "Interventions",
-                stated(cfg) if mode == "paper" else "not reported", dict(zip(d["gpu"], d["measured"])))
-    b = bench(root, gpus, ["baseline", "opt1", "opt2", "fast"])
-    for cfg, chapter in (("opt1", "End to end"), ("opt2", "End to end"), ("fast", "Beyond the paper")):
-        d = b[b["config"] == cfg] if not b.empty else b
-        if not d.empty:
-            add(f"training step of {cfg} (× faster than baseline)", "whole step, 128³", chapter, "not reported",
-                dict(zip(d["gpu_slug"], d["speedup_vs_baseline"])))
-            add(f"training step of {cfg} (ms)", "whole step, 128³", chapter, "not reported",
-                dict(zip(d["gpu_slug"], d["step_ms_median"])))
-    from .few_step import fastest_passing
-
-    fp = fastest_passing(root, gpus).set_index("gpu_slug")
-    if not fp.empty:  # only a chain whose quality verdict is "pass" is quoted
-        scope = "whole chain, 128³, batch 1"
-        add("sampling one volume, fastest sampler that passed the quality gate (s)", scope, "Quality and sampling",
-            "not reported", {g: f"{r['s_per_volume']:.3f} ({r['label']})" for g, r in fp.iterrows()})
-        add("  × faster than DDPM 250 under OPT1", scope, "Quality and sampling", "not reported",
-            fp["vs_opt1_ddpm250"].to_dict())
-        add("  × faster than DDPM 250 in FP32", scope, "Quality and sampling", "not reported",
-            fp["vs_fp32_ddpm250"].to_dict())
-    return pd.DataFrame(rows, columns=["result", "scope", "GPU", "ours", "paper (H100)", "chapter"])
-
-
 def loss_parity(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Held-out losses after short training (``fast_path/loss_parity.csv``, ``kind == 'eval'``),
     each with its GPU's baseline seed-to-seed band (min–max over the baseline seeds) and whether
