@@ -25,7 +25,7 @@ from torch import Tensor
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0  # the largest finite E4M3 value
-MAX_OUT_CHANNELS = 64  # the widest output FP8 pays at: on an H200, 3³ convolutions to 64 channels run 1.13–1.52× faster in FP8, 128 → 128 at 64³ not at all (scripts/fp8_conv_probe.py, data/results/h200/sampling/fp8_convs.csv)
+MAX_OUT_CHANNELS = 64  # the widest output FP8 pays at: on an H200, 3³ convolutions to 64 channels run 1.13–1.52× faster in FP8, 128 → 128 at 64³ not at all (scripts/probes/fp8_conv_probe.py, data/results/h200/sampling/fp8_convs.csv)
 
 
 def quantize_activation(x: Tensor) -> Tensor:

@@ -52,8 +52,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's CPU interprete
 @dataclasses.dataclass(frozen=True)
 class Tiles:
     """Launch shapes of the Triton kernels; the defaults are the best on an H200 of
-    ``scripts/norm_tiles.py`` for the norms (``data/results/h200/fast_path/norm_tiles.csv``) and of
-    ``scripts/thin_conv_probe.py`` for the thin convolutions and the upsampling (``thin_convs.csv``)."""
+    ``scripts/probes/norm_tiles.py`` for the norms (``data/results/h200/fast_path/norm_tiles.csv``) and of
+    ``scripts/probes/thin_conv_probe.py`` for the thin convolutions and the upsampling (``thin_convs.csv``)."""
 
     stats_tile: int = 4096  # elements the forward statistics program holds per loop step (rows × padded channels)
     stats_warps: int = 4  # warps of a statistics program

@@ -239,7 +239,7 @@ else:
 # best for their shape, in the norms' reductions, and in the Triton elementwise kernels around
 # them.
 #
-# **The thin convolutions on their own** ({glue:text}`tc_gpu`; `scripts/thin_conv_probe.py`):
+# **The thin convolutions on their own** ({glue:text}`tc_gpu`; `scripts/probes/thin_conv_probe.py`):
 # each pass a training step runs, cuDNN (autotuned) against the Triton kernels with the package's
 # launch shapes, replayed as CUDA graphs, and the bandwidth the Triton pass reaches on its minimal
 # bytes (the 64-channel side once, the thin side once):
@@ -248,7 +248,7 @@ else:
 TC = tables.thin_convs(root, G)
 if TC.empty:
     print(plots.no_data_text("thin-convolution timings (fast_path/thin_convs.csv)",
-                             "python scripts/thin_conv_probe.py --out data/results/<gpu>/fast_path/thin_convs.csv"))
+                             "python scripts/probes/thin_conv_probe.py --out data/results/<gpu>/fast_path/thin_convs.csv"))
 else:
     display(table(TC[["gpu_slug", "shape", "pass", "ms_cudnn", "ms_triton", "speedup", "triton_tbs"]],
                   {"ms_cudnn": 3, "ms_triton": 3, "speedup": 1, "triton_tbs": 2}))
@@ -266,7 +266,7 @@ else:
 # and a device-to-device copy for the DRAM bandwidth). FLOPs are ncu's tensor-path operation
 # counters plus 2 × FFMA + FADD + FMUL thread instructions
 # (`medddpm.profiling.metrics.roofline_points`); one tensor-path operation is one FLOP, checked on
-# matmuls of known size (`scripts/roofline_probe.py`, `roofline_probe.csv`:
+# matmuls of known size (`scripts/probes/roofline_probe.py`, `roofline_probe.csv`:
 # {glue:text}`probe_ratio`× the 2n³ FLOPs).
 #
 # The points of a whole step come from ncu's roofline mode (`medddpm profile --mode roofline`):

@@ -431,7 +431,7 @@ else:
 # (`fast-w16-tnorm-tconv`: {glue:text}`sn_bias_fast-w16-tnorm-tconv`,
 # `fast-w16-tnorm-tconv-fold`: {glue:text}`sn_bias_fast-w16-tnorm-tconv-fold`).
 #
-# The two convolutions alone (`scripts/thin_offset_probe.py`, {glue:text}`sn_probe_gpu`, 64³,
+# The two convolutions alone (`scripts/probes/thin_offset_probe.py`, {glue:text}`sn_probe_gpu`, 64³,
 # seeded bf16 inputs and weights, a bias of 0.3, against float64 of the same numbers) show where:
 # cuDNN's output convolution is offset by {glue:text}`sn_probe_out_cudnn_bias` with the bias and by
 # {glue:text}`sn_probe_out_cudnn` without it, its stem by {glue:text}`sn_probe_stem_cudnn_bias`
@@ -495,7 +495,7 @@ else:
 #   the sampler loads them.
 # - cuDNN accumulates in fp32, multiplies by the per-channel descale and writes bf16.
 #
-# Each convolution shape alone (`scripts/fp8_conv_probe.py`, the fastest of cuDNN's FP8 plans against
+# Each convolution shape alone (`scripts/probes/fp8_conv_probe.py`, the fastest of cuDNN's FP8 plans against
 # PyTorch's autotuned bf16 convolution, CUDA graphs, `sampling/fp8_convs.csv`); the errors are
 # against an fp32 convolution of the unquantized operands:
 

@@ -59,9 +59,9 @@ for stage in "$@"; do
       metrics=$($PY -c "from medddpm.profiling.ncu import roofline_metrics; print(','.join(roofline_metrics(['bf16', 'tf32', 'fp32'])))")
       tmp=$(mktemp -d)
       run 120 ncu --clock-control none --profile-from-start off --metrics "$metrics" --export "$tmp/probe" \
-        $PY scripts/roofline_probe.py run
+        $PY scripts/probes/roofline_probe.py run
       ncu --import "$tmp/probe.ncu-rep" --csv --page raw --print-units base >"$tmp/raw.csv"
-      run 60 $PY scripts/roofline_probe.py check "$tmp/raw.csv" "$OUT/roofline_probe.csv" ;;
+      run 60 $PY scripts/probes/roofline_probe.py check "$tmp/raw.csv" "$OUT/roofline_probe.csv" ;;
     passes)
       # counter passes ncu needs per kernel for roofline mode's metrics of each FLOP path (or a+b)
       echo "flop_paths,passes" >"$OUT/ncu_passes.csv"
@@ -69,7 +69,7 @@ for stage in "$@"; do
         m=$($PY -c "from medddpm.profiling.ncu import roofline_metrics as r; print(','.join(r('$what'.split('+'))))")
         echo "+ ncu --metrics $m roofline_probe.py run" >>"$OUT/commands.log"
         p=$(timeout 120 ncu --clock-control none --profile-from-start off --target-processes application-only --metrics "$m" \
-          $PY scripts/roofline_probe.py run 2>&1 | grep -o '[0-9]* pass' | awk '{print $1}' | sort -n | uniq | paste -sd/)
+          $PY scripts/probes/roofline_probe.py run 2>&1 | grep -o '[0-9]* pass' | awk '{print $1}' | sort -n | uniq | paste -sd/)
         echo "$what,$p" | tee -a "$OUT/ncu_passes.csv"
       done ;;
     roofline)

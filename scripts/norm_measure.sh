@@ -37,7 +37,7 @@ print(k.groupby('category')['ms_per_step'].sum().round(2).sort_values().to_strin
     layers)
       run 300 $PY -m medddpm.layers --profile --config fast --size 128 --out "$OUT/layers.csv" ;;
     thin)
-      run 120 $PY scripts/thin_conv_probe.py --out "$OUT/thin_convs.csv"
+      run 120 $PY scripts/probes/thin_conv_probe.py --out "$OUT/thin_convs.csv"
       run 300 $PY -m medddpm bench --model whole-head --size 128 --config ${THIN_CONFIGS:-fast-tconv,fast-tnorm-tconv} --steps 10 \
         --warmup 5 --device cuda --out "$OUT/bench.csv"
       run 150 $B --config fast-w16-tnorm-tconv --sampler ddim --steps 50 --repeats 3

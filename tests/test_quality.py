@@ -184,11 +184,13 @@ def test_match_verdicts_use_the_means_over_seeds_and_subjects_of_each_run():
 
 
 def _script(name: str):
-    """scripts/<name>.py loaded as a module."""
+    """scripts/<name>.py (or scripts/probes/<name>.py) loaded as a module."""
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    scripts = Path(__file__).parents[1] / "scripts"
+    path = next(p for p in (scripts / f"{name}.py", scripts / "probes" / f"{name}.py") if p.exists())
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -277,7 +279,7 @@ def test_agree_step_with_a_checkpoint_compares_its_trained_weights_on_held_out_s
 
 
 def test_thin_offset_probe_needs_a_gpu_and_names_every_case(tmp_path, capsys):
-    """scripts/thin_offset_probe.py: without CUDA one line and exit 2, nothing written; its cases are
+    """scripts/probes/thin_offset_probe.py: without CUDA one line and exit 2, nothing written; its cases are
     both thin convolutions × with and without a bias × cuDNN and conv3d_thin."""
     probe = _script("thin_offset_probe")
     if not torch.cuda.is_available():

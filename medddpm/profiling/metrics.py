@@ -146,7 +146,7 @@ def normalized(summaries: pd.DataFrame, baseline: str = "baseline") -> pd.DataFr
 
 
 # Roofline (issue 9, "Beyond the paper"): FLOPs per thread instruction of the FP32 pipes; one
-# tensor-path op is one FLOP (checked on known matmuls by scripts/roofline_probe.py).
+# tensor-path op is one FLOP (checked on known matmuls by scripts/probes/roofline_probe.py).
 FLOPS_PER_INST = {"ffma_thread_inst": 2.0, "fadd_thread_inst": 1.0, "fmul_thread_inst": 1.0}
 TENSOR_OPS = ("tensor_ops_bf16", "tensor_ops_fp16", "tensor_ops_tf32")
 

@@ -54,7 +54,7 @@ METRICS: dict[str, str] = {
     "stall_math_pipe_throttle_ratio": "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
     "stall_branch_resolving_ratio": "smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio",
     # Roofline (issue 9): DRAM traffic and the operations that count as FLOPs. One tensor-path op
-    # is one FLOP (an n×n×n bf16 matmul counts 2n³ of them: scripts/roofline_probe.py); FFMA is
+    # is one FLOP (an n×n×n bf16 matmul counts 2n³ of them: scripts/probes/roofline_probe.py); FFMA is
     # two FLOPs a thread instruction, FADD and FMUL one.
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_write_bytes": "dram__bytes_write.sum",

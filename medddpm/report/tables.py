@@ -277,7 +277,7 @@ def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.Da
 
 
 def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``fast_path/thin_convs.csv`` (``scripts/thin_conv_probe.py``): per GPU, thin convolution and
+    """``fast_path/thin_convs.csv`` (``scripts/probes/thin_conv_probe.py``): per GPU, thin convolution and
     pass of the GPU's newest probe run, cuDNN's autotuned milliseconds beside the Triton kernels'
     with the package's launch shapes for that pass (``kernels.TILES``; where the run has no such
     row, its fastest candidate)."""
@@ -591,7 +591,7 @@ def precision(root: Path, gpu: str) -> pd.DataFrame:
 
 
 def fp8_convs(root: Path, gpu: str) -> pd.DataFrame:
-    """``sampling/fp8_convs.csv`` (``scripts/fp8_conv_probe.py``) per convolution shape: PyTorch's
+    """``sampling/fp8_convs.csv`` (``scripts/probes/fp8_conv_probe.py``) per convolution shape: PyTorch's
     bf16 milliseconds, the fastest cuDNN FP8 plan's, the speed-up, and each one's relative error
     against an fp32 convolution of the unquantized operands."""
     p = results_csv(root, [gpu], "sampling/fp8_convs")

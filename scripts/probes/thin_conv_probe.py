@@ -1,7 +1,7 @@
 """The thin 3³ convolutions (medddpm/kernels.py ``conv3d_thin``) against cuDNN, per pass, and the
 trilinear ×2 upsampling kernel (``kernels.upsample2x``) against Inductor's kernels of its reference.
 
-    python scripts/thin_conv_probe.py --out thin_convs.csv        # needs a CUDA GPU
+    python scripts/probes/thin_conv_probe.py --out thin_convs.csv        # needs a CUDA GPU
 
 For the whole-head model's two thin convolutions at 128³ (the stem, 3→64, and the output
 convolution, 64→1; bf16, NDHWC) and each pass a training step runs (forward, weight gradient, and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Small real Nsight Compute captures of the tiny model (test fixtures for the ncu parser) and
-# the ncu facts the wrapper relies on. Usage: scripts/ncu_probe.sh OUT
+# the ncu facts the wrapper relies on. Usage: scripts/probes/ncu_probe.sh OUT
 set -uo pipefail
 OUT=$1; mkdir -p "$OUT"; TMP=$(mktemp -d)
 ncu --version > "$OUT/ncu_version.txt" 2>&1

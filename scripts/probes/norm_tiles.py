@@ -1,6 +1,6 @@
 """Launch shapes of the Triton GroupNorm kernels (medddpm/kernels.py ``Tiles``), timed per kernel.
 
-    python scripts/norm_tiles.py --out norm_tiles.csv        # needs a CUDA GPU
+    python scripts/probes/norm_tiles.py --out norm_tiles.csv        # needs a CUDA GPU
 
 For the model's large norm shapes (bf16, NDHWC, forward + backward) and each candidate ``Tiles``,
 every kernel's mean GPU time from torch.profiler, with the bytes it must move (reads + writes of

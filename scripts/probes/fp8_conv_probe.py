@@ -1,6 +1,6 @@
 """FP8 (E4M3) 3³ convolutions through cuDNN's graph API against PyTorch's bf16 convolutions.
 
-    python scripts/fp8_conv_probe.py --out fp8_convs.csv     # needs a CUDA GPU and nvidia-cudnn-frontend
+    python scripts/probes/fp8_conv_probe.py --out fp8_convs.csv     # needs a CUDA GPU and nvidia-cudnn-frontend
 
 For the U-Net's convolution shapes at 128³ and 64³ (bf16, NDHWC, batch 1), the median
 milliseconds of PyTorch's bf16 convolution (cudnn.benchmark: the shape's best it offers) and of

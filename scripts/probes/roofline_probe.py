@@ -1,7 +1,7 @@
 """How Nsight Compute's FLOP counters count, checked on known work (issue 9's roofline).
 
-    ncu --profile-from-start off --metrics <roofline set> python scripts/roofline_probe.py run
-    python scripts/roofline_probe.py check RAW.csv OUT.csv
+    ncu --profile-from-start off --metrics <roofline set> python scripts/probes/roofline_probe.py run
+    python scripts/probes/roofline_probe.py check RAW.csv OUT.csv
 
 ``run`` does three n×n×n matmuls (bf16, TF32, true FP32) between cudaProfilerStart/Stop, each
 2n³ FLOPs. ``check`` reads the raw export through the package's parser and writes, per kernel, the
