@@ -365,12 +365,16 @@ def describe(name: str) -> dict[str, str]:
     base = CONFIGS["baseline"]
     changed = [f.name if isinstance(getattr(knobs, f.name), bool) else f"{f.name}={getattr(knobs, f.name)}"
                for f in fields(Knobs) if f.name != "name" and getattr(knobs, f.name) != getattr(base, f.name)]
-    sampling_only = any(getattr(knobs, k) not in (False, "none") for k in SAMPLING_ONLY_KNOBS)
-    gpu = [k for k in GPU_LEVERS if getattr(knobs, k) not in (False, "none")]
-    return {"name": name, "use": "sample" if sampling_only else "train, sample",
+    gpu = switched_on(knobs, GPU_LEVERS)
+    return {"name": name, "use": "sample" if switched_on(knobs, SAMPLING_ONLY_KNOBS) else "train, sample",
             "GPU": "for its speed levers" if gpu else "not needed",
             "on a CPU": "its PyTorch reference path, eagerly" if gpu else "as on a GPU",
             "what": USER_CONFIGS.get(name, ", ".join(changed) or "the baseline")}
+
+
+def switched_on(knobs: Knobs, names: tuple[str, ...]) -> list[str]:
+    """Those of the knobs ``names`` that ``knobs`` turns on (True, or a value other than "none")."""
+    return [k for k in names if getattr(knobs, k) not in (False, "none")]
 
 
 def sampling_config(name: str) -> Knobs:
@@ -383,7 +387,7 @@ def run_config(name: str, training: bool = False) -> Knobs:
     if name not in CONFIGS:
         raise ValueError(f"unknown configuration {name!r}; choose one of {sorted(CONFIGS)}")
     knobs = CONFIGS[name]
-    used = [k for k in SAMPLING_ONLY_KNOBS if getattr(knobs, k) not in (False, "none")]
+    used = switched_on(knobs, SAMPLING_ONLY_KNOBS)
     if training and used:
         raise ValueError(f"configuration {name!r} is for sampling only ({', '.join(used)}: training keeps the "
                          f"model's own weights); train with 'fast', then sample with --config {name}")

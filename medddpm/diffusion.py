@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DiffusionConfig
-from .solvers import DEFAULT_SPACING, DEFAULT_STEPS, SOLVERS, Plan, check_sampler, make_plan, run_plan
+from .solvers import DEFAULT_SPACING, SOLVERS, Plan, check_sampler, denoiser_calls, make_plan, run_plan
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
 Generators = torch.Generator | Sequence[torch.Generator] | None  # one for the batch, or one per volume
@@ -246,13 +246,13 @@ class GaussianDiffusion(nn.Module):
         ``steps`` and ``spacing`` apply to the few-step solvers (default ``solvers.DEFAULT_STEPS``
         and ``DEFAULT_SPACING``); DDIM takes ``steps`` (default all T) uniformly in time."""
         check_sampler(sampler, steps, spacing, self.num_timesteps)
+        n = denoiser_calls(sampler, steps, self.num_timesteps)
         if sampler in SOLVERS:
-            return self.solve(mask, channels, sampler, min(DEFAULT_STEPS, self.num_timesteps) if steps is None else steps,
-                              spacing or DEFAULT_SPACING, generator, clip, on_step)
+            return self.solve(mask, channels, sampler, n, spacing or DEFAULT_SPACING, generator, clip, on_step)
         if sampler == "ddpm":
             it = self.ddpm_steps(mask, channels, generator, clip)
         else:
-            it = self.ddim_steps(mask, channels, self.num_timesteps if steps is None else steps, eta, generator, clip)
+            it = self.ddim_steps(mask, channels, n, eta, generator, clip)
         x = None
         for _, x in it:
             if on_step is not None:

@@ -117,9 +117,10 @@ def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> tor
 
 
 class GraphedDenoiser:
-    """The denoiser ε_θ(cat[x_t, mask], t) of one sampling step, captured as a CUDA graph per input
-    shape and replayed. A shape not seen before is captured anew, never replayed into a graph of
-    another shape. Call it inside ``autocast`` and inference mode."""
+    """The denoiser ε_θ(cat[x_t, mask], t) of one sampling step (or any function of tensors: a
+    sampler's whole chain, ``GraphedChain``), captured as a CUDA graph per input shape and
+    replayed. A shape not seen before is captured anew, never replayed into a graph of another
+    shape. Call it inside ``autocast`` and inference mode."""
 
     WARMUP = 2  # eager calls on a side stream before a shape is captured (compile, autotune)
 
@@ -147,49 +148,39 @@ class GraphedDenoiser:
             out = self.net(*static)
         return static, out, graph
 
+    def release(self) -> None:
+        """Free every captured graph (and the memory it holds)."""
+        for _, _, graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+
 
 class GraphedChain:
     """A few-step solver's whole chain (``solvers.run_plan``: every denoiser call and update)
-    captured as one CUDA graph per (plan, clip, shapes) and replayed (``Knobs.chain_graph``): the
-    mask, x_T and the chain's noise are copied into the graph's inputs, so a replay computes what
+    captured as one CUDA graph per (plan, clip, shapes) and replayed (``Knobs.chain_graph``): a
+    ``GraphedDenoiser`` of the chain as a function of (mask, x_T, noise…), so a replay computes what
     the eager chain computes from the same numbers, with no host work between steps. At most
-    ``KEEP`` graphs are held (the oldest is released first). Call it inside ``autocast`` and
+    ``KEEP`` plans hold graphs (the oldest is released first). Call it inside ``autocast`` and
     inference mode."""
 
-    WARMUP = 2  # eager chains on a side stream before a chain is captured (compile, autotune)
-    KEEP = 4  # graphs held at once: each holds its chain's memory
+    KEEP = 4  # plans whose graphs are held at once: each holds its chain's memory
 
     def __init__(self, diffusion: GaussianDiffusion, net: nn.Module | Callable, device: torch.device) -> None:
         self.diffusion, self.net, self.device = diffusion, net, device
-        self.graphs: dict[tuple, tuple[list[Tensor], Tensor, torch.cuda.CUDAGraph]] = {}
+        self.chains: dict[tuple, GraphedDenoiser] = {}
 
     def __call__(self, plan: Plan, mask: Tensor, channels: int, x: Tensor, noises: Sequence[Tensor],
                  clip: bool = True) -> Tensor:
-        inputs = [mask, x, *noises]
-        key = (plan, clip, channels, *((tuple(a.shape), a.dtype, a.stride()) for a in inputs))
-        if key not in self.graphs:
-            while len(self.graphs) >= self.KEEP:
-                self.graphs.pop(next(iter(self.graphs)))[2].reset()
-            self.graphs[key] = self._capture(plan, inputs, channels, clip)
-        static, out, graph = self.graphs[key]
-        for dst, src in zip(static, inputs):
-            dst.copy_(src, non_blocking=True)
-        graph.replay()
-        return out.clone()  # the graph's output buffer is overwritten by the next replay
+        key = (plan, clip, channels)
+        if key not in self.chains:
+            while len(self.chains) >= self.KEEP:
+                self.chains.pop(next(iter(self.chains))).release()
 
-    def _capture(self, plan: Plan, inputs: Sequence[Tensor], channels: int, clip: bool):
-        static = [a.clone() for a in inputs]
-
-        def chain() -> Tensor:  # the mask is written into the denoiser's input inside the graph
-            eps = self.diffusion.conditioned(static[0], channels, self.net)
-            return run_plan(plan, eps, static[1], self.diffusion.abar_host, static[2:], clip)
-        with side_stream(self.device):
-            for _ in range(self.WARMUP):
-                chain()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = chain()
-        return static, out, graph
+            def chain(mask: Tensor, x: Tensor, *noises: Tensor) -> Tensor:  # the mask is written inside the graph
+                eps = self.diffusion.conditioned(mask, channels, self.net)
+                return run_plan(plan, eps, x, self.diffusion.abar_host, noises, clip)
+            self.chains[key] = GraphedDenoiser(chain, self.device)
+        return self.chains[key](mask, x, *noises)
 
 
 # Layers whose weights and biases bf16 autocast casts to bf16 at every call (``Knobs.bf16_weights``).

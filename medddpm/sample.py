@@ -19,7 +19,7 @@ from .data import MASK_LABELS, list_nifti, load_mask_tensor, strip_nifti_suffix,
 from .distributed import World, draw_seed
 from .engine import autocast, inference
 from .errors import InputError
-from .solvers import DEFAULT_STEPS, RECOMMENDED, SAMPLERS, check_sampler
+from .solvers import RECOMMENDED, check_sampler, denoiser_calls
 from .train import configs_from_checkpoint, load_checkpoint
 
 
@@ -43,7 +43,6 @@ class MaskSampler:
 
     def __init__(self, ckpt: dict, device: torch.device, config: str, weights: str = "ema") -> None:
         self.model_cfg, self.diff_cfg, _, _ = configs_from_checkpoint(ckpt)
-        self.size = tuple(ckpt["config"]["size"])
         self.device = device
         _, self.diffusion, self.knobs = inference(self.model_cfg, sampling_config(config), device, self.diff_cfg,
                                                   ckpt[weights])
@@ -55,8 +54,7 @@ class MaskSampler:
         own generator (``mask_seed``), and write each to its target atomically."""
         from tqdm.auto import tqdm
 
-        n_steps = (self.diff_cfg.timesteps if sampler == "ddpm" or (steps is None and sampler == "ddim")
-                   else steps or DEFAULT_STEPS)
+        n_steps = denoiser_calls(sampler, steps, self.diff_cfg.timesteps)
         written = []
         with tqdm(total=len(mine) * n_steps, disable=not progress, desc="sample", unit="step") as bar:
             for start in range(0, len(mine), batch):
@@ -76,7 +74,8 @@ class MaskSampler:
 def check_options(sampler: str, steps: int | None, spacing: str | None, config: str, weights: str, batch: int,
                   eta: float, timesteps: int | None = None) -> None:
     """Refuse a sampling option (InputError: one line) before anything is read or written; the
-    step count against the schedule's ``timesteps`` once the checkpoint says how many it has."""
+    step count against the schedule's ``timesteps`` once the checkpoint says how many it has
+    (``solvers.check_sampler``)."""
     if weights not in ("ema", "model"):
         raise InputError(f"--weights must be 'ema' or 'model', got {weights!r}")
     if config not in CONFIGS and config not in SAMPLING_ALIASES:
@@ -86,10 +85,8 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
         raise InputError(f"--batch must be >= 1, got {batch}")
     if eta < 0:
         raise InputError(f"--eta must be >= 0, got {eta}")
-    if steps is not None and steps < 1:
-        raise InputError(f"--steps must be >= 1, got {steps}")
     try:
-        check_sampler(sampler, steps, spacing, timesteps if timesteps is not None else max(steps or 1, 1))
+        check_sampler(sampler, steps, spacing, timesteps)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -120,10 +117,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
     ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain."""
-    if sampler not in SAMPLERS:
-        raise InputError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     config = config or default_config(device)
-    check_options(sampler, steps if sampler != "ddpm" else None, spacing, config, weights, batch, eta)
+    check_options(sampler, steps, spacing, config, weights, batch, eta)
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     check_options(sampler, steps, spacing, config, weights, batch, eta, diff_cfg.timesteps)

@@ -22,7 +22,7 @@ from .engine import autocast, inference
 from .errors import InputError
 from .quality import phantom_batch, seeded_weights
 from .runtime import env_info
-from .solvers import DEFAULT_SPACING, SOLVERS, check_sampler
+from .solvers import DEFAULT_SPACING, SOLVERS, check_sampler, denoiser_calls
 
 COLUMNS = [
     "gpu", "config", "model", "size", "batch", "sampler", "steps", "s_per_volume_median", "s_per_volume_min",
@@ -74,10 +74,9 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         spacing = spacing or DEFAULT_SPACING
     if eta < 0:
         raise InputError(f"--eta must be >= 0, got {eta}")
-    steps = diffusion_cfg.timesteps if steps is None else steps
-    if not 1 <= steps <= diffusion_cfg.timesteps or batch < 1 or repeats < 1:
-        raise InputError(f"--steps must be in [1, {diffusion_cfg.timesteps}], --batch and --repeats >= 1; "
-                         f"got {steps}, {batch}, {repeats}")
+    steps = denoiser_calls(sampler, steps, diffusion_cfg.timesteps)
+    if batch < 1 or repeats < 1:
+        raise InputError(f"--batch and --repeats must be >= 1; got {batch}, {repeats}")
     timer = Timer(device)
     times = []
     with warm_sampler(model_cfg, knobs, size, device, batch, seed, diffusion_cfg) as (diffusion, masks, gen):

@@ -67,21 +67,30 @@ def stochastic(sampler: str) -> bool:
     return sampler == "ddpm" or sampler.endswith("-sde")
 
 
-def check_sampler(sampler: str, steps: int | None, spacing: str | None, timesteps: int) -> None:
-    """Refuse an unknown sampler or spacing, and a step count the schedule cannot hold (ValueError)."""
+def check_sampler(sampler: str, steps: int | None, spacing: str | None, timesteps: int | None = None) -> None:
+    """Refuse an unknown sampler or spacing, a step count below 1 and, once the schedule's
+    ``timesteps`` are known, a step count it cannot hold (ValueError)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
     if spacing is not None and spacing not in SPACINGS:
         raise ValueError(f"unknown spacing {spacing!r}; choose one of {', '.join(SPACINGS)}")
-    if sampler == "ddpm":
-        if steps not in (None, timesteps):
-            raise ValueError(f"the ddpm sampler runs all {timesteps} steps; use another sampler for {steps}")
-        if spacing not in (None, "time"):
-            raise ValueError("the ddpm sampler runs every timestep: it takes no --spacing")
-    elif sampler == "ddim" and spacing not in (None, "time"):
-        raise ValueError("the ddim sampler spaces its steps uniformly in time: it takes no --spacing")
-    if sampler != "ddpm" and steps is not None and not 1 <= steps <= timesteps:
-        raise ValueError(f"--steps must be in [1, {timesteps}] (the schedule's timesteps), got {steps}")
+    if sampler in ("ddpm", "ddim") and spacing not in (None, "time"):
+        raise ValueError(f"the {sampler} sampler "
+                         f"{'runs every timestep' if sampler == 'ddpm' else 'spaces its steps uniformly in time'}: "
+                         "it takes no --spacing")
+    if steps is not None and (steps < 1 or (timesteps is not None and steps > timesteps)):
+        allowed = ">= 1" if timesteps is None else f"in [1, {timesteps}] (the schedule's timesteps)"
+        raise ValueError(f"--steps must be {allowed}, got {steps}")
+    if sampler == "ddpm" and timesteps is not None and steps not in (None, timesteps):
+        raise ValueError(f"the ddpm sampler runs all {timesteps} steps; use another sampler for {steps}")
+
+
+def denoiser_calls(sampler: str, steps: int | None, timesteps: int) -> int:
+    """The denoiser calls of a chain: all ``timesteps`` for DDPM, ``steps`` (default all) for DDIM,
+    ``steps`` (default ``DEFAULT_STEPS``) for a few-step solver."""
+    if sampler == "ddpm" or (sampler == "ddim" and steps is None):
+        return timesteps
+    return min(DEFAULT_STEPS, timesteps) if steps is None else steps
 
 
 def log_snr(abar: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -196,3 +196,33 @@ def test_chain_graph_replays_the_eager_chain(tiny, sampler):
         runs[chain] = outs
     for a, b in zip(runs[False], runs[True]):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+def test_chain_graph_plumbing_on_cpu(monkeypatch):
+    """engine.GraphedChain hands the graph a function of (mask, x_T, noise…) that computes the eager
+    chain: with the capture replaced by a direct call, its samples equal the eager ones from the
+    same generators, and the oldest plan is released past KEEP."""
+    from medddpm import engine
+
+    class Direct:
+        released = []
+
+        def __init__(self, fn, device):
+            self.fn = fn
+
+        def __call__(self, *inputs):
+            return self.fn(*inputs)
+
+        def release(self):
+            Direct.released.append(self)
+
+    monkeypatch.setattr(engine, "GraphedDenoiser", Direct)
+    mask = torch.zeros(2, 2, 6, 6, 6, dtype=torch.float64)
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (5, 6)]  # noqa: E731
+    eager = exact_diffusion().sample(mask, 1, "dpm2m-sde", 5, generator=gens(), spacing="logsnr")
+    d = exact_diffusion()
+    d.chain = engine.GraphedChain(d, d.model, torch.device("cpu"))
+    torch.testing.assert_close(d.sample(mask, 1, "dpm2m-sde", 5, generator=gens(), spacing="logsnr"), eager)
+    for steps in range(2, 2 + engine.GraphedChain.KEEP):
+        d.sample(mask, 1, "ipndm", steps, spacing="time")
+    assert len(d.chain.chains) == engine.GraphedChain.KEEP and len(Direct.released) == 1

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..config import SAMPLING_ALIASES
 from ..sampler_gate import REFERENCE, RUN_COLUMNS
-from ..solvers import RECOMMENDED, SOLVERS
+from ..solvers import RECOMMENDED
 from . import tables
 from .wording import missing, number, roles
 from .present import gpu_name
@@ -76,25 +76,33 @@ def runs(root: Path, gpu: str | None) -> pd.DataFrame:
         ["brain_corr", "background_mean", "hist_w1", "ssim_between_seeds", "seeds"]].mean()
     other = v[v["checkpoint"] != ckpt].drop_duplicates(["checkpoint", *RUN_COLUMNS])
     out["other_checkpoints"] = [", ".join(other.loc[other["label"] == lab, "verdict"]) or "—" for lab in out["label"]]
-    out["s_per_volume"] = [seconds(root, gpu, *k) for k in zip(*(out[c] for c in RUN_COLUMNS))]
+    times = timings(root, gpu)
+    out["s_per_volume"] = [seconds(times, *k) for k in zip(*(out[c] for c in RUN_COLUMNS))]
     return out[cols]
 
 
-def seconds(root: Path, gpu: str, sampler: str, steps: int, spacing: str, config: str, batch: int = 1) -> float:
-    """Median seconds per 128³ volume of that chain on ``gpu`` (newest row), NaN where not timed."""
-    if sampler in SOLVERS:
-        sb = tables.solver_bench(root, [gpu])
-        sel = sb[(sb["config"] == config) & (sb["sampler"] == sampler) & (sb["steps"] == steps)
-                 & (sb["spacing"] == spacing) & (sb["batch"] == batch)] if not sb.empty else sb
-    else:
-        sb = tables.sample_bench(root, [gpu])
-        sel = sb[(sb["config"] == config) & (sb["sampler"] == sampler) & (sb["steps"] == steps)
-                 & (sb["batch"] == batch)] if not sb.empty else sb
-    return float(sel["s_per_volume_median"].iloc[-1]) if len(sel) else float("nan")
 
 
-def _verdict_of(r: pd.DataFrame, sampler: str, steps: int, spacing: str, config: str) -> str | None:
-    sel = r[(r["sampler"] == sampler) & (r["steps"] == steps) & (r["spacing"] == spacing) & (r["config"] == config)]
+def timings(root: Path, gpu: str | None) -> dict[tuple[str, int, str, str, int], float]:
+    """Median seconds per 128³ volume of every chain timed on ``gpu`` (the newest row of each),
+    keyed (sampler, steps, spacing, config, batch); DDPM's and DDIM's spacing is ""."""
+    if gpu is None or not (Path(root) / gpu).is_dir():
+        return {}
+    out = {}
+    for df, spaced in ((tables.sample_bench(root, [gpu]), False), (tables.solver_bench(root, [gpu]), True)):
+        for _, r in df.iterrows():
+            key = (r["sampler"], int(r["steps"]), r["spacing"] if spaced else "", str(r["config"]), int(r["batch"]))
+            out[key] = float(r["s_per_volume_median"])
+    return out
+
+
+def seconds(times: dict, sampler: str, steps: int, spacing: str, config: str, batch: int = 1) -> float:
+    """That chain's seconds per volume in ``timings``' table, NaN where it was not timed."""
+    return times.get((sampler, int(steps), spacing, config, batch), float("nan"))
+
+
+def _verdict_of(r: pd.DataFrame, *key) -> str | None:
+    sel = r[r["label"] == run_label(*key)]
     return None if sel.empty else str(sel["verdict"].iloc[0])
 
 
@@ -115,22 +123,23 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["fs_rec_verdict"] = _verdict_of(r, *rec) or missing("gate verdict of the recommended sampler")
     f["fs_10_verdict"] = _verdict_of(r, *ten) or missing("gate verdict of the 10-step sampler")
     f["fs_fp8_10_verdict"] = _verdict_of(r, ten[0], 10, ten[2], FAST_FP8) or missing("gate verdict of FP8 at 10 steps")
-    t = {k: seconds(root, g, *k) if g else float("nan") for k in (rec, ten, (*ten[:3], FAST_FP8))}
+    times = timings(root, g)
+    t = {k: seconds(times, *k) for k in (rec, ten, (*ten[:3], FAST_FP8))}
     f["fs_rec_s"] = number(t[rec], ".3f", "timing of the recommended sampler")
     f["fs_10_s"] = number(t[ten], ".3f", "timing of the 10-step sampler")
     f["fs_fp8_10_s"] = number(t[(*ten[:3], FAST_FP8)], ".3f", "timing of FP8 at 10 steps")
-    batches = [(b, seconds(root, g, *rec, batch=b) if g else float("nan")) for b in (1, 2, 4)]
+    batches = [(b, seconds(times, *rec, batch=b)) for b in (1, 2, 4)]
     f["fs_rec_batches"] = (", ".join(f"{s:.3f} s at batch {b}" for b, s in batches if np.isfinite(s))
                            or missing("batched timings of the recommended sampler"))
     for name, key in (("fs_ddpm_fast_s", ("ddpm", 250, "", FAST)), ("fs_ddpm_fp32_s", ("ddpm", 250, "", "baseline")),
                       ("fs_ddpm_opt1_s", ("ddpm", 250, "", "opt1"))):
-        t[key] = seconds(root, g, *key) if g else float("nan")
+        t[key] = seconds(times, *key)
         f[name] = number(t[key], ".2f", f"DDPM 250 timing of {key[3]}")
     for name, key in (("fs_vs_ddpm_fast", ("ddpm", 250, "", FAST)), ("fs_vs_fp32", ("ddpm", 250, "", "baseline")),
                       ("fs_vs_opt1", ("ddpm", 250, "", "opt1"))):
         f[name] = number(t[key] / t[rec], ".0f", "timings for this ratio")
     target = 0.2
-    h200 = seconds(root, "h200", *rec) if (Path(root) / "h200").is_dir() else float("nan")
+    h200 = seconds(timings(root, "h200"), *rec)
     f["fs_target"] = (f"met: {h200:.3f} s on the H200" if h200 <= target else
                       f"missed: {h200:.3f} s on the H200" if np.isfinite(h200) else
                       "not judged: the store has no H200 timing of it")
@@ -174,7 +183,8 @@ def tradeoff(root: Path, gpu: str | None):
     v = verdicts(root, gpu)
     ckpt = main_checkpoint(v)
     v = v[v["checkpoint"] == ckpt].copy()
-    v["s"] = [seconds(root, gpu, *k) for k in zip(*(v[c] for c in RUN_COLUMNS))]
+    times = timings(root, gpu)
+    v["s"] = [seconds(times, *k) for k in zip(*(v[c] for c in RUN_COLUMNS))]
     v = v[np.isfinite(v["s"])]
     subjects = sorted(v["subject"].unique())
     if not subjects:
@@ -256,12 +266,13 @@ def fastest_passing(root: Path, gpus: list[str]) -> pd.DataFrame:
         ok = v.groupby(RUN_COLUMNS)["verdict"].agg(lambda x: x.isin(["pass", "reference"]).all())
         keys = [k for k, passed in ok.items() if passed]
         keys += [(*k[:3], twin) for k in keys if k[0] in ("ddpm", "ddim") and (twin := _unchained(k[3]))]
-        timed = [(seconds(root, g, *k), run_label(*k)) for k in keys]
+        times = timings(root, g)
+        timed = [(seconds(times, *k), run_label(*k)) for k in keys]
         timed = [t for t in timed if np.isfinite(t[0])]
         if not timed:
             continue
         s, label = min(timed)
         rows.append({"gpu_slug": g, "label": label, "s_per_volume": s,
-                     "vs_opt1_ddpm250": seconds(root, g, "ddpm", 250, "", "opt1") / s,
-                     "vs_fp32_ddpm250": seconds(root, g, "ddpm", 250, "", "baseline") / s})
+                     "vs_opt1_ddpm250": seconds(times, "ddpm", 250, "", "opt1") / s,
+                     "vs_fp32_ddpm250": seconds(times, "ddpm", 250, "", "baseline") / s})
     return pd.DataFrame(rows, columns=cols)
