@@ -63,8 +63,17 @@ def cmd_phantom(a: argparse.Namespace) -> None:
 def cmd_demo_data(a: argparse.Namespace) -> None:
     from .data import write_mni_demo
 
-    names = write_mni_demo(a.out, a.n, a.size, a.seed)
-    print(f"wrote {len(names)} MNI152 demo pairs to {a.out}/images and {a.out}/masks")
+    if a.layout == "pairs":
+        if a.labels is not None:
+            raise InputError("--labels applies to --layout brats and brats-per-modality")
+        names = write_mni_demo(a.out, a.n, a.size, a.seed)
+        print(f"wrote {len(names)} MNI152 demo pairs to {a.out}/images and {a.out}/masks")
+        return
+    from .brats import write_brats_demo
+
+    layout = "per-modality" if a.layout == "brats-per-modality" else "per-subject"
+    names = write_brats_demo(a.out, a.n, a.size, a.seed, layout, a.labels or "brats2021")
+    print(f"wrote {len(names)} BraTS-shaped subjects ({layout} layout, {a.labels or 'brats2021'} labels) to {a.out}")
 
 
 class Exit(Exception):
@@ -78,9 +87,8 @@ class Exit(Exception):
 def _train_inputs(a: argparse.Namespace):
     """Everything ``train`` can check without decoding volumes: config, size, steps, folders, the
     held-out split; returns (model config, knobs, size, train config, run folder, training pairs,
-    held-out pairs)."""
+    held-out pairs, what the data is)."""
     from .config import TrainConfig, model_preset, run_config
-    from .data import pair_files
     from .quality import split_held_out
     from .train import CHECKPOINT
 
@@ -103,9 +111,30 @@ def _train_inputs(a: argparse.Namespace):
         raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     if a.resume and not (out / CHECKPOINT).exists():
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist")
-    pairs = pair_files(a.images, a.masks, a.id_regex)
+    pairs, source = _training_data(a, cfg.name)
     train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
-    return cfg, knobs, size, train_cfg, out, train, tuple(held)
+    return cfg, knobs, size, train_cfg, out, train, tuple(held), source
+
+
+def _training_data(a: argparse.Namespace, model: str) -> tuple[list, str]:
+    """``--data ROOT`` (a BraTS root, BraTS models only) or ``--images`` and ``--masks``: the
+    subjects to train on and a sentence saying what they are."""
+    from .brats import BRATS_MODELS, find_cases
+    from .data import pair_files
+
+    if a.data is not None:
+        if a.images is not None or a.masks is not None:
+            raise InputError("give --data ROOT or --images and --masks, not both")
+        if model not in BRATS_MODELS:
+            raise InputError(f"--data reads a BraTS root, for --model {' or '.join(sorted(BRATS_MODELS))}; "
+                             f"for {model!r} give --images and --masks")
+        return find_cases(a.data, a.labels or "auto")
+    if a.images is None or a.masks is None:
+        raise InputError("give --images and --masks (paired NIfTI folders), or --data ROOT (a BraTS root)")
+    if a.labels is not None:
+        raise InputError("--labels applies to --data ROOT (a BraTS root)")
+    pairs = pair_files(a.images, a.masks, a.id_regex)
+    return pairs, f"{len(pairs)} image/mask pairs from {a.images} and {a.masks}"
 
 
 def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -166,9 +195,9 @@ def cmd_train(a: argparse.Namespace) -> None:
         return _launch(a, a.argv)
 
     def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
-        cfg, knobs, size, train_cfg, out, pairs, held = _train_inputs(a)
+        cfg, knobs, size, train_cfg, out, pairs, held, source = _train_inputs(a)
         plan = Trainer.data_plan(len(pairs), cfg, effective_knobs(knobs, device, world.size), device, size)
-        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none")
+        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none", source=source)
         dataset.validate()  # every file decoded once, before training: bad input stops here
         if held:
             VolumeDataset(list(held), cfg.name, cfg.out_channels, size).validate()
@@ -187,7 +216,7 @@ def cmd_train(a: argparse.Namespace) -> None:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
     print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}; "
-          f"data: {plan.pipeline} ({plan.reason})")
+          f"data: {dataset.source}; input pipeline: {plan.pipeline} ({plan.reason})")
     if trainer.heldout:
         rows = pd.DataFrame(trainer.heldout)
         last = rows.query("step == step.max()")
@@ -214,7 +243,7 @@ def cmd_sample(a: argparse.Namespace) -> None:
         written = world.checked(lambda: sample_masks(
             a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
             progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip,
-            spacing=a.spacing))
+            spacing=a.spacing, labels=a.labels or "auto", one_file=a.one_file))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
@@ -323,7 +352,7 @@ def parser() -> argparse.ArgumentParser:
     more = " (a table: medddpm configs; the book's ablation rungs: medddpm configs --all)"
     configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items()) + more
     train_configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items() if describe(n)["use"] != "sample") + more
-    model_help = "model preset: whole-head (the paper's), brats or tiny (tests, demos)"
+    model_help = "model preset: whole-head (the paper's), brats, or tiny and brats-tiny (tests, demos)"
 
     s = sub.add_parser("summary", help="parameters, forward FLOPs and shapes of a model preset")
     s.add_argument("--model", default="whole-head", help=model_help)
@@ -331,18 +360,35 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=cmd_summary)
 
-    for name, func, what in (("phantom", cmd_phantom, "seeded head phantoms"),
-                             ("demo-data", cmd_demo_data, "MNI152 demo subjects with lesions")):
-        s = sub.add_parser(name, help=f"write {what} as NIfTI image/mask pairs")
-        s.add_argument("--out", required=True, help="folder to create; gets images/ and masks/")
+    from .brats import LABELS
+
+    labels_help = ("a BraTS segmentation's labels: brats2021 (1 NCR, 2 ED, 4 ET), brats2023 (3 ET) or reference "
+                   "(3 ET, 4 healthy brain)")
+    for name, func, what in (("phantom", cmd_phantom, "seeded head phantoms as NIfTI image/mask pairs"),
+                             ("demo-data", cmd_demo_data, "MNI152 demo subjects with lesions (image/mask pairs) "
+                              "or, with --layout brats, BraTS-shaped subjects with tumours")):
+        s = sub.add_parser(name, help=f"write {what}")
+        s.add_argument("--out", required=True, help="folder to create; gets images/ and masks/ (or a BraTS root)")
         s.add_argument("--n", type=int, default=4, help="number of subjects")
-        s.add_argument("--size", type=int, default=32, help="side of the cubic volumes, in voxels")
+        s.add_argument("--size", type=int, default=32, help="side of the cubic volumes, in voxels (BraTS layouts: "
+                       "the 240 × 240 × 155 grid scaled to this first side)")
         s.add_argument("--seed", type=int, default=0, help="random seed")
+        if name == "demo-data":
+            s.add_argument("--layout", default="pairs", choices=("pairs", "brats", "brats-per-modality"),
+                           help="images/ + masks/ pairs, a BraTS root as downloaded (ROOT/<subject>/<subject>_<role>"
+                           ".nii.gz) or the reference repository's (ROOT/<role>/<subject>_<role>.nii.gz)")
+            s.add_argument("--labels", choices=tuple(LABELS), help=f"{labels_help} (default brats2021; brats2023 "
+                           "also names files as BraTS 2023: -t1n, -t1c, -t2w, -t2f)")
         s.set_defaults(func=func)
 
-    s = sub.add_parser("train", help="train on NIfTI image/mask folders")
-    s.add_argument("--images", required=True, help="folder of image NIfTI files")
-    s.add_argument("--masks", required=True, help="folder of mask NIfTI files, paired by subject ID")
+    s = sub.add_parser("train", help="train on NIfTI image/mask folders or a BraTS root")
+    s.add_argument("--images", help="folder of image NIfTI files")
+    s.add_argument("--masks", help="folder of mask NIfTI files, paired by subject ID")
+    s.add_argument("--data", metavar="ROOT", help="a BraTS root as downloaded or as the reference repository keeps "
+                   "it (--model brats; instead of --images and --masks): four modalities and a segmentation "
+                   "per subject, cropped or padded to the preset's window")
+    s.add_argument("--labels", choices=("auto", *LABELS), help=f"{labels_help}; auto (default) detects them and "
+                   "says which rule it used")
     s.add_argument("--model", default="whole-head", help=model_help)
     s.add_argument("--config", default="baseline", help=f"run configuration, one of: {train_configs}")
     s.add_argument("--steps", type=int, required=True, help="total optimizer steps to reach")
@@ -369,8 +415,13 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sample", help="generate one image per mask with a checkpoint")
     s.add_argument("--checkpoint", required=True, help="a checkpoint.pt written by train")
-    s.add_argument("--masks", required=True, help="folder of mask NIfTI files")
-    s.add_argument("--out", required=True, help="folder for the generated NIfTI files (must not hold them yet)")
+    s.add_argument("--masks", required=True, help="folder of mask NIfTI files, or for a BraTS model a BraTS root "
+                   "(its segmentations; its modalities, where there, give the healthy brain)")
+    s.add_argument("--out", required=True, help="folder for the generated NIfTI files (must not hold them yet); from a "
+                   "BraTS root: OUT/<subject>/<subject>_{t1,t1ce,t2,flair}.nii.gz in the segmentation's space")
+    s.add_argument("--labels", choices=("auto", *LABELS), help=f"{labels_help}; auto (default) detects them")
+    s.add_argument("--one-file", action="store_true", help="from a BraTS root: one 4-D OUT/<subject>.nii.gz per "
+                   "subject instead of a folder of four")
     s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
                    help=f"ancestral DDPM, DDIM or a few-step solver (default {RECOMMENDED.sampler}: {RECOMMENDED.why})")
     s.add_argument("--steps", type=int, help=f"denoising steps (default: {RECOMMENDED.steps} for {RECOMMENDED.sampler}; "

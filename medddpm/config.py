@@ -36,8 +36,8 @@ class ModelConfig:
     num_heads: int = 1  # attention heads, legacy head-first qkv split
     num_groups: int = 32  # GroupNorm groups
     dropout: float = 0.0  # reference default
-    image_size: int = 128  # H = W of the preset's native input ("input_size")
-    depth_size: int = 128  # D of the preset's native input ("depth_size")
+    image_size: int = 128  # I = J of the preset's native input ("input_size")
+    depth_size: int = 128  # K, the axial axis, of the preset's native input ("depth_size")
     norm_fp32: bool = True  # GroupNorm computed in fp32 then cast back (reference GroupNorm32)
 
     def __post_init__(self) -> None:
@@ -63,8 +63,10 @@ class ModelConfig:
 
     @property
     def native_size(self) -> tuple[int, int, int]:
-        """(D, H, W) the preset was built for."""
-        return (self.depth_size, self.image_size, self.image_size)
+        """(I, J, K) the preset was built for, in the data's canonical RAS voxel order: BraTS's
+        axial slices run along K, so ``brats`` is 192 × 192 × 144 (the reference's 144 × 192 × 192
+        depth-first tensor, transposed; the same parameters and FLOPs)."""
+        return (self.image_size, self.image_size, self.depth_size)
 
     def check_size(self, size: tuple[int, int, int]) -> None:
         """Each spatial side must halve cleanly at every downsampling level."""
@@ -80,6 +82,11 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     "brats": ModelConfig(
         name="brats", in_channels=8, out_channels=4, mask_channels=4, num_res_blocks=2,
         attention_ds=(12,), image_size=192, depth_size=144,
+    ),
+    # The brats preset's inputs and outputs on a small net and window, for CPU tests and demos.
+    "brats-tiny": ModelConfig(
+        name="brats-tiny", in_channels=8, out_channels=4, mask_channels=4, model_channels=16,
+        channel_mult=(1, 2), attention_ds=(2,), num_groups=8, image_size=32, depth_size=24,
     ),
     # Small enough for CPU tests and demos (seconds, not minutes).
     "tiny": ModelConfig(

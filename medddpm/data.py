@@ -35,6 +35,7 @@ MASK_LABELS: dict[str, tuple[tuple[int, ...], ...]] = {
     # 4 = enhancing tumour (ET; 3 in BraTS 2023). BraTS labels no healthy tissue, so the fourth
     # channel takes our own convention, label 5 = healthy brain (add it from a brain mask).
     "brats": ((1,), (2,), (3, 4), (5,)),
+    "brats-tiny": ((1,), (2,), (3, 4), (5,)),
     "tiny": ((1,), (2,)),
 }
 
@@ -90,9 +91,17 @@ def _by_id(files: list[Path], what: str, id_regex: str | None) -> dict[str, Path
 
 @dataclass(frozen=True)
 class Pair:
+    """One subject's image file (4-D for several modalities) and its label-map mask."""
+
     subject: str
     image: Path
     mask: Path
+
+    def load(self, preset: str, channels: int, size: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(image (C, *size) in [-1, 1], one-hot mask (M, *size)), after checking one grid."""
+        check_same_space(self.image, self.mask)
+        image = resize(torch.from_numpy(read_image(self.image, channels)), size, "trilinear")
+        return image, load_mask_tensor(self.mask, preset, size)
 
 
 def pair_files(images: str | Path, masks: str | Path, id_regex: str | None = None) -> list[Pair]:
@@ -224,19 +233,21 @@ def check_same_space(image: Path, mask: Path, tol: float = AFFINE_TOLERANCE) -> 
 
 
 class VolumeDataset(Dataset):
-    """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``.
+    """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``: ``Pair``s,
+    or ``brats.BratsCase``s read from a BraTS root (anything with ``subject`` and ``load``).
 
     With ``keep`` every pair is decoded once and kept (``validate`` then fills the memo), which is
     what a data cache (``Knobs.data_cache``) stacks onto the GPU or into pinned memory.
     """
 
     def __init__(self, pairs: list[Pair], preset: str, image_channels: int, size: Sequence[int],
-                 keep: bool = False) -> None:
+                 keep: bool = False, source: str = "") -> None:
         if not pairs:
             raise InputError("no image/mask pairs to train on")
         if preset not in MASK_LABELS:
             raise ValueError(f"no mask labels defined for preset {preset!r}")
         self.pairs, self.preset, self.channels, self.size = pairs, preset, image_channels, tuple(size)
+        self.source = source  # what the data is (recorded in the checkpoint's config)
         self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = {} if keep else None
 
     def __len__(self) -> int:
@@ -251,16 +262,22 @@ class VolumeDataset(Dataset):
         return item
 
     def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pair = self.pairs[i]
-        check_same_space(pair.image, pair.mask)
-        image = resize(torch.from_numpy(read_image(pair.image, self.channels)), self.size, "trilinear")
-        mask = load_mask_tensor(pair.mask, self.preset, self.size)
-        return image, mask
+        return self.pairs[i].load(self.preset, self.channels, self.size)
 
     def validate(self) -> None:
         """Read every pair once so bad files fail before training starts."""
         for i in range(len(self)):
             self[i]
+
+
+def to_file_space(volume: np.ndarray, like: nib.Nifti1Image) -> np.ndarray:
+    """A (C, I, J, K) volume in canonical RAS order reoriented to ``like``'s own voxel order:
+    (I, J, K) for one channel, (I, J, K, C) for several (NIfTI's 4-D layout)."""
+    src = nib.orientations.io_orientation(canonical(like).affine)
+    dst = nib.orientations.io_orientation(like.affine)
+    transform = nib.orientations.ornt_transform(src, dst)
+    arr = np.stack([nib.orientations.apply_orientation(c, transform) for c in volume])
+    return arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, 3)
 
 
 def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None:
@@ -272,13 +289,7 @@ def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None
     mask_img = load_nifti(mask_path)
     canon_shape = canonical(mask_img).shape[:3]
     vol = resize(torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32)), canon_shape, "trilinear")
-    arr = vol.numpy()
-    # canonical → original orientation, per channel
-    src = nib.orientations.io_orientation(canonical(mask_img).affine)
-    dst = nib.orientations.io_orientation(mask_img.affine)
-    transform = nib.orientations.ornt_transform(src, dst)
-    arr = np.stack([nib.orientations.apply_orientation(c, transform) for c in arr])
-    arr = arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, 3)
+    arr = to_file_space(vol.numpy(), mask_img)
     header = mask_img.header.copy()
     header.set_data_dtype(np.float32)
     header["scl_slope"], header["scl_inter"] = 1.0, 0.0

@@ -10,8 +10,11 @@ r, r + W, … of the sorted list and writes only those.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import torch
 
 from .config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, sampling_config
@@ -23,6 +26,24 @@ from .solvers import RECOMMENDED, check_sampler, denoiser_calls
 from .train import configs_from_checkpoint, load_checkpoint
 
 
+@dataclass(frozen=True)
+class Job:
+    """One volume to sample: the ``name`` that seeds its noise (``mask_seed``), its encoded mask
+    ``cond`` (M, I, J, K), the ``target`` it is written to and ``save(volume, target)``, which
+    writes a (C, I, J, K) sample there in the mask's space."""
+
+    name: str
+    cond: torch.Tensor
+    target: Path
+    save: Callable[[np.ndarray, Path], None]
+
+    def write(self, volume: np.ndarray) -> Path:
+        self.save(volume, self.target)
+        return self.target
+
+    def to(self, folder: Path) -> "Job":
+        """The same job written under another folder."""
+        return replace(self, target=Path(folder) / self.target.name)
 
 
 def default_config(device: torch.device) -> str:
@@ -31,9 +52,9 @@ def default_config(device: torch.device) -> str:
     return "fast" if device.type == "cuda" else "baseline"
 
 
-def mask_seed(seed: int, mask: Path) -> int:
-    """The generator seed of one mask file: (run seed, file name)."""
-    return draw_seed(seed, zlib.crc32(strip_nifti_suffix(mask.name).encode()))
+def mask_seed(seed: int, name: str) -> int:
+    """The generator seed of one mask: (run seed, its name: the mask file's, less the suffix)."""
+    return draw_seed(seed, zlib.crc32(name.encode()))
 
 
 class MaskSampler:
@@ -47,11 +68,10 @@ class MaskSampler:
         _, self.diffusion, self.knobs = inference(self.model_cfg, sampling_config(config), device, self.diff_cfg,
                                                   ckpt[weights])
 
-    def write(self, files: list[Path], conds: list[torch.Tensor], targets: list[Path], mine: list[int],
-              sampler: str, steps: int | None, eta: float, seed: int, batch: int, clip: bool,
-              spacing: str | None, progress: bool = False) -> list[Path]:
-        """Sample masks ``mine`` (indices of ``files``/``conds``) ``batch`` at a time, each from its
-        own generator (``mask_seed``), and write each to its target atomically."""
+    def write(self, jobs: list[Job], mine: list[int], sampler: str, steps: int | None, eta: float, seed: int,
+              batch: int, clip: bool, spacing: str | None, progress: bool = False) -> list[Path]:
+        """Sample jobs ``mine`` (indices of ``jobs``) ``batch`` at a time, each from its own
+        generator (``mask_seed``), and write each (``Job.write``: atomically)."""
         from tqdm.auto import tqdm
 
         n_steps = denoiser_calls(sampler, steps, self.diff_cfg.timesteps)
@@ -59,15 +79,14 @@ class MaskSampler:
         with tqdm(total=len(mine) * n_steps, disable=not progress, desc="sample", unit="step") as bar:
             for start in range(0, len(mine), batch):
                 chunk = mine[start:start + batch]
-                gens = [torch.Generator(self.device).manual_seed(mask_seed(seed, files[i])) for i in chunk]
-                cond = torch.stack([conds[i] for i in chunk]).to(self.device)
+                gens = [torch.Generator(self.device).manual_seed(mask_seed(seed, jobs[i].name)) for i in chunk]
+                cond = torch.stack([jobs[i].cond for i in chunk]).to(self.device)
                 with torch.inference_mode(), autocast(self.knobs, self.device):
                     x = self.diffusion.sample(cond, self.model_cfg.out_channels, sampler, steps, eta, gens, clip,
                                               on_step=lambda: bar.update(len(chunk)), spacing=spacing)
                 x = x.float().cpu().numpy()
                 for j, i in enumerate(chunk):
-                    write_like_mask(x[j], files[i], targets[i])
-                    written.append(targets[i])
+                    written.append(jobs[i].write(x[j]))
         return written
 
 
@@ -91,38 +110,57 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
         raise InputError(str(exc)) from None
 
 
-def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, ...],
-               batch: int = 1) -> tuple[list[Path], list[torch.Tensor], list[Path]]:
-    """The mask files of ``masks``, each read and encoded for the model, and their targets under
-    ``out``; refuses a target that exists, an unknown model and any bad mask before anything is written."""
-    files = list_nifti(masks, "masks")
-    if batch > len(files):
-        raise InputError(f"--batch {batch} is larger than the {len(files)} mask(s) in {masks}")
-    out = Path(out)
-    targets = [out / f"{strip_nifti_suffix(f.name)}.nii.gz" for f in files]
-    existing = [t.name for t in targets if t.exists()]
-    if existing:
-        raise InputError(f"{out} already holds {', '.join(existing)}; choose another --out")
+def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, ...], batch: int = 1,
+               labels: str = "auto", one_file: bool = False) -> list[Job]:
+    """A job per mask of ``masks``, each mask read and encoded for the model, its target under
+    ``out``: a folder of mask files, or for a BraTS model a BraTS root (``brats.find_cases``; the
+    subject's modalities, where there, give the healthy brain and the window). Refuses a target
+    that exists, an unknown model and any bad mask before anything is written."""
+    from . import brats
+
     if model not in MASK_LABELS:
         raise InputError(f"the checkpoint's model {model!r} has no mask labels defined")
-    # read every mask first (every rank reads all): a bad one fails before any output is written
-    return files, [load_mask_tensor(f, model, size) for f in files], targets
+    out = Path(out)
+    if model in brats.BRATS_MODELS and brats.is_brats_root(masks):
+        cases, _ = brats.find_cases(masks, labels, need_images=False)
+        jobs = []
+        for case in cases:  # every case read first: a bad one fails before any output is written
+            _, label_map, window = brats.prepare(case, brats.window_of(model))
+            save = lambda volume, target, w=window, seg=case.mask: brats.write_case(volume, w, seg, target)
+            jobs.append(Job(case.subject, brats.encode(label_map, size), brats.targets(out, case.subject, one_file), save))
+    else:
+        if labels != "auto" or one_file:
+            raise InputError(f"--labels and --one-file apply to BraTS roots; {masks} is a folder of mask files"
+                             if model in brats.BRATS_MODELS else f"--labels and --one-file apply to BraTS models, "
+                             f"not {model!r}")
+        files = list_nifti(masks, "masks")
+        jobs = [Job(strip_nifti_suffix(f.name), load_mask_tensor(f, model, size),
+                    out / f"{strip_nifti_suffix(f.name)}.nii.gz", lambda volume, target, f=f: write_like_mask(volume, f, target))
+                for f in files]
+    if batch > len(jobs):
+        raise InputError(f"--batch {batch} is larger than the {len(jobs)} mask(s) in {masks}")
+    existing = [j.target.name for j in jobs if j.target.exists()]
+    if existing:
+        raise InputError(f"{out} already holds {', '.join(existing)}; choose another --out")
+    return jobs
 
 
 def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, device: torch.device,
                  sampler: str = RECOMMENDED.sampler, steps: int | None = None, eta: float = DEFAULT_ETA, seed: int = 0,
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
-                 world: World = World(), clip: bool = True, spacing: str | None = None) -> list[Path]:
+                 world: World = World(), clip: bool = True, spacing: str | None = None, labels: str = "auto",
+                 one_file: bool = False) -> list[Path]:
     """Generate one image per mask file (this rank's share); every input is checked before
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
-    ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain."""
+    ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain; ``labels`` and
+    ``one_file``: a BraTS root's label convention and output form (``read_masks``)."""
     config = config or default_config(device)
     check_options(sampler, steps, spacing, config, weights, batch, eta)
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     check_options(sampler, steps, spacing, config, weights, batch, eta, diff_cfg.timesteps)
-    files, conds, targets = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch)
-    mine = list(range(world.rank, len(files), world.size))
-    return MaskSampler(ckpt, device, config, weights).write(files, conds, targets, mine, sampler, steps, eta, seed,
-                                                            batch, clip, spacing, progress)
+    jobs = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels, one_file)
+    mine = list(range(world.rank, len(jobs), world.size))
+    return MaskSampler(ckpt, device, config, weights).write(jobs, mine, sampler, steps, eta, seed, batch, clip,
+                                                            spacing, progress)

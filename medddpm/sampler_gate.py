@@ -89,23 +89,23 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
     for run in runs:
         check_options(run.sampler, run.steps, run.spacing or None, run.config, "ema", batch, 1.0, diff_cfg.timesteps)
     work = Path(work)
-    files, conds, _ = read_masks(masks, work, ckpt["config"]["model"]["name"], tuple(ckpt["config"]["size"]))
+    jobs = read_masks(masks, work, ckpt["config"]["model"]["name"], tuple(ckpt["config"]["size"]))
     folders: dict[GateRun, Path] = {}
     for config in dict.fromkeys(r.config for r in runs):
         sampler = None
         for run in (r for r in runs if r.config == config):
             folder = folders[run] = work / run.name
-            if folder.is_dir() and len(list(folder.glob("*.nii.gz"))) == len(files):
+            if folder.is_dir() and len(list(folder.glob("*.nii.gz"))) == len(jobs):
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             sampler = sampler or MaskSampler(ckpt, torch.device(device), config)
             tmp = work / f".{run.name}.tmp"  # written whole, then renamed: a cut-off run leaves no folder
             shutil.rmtree(tmp, ignore_errors=True)
-            sampler.write(files, conds, [tmp / f"{strip_nifti_suffix(f.name)}.nii.gz" for f in files],
-                          list(range(len(files))), run.sampler, run.steps if run.sampler != "ddpm" else None, 1.0,
-                          run.seed, min(batch, len(files)), True, run.spacing or None)
+            sampler.write([j.to(tmp) for j in jobs], list(range(len(jobs))), run.sampler,
+                          run.steps if run.sampler != "ddpm" else None, 1.0, run.seed, min(batch, len(jobs)), True,
+                          run.spacing or None)
             tmp.rename(folder)
-            print(f"{run.name}: sampled {len(files)} masks", flush=True)
+            print(f"{run.name}: sampled {len(jobs)} masks", flush=True)
         del sampler
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

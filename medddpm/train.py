@@ -166,7 +166,8 @@ class Trainer:
     def config_dict(self) -> dict[str, Any]:
         return {"model": asdict(self.model_cfg), "diffusion": asdict(self.diffusion_cfg),
                 "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size),
-                "world_size": self.world.size, "global_batch": self.global_batch, "data": self.data.asdict()}
+                "world_size": self.world.size, "global_batch": self.global_batch, "data": self.data.asdict(),
+                "source": getattr(self.dataset, "source", "")}
 
     def save(self) -> Path:
         """Write ``checkpoint.pt`` and ``log.csv`` atomically (temp file + rename), after the
