@@ -5,7 +5,7 @@
 # under fast, per subject with all 4 modalities) · demo (MAPS, the MNI152 tissue maps saved by
 # scripts/probes/brats_demo_maps.py, → N BraTS-shaped subjects in WORK/root) · train (`medddpm train
 # --data WORK/root --model brats --size FIG_SIZE --config fast --held-out 2` for TRAIN_S seconds) ·
-# fig1 (the held-out subjects sampled by the recommended sampler, their slices → fig1_slices.parquet,
+# (TRAIN_ARGS: more train options) · fig1 (the held-out subjects sampled by the recommended sampler, their slices → fig1_slices.parquet,
 # the run's log and held-out CSVs beside it). Logs: OUT/brats/log.txt, commands.log.
 set -uo pipefail
 ROOT_OUT=${1:?usage: brats_measure.sh OUT WORK STAGE...}; WORK=${2:?}; shift 2
@@ -34,7 +34,8 @@ for stage in "$@"; do
     train)
       # shellcheck disable=SC2086
       run $((${TRAIN_S:-300} + 120)) $M train --data "$WORK/root" --model brats --size $FIG_SIZE --config fast \
-        --held-out 2 --eval-every 1000 --steps 100000 --time-limit "${TRAIN_S:-300}" --out "$WORK/run" --quiet
+        --held-out 2 --eval-every "${EVAL_EVERY:-1000}" --steps 100000 --time-limit "${TRAIN_S:-300}" --out "$WORK/run" \
+        --quiet ${TRAIN_ARGS:-}
       for f in log heldout timing; do cp "$WORK/run/$f.csv" "$OUT/fig1_run_$f.csv" 2>/dev/null; done ;;
     fig1)
       mkdir -p "$WORK/held"
