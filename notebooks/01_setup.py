@@ -27,6 +27,7 @@ size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
 # %% tags=["remove-input"]
+from IPython.display import display
 
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
@@ -55,7 +56,7 @@ props = tables.gpu_properties(root, G)
 if props.empty:
     print(plots.no_data_text("GPU in this results store", "bench"))
 else:
-    table(props.set_index("gpu").T, index=True)
+    display(table(props.set_index("gpu").T, index=True))
 
 # %% [markdown]
 # ## Software: the paper's stack and ours

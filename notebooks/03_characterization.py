@@ -29,6 +29,7 @@ size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
 # %% tags=["remove-input"]
+from IPython.display import display
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -88,7 +89,7 @@ if base.empty:
     print(plots.no_data_text("baseline ncu reports in paper mode", "ncu"))
 else:
     longest = base.sort_values("duration_ns", ascending=False).groupby("gpu_slug").head(3)
-    table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instructions", "ipc"]])
+    display(table(longest[["gpu_slug", "abbr", "short_name", "duration_ns", "cycles", "instructions", "ipc"]]))
 
 # %% [markdown]
 # ## Fig. 5 — priority scores
@@ -168,4 +169,4 @@ plots.finish(fig)
 if base.empty:
     print(plots.no_data_text("baseline ncu reports in paper mode", "ncu"))
 else:
-    table(tables.abbreviations(base))
+    display(table(tables.abbreviations(base)))

@@ -29,6 +29,7 @@ size = 128  # volume side when measuring (the paper: 128)
 configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measure
 
 # %% tags=["remove-input"]
+from IPython.display import display
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -47,7 +48,7 @@ S = tables.ncu_summaries(root, G, "paper")
 if S.empty:
     print(plots.no_data_text("ncu reports in paper mode", "ncu"))
 else:
-    table(S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"]))
+    display(table(S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"])))
 
 # %% [markdown]
 # Nsight Compute reports (paper mode) exist for {glue:text}`ncu_pairs`.
@@ -91,7 +92,7 @@ ref61 = paper.values(figure="§6.1")
 if norm.empty:
     print(plots.no_data_text("ncu reports in paper or step mode", "ncu"))
 else:
-    table(tables.scope_pivot(norm), index=True)
+    display(table(tables.scope_pivot(norm), index=True))
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-norm", "caption": "The paper's §6.1, measured: summed cycles, summed instructions and the geometric-mean IPC of each configuration divided by the baseline's on the same GPU, for the paper's 100-kernel window and for a whole step (ncu), beside the paper's ratios (hatched, §6.1). The line marks 1×."}}
 fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER) if not norm.empty else plots.no_data("ncu reports", "ncu")

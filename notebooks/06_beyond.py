@@ -59,8 +59,8 @@ plots.finish(fig)
 
 # %% tags=["hide-input"]
 if not L.empty:
-    table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
-             "speedup_vs_baseline", "tflops", "peak_fraction"]], 3)
+    display(table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
+             "speedup_vs_baseline", "tflops", "peak_fraction"]], 3))
 
 # %% [markdown]
 # Larger batches for `bf16-graphs` (the same step, N volumes at once):
@@ -68,7 +68,7 @@ if not L.empty:
 # %% tags=["hide-input"]
 FB = tables.bench(root, G, ["bf16-graphs"], batch=None)
 if not FB.empty:
-    table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3)
+    display(table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3))
 
 # %% [markdown]
 # On the {glue:text}`ref_gpu` `fast` takes {glue:text}`ref_fast_ms` ms a step:
@@ -297,8 +297,8 @@ GAP = tables.roofline_gap(RW, RR)
 
 # %% tags=["hide-input"]
 if not RWS.empty:
-    table(RWS.rename(columns={"kernels": "kernels in step", "no_flops_share": "time with no FLOPs",
-                              "half_bound_share": "time at ≥ half the bound", "window_tflops": "step TFLOP/s (counted)"}), 2)
+    display(table(RWS.rename(columns={"kernels": "kernels in step", "no_flops_share": "time with no FLOPs",
+                              "half_bound_share": "time at ≥ half the bound", "window_tflops": "step TFLOP/s (counted)"}), 2))
 
 # %% [markdown]
 # How far each kind of kernel is from its own roofline bound in `bf16-graphs`: the kernel time, the time
@@ -307,9 +307,9 @@ if not RWS.empty:
 
 # %% tags=["hide-input"]
 if not GAP.empty:
-    table(GAP[GAP["config"].isin(["bf16-graphs", "fast"])].rename(columns={
+    display(table(GAP[GAP["config"].isin(["bf16-graphs", "fast"])].rename(columns={
         "time_ms": "kernel ms", "bound_ms": "at the roofline (ms)", "gap_ms": "above it (ms)",
-        "gap_share": "share of the gap"}), 2)
+        "gap_share": "share of the gap"}), 2))
 
 # %% [markdown]
 # On the {glue:text}`step_ref_gpu` the `bf16-graphs` step spends {glue:text}`step_ref_fast_time_ms` ms in
@@ -377,8 +377,8 @@ RS = tables.roofline_summary(RP, RR)
 
 # %% tags=["hide-input"]
 if not RS.empty:
-    table(RS.rename(columns={"kernels": "kernels in window", "no_flops_share": "time with no FLOPs",
-                             "half_bound_share": "time at ≥ half the bound", "window_tflops": "window TFLOP/s"}), 2)
+    display(table(RS.rename(columns={"kernels": "kernels in window", "no_flops_share": "time with no FLOPs",
+                             "half_bound_share": "time at ≥ half the bound", "window_tflops": "window TFLOP/s"}), 2))
 
 # %% [markdown]
 # The counters check out on the model too: the longest convolution of the window counts

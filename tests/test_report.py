@@ -128,6 +128,26 @@ def test_no_code_cell_shows_its_source_by_default():
                 assert tags & {"hide-input", "remove-input", "remove-cell"}, (nb.name, cell.source[:60])
 
 
+def test_every_table_call_reaches_the_page():
+    """A ``table(...)`` (or ``plots.no_data_text``-style) value is shown only as a cell's last
+    top-level expression; inside an ``if``/``else`` it must go through ``display``, or the book
+    silently drops the table."""
+    import ast
+
+    import jupytext
+
+    for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
+        for cell in jupytext.read(nb).cells:
+            if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []):
+                continue
+            tree = ast.parse("\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+            last = tree.body[-1] if tree.body else None
+            for node in ast.walk(tree):
+                bare = (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                        and isinstance(node.value.func, ast.Name) and node.value.func.id == "table")
+                assert not bare or node is last, (nb.name, ast.unparse(node)[:80])
+
+
 def test_papermill_reads_every_notebook_parameter():
     """papermill's own parser sees all five parameters with their defaults (an '=' inside a
     comment makes it skip the line, and then it warns 'unknown parameter' on every run)."""
@@ -584,3 +604,31 @@ def test_html_check_flags_raw_scientific_notation_and_issue_numbers_in_prose_onl
     assert "raw scientific notation" in failures[0] and "8.5e-04" in failures[0]
     assert "an issue number" in failures[1] and "issue 21" in failures[1]
     assert check.prose_failures("ch", "<p>8.5 × 10⁻⁴, 1,000 steps, 2e5x</p>") == []
+
+
+def test_brats_workload_beside_whole_head(tmp_path):
+    """Chapter 05's BraTS table: each workload's speed-up over its own FP32 baseline on the same
+    GPU, TFLOP/s from 3 × the preset's forward FLOPs; a store without BraTS rows gives an empty
+    table and facts that say what is missing."""
+    from medddpm.bench import COLUMNS
+    from medddpm.io import append_rows
+    from medddpm.report import workloads
+
+    def row(config, model, size, ms):
+        return {**{c: "" for c in COLUMNS}, "gpu": "G", "config": config, "model": model, "size": size, "batch": 1,
+                "step_ms_median": ms, "grad_accum": 1}
+
+    g = tmp_path / "g1"
+    append_rows(g / "bench.csv", [row("baseline", "whole-head", "128x128x128", 1000.0), row("fast", "whole-head", "128x128x128", 50.0)], COLUMNS)
+    assert workloads.side_by_side(tmp_path, ["g1"]).empty
+    assert workloads.facts(tmp_path, ["g1"])["br_fast_ms"].startswith("— (no BraTS bench row of fast")
+    append_rows(g / "brats" / "bench.csv", [row("baseline", "brats", "192x192x144", 4000.0), row("fast", "brats", "192x192x144", 200.0),
+                                            row("fast", "brats", "192x192x144", 160.0)], COLUMNS)  # the newer row wins
+    t = workloads.side_by_side(tmp_path, ["g1"]).set_index(["workload", "config"])
+    assert t.loc[(workloads.WORKLOADS["brats"], "fast"), "speedup_vs_baseline"] == 25.0
+    assert t.loc[(workloads.WORKLOADS["whole-head"], "fast"), "speedup_vs_baseline"] == 20.0
+    flops = 3 * 21_258_180_493_312  # the reference's forward FLOPs of brats (test_model)
+    assert abs(t.loc[(workloads.WORKLOADS["brats"], "fast"), "tflops"] - flops / 0.160 / 1e12) < 1e-6
+    f = workloads.facts(tmp_path, ["g1"])
+    assert f["br_fast_ms"] == "160" and f["br_fast_x"] == "25.0" and f["wh_fast_x"] == "20.0"
+    assert f["br_sample_s"].startswith("—") and f["br_fig_steps"].startswith("—")

@@ -116,6 +116,9 @@ def end_to_end(root: Path, gpus: list[str]) -> dict[str, str]:
         else missing("ncu step-mode report")
     f["agree_max_count_dev"] = (f"{(a['ncu_kernels'] - a['torch_kernels']).abs().max():d}" if not a.empty
                                 else missing("ncu step-mode report"))
+    from . import workloads
+
+    f.update(workloads.facts(root, gpus))
     return f
 
 

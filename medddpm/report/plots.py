@@ -94,6 +94,7 @@ RUN = {
     "quality": "scripts/quality_measure.sh data/results/<gpu> DEMO WORK env agree parity:baseline:0:keep … sample",
     "loop": "scripts/loop_measure.sh data/results/<gpu>/loop",
     "scaling": "scripts/ddp_scaling.sh data/results/<gpu>-x2 <gpu>-x2 opt1 fast",
+    "brats": "scripts/brats_measure.sh data/results/<gpu> WORK env bench sample  (Fig. 1: MAPS=… demo train fig1)",
 }
 
 
@@ -323,10 +324,12 @@ def histograms(h: pd.DataFrame, sources: list[str], subject: str, ax=None):
     return ax
 
 
-def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_to: str | None = None):
+def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_to: str | None = None,
+           mask_max: int = 2):
     """Orthogonal slices (rows: subject × view; columns: ``sources``, name → column title) in RAS,
     neurological display (the slice's first axis to the right, its second up); with ``diff_to``, every source but
-    that one and the mask is shown as its absolute difference to it (0 to ``DIFF_MAX``)."""
+    that one and the mask is shown as its absolute difference to it (0 to ``DIFF_MAX``). The mask's
+    labels are coloured from 0 to ``mask_max`` (whole-head: 2 = lesion; BraTS: 5 = healthy brain)."""
     from ..sample_quality import VIEWS, slice_image
 
     rows = [(s, v) for s in subjects for v in VIEWS]
@@ -337,7 +340,7 @@ def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_
             ax = axes[i, j]
             img = slice_image(sl, src, subject, view)
             if src == "mask":
-                ax.imshow(img.T, origin="lower", cmap="viridis", vmin=0, vmax=2, interpolation="nearest")
+                ax.imshow(img.T, origin="lower", cmap="viridis", vmin=0, vmax=mask_max, interpolation="nearest")
             elif ref is not None and src != diff_to:
                 ax.imshow(abs(img - ref).T, origin="lower", cmap="magma", vmin=0, vmax=DIFF_MAX)
             else:

@@ -1,0 +1,123 @@
+"""Chapter 05's second workload: the ``brats`` preset (paper Fig. 1: four modalities under a
+tumour mask, 192 × 192 × 144) beside the paper's whole-head model — the training step of the
+paper's baseline, its TF32 ``opt1`` and ``fast`` on each GPU (``<gpu>/brats/bench.csv``, written by
+``scripts/brats_measure.sh``), the recommended sampler's time per subject, and the slices of a
+trained BraTS run (``<gpu>/brats/fig1_slices.parquet``).
+
+A store may hold BraTS results on any GPU, or on none: every function returns its full shape then,
+and every fact reads "—" with what is missing.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import model_preset
+from ..summary import summarize
+from ..train import steady_intervals
+from .present import gpu_name
+from .tables import bench, ordered
+from .wording import missing, number, roles
+
+STORE_FREE = ("br_flops_ratio",)  # facts the package states whatever the store holds (the presets' FLOPs)
+CONFIGS = ("baseline", "opt1", "fast")  # the rows of the side-by-side table
+WORKLOADS = {"whole-head": "whole-head (the paper's)", "brats": "BraTS (Fig. 1's)"}
+FIG1_SOURCES = {"mask": "mask", "real_t1": "T1", "real_t2": "T2", "real_flair": "FLAIR",
+                "sample_t1": "T1, sampled", "sample_t2": "T2, sampled", "sample_flair": "FLAIR, sampled"}
+BENCH_COLUMNS = ["gpu_slug", "workload", "config", "size", "step_ms_median", "speedup_vs_baseline", "tflops",
+                 "peak_mem_gib"]
+
+
+def _brats_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
+    frames = [pd.read_csv(Path(root) / g / "brats" / f"{name}.csv").assign(gpu_slug=g) for g in gpus
+              if (Path(root) / g / "brats" / f"{name}.csv").exists()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+@functools.lru_cache(maxsize=16)
+def _train_flops(model: str, size: str) -> int:
+    """3 × the forward FLOPs of one volume (forward + backward, as chapter 06's ladder counts)."""
+    return 3 * summarize(model_preset(model), tuple(int(s) for s in size.split("x")))["forward_flops"]
+
+
+def side_by_side(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per GPU, workload and configuration of ``CONFIGS`` (batch 1, one micro-batch): ms/step, the
+    speed-up over the same GPU's FP32 baseline of the same workload, achieved TFLOP/s and peak
+    memory. Whole-head rows come from ``bench.csv``, BraTS rows from ``brats/bench.csv``; a GPU
+    appears where it has BraTS rows."""
+    b = _brats_csv(root, gpus, "bench")
+    if b.empty:
+        return pd.DataFrame(columns=BENCH_COLUMNS)
+    b = b[(b["batch"] == 1) & (b.get("grad_accum", 1) == 1) & b["config"].isin(CONFIGS)]
+    b = b.drop_duplicates(["gpu_slug", "config", "model", "size"], keep="last")
+    wh = bench(root, sorted(set(b["gpu_slug"])), list(CONFIGS))
+    both = pd.concat([wh, b], ignore_index=True) if not wh.empty else b
+    both = both[both["model"].isin(list(WORKLOADS))].copy()
+    base = both[both["config"] == "baseline"].set_index(["gpu_slug", "model"])["step_ms_median"]
+    both["speedup_vs_baseline"] = [base.get((g, m), float("nan")) / ms for g, m, ms in
+                                   zip(both["gpu_slug"], both["model"], both["step_ms_median"])]
+    both["tflops"] = [_train_flops(m, s) / (ms * 1e-3) / 1e12 for m, s, ms in
+                      zip(both["model"], both["size"], both["step_ms_median"])]
+    both["workload"] = both["model"].map(WORKLOADS)
+    both = ordered(both, ["gpu_slug", "model", "config"])
+    return both[BENCH_COLUMNS].assign(config=both["config"].astype(str))
+
+
+def sampling(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``brats/sample_bench.csv``: seconds per BraTS subject (all four modalities), newest row of
+    each (GPU, configuration, sampler, steps, spacing, batch)."""
+    sb = _brats_csv(root, gpus, "sample_bench")
+    if sb.empty:
+        return sb
+    sb["spacing"] = sb["spacing"].fillna("")
+    return sb.drop_duplicates(["gpu_slug", "config", "sampler", "steps", "spacing", "batch"], keep="last")
+
+
+def fig1_slices(root: Path, gpus: list[str]) -> tuple[pd.DataFrame, str | None]:
+    """The slices of the reference GPU's BraTS run (``brats.fig1_slices``), and that GPU."""
+    have = [g for g in gpus if (Path(root) / g / "brats" / "fig1_slices.parquet").exists()]
+    g = roles(have)["ref"]
+    if g is None:
+        return pd.DataFrame(columns=["source", "subject", "view", "row", "col", "value"]), None
+    return pd.read_parquet(Path(root) / g / "brats" / "fig1_slices.parquet"), g
+
+
+def _run(root: Path, gpu: str | None, name: str) -> pd.DataFrame:
+    path = Path(root) / str(gpu) / "brats" / f"fig1_run_{name}.csv"
+    return pd.read_csv(path) if gpu is not None and path.exists() else pd.DataFrame()
+
+
+def facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """Chapter 05's BraTS facts (``br_*``): the reference GPU's step times and speed-ups of both
+    workloads, the recommended sampler per subject, and the Fig. 1 run (steps, size, step time,
+    held-out loss, the window's sampled background)."""
+    t = side_by_side(root, gpus)
+    r = roles(t["gpu_slug"] if not t.empty else [])
+    f = {"br_gpu": gpu_name(r["ref"]) if r["ref"] else missing("BraTS bench rows"),
+         "br_gpus": ", ".join(gpu_name(g) for g in sorted(set(t["gpu_slug"]))) if not t.empty else "none"}
+    idx = t.set_index(["gpu_slug", "workload", "config"]) if not t.empty else None
+    for key, workload in (("br", WORKLOADS["brats"]), ("wh", WORKLOADS["whole-head"])):
+        for cfg in CONFIGS:
+            row = idx.loc[(r["ref"], workload, cfg)] if idx is not None and (r["ref"], workload, cfg) in idx.index else None
+            what = f"{'BraTS' if key == 'br' else 'whole-head'} bench row of {cfg}"
+            f[f"{key}_{cfg}_ms"] = number(None if row is None else float(row["step_ms_median"]), ".0f", what)
+            f[f"{key}_{cfg}_x"] = number(None if row is None else float(row["speedup_vs_baseline"]), ".1f", what)
+            f[f"{key}_{cfg}_tflops"] = number(None if row is None else float(row["tflops"]), ".0f", what)
+    f["br_flops_ratio"] = f"{_train_flops('brats', 'x'.join(map(str, model_preset('brats').native_size))) / _train_flops('whole-head', '128x128x128'):.2f}"
+    s = sampling(root, [r["ref"]] if r["ref"] else [])
+    rec = s[(s["sampler"] == "dpm2m-sde") & (s["batch"] == 1)] if not s.empty else s
+    f["br_sample_s"] = number(float(rec["s_per_volume_median"].iloc[-1]) if len(rec) else None, ".2f",
+                              "BraTS sample_bench row")
+    f["br_sample_steps"] = number(int(rec["steps"].iloc[-1]) if len(rec) else None, "d", "BraTS sample_bench row")
+    sl, g = fig1_slices(root, gpus)
+    log, held, timing = (_run(root, g, n) for n in ("log", "heldout", "timing"))
+    f["br_fig_gpu"] = gpu_name(g) if g else missing("BraTS Fig. 1 run")
+    f["br_fig_steps"] = number(int(log["step"].max()) if len(log) else None, ",d", "BraTS Fig. 1 run log")
+    ema = held[held["weights"] == "ema"].groupby("step")["loss"].mean() if len(held) else pd.Series(dtype=float)
+    f["br_fig_heldout"] = number(float(ema.min()) if len(ema) else None, ".3f", "BraTS Fig. 1 held-out loss")
+    f["br_fig_best_step"] = number(int(ema.idxmin()) if len(ema) else None, ",d", "BraTS Fig. 1 held-out loss")
+    ms = float(steady_intervals(timing).median()) if len(timing) > 1 else None
+    f["br_fig_ms"] = number(ms, ".0f", "BraTS Fig. 1 run timing")
+    return f
