@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from medddpm import brats
-from medddpm.brats import ET, ED, HEALTHY, NCR, Window, crop_window, detect_labels, find_cases, prepare
+from medddpm.brats import ET, ED, HEALTHY, NCR, crop_window, detect_labels, find_cases, prepare
 from medddpm.cli import main
 from medddpm.config import MODEL_PRESETS
 from medddpm.errors import InputError
