@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import DEFAULT_ETA, USER_CONFIGS
-from .errors import InputError, MedddpmError
-from .solvers import RECOMMENDED, SAMPLERS, SPACINGS
+from .core.config import DEFAULT_ETA, USER_CONFIGS
+from .core.errors import InputError, MedddpmError
+from .diffusion.solvers import RECOMMENDED, SAMPLERS, SPACINGS
 
 
 def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -38,8 +38,8 @@ def _print_json(obj) -> None:
 
 
 def cmd_summary(a: argparse.Namespace) -> None:
-    from .config import model_preset
-    from .summary import summarize
+    from .core.config import model_preset
+    from .net.summary import summarize
 
     cfg = model_preset(a.model)
     s = summarize(cfg, _size(a.size, cfg.native_size))
@@ -54,14 +54,14 @@ def cmd_summary(a: argparse.Namespace) -> None:
 
 
 def cmd_phantom(a: argparse.Namespace) -> None:
-    from .data import write_phantoms
+    from .data.nifti import write_phantoms
 
     names = write_phantoms(a.out, a.n, a.size, a.seed)
     print(f"wrote {len(names)} phantom pairs to {a.out}/images and {a.out}/masks")
 
 
 def cmd_demo_data(a: argparse.Namespace) -> None:
-    from .data import write_mni_demo
+    from .data.nifti import write_mni_demo
 
     if a.layout == "pairs":
         if a.labels is not None:
@@ -69,7 +69,7 @@ def cmd_demo_data(a: argparse.Namespace) -> None:
         names = write_mni_demo(a.out, a.n, a.size, a.seed)
         print(f"wrote {len(names)} MNI152 demo pairs to {a.out}/images and {a.out}/masks")
         return
-    from .brats import write_brats_demo
+    from .data.brats import write_brats_demo
 
     layout = "per-modality" if a.layout == "brats-per-modality" else "per-subject"
     names = write_brats_demo(a.out, a.n, a.size, a.seed, layout, a.labels or "brats2021")
@@ -88,9 +88,9 @@ def _train_inputs(a: argparse.Namespace):
     """Everything ``train`` can check without decoding volumes: config, size, steps, folders, the
     held-out split; returns (model config, knobs, size, train config, run folder, training pairs,
     held-out pairs, what the data is)."""
-    from .config import TrainConfig, model_preset, run_config
-    from .quality import split_held_out
-    from .train import CHECKPOINT
+    from .core.config import TrainConfig, model_preset, run_config
+    from .train.parity import split_held_out
+    from .train.trainer import CHECKPOINT
 
     cfg, knobs = model_preset(a.model), run_config(a.config, training=True)
     size = _size(a.size, cfg.native_size)
@@ -119,8 +119,8 @@ def _train_inputs(a: argparse.Namespace):
 def _training_data(a: argparse.Namespace, model: str) -> tuple[list, str]:
     """``--data ROOT`` (a BraTS root, BraTS models only) or ``--images`` and ``--masks``: the
     subjects to train on and a sentence saying what they are."""
-    from .brats import BRATS_MODELS, find_cases
-    from .data import pair_files
+    from .data.brats import BRATS_MODELS, find_cases
+    from .data.nifti import pair_files
 
     if a.data is not None:
         if a.images is not None or a.masks is not None:
@@ -144,7 +144,7 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from .distributed import World, torchrun_args
+    from .run.distributed import World, torchrun_args
 
     if a.nproc < 1:
         raise InputError(f"--nproc must be >= 1, got {a.nproc}")
@@ -172,8 +172,8 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
 def _ranks(a: argparse.Namespace):
     """This process's place under torchrun (a world of one without it) and its device; the
     process group lives as long as the block."""
-    from .distributed import World
-    from .runtime import resolve_device
+    from .run.distributed import World
+    from .core.runtime import resolve_device
 
     world = World.from_env()
     device = resolve_device(world.device(a.device))
@@ -185,11 +185,11 @@ def _ranks(a: argparse.Namespace):
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    from .data import VolumeDataset
-    from .engine import effective_knobs
+    from .data.nifti import VolumeDataset
+    from .run.engine import effective_knobs
     import pandas as pd
 
-    from .train import BEST, CHECKPOINT, HELDOUT, Trainer, steady_intervals
+    from .train.trainer import BEST, CHECKPOINT, HELDOUT, Trainer, steady_intervals
 
     if a.nproc is not None:
         return _launch(a, a.argv)
@@ -235,7 +235,7 @@ def cmd_train(a: argparse.Namespace) -> None:
 
 
 def cmd_sample(a: argparse.Namespace) -> None:
-    from .sample import sample_masks
+    from .sample.sampler import sample_masks
 
     if a.nproc is not None:
         return _launch(a, a.argv)
@@ -250,8 +250,8 @@ def cmd_sample(a: argparse.Namespace) -> None:
 
 def _bench_inputs(a: argparse.Namespace, training: bool):
     """Model, configurations, device and size of ``bench`` / ``bench-sample``, checked."""
-    from .config import model_preset, run_config, sampling_config
-    from .runtime import resolve_device
+    from .core.config import model_preset, run_config, sampling_config
+    from .core.runtime import resolve_device
 
     cfg = model_preset(a.model)
     configs = [run_config(c, training) if training else sampling_config(c) for c in a.config.split(",")]
@@ -265,8 +265,8 @@ def _benches(a: argparse.Namespace, run_one, describe, json_row, columns: list[s
              what: str = "bench") -> None:
     """Run ``run_one(cfg, knobs, size, device)`` per configuration of ``--config``: append each
     row to ``--out``, print ``describe(row)``, or all rows as JSON (``json_row(result)``)."""
-    from .bench import COLUMNS
-    from .io import append_rows
+    from .profiling.bench import COLUMNS
+    from .core.io import append_rows
 
     cfg, configs, device, size = _bench_inputs(a, training=what == "bench")
     results = []
@@ -282,7 +282,7 @@ def _benches(a: argparse.Namespace, run_one, describe, json_row, columns: list[s
 
 
 def cmd_bench(a: argparse.Namespace) -> None:
-    from .bench import bench
+    from .profiling.bench import bench
 
     def forward(ms: float) -> str:  # a CUDA-graph step has no separate forward time
         return "forward —" if ms != ms else f"forward {ms:.1f} ms"
@@ -296,7 +296,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
 
 
 def cmd_bench_sample(a: argparse.Namespace) -> None:
-    from . import sample_bench
+    from .profiling import sample_bench
 
     _benches(a, lambda cfg, knobs, size, device: sample_bench.bench_sample(
                  cfg, knobs, size, device, a.sampler, a.steps, a.batch, a.repeats, a.seed, eta=a.eta, spacing=a.spacing),
@@ -318,7 +318,7 @@ def _cuda() -> bool:
 def cmd_configs(a: argparse.Namespace) -> None:
     import pandas as pd
 
-    from .config import CONFIGS, USER_CONFIGS, describe
+    from .core.config import CONFIGS, USER_CONFIGS, describe
 
     names = list(dict.fromkeys([*USER_CONFIGS, *CONFIGS])) if a.all else list(USER_CONFIGS)
     rows = pd.DataFrame([describe(n) for n in names])
@@ -334,7 +334,7 @@ def cmd_configs(a: argparse.Namespace) -> None:
 
 
 def cmd_info(a: argparse.Namespace) -> None:
-    from .runtime import env_info
+    from .core.runtime import env_info
 
     info = env_info()
     if a.json:
@@ -347,7 +347,7 @@ def cmd_info(a: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="medddpm", description="Med-DDPM: train, sample, time and profile.")
     sub = p.add_subparsers(dest="command", required=True)
-    from .config import describe
+    from .core.config import describe
 
     more = " (a table: medddpm configs; the book's ablation rungs: medddpm configs --all)"
     configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items()) + more
@@ -360,7 +360,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=cmd_summary)
 
-    from .brats import LABELS
+    from .data.brats import LABELS
 
     labels_help = ("a BraTS segmentation's labels: brats2021 (1 NCR, 2 ED, 4 ET), brats2023 (3 ET) or reference "
                    "(3 ET, 4 healthy brain)")

@@ -17,7 +17,7 @@
 #
 # Med-DDPM's denoiser is a guided-diffusion style 3D U-Net conditioned on a one-hot mask that is
 # concatenated with the noisy volume (§2.1). The diagram below is drawn from the model object in
-# `medddpm.model`, not by hand; parameter and FLOP counts come from `torch.utils.flop_counter` on
+# `medddpm.net.model`, not by hand; parameter and FLOP counts come from `torch.utils.flop_counter` on
 # PyTorch's meta device.
 
 # %% tags=["parameters", "remove-cell"]
@@ -31,12 +31,12 @@ configs = "baseline,opt1,opt2,opt12,pytorch-default"  # configurations to measur
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from medddpm.config import MODEL_PRESETS
+from medddpm.core.config import MODEL_PRESETS
 from medddpm.report import plots
 from medddpm.report import facts
 from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
-from medddpm.summary import summarize
+from medddpm.net.summary import summarize
 
 s = summarize(MODEL_PRESETS["whole-head"], (size, size, size))
 glue_facts(facts.model(size))

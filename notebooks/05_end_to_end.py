@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 
 from medddpm.report.measure import prepare
 from medddpm.report import plots, tables, workloads
-from medddpm.config import PAPER_CONFIGS
+from medddpm.core.config import PAPER_CONFIGS
 from medddpm.report import facts
 from medddpm.report.notebook import glue_facts
 from medddpm.report.present import gpu_name, table

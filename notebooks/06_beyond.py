@@ -16,9 +16,9 @@
 # # Beyond the paper: the fast path
 #
 # The paper stops at TF32 (OPT1) and a channels-last layout that makes things slower (OPT2). This
-# chapter climbs a ladder of configurations (`medddpm/config.py`, `LADDER`), each rung adding one
+# chapter climbs a ladder of configurations (`medddpm/core/config.py`, `LADDER`), each rung adding one
 # thing to the one before: bf16 autocast, `torch.compile`, cuDNN's autotuner, NDHWC end to end
-# (layout-preserving GroupNorm+SiLU and ×2 upsampling, `medddpm/ndhwc.py`), SDPA attention with
+# (layout-preserving GroupNorm+SiLU and ×2 upsampling, `medddpm/net/ndhwc.py`), SDPA attention with
 # the fused Adam, the whole training step as one CUDA graph with the data on the GPU
 # (`bf16-graphs`), and last `fast`: `bf16-graphs` with every kernel lever below (Triton
 # GroupNorm and thin-convolution kernels, dense skip gradients, the folded bias, graph-owned
@@ -117,9 +117,9 @@ plots.finish(fig)
 # %% [markdown]
 # ## The last milliseconds: every norm at its minimal bytes, every convolution at its best
 #
-# Two levers past `bf16-graphs`, each a knob and its own configuration (`medddpm/config.py`,
+# Two levers past `bf16-graphs`, each a knob and its own configuration (`medddpm/core/config.py`,
 # `KERNEL_VARIANTS`): `fast-tnorm` runs GroupNorm + SiLU, and the time-embedding add in front of a
-# ResBlock's second norm, through hand-written Triton kernels (`medddpm/kernels.py`) that move
+# ResBlock's second norm, through hand-written Triton kernels (`medddpm/net/kernels.py`) that move
 # the fewest bytes the operation allows (forward: one read for the statistics, one read and one
 # write for the apply; backward: one read of x and dy for the reductions, one read of each and one
 # write of dx), where Inductor's generated kernels move more. `fast-p8` zero-pads the stem (3
@@ -179,16 +179,16 @@ else:
 # ladder's last rung (the quality chapter also checks the sampling variants' ε from trained
 # weights against FP32); the other variants stay variants, measured beside `bf16-graphs`.
 #
-# **The norms, shape by shape** ({glue:text}`nm_gpu`; `python -m medddpm.layers --norms`): each
+# **The norms, shape by shape** ({glue:text}`nm_gpu`; `python -m medddpm.profiling.layers --norms`): each
 # GroupNorm shape of the 128³ step with at least 4 M elements ({glue:text}`nm_shapes` shapes,
 # {glue:text}`nm_layers` of the model's 39 norms), bf16 NDHWC, replayed as a CUDA graph in both
 # implementations, beside the minimal bytes (megabytes for all layers of the shape):
 
 # %% tags=["hide-input"]
-NM = tables.fast_path_csv(root, G, "norms")  # python -m medddpm.layers --norms
+NM = tables.fast_path_csv(root, G, "norms")  # python -m medddpm.profiling.layers --norms
 if NM.empty:
     print(plots.no_data_text("GroupNorm timings (fast_path/norms.csv)",
-                             "python -m medddpm.layers --norms --out data/results/<gpu>/fast_path/norms.csv"))
+                             "python -m medddpm.profiling.layers --norms --out data/results/<gpu>/fast_path/norms.csv"))
 else:
     display(table(NM[["gpu_slug", "signature", "count", "min_step_mb", "inductor_forward_ms", "triton_forward_ms",
                       "inductor_step_ms", "triton_step_ms", "inductor_step_tbs", "triton_step_tbs"]], 2))
@@ -205,7 +205,7 @@ else:
 # (`fast_path/norm_tiles.csv`, six launch shapes); the slower of these, and the smaller shapes in
 # the table above, are where the norms still lose time against the memory's speed.
 #
-# **The convolutions, layer by layer** ({glue:text}`ly_gpu`; `python -m medddpm.layers --profile
+# **The convolutions, layer by layer** ({glue:text}`ly_gpu`; `python -m medddpm.profiling.layers --profile
 # --config` {glue:text}`ly_config`): every convolution kernel of one step of
 # {glue:text}`ly_config` (profiled without its CUDA graph), attributed to its shape and pass,
 # beside cuDNN's autotuned time for that shape on its own (× the layers of that shape). The
@@ -216,7 +216,7 @@ else:
 LY = tables.layer_costs(root, G)
 if LY.empty:
     print(plots.no_data_text("per-layer convolution accounting (fast_path/layers.csv)",
-                             "python -m medddpm.layers --profile --out data/results/<gpu>/fast_path/layers.csv"))
+                             "python -m medddpm.profiling.layers --profile --out data/results/<gpu>/fast_path/layers.csv"))
 else:
     display(table(LY[["gpu_slug", "config", "signature", "pass", "count", "ms", "tflops", "isolated_ms",
                       "lost_ms"]].head(16),
@@ -399,7 +399,7 @@ if not RS.empty:
 # ## Does the fast path compute the same model?
 #
 # ε-prediction of seeded weights on fixed (x_t, mask, t) inputs at 128³, each rung against the FP32
-# baseline on the same GPU (`medddpm/quality.py`). bf16 keeps 8 bits of mantissa, so a relative
+# baseline on the same GPU (`medddpm/train/parity.py`). bf16 keeps 8 bits of mantissa, so a relative
 # error near 10⁻² is what rounding alone gives; TF32 (10 bits) near 10⁻³.
 
 # %% tags=["hide-input"]
@@ -411,7 +411,7 @@ if not A.empty:
 # **Loss after short training.** The same seeded phantoms, weights and data order, 50 Adam steps
 # (batch 1, learning rate 10⁻⁴) per configuration at 64³, then the held-out denoising loss of the trained
 # weights at fixed (x0, t, ε) triples, computed by the same FP32 forward for every configuration
-# (`medddpm.quality.short_training`). Baseline with three seeds gives the seed-to-seed band.
+# (`medddpm.train.parity.short_training`). Baseline with three seeds gives the seed-to-seed band.
 
 # %% tags=["hide-input"]
 LP = tables.loss_parity(root, G)
@@ -429,7 +429,7 @@ if not LP.empty:
 # %% [markdown]
 # ## The real training loop
 #
-# `medddpm train` feeds each step through its input pipeline (`medddpm/pipeline.py`, the knob
+# `medddpm train` feeds each step through its input pipeline (`medddpm/data/pipeline.py`, the knob
 # `data_cache`): decoded volumes stacked on the GPU, in pinned host memory with the next
 # micro-batch copied on a side stream, or decoded ahead by loader worker processes; `auto` (every
 # configuration's default) takes the fastest whose memory rule holds, and the checkpoint and

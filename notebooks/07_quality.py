@@ -21,7 +21,7 @@
 # (ε-prediction against an FP64 forward), does it train the same model (held-out loss after
 # training, against the seed-to-seed spread of the FP32 baseline), and does it sample the same
 # volumes (one trained checkpoint sampled under every configuration). Everything here is measured
-# by `scripts/quality_measure.sh` (logic in `medddpm/quality.py` and `medddpm/sample_quality.py`)
+# by `scripts/quality_measure.sh` (logic in `medddpm/train/parity.py` and `medddpm/sample/quality.py`)
 # and read from `data/results/<gpu>/quality/`.
 
 # %% tags=["parameters", "remove-cell"]
@@ -57,7 +57,7 @@ glue_facts(facts.quality_chapter(root, G))
 # convolution and linear weights in bf16 once (the numbers autocast casts them to at every call),
 # and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero
 # channels to 8 (the same sums). `fast-w16-p8-tnorm` also runs GroupNorm + SiLU through the Triton
-# kernels of `medddpm/kernels.py`, which read and write each activation the fewest times the
+# kernels of `medddpm/net/kernels.py`, which read and write each activation the fewest times the
 # operation allows (the training step's lever, see "Beyond the paper"). `fast-w16-tnorm-tconv`
 # runs those norm kernels and, instead of the padding, the Triton thin convolutions of the same
 # module for the stem and the output convolution. `fast-w16-tnorm-tconv-fold` also adds each
@@ -142,7 +142,7 @@ else:
 #
 # The ε-prediction of seeded weights (whole-head model, its zero-initialised layers jittered so ε
 # is not zero) on fixed (x_t, mask, t) inputs, each configuration on the GPU against the same
-# network in float64 on the CPU (`medddpm.quality.denoiser_agreement`, reference `fp64-cpu`), at
+# network in float64 on the CPU (`medddpm.train.parity.denoiser_agreement`, reference `fp64-cpu`), at
 # 64³ (the FP64 CPU forward at 128³ would take minutes per input). TF32 keeps 10 mantissa bits and
 # bf16 8, so relative errors near 10⁻³ and 10⁻² are what their rounding alone gives.
 
@@ -176,7 +176,7 @@ else:
 # %% [markdown]
 # ## Does every configuration train the same model?
 #
-# The real training loop (`medddpm.train.Trainer`) on the MNI152-based demo set (`medddpm
+# The real training loop (`medddpm.train.trainer.Trainer`) on the MNI152-based demo set (`medddpm
 # demo-data`, 8 subjects at 64³: the template's anatomy with random lesions and noise), trained on
 # 6 subjects and evaluated on the 2 held out: 1,000 Adam steps (batch 1, no accumulation, learning
 # rate 10⁻⁴), the same seeded data order, diffusion times and noise in every configuration. Every 100
@@ -343,7 +343,7 @@ else:
 # ## A dozen steps instead of 250
 #
 # DDPM's 250 denoiser calls decide the sampling time, not the kernels. `medddpm sample` also has
-# few-step solvers of the same reverse process (`medddpm/solvers.py`, each from its paper's
+# few-step solvers of the same reverse process (`medddpm/diffusion/solvers.py`, each from its paper's
 # equations): DPM-Solver++(2M) in its ODE and SDE forms, a third-order multistep of the same
 # exponential integrator, and DEIS's iPNDM (the reference repository's 10-step sampler), each on
 # timesteps spaced uniformly in time, quadratically, or uniformly in log-SNR. With the `fast`
@@ -356,7 +356,7 @@ else:
 # lie between DDPM's lowest and highest, its in-brain intensity histogram's Wasserstein-1 distance
 # to the real image's must not exceed DDPM's highest, and the 3D SSIM between its seeds must not
 # exceed DDPM's highest (fewer steps must not collapse the samples onto one). Measured on the
-# {glue:text}`fs_gpu` by `scripts/quality.py gate` (logic in `medddpm/sampler_gate.py`); the table
+# {glue:text}`fs_gpu` by `scripts/quality.py gate` (logic in `medddpm/sample/gate.py`); the table
 # shows the {glue:text}`fs_runs` runs of the checkpoint that judged the recommended sampler
 # ({glue:text}`fs_ckpt`), beside their verdicts at the store's other checkpoints
 # ({glue:text}`fs_checkpoints` in all).
@@ -486,7 +486,7 @@ else:
 # (`fast-w16-tnorm-tconv-fold-up-update`): its convolutions take {glue:text}`fp8_step_bf16_conv_ms` of the
 # {glue:text}`fp8_step_bf16_ms` ms of kernels a DDPM step runs. A sampler needs no backward, so it
 # can take a lever training cannot: FP8 (E4M3) operands, through cuDNN's graph API
-# (`medddpm/fp8.py`, `nvidia-cudnn-frontend`).
+# (`medddpm/net/fp8.py`, `nvidia-cudnn-frontend`).
 #
 # - Activations are cast unscaled: E4M3 is a float, with 3 mantissa bits from 2⁻⁶ up to 448, where
 #   it saturates. The Triton norm or upsampling kernel that produces a convolution's input writes it

@@ -43,9 +43,9 @@ for stage in "$@"; do
       ckpt=$WORK/run/best.pt; [ -f "$ckpt" ] || ckpt=$WORK/run/checkpoint.pt
       rm -rf "$WORK/samples"
       run 240 $M sample --checkpoint "$ckpt" --masks "$WORK/held" --out "$WORK/samples" --quiet --device cuda
-      run 120 $PY -c "import sys; from medddpm.brats import find_cases, fig1_slices
+      run 120 $PY -c "import sys; from medddpm.data.brats import find_cases; from medddpm.sample.quality import brats_fig1_slices
 cases, why = find_cases(sys.argv[1]); print(why)
-fig1_slices(cases, sys.argv[2]).to_parquet(sys.argv[3], index=False)" "$WORK/held" "$WORK/samples" "$OUT/fig1_slices.parquet" ;;
+brats_fig1_slices(cases, sys.argv[2]).to_parquet(sys.argv[3], index=False)" "$WORK/held" "$WORK/samples" "$OUT/fig1_slices.parquet" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

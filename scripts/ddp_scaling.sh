@@ -40,8 +40,8 @@ for cfg in $CONFIGS; do
     done
   done
   [ -n "${NO_PROFILE:-}" ] || run "${PROFILE_LIMIT:-200}" $PY -m torch.distributed.run --standalone --nproc-per-node "$N" \
-    -m medddpm.scaling profile --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" --size "$SIZE" \
+    -m medddpm.profiling.scaling profile --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" --size "$SIZE" \
     --steps 5 --warmup 10 --out "$OUT/profile-$cfg-$N.json"
 done
-run 60 $PY -m medddpm.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "$OUT"/profile-*.json --out "$OUT/scaling.csv"
+run 60 $PY -m medddpm.profiling.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "$OUT"/profile-*.json --out "$OUT/scaling.csv"
 cat "$OUT/scaling.csv"

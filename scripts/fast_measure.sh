@@ -18,7 +18,7 @@ PY=${PYTHON:-python3}
 SIZE=${SIZE:-128}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
-ALL=$($PY -c "from medddpm.config import LADDER; print(' '.join(reversed(LADDER)))")
+ALL=$($PY -c "from medddpm.core.config import LADDER; print(' '.join(reversed(LADDER)))")
 RUNGS=${LADDER_CONFIGS:-$ALL}
 
 RUN_TAIL=4; source "$(dirname "$0")/_run.sh"
@@ -79,11 +79,11 @@ for stage in "$@"; do
         run 200 $PY -m medddpm bench --model whole-head --size "$SIZE" --config fast --steps 2 --warmup 4
       for c in $roof_configs; do
         run "${ROOF_LIMIT:-400}" $PY -m medddpm profile --mode roofline --warmup 4 --size "$SIZE" --configs "$c" \
-          --gpu-label "$($PY -c "from medddpm.runtime import env_info; print(env_info()['gpu_slug'])")" --out "$OUT/ncu" \
+          --gpu-label "$($PY -c "from medddpm.core.runtime import env_info; print(env_info()['gpu_slug'])")" --out "$OUT/ncu" \
           --timeout $(( ${ROOF_LIMIT:-400} - 20 ))
       done ;;
     autotune)
-      for c in ${AUTOTUNE_CONFIGS:-$($PY -c "from medddpm.config import AUTOTUNED; print(' '.join(k.name for k in AUTOTUNED))")}; do
+      for c in ${AUTOTUNE_CONFIGS:-$($PY -c "from medddpm.core.config import AUTOTUNED; print(' '.join(k.name for k in AUTOTUNED))")}; do
         run "${BENCH_LIMIT:-400}" $PY -m medddpm bench --model whole-head --size "${AUTOTUNE_SIZE:-$SIZE}" --config "$c" \
           --steps 10 --warmup 5 --out "$OUT/bench.csv"
       done ;;

@@ -5,7 +5,7 @@
     fast_path.py agree --out DIR --size 128 --configs fast,bf16   # ε vs FP32 baseline → agreement.csv
     fast_path.py loss  --out DIR --size 128 --configs fast --seeds 0 [--steps 50]  # → loss_parity.csv
 
-All logic lives in ``medddpm.bench`` and ``medddpm.quality``; rows append (atomically) so several
+All logic lives in ``medddpm.profiling.bench`` and ``medddpm.train.parity``; rows append (atomically) so several
 calls build one table. Every file gets the environment of the run beside it (``*.env.json``).
 """
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from medddpm.bench import measure_peaks
-from medddpm.config import model_preset, run_config
-from medddpm.io import append_csv, write_text_atomic
-from medddpm.quality import denoiser_agreement, short_training
-from medddpm.runtime import env_info, resolve_device
+from medddpm.profiling.bench import measure_peaks
+from medddpm.core.config import model_preset, run_config
+from medddpm.core.io import append_csv, write_text_atomic
+from medddpm.train.parity import denoiser_agreement, short_training
+from medddpm.core.runtime import env_info, resolve_device
 
 
 def _append(path: Path, df: pd.DataFrame) -> None:

@@ -5,7 +5,7 @@
 #
 # Per configuration and grad-accum (ACCUMS, default "1 2"): `medddpm train` (the loop as a user runs
 # it, default input pipeline, timed by its own read-backs) and `medddpm bench --grad-accum` of the
-# same configuration in the same device run; then OUT/loop_vs_bench.csv (python -m medddpm.loop).
+# same configuration in the same device run; then OUT/loop_vs_bench.csv (python -m medddpm.train.loop).
 # Runs' timing CSVs, the bench rows (OUT/bench.csv), OUT/commands.log and OUT/log.txt beside it. DATA=… reuses the
 # phantoms of an earlier call; rerunning appends nothing: the table is rebuilt from OUT's runs.
 set -uo pipefail
@@ -41,5 +41,5 @@ for cfg in $CONFIGS; do
   done
 done
 runs=$(ls -d "$DATA"/run-* 2>/dev/null | while read -r r; do [ -f "$r/timing.csv" ] && echo "$r"; done)
-run 120 $PY -m medddpm.loop table $runs --bench "$OUT/bench.csv" --out "$OUT/loop_vs_bench.csv"
+run 120 $PY -m medddpm.train.loop table $runs --bench "$OUT/bench.csv" --out "$OUT/loop_vs_bench.csv"
 cat "$OUT/loop_vs_bench.csv"

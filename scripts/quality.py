@@ -24,8 +24,8 @@
                                                   # sampler_verdicts.csv, sampler_gate_slices.parquet
 
 DEMO is a folder with images/ and masks/ (``medddpm demo-data``); its last ``--held-out``
-subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.quality`` and
-``medddpm.sample_quality``; rows append atomically, with the run's environment beside each table.
+subjects are never trained on and are the ones sampled. All logic lives in ``medddpm.train.parity`` and
+``medddpm.sample.quality``; rows append atomically, with the run's environment beside each table.
 """
 from __future__ import annotations
 
@@ -36,12 +36,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from medddpm.config import model_preset, run_config, sampling_config
-from medddpm.data import MASK_LABELS, pair_files
-from medddpm.errors import InputError
-from medddpm.io import append_csv, atomic_path, write_text_atomic
-from medddpm.quality import FP64, denoiser_agreement, split_held_out, training_parity
-from medddpm.runtime import env_info, resolve_device
+from medddpm.core.config import model_preset, run_config, sampling_config
+from medddpm.data.nifti import MASK_LABELS, pair_files
+from medddpm.core.errors import InputError
+from medddpm.core.io import append_csv, atomic_path, write_text_atomic
+from medddpm.train.parity import FP64, denoiser_agreement, split_held_out, training_parity
+from medddpm.core.runtime import env_info, resolve_device
 
 
 def _pairs(a: argparse.Namespace):
@@ -57,8 +57,8 @@ def agree(a: argparse.Namespace, out: Path) -> None:
         df = denoiser_agreement(model_preset(a.model), a.configs, a.size, device, reference=FP64)
         append_csv(out / "agreement.csv", df, env_info())
     else:
-        from medddpm.quality import eps_agreement, held_out_triples
-        from medddpm.train import configs_from_checkpoint, load_checkpoint
+        from medddpm.train.parity import eps_agreement, held_out_triples
+        from medddpm.train.trainer import configs_from_checkpoint, load_checkpoint
 
         ckpt = load_checkpoint(a.checkpoint)
         model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
@@ -107,7 +107,7 @@ def split(a: argparse.Namespace) -> Path:
 
 
 def sample(a: argparse.Namespace) -> None:
-    from medddpm.sample import sample_masks
+    from medddpm.sample.sampler import sample_masks
 
     _, held = _pairs(a)
     masks = split(a)
@@ -120,7 +120,7 @@ def sample(a: argparse.Namespace) -> None:
 
 
 def compare(a: argparse.Namespace, out: Path) -> None:
-    from medddpm.sample_quality import brain_histograms, brain_labels, orthogonal_slices, sample_agreement, sample_volumes
+    from medddpm.sample.quality import brain_histograms, brain_labels, orthogonal_slices, sample_agreement, sample_volumes
 
     _, held = _pairs(a)
     root = Path(a.samples)
@@ -142,8 +142,8 @@ DEFAULT_RUNS = "ddpm250,ddim250-eta0,ddim250-eta1,ddim50-eta0,ddim50-eta1"  # is
 def samplers(a: argparse.Namespace, out: Path) -> None:
     """Every sampler run × configuration on the held-out masks of one checkpoint, each sample
     against its subject's real image (``sample_quality.sampler_table``) → samplers.csv."""
-    from medddpm.sample import sample_masks
-    from medddpm.sample_quality import (REAL, RUN_KEYS, SamplerRun, brain_labels, orthogonal_slices, run_agreement,
+    from medddpm.sample.sampler import sample_masks
+    from medddpm.sample.quality import (REAL, RUN_KEYS, SamplerRun, brain_labels, orthogonal_slices, run_agreement,
                                         sample_volumes, sampler_table)
 
     runs = [SamplerRun.parse(f"{spec}{f'-s{seed}' if seed else ''}-{c}") for spec in a.runs.split(",")
@@ -180,13 +180,13 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
 
 
 def gate(a: argparse.Namespace, out: Path) -> None:
-    """The samplers' quality gate (``medddpm.sampler_gate``): FP32 DDPM 250 over ``--seeds`` gives
+    """The samplers' quality gate (``medddpm.sample.gate``): FP32 DDPM 250 over ``--seeds`` gives
     each held-out subject's band; every run × configuration of ``--runs`` passes inside it or not."""
     import os
 
-    from medddpm.data import read_image
-    from medddpm.sample_quality import REAL, brain_labels, orthogonal_slices
-    from medddpm.sampler_gate import REFERENCE, GateRun, gate_tables, passing, sample_runs, verdicts
+    from medddpm.data.nifti import read_image
+    from medddpm.sample.quality import REAL, brain_labels, orthogonal_slices
+    from medddpm.sample.gate import REFERENCE, GateRun, gate_tables, passing, sample_runs, verdicts
 
     ref = GateRun(*REFERENCE)
     runs = [GateRun.parse(ref.spec, ref.config, seed) for seed in a.seeds]
@@ -204,8 +204,8 @@ def gate(a: argparse.Namespace, out: Path) -> None:
     for name, df in (("sampler_gate", samples), ("sampler_diversity", diversity), ("sampler_verdicts", table)):
         append_csv(out / f"{name}.csv", df.assign(checkpoint=str(a.checkpoint)), env)
     if a.slices:  # the chapter's figure: the reference and named runs, first seed, every held-out subject
-        from medddpm.sample_quality import read_sample
-        from medddpm.data import strip_nifti_suffix
+        from medddpm.sample.quality import read_sample
+        from medddpm.data.nifti import strip_nifti_suffix
 
         chosen = [ref] + [GateRun.parse(s.split(":")[0], sampling_config(s.split(":")[-1]).name, a.seeds[0])
                           for s in a.slices.split(",")]

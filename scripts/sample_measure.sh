@@ -25,8 +25,8 @@ for cfg in $CONFIGS; do
 done
 # where one denoising step's time goes (kernels of 5 warm DDIM steps), for KERNEL_CONFIGS
 for cfg in ${KERNEL_CONFIGS:-}; do
-  run "${LIMIT:-240}" $PY -c "import sys, torch; from medddpm.config import model_preset, run_config
-from medddpm.sample_bench import denoise_kernels
+  run "${LIMIT:-240}" $PY -c "import sys, torch; from medddpm.core.config import model_preset, run_config
+from medddpm.profiling.sample_bench import denoise_kernels
 k = denoise_kernels(model_preset('whole-head'), run_config('$cfg'), (128,) * 3, torch.device('cuda'))
 k.to_csv('$OUT/denoise_kernels_$cfg.csv', index=False)
 print(k.groupby('category')['ms_per_step'].sum().round(2).sort_values().to_string())"

@@ -4,11 +4,11 @@ from pathlib import Path
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # Triton's interpreter runs medddpm.kernels on CPU tensors (read at import)
+if not torch.cuda.is_available():  # Triton's interpreter runs medddpm.net.kernels on CPU tensors (read at import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from medddpm.config import MODEL_PRESETS
-from medddpm.data import write_phantoms
+from medddpm.core.config import MODEL_PRESETS
+from medddpm.data.nifti import write_phantoms
 
 torch.set_num_threads(2)
 

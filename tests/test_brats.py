@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from medddpm import brats
-from medddpm.brats import ET, ED, HEALTHY, NCR, crop_window, detect_labels, find_cases, prepare
+from medddpm.data import brats
+from medddpm.data.brats import ET, ED, HEALTHY, NCR, crop_window, detect_labels, find_cases, prepare
 from medddpm.cli import main
-from medddpm.config import MODEL_PRESETS
-from medddpm.errors import InputError
+from medddpm.core.config import MODEL_PRESETS
+from medddpm.core.errors import InputError
 
 SIZE = 40  # the demo's BraTS grid scaled to 40 × 40 × 26: larger than brats-tiny's 32 × 32 × 24 window in I, J, K
 WINDOW = MODEL_PRESETS["brats-tiny"].native_size
@@ -244,7 +244,7 @@ def test_sampling_from_segmentations_alone(roots, brats_checkpoint, tmp_path, ca
 def test_native_size_is_ijk_with_the_reference_flops():
     """brats's window is 192 × 192 × 144 in (I, J, K), the reference's depth-first 144 × 192 × 192
     transposed: the same FLOPs (test_model checks those against the reference)."""
-    from medddpm.summary import summarize
+    from medddpm.net.summary import summarize
 
     cfg = MODEL_PRESETS["brats"]
     assert cfg.native_size == (192, 192, 144)

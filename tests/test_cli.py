@@ -6,10 +6,10 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from medddpm.bench import COLUMNS
-from medddpm.io import append_rows
+from medddpm.profiling.bench import COLUMNS
+from medddpm.core.io import append_rows
 from medddpm.cli import main
-from medddpm.errors import InputError
+from medddpm.core.errors import InputError
 
 
 def run(capsys, *argv):
@@ -139,7 +139,7 @@ def test_sample_config_and_batch(capsys, phantoms, tmp_path):
 
 
 def test_bench_sample_cpu_rows(capsys, tmp_path):
-    from medddpm.sample_bench import COLUMNS as SAMPLE_COLUMNS
+    from medddpm.profiling.sample_bench import COLUMNS as SAMPLE_COLUMNS
 
     out = tmp_path / "sample_bench.csv"
     code, stdout, err = run(capsys, "bench-sample", "--model", "tiny", "--size", "16", "--config", "baseline",
@@ -253,7 +253,7 @@ def test_sampling_refuses_a_negative_eta(capsys, tmp_path):
 
 
 def test_configs_lists_the_user_names_and_on_request_the_ablations(capsys):
-    from medddpm.config import CONFIGS, USER_CONFIGS
+    from medddpm.core.config import CONFIGS, USER_CONFIGS
 
     code, out, _ = run(capsys, "configs", "--json")
     rows = {r["name"]: r for r in json.loads(out)}

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from medddpm.data import (
+from medddpm.data.nifti import (
     MASK_LABELS, VolumeDataset, one_hot, pair_files, phantom, read_image, read_labels, subject_id,
     write_like_mask, write_mni_demo, write_phantoms,
 )
-from medddpm.errors import InputError
+from medddpm.core.errors import InputError
 
 
 def _save(path: Path, arr, affine=None, dtype=None):

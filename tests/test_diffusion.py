@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from medddpm.config import DiffusionConfig
-from medddpm.diffusion import GaussianDiffusion, cosine_betas
+from medddpm.core.config import DiffusionConfig
+from medddpm.diffusion.gaussian import GaussianDiffusion, cosine_betas
 
 
 class Oracle(torch.nn.Module):

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from medddpm.distributed import RankError, World, draw_seed, torchrun_args
-from medddpm.errors import InputError
-from medddpm.train import CHECKPOINT, load_checkpoint
+from medddpm.run.distributed import RankError, World, draw_seed, torchrun_args
+from medddpm.core.errors import InputError
+from medddpm.train.trainer import CHECKPOINT, load_checkpoint
 
 
 def medddpm(*args, check=True):
@@ -154,7 +154,7 @@ def test_helpers():
 def test_exposed_communication_and_scaling_table(runs):
     import pandas as pd
 
-    from medddpm.scaling import COLUMNS, exposed_comm, table
+    from medddpm.profiling.scaling import COLUMNS, exposed_comm, table
 
     k = pd.DataFrame({"name": ["conv", "ncclDevKernel_AllReduce", "gn", "ncclDevKernel_AllReduce"],
                       "start_us": [0.0, 5.0, 20.0, 30.0], "duration_us": [10.0, 10.0, 5.0, 4.0]})

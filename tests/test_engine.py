@@ -4,12 +4,12 @@ import dataclasses
 import pytest
 import torch
 
-from medddpm.config import (CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, DiffusionConfig, Knobs,
+from medddpm.core.config import (CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, DiffusionConfig, Knobs,
                             TrainConfig, run_config)
-from medddpm.data import VolumeDataset, pair_files
-from medddpm.engine import Engine, effective_knobs, make_optimizer
-from medddpm.train import CHECKPOINT, Trainer, load_checkpoint
-from medddpm.workload import Workload
+from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.run.engine import Engine, effective_knobs, make_optimizer
+from medddpm.train.trainer import CHECKPOINT, Trainer, load_checkpoint
+from medddpm.profiling.workload import Workload
 
 CPU = torch.device("cpu")
 
@@ -51,7 +51,7 @@ def test_ladder_adds_one_thing_per_rung():
 
 
 def test_autotuned_configurations_change_only_their_tuning_knob():
-    from medddpm.config import AUTOTUNED
+    from medddpm.core.config import AUTOTUNED
 
     expect = {"bf16-compile-max-autotune": ("bf16-compile-tuned", "compile_mode"),
               "bf16-graphs-max-autotune": ("bf16-graphs", "compile_mode"), "bf16-graphs-cudnn-all": ("bf16-graphs", "cudnn_benchmark_limit")}
@@ -98,7 +98,7 @@ def test_sampling_variants_add_one_lever_each_and_refuse_training():
 def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
     """Casting conv/linear weights once gives bit for bit the denoiser output of casting them at
     every call (autocast); norms keep fp32 parameters, and every weight keeps its layout."""
-    from medddpm.engine import AUTOCAST_BF16_LAYERS, autocast, inference
+    from medddpm.run.engine import AUTOCAST_BF16_LAYERS, autocast, inference
 
     torch.manual_seed(0)
     state = {k: v.clone() for k, v in inference(tiny, run_config("bf16-graphs"), CPU)[0].state_dict().items()}
@@ -122,7 +122,7 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
     5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""
-    from medddpm.engine import autocast, inference
+    from medddpm.run.engine import autocast, inference
 
     x = torch.randn(1, 3, 4, 4, 4).contiguous(memory_format=torch.channels_last_3d)
     if not _ndhwc_order(torch.nn.functional.conv3d(x, torch.randn(4, 3, 3, 3, 3), padding=1)):
@@ -215,7 +215,7 @@ def _trainer(phantoms, out, config, **train):
 
 
 def dataset_model():
-    from medddpm.config import MODEL_PRESETS
+    from medddpm.core.config import MODEL_PRESETS
 
     return MODEL_PRESETS["tiny"]
 
@@ -237,7 +237,7 @@ def test_fast_checkpoint_resumes_and_loads_under_other_configs(phantoms, tmp_pat
 def test_the_sampler_freezes_its_timestep_table_under_its_own_autocast(tiny):
     """timestep_table: ``inference`` fills the table with the addends the denoiser computes at
     every step (bf16, the sampler's autocast), so ε is that of the configuration without it."""
-    from medddpm.engine import autocast, inference
+    from medddpm.run.engine import autocast, inference
 
     torch.manual_seed(0)
     state = {k: v.clone() for k, v in inference(tiny, run_config("bf16-graphs"), CPU)[0].state_dict().items()}

@@ -105,7 +105,7 @@ def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_pa
     thin-convolution probe's rows with the package's launch shapes."""
     import pandas as pd
 
-    from medddpm import kernels
+    from medddpm.net import kernels
 
     g = tmp_path / "results" / "h200" / "fast_path"
     g.mkdir(parents=True)

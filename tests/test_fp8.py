@@ -1,4 +1,4 @@
-"""FP8 (E4M3) convolutions of the sampler (medddpm/fp8.py) and the kernels that write their inputs."""
+"""FP8 (E4M3) convolutions of the sampler (medddpm/net/fp8.py) and the kernels that write their inputs."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from medddpm import fp8
-from medddpm.config import Knobs, ModelConfig, run_config
-from medddpm.model import GroupNorm, ResBlock, UNet3D, Upsample
+from medddpm.net import fp8
+from medddpm.core.config import Knobs, ModelConfig, run_config
+from medddpm.net.model import GroupNorm, ResBlock, UNet3D, Upsample
 
 CL = torch.channels_last_3d
 GPU = pytest.mark.skipif(not torch.cuda.is_available() or fp8.available(torch.device("cuda")) is not None,
@@ -94,7 +94,7 @@ def _device() -> torch.device:
 
 @pytest.mark.parametrize("add", [False, True])
 def test_norm_writes_e4m3_within_one_step_of_the_reference(add):
-    from medddpm import kernels
+    from medddpm.net import kernels
 
     torch.manual_seed(3)
     dev = _device()
@@ -109,7 +109,7 @@ def test_norm_writes_e4m3_within_one_step_of_the_reference(add):
 
 
 def test_upsampling_writes_e4m3_within_one_step_of_the_reference():
-    from medddpm import kernels, ndhwc
+    from medddpm.net import kernels, ndhwc
 
     torch.manual_seed(4)
     x = (5 * torch.randn(1, 16, 3, 4, 5, device=_device())).contiguous(memory_format=CL)
@@ -119,7 +119,7 @@ def test_upsampling_writes_e4m3_within_one_step_of_the_reference():
 
 
 def test_e4m3_outputs_refuse_autograd():
-    from medddpm import kernels
+    from medddpm.net import kernels
 
     x = torch.randn(1, 8, 2, 2, 2, requires_grad=True)
     with pytest.raises(ValueError, match="no backward"):
@@ -230,7 +230,7 @@ def test_cudnn_fp8_convolution_equals_the_reference_and_captures_in_a_graph():
 
 @GPU
 def test_compiled_fp8_denoiser_equals_the_eager_one():
-    from medddpm.engine import inference
+    from medddpm.run.engine import inference
 
     cfg = run_config("fast-w16-tnorm-tconv-fold-up-update-fp8")
     dev = torch.device("cuda")

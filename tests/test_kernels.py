@@ -1,4 +1,4 @@
-"""The Triton kernels of medddpm/kernels.py against their PyTorch references (on a CPU through
+"""The Triton kernels of medddpm/net/kernels.py against their PyTorch references (on a CPU through
 Triton's interpreter, which conftest turns on; on a GPU compiled)."""
 import dataclasses
 
@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medddpm import kernels
-from medddpm.config import MODEL_PRESETS, Knobs, run_config
-from medddpm.model import UNet3D
+from medddpm.net import kernels
+from medddpm.core.config import MODEL_PRESETS, Knobs, run_config
+from medddpm.net.model import UNet3D
 
 needs_triton = pytest.mark.skipif(kernels.triton is None or not (torch.cuda.is_available() or kernels.INTERPRET),
                                   reason="Triton (or its interpreter) is not available")
@@ -186,7 +186,7 @@ def test_triton_norm_needs_the_fused_ndhwc_path():
 def test_model_with_triton_norm_matches_the_fused_model():
     """Same parameters, same ε and gradients as the fused (Inductor-path) model: the kernels change
     no maths (the embedding add moves into the norm, in fp32)."""
-    from medddpm.runtime import preserved_backend_flags, set_tf32
+    from medddpm.core.runtime import preserved_backend_flags, set_tf32
 
     cfg = MODEL_PRESETS["tiny"]
     torch.manual_seed(0)
@@ -223,7 +223,7 @@ def test_folded_conv_bias_is_the_same_model():
     """fold_conv_bias: each ResBlock's first convolution without its bias, the bias added with the
     embedding inside the second norm — the same ε and the same gradients (the bias's included), the
     same parameters; on a GPU through the Triton kernels, elsewhere through their reference."""
-    from medddpm.runtime import preserved_backend_flags, set_tf32
+    from medddpm.core.runtime import preserved_backend_flags, set_tf32
 
     torch.manual_seed(0)
     with preserved_backend_flags():
@@ -239,7 +239,7 @@ def test_dense_skip_gradients_are_the_same_numbers_laid_out_ndhwc():
     """dense_skip_grads: the skip concatenation's backward hands each input a dense NDHWC gradient
     (torch.cat's is a strided channel slice), of the same values; the model's ε and gradients are
     bit for bit those without it."""
-    from medddpm.model import skip_cat
+    from medddpm.net.model import skip_cat
 
     torch.manual_seed(0)
     h = torch.randn(2, 6, 4, 5, 3).contiguous(memory_format=NDHWC).requires_grad_()
@@ -263,7 +263,7 @@ def test_dense_skip_gradients_are_the_same_numbers_laid_out_ndhwc():
 @pytest.fixture
 def exact_fp32():
     """fp32 convolutions without TF32 (PyTorch's cuDNN default on a GPU): the references are exact."""
-    from medddpm.runtime import preserved_backend_flags, set_tf32
+    from medddpm.core.runtime import preserved_backend_flags, set_tf32
 
     with preserved_backend_flags():
         set_tf32(False)
@@ -381,7 +381,7 @@ def test_triton_conv_knob_is_validated():
 def test_model_with_triton_convolutions_matches_the_model():
     """The stem and output convolutions through the Triton kernels: same parameters and state-dict
     keys, same ε and parameter gradients as the model through F.conv3d."""
-    from medddpm.runtime import preserved_backend_flags, set_tf32
+    from medddpm.core.runtime import preserved_backend_flags, set_tf32
 
     torch.manual_seed(0)
     with preserved_backend_flags():
@@ -399,7 +399,7 @@ def test_model_with_triton_convolutions_matches_the_model():
     (1, 3, (1, 2, 3)),       # a side of 1: both neighbours clamp to the only voxel
 ])
 def test_upsample_kernel_matches_the_reference_and_its_gradient(n, c, spatial):
-    from medddpm import ndhwc
+    from medddpm.net import ndhwc
 
     x = torch.randn(n, c, *spatial, device=DEVICE).contiguous(memory_format=NDHWC).requires_grad_(True)
     assert kernels.runs_on(x)
@@ -429,7 +429,7 @@ def test_upsample_op_registration_is_consistent():
 
 
 def test_upsample_falls_back_to_the_reference_and_refuses_other_ranks():
-    from medddpm import ndhwc
+    from medddpm.net import ndhwc
 
     x = torch.randn(1, 4, 2, 3, 4)  # NCDHW: the reference path
     assert not kernels.runs_on(x)
@@ -446,18 +446,18 @@ def test_triton_upsample_knob_is_validated_and_for_sampling_only():
     with pytest.raises(ValueError, match="sampling only.*triton_upsample"):
         run_config("fast-w16-tnorm-tconv-fold-up", training=True)
     with pytest.raises(ValueError, match="needs fused"):
-        from medddpm.model import Upsample
+        from medddpm.net.model import Upsample
         Upsample(8, fused=False, triton=True)
 
 
 @needs_triton
 def test_model_with_triton_upsampling_matches_the_model():
     """The decoder's upsampling through the Triton kernel: same state-dict keys, ε and gradients."""
-    from medddpm.runtime import preserved_backend_flags, set_tf32
+    from medddpm.core.runtime import preserved_backend_flags, set_tf32
 
     torch.manual_seed(0)
     with preserved_backend_flags():
         set_tf32(False)
         fast = _compare_models(MODEL_PRESETS["tiny"], dict(fused_ops=True), dict(triton_upsample=True), 1e-5, 1e-4, 1e-5)
-    from medddpm.model import Upsample
+    from medddpm.net.model import Upsample
     assert any(isinstance(m, Upsample) and m.triton for m in fast.modules())

@@ -3,10 +3,10 @@ import pandas as pd
 import pytest
 import torch
 
-from medddpm.config import MODEL_PRESETS
-from medddpm.layers import attribute, conv_layers, kernel_signature, signature
-from medddpm.model import UNet3D
-from medddpm.summary import summarize
+from medddpm.core.config import MODEL_PRESETS
+from medddpm.profiling.layers import attribute, conv_layers, kernel_signature, signature
+from medddpm.net.model import UNet3D
+from medddpm.net.summary import summarize
 
 
 def test_conv_layers_cover_the_models_convolution_flops(tiny):
@@ -40,8 +40,8 @@ def test_kernels_are_attributed_to_signatures_with_their_flops(tiny):
 
 
 def test_profiling_runs_the_step_and_needs_a_gpu_for_kernels(tiny, capsys):
-    from medddpm.config import run_config
-    from medddpm.layers import main, profile_step_convs
+    from medddpm.core.config import run_config
+    from medddpm.profiling.layers import main, profile_step_convs
 
     k = profile_step_convs(tiny, run_config("opt1"), (16, 16, 16), torch.device("cpu"), warmup=1)
     assert list(k.columns) == ["signature", "pass", "kernel", "duration_us"] and k.empty  # no CUDA kernels on a CPU
@@ -52,7 +52,7 @@ def test_profiling_runs_the_step_and_needs_a_gpu_for_kernels(tiny, capsys):
 
 
 def test_norm_layers_list_every_groupnorm_with_its_minimal_bytes():
-    from medddpm.layers import MIN_PASSES, norm_layers
+    from medddpm.profiling.layers import MIN_PASSES, norm_layers
 
     t = norm_layers(MODEL_PRESETS["whole-head"], (32, 32, 32))
     model = UNet3D(MODEL_PRESETS["whole-head"])
@@ -67,7 +67,7 @@ def test_norm_layers_list_every_groupnorm_with_its_minimal_bytes():
 
 
 def test_norm_table_refuses_an_unknown_implementation():
-    from medddpm.layers import norm_layers, norm_ms
+    from medddpm.profiling.layers import norm_layers, norm_ms
 
     row = norm_layers(MODEL_PRESETS["tiny"], (16, 16, 16)).iloc[0]
     with pytest.raises(ValueError, match="impl must be"):

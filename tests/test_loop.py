@@ -1,16 +1,16 @@
-"""The loop-vs-bench table (medddpm/loop.py) and the facts the book's loop and scaling prose quote."""
+"""The loop-vs-bench table (medddpm/train/loop.py) and the facts the book's loop and scaling prose quote."""
 import pandas as pd
 import pytest
 import torch
 
-from medddpm import loop
-from medddpm.bench import COLUMNS as BENCH_COLUMNS, bench
-from medddpm.config import MODEL_PRESETS, TrainConfig, run_config
-from medddpm.data import VolumeDataset, pair_files
-from medddpm.errors import InputError
-from medddpm.io import append_rows
+from medddpm.train import loop
+from medddpm.profiling.bench import COLUMNS as BENCH_COLUMNS, bench
+from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
+from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.core.errors import InputError
+from medddpm.core.io import append_rows
 from medddpm.report import facts
-from medddpm.train import Trainer
+from medddpm.train.trainer import Trainer
 
 CPU = torch.device("cpu")
 

@@ -2,9 +2,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from medddpm.config import MODEL_PRESETS, ModelConfig, replace
-from medddpm.model import UNet3D, count_parameters, timestep_embedding
-from medddpm.summary import summarize
+from medddpm.core.config import MODEL_PRESETS, ModelConfig, replace
+from medddpm.net.model import UNet3D, count_parameters, timestep_embedding
+from medddpm.net.summary import summarize
 
 # Fidelity targets measured on the reference Med-DDPM code (issue 2).
 REFERENCE = {
@@ -119,7 +119,7 @@ def test_channel_padding_keeps_the_model_output(tiny, layout):
     """Stem and output convolutions padded to 8 channels once (zero weights, dropped outputs, as
     the sampler does) give the same ε as the model itself, in either layout; the padded
     convolutions really are wider."""
-    from medddpm.model import freeze_channel_padding
+    from medddpm.net.model import freeze_channel_padding
 
     torch.manual_seed(0)
     m = UNet3D(tiny).to(memory_format=layout)
@@ -185,7 +185,7 @@ def test_frozen_timestep_table_gives_the_same_eps(tiny, fold):
 
 
 def test_timestep_table_knob_is_for_sampling_only():
-    from medddpm.config import run_config
+    from medddpm.core.config import run_config
 
     knobs = run_config("fast-w16-tnorm-tconv-fold-up-table")
     assert knobs.timestep_table and knobs.triton_upsample

@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medddpm.config import MODEL_PRESETS
-from medddpm.model import UNet3D
-from medddpm.ndhwc import group_norm_silu, is_channels_last, upsample2x
+from medddpm.core.config import MODEL_PRESETS
+from medddpm.net.model import UNet3D
+from medddpm.net.ndhwc import group_norm_silu, is_channels_last, upsample2x
 
 LAYOUTS = [torch.contiguous_format, torch.channels_last_3d]
 

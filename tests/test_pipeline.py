@@ -1,4 +1,4 @@
-"""The input pipeline (medddpm/pipeline.py): its memory rule, and that every pipeline — GPU or host
+"""The input pipeline (medddpm/data/pipeline.py): its memory rule, and that every pipeline — GPU or host
 cache, loader workers — trains bit-identical weights, resumes across pipelines and stops cleanly on
 a file that breaks in a worker."""
 import dataclasses
@@ -8,11 +8,11 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from medddpm import pipeline
-from medddpm.config import MODEL_PRESETS, TrainConfig, run_config
-from medddpm.data import VolumeDataset, pair_files
-from medddpm.errors import InputError
-from medddpm.train import CHECKPOINT, Trainer, load_checkpoint
+from medddpm.data import pipeline
+from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
+from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.core.errors import InputError
+from medddpm.train.trainer import CHECKPOINT, Trainer, load_checkpoint
 
 CPU = torch.device("cpu")
 SIZE = (16, 16, 16)

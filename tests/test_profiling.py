@@ -11,10 +11,10 @@ import pytest
 from medddpm.cli import main
 from medddpm.profiling import metrics as M
 from medddpm.profiling.categories import abbreviation, category, conv_pass, short_name
-from medddpm.config import run_config
+from medddpm.core.config import run_config
 from medddpm.profiling.ncu import (STEP_SETS, ProfilerError, check_output, flop_paths, ncu_command, profile_config,
                                    progress, roofline_metrics, step_metrics)
-from medddpm.errors import InputError
+from medddpm.core.errors import InputError
 from medddpm.profiling.store import check_one_setup, gpus, load_bench, load_table, setups_held, update_env
 from medddpm.profiling.tidy import METRICS, nvtx_path, parse_raw, tidy, to_number
 from medddpm.profiling.torchprof import kernels_only, window_coverage
@@ -144,7 +144,7 @@ def test_rules_and_instances(tables):
     ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda lambda>(int)", None, "copy", None),
     ("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>(long)", None, "normalization", None),
     ("void at::native::reduce_kernel<512, 1, ReduceOp<float>>(T3)", "reduce_kernel", "reduction", None),
-    ("_bwd_dx_kernel", "_bwd_dx_kernel", "normalization", None),  # medddpm/kernels.py's GroupNorm
+    ("_bwd_dx_kernel", "_bwd_dx_kernel", "normalization", None),  # medddpm/net/kernels.py's GroupNorm
     ("_stats_kernel", "_stats_kernel", "normalization", None),
 ])
 def test_categories_and_abbreviations(name, short, cat, abbr):
@@ -211,7 +211,7 @@ def test_results_store_loads_every_gpu():
     found = gpus(RESULTS)
     assert {"h200", "h100-80gb-hbm3"} <= set(found)
     bench = load_bench(RESULTS)
-    from medddpm.config import CONFIGS, LADDER, PAPER_CONFIGS
+    from medddpm.core.config import CONFIGS, LADDER, PAPER_CONFIGS
 
     assert set(PAPER_CONFIGS) <= set(bench["config"]) <= set(CONFIGS)
     for g in ("h200", "h100-80gb-hbm3"):  # the whole ladder on both GPUs, and fast at batch 1, 2 and 4

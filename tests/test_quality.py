@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 import torch
 
-from medddpm import sample_quality as sq
-from medddpm.data import Pair, pair_files
-from medddpm.errors import InputError
-from medddpm.quality import FP64, denoiser_agreement, held_out_triples, split_held_out, training_parity
+from medddpm.sample import quality as sq
+from medddpm.data.nifti import Pair, pair_files
+from medddpm.core.errors import InputError
+from medddpm.train.parity import FP64, denoiser_agreement, held_out_triples, split_held_out, training_parity
 from medddpm.report import tables
 
 CPU = torch.device("cpu")
@@ -135,7 +135,7 @@ def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches
     real image and PSNR/SSIM; a grey-background sampler does not match DDPM 250's quality."""
     import numpy as np
 
-    from medddpm.sample_quality import REAL, SamplerRun, sampler_table
+    from medddpm.sample.quality import REAL, SamplerRun, sampler_table
 
     rng = np.random.default_rng(0)
     labels = np.zeros((16, 16, 16), np.int64)
@@ -166,7 +166,7 @@ def test_match_verdicts_use_the_means_over_seeds_and_subjects_of_each_run():
     judged against DDPM 250 of its own configuration and clipping."""
     import pandas as pd
 
-    from medddpm.sample_quality import RUN_KEYS, match_verdicts
+    from medddpm.sample.quality import RUN_KEYS, match_verdicts
 
     def row(sampler, steps, eta, seed, bg, corr, clip=True, config="bf16-graphs"):
         return dict(zip(RUN_KEYS, (sampler, steps, eta, clip, config)), seed=seed, subject="s", background_mean=bg,
@@ -225,7 +225,7 @@ def test_samplers_step_samples_every_run_once_and_writes_the_table(phantoms, tmp
 def test_run_agreement_pairs_each_run_with_the_reference_run_of_the_same_seed():
     """Issue 20 (FP8): a configuration's sample against the reference configuration's sample of the
     same sampler run and seed, voxel by voxel; a run without its reference is named."""
-    from medddpm.sample_quality import REAL, run_agreement
+    from medddpm.sample.quality import REAL, run_agreement
 
     rng = np.random.default_rng(1)
     labels = np.zeros((8, 8, 8), np.int64)

@@ -220,7 +220,7 @@ def test_measuring_ncu_runs_the_papers_window_and_a_whole_step(monkeypatch, tmp_
 
 
 def test_measuring_into_a_folder_of_another_size_stops_before_running(monkeypatch, tmp_path):
-    from medddpm.errors import InputError
+    from medddpm.core.errors import InputError
     from medddpm.report import measure
 
     folder = tmp_path / "gpu-x"
@@ -265,7 +265,7 @@ def test_metric_vs_paper_skips_relative_values_of_a_gpu_without_baseline():
 
 
 def test_ladder_from_committed_results():
-    from medddpm.config import LADDER
+    from medddpm.core.config import LADDER
 
     lad = tables.ladder(RESULTS, ["h200"])
     assert list(lad["config"]) == [c for c in LADDER if c in set(lad["config"])]
@@ -436,8 +436,8 @@ def test_roofline_tables_from_the_committed_store():
 def test_whole_step_roofline_counts_the_model_and_its_gap_to_the_roofs():
     """ncu roofline mode (one steady 128³ step, the configuration's own FLOP pipe): counted FLOPs
     against the model's analytic 3 × forward FLOPs, and the time above the roofline bound."""
-    from medddpm.config import model_preset
-    from medddpm.summary import summarize
+    from medddpm.core.config import model_preset
+    from medddpm.net.summary import summarize
 
     G = ["h200", "h100-80gb-hbm3"]
     P, R = tables.roofline(RESULTS, G, "roofline"), tables.ceilings(RESULTS, G)
@@ -574,7 +574,7 @@ def test_fig1_takes_the_fastest_configuration_with_samples():
 
 
 def test_sample_bench_prefers_the_default_eta_and_reads_old_rows_as_eta_0(tmp_path):
-    from medddpm.config import DEFAULT_ETA
+    from medddpm.core.config import DEFAULT_ETA
 
     row = {"gpu": "G", "config": "bf16-graphs", "model": "whole-head", "size": "128x128x128", "batch": 1, "steps": 50,
            "sampler": "ddim"}
@@ -610,8 +610,8 @@ def test_brats_workload_beside_whole_head(tmp_path):
     """Chapter 05's BraTS table: each workload's speed-up over its own FP32 baseline on the same
     GPU, TFLOP/s from 3 × the preset's forward FLOPs; a store without BraTS rows gives an empty
     table and facts that say what is missing."""
-    from medddpm.bench import COLUMNS
-    from medddpm.io import append_rows
+    from medddpm.profiling.bench import COLUMNS
+    from medddpm.core.io import append_rows
     from medddpm.report import workloads
 
     def row(config, model, size, ms):

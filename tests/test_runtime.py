@@ -5,9 +5,9 @@ import sys
 import pytest
 import torch
 
-from medddpm.config import CONFIGS, Knobs, run_config
-from medddpm.engine import Engine
-from medddpm.runtime import gpu_slug, set_backend_flags, tf32_state
+from medddpm.core.config import CONFIGS, Knobs, run_config
+from medddpm.run.engine import Engine
+from medddpm.core.runtime import gpu_slug, set_backend_flags, tf32_state
 
 
 @pytest.mark.parametrize("name,slug", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"),
@@ -17,7 +17,7 @@ def test_gpu_slug(name, slug):
 
 
 def _fresh_process_state() -> dict:
-    code = "import json; from medddpm.runtime import tf32_state; print(json.dumps(tf32_state()))"
+    code = "import json; from medddpm.core.runtime import tf32_state; print(json.dumps(tf32_state()))"
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
@@ -45,7 +45,7 @@ def test_configurations_set_tf32_explicitly(tiny):
 def test_one_tf32_api_only():
     """Inductor reads the legacy getters; they raise once the per-backend setters were used, so
     applying every configuration must leave the legacy getters readable."""
-    code = ("import torch; from medddpm.runtime import set_backend_flags\n"
+    code = ("import torch; from medddpm.core.runtime import set_backend_flags\n"
             "for v in (True, False, None): set_backend_flags(v, None); torch.get_float32_matmul_precision();"
             " torch.backends.cuda.matmul.allow_tf32; torch.backends.cudnn.allow_tf32\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from medddpm.config import MODEL_PRESETS, run_config
-from medddpm.errors import InputError
-from medddpm.sample_bench import denoise_kernels
+from medddpm.core.config import MODEL_PRESETS, run_config
+from medddpm.core.errors import InputError
+from medddpm.profiling.sample_bench import denoise_kernels
 
 
 def test_denoise_kernels_refuses_an_unknown_sampler():

@@ -1,4 +1,4 @@
-"""The samplers' quality gate (medddpm/sampler_gate.py) and the few-step CLI surface."""
+"""The samplers' quality gate (medddpm/sample/gate.py) and the few-step CLI surface."""
 import itertools
 
 import nibabel as nib
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from medddpm.cli import main
-from medddpm.data import Pair
-from medddpm.errors import InputError
-from medddpm.sampler_gate import REFERENCE, RUN_COLUMNS, GateRun, gate_tables, passing, verdicts
+from medddpm.data.nifti import Pair
+from medddpm.core.errors import InputError
+from medddpm.sample.gate import REFERENCE, RUN_COLUMNS, GateRun, gate_tables, passing, verdicts
 
 
 def test_run_names_parse_and_round_trip():
@@ -123,8 +123,8 @@ def test_sample_with_a_few_step_solver_and_bad_solver_options(capsys, phantoms, 
 
 
 def test_sampling_aliases_and_the_chain_knob():
-    from medddpm.config import SAMPLING_ALIASES, Knobs, run_config, sampling_config
-    from medddpm.engine import effective_knobs
+    from medddpm.core.config import SAMPLING_ALIASES, Knobs, run_config, sampling_config
+    from medddpm.run.engine import effective_knobs
     import torch
 
     fast = sampling_config("fast")
@@ -154,7 +154,7 @@ def test_few_step_facts_on_an_empty_store_and_on_the_committed_one(tmp_path):
     from pathlib import Path
 
     from medddpm.report import few_step
-    from medddpm.solvers import RECOMMENDED
+    from medddpm.diffusion.solvers import RECOMMENDED
 
     empty = few_step.facts(tmp_path, [])
     full = few_step.facts(Path("data/results"), ["h200", "h100-80gb-hbm3"])
@@ -169,10 +169,10 @@ def test_few_step_facts_on_an_empty_store_and_on_the_committed_one(tmp_path):
 def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
     """The intro's sampling row: the fastest timed chain whose verdict is "pass" at every checkpoint
     that judged it; a faster chain that failed (here, or at another checkpoint) is never quoted."""
-    from medddpm.config import SAMPLING_ALIASES
-    from medddpm.io import append_rows
+    from medddpm.core.config import SAMPLING_ALIASES
+    from medddpm.core.io import append_rows
     from medddpm.report import headline
-    from medddpm.sample_bench import COLUMNS
+    from medddpm.profiling.sample_bench import COLUMNS
 
     fast = SAMPLING_ALIASES["fast"]
     gpu = tmp_path / "x"

@@ -1,4 +1,4 @@
-"""Few-step solvers (medddpm/solvers.py) against an exact denoiser and against DDIM."""
+"""Few-step solvers (medddpm/diffusion/solvers.py) against an exact denoiser and against DDIM."""
 import dataclasses
 import math
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from medddpm.diffusion import GaussianDiffusion
+from medddpm.diffusion.gaussian import GaussianDiffusion
 from test_diffusion import GaussianOracle
-from medddpm.solvers import (SOLVERS, SPACINGS, _interpolation_weights, _moments, check_sampler, log_snr, make_plan,
+from medddpm.diffusion.solvers import (SOLVERS, SPACINGS, _interpolation_weights, _moments, check_sampler, log_snr, make_plan,
                              timesteps)
 
 MU, SD = 0.2, 0.3  # the Gaussian data: x₀ ~ N(MU, SD²) per voxel
@@ -177,8 +177,8 @@ def test_chain_graph_replays_the_eager_chain(tiny, sampler):
     """Knobs.chain_graph: the whole chain as one CUDA graph gives the eager chain's samples for
     the same generators (the graph's noise drawn first, in the same order), on its capture and on
     replays with other masks and seeds."""
-    from medddpm.config import run_config
-    from medddpm.engine import autocast, inference
+    from medddpm.core.config import run_config
+    from medddpm.run.engine import autocast, inference
 
     cuda = torch.device("cuda")
     base = dataclasses.replace(run_config("bf16-graphs"), compile=False, cudnn_benchmark=False)
@@ -202,7 +202,7 @@ def test_chain_graph_plumbing_on_cpu(monkeypatch):
     """engine.GraphedChain hands the graph a function of (mask, x_T, noise…) that computes the eager
     chain: with the capture replaced by a direct call, its samples equal the eager ones from the
     same generators, and the oldest plan is released past KEEP."""
-    from medddpm import engine
+    from medddpm.run import engine
 
     class Direct:
         released = []

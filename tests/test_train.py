@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from medddpm.config import MODEL_PRESETS, TrainConfig, run_config
-from medddpm.data import VolumeDataset, pair_files
-from medddpm.errors import DivergedError, InputError
-from medddpm.train import CHECKPOINT, Trainer, load_checkpoint, sample_order
+from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
+from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.core.errors import DivergedError, InputError
+from medddpm.train.trainer import CHECKPOINT, Trainer, load_checkpoint, sample_order
 
 CPU = torch.device("cpu")
 
@@ -95,8 +95,8 @@ def test_held_out_loss_is_evaluated_kept_and_resumed_exactly(phantoms, tmp_path)
     checkpoint of the EMA's lowest held-out loss."""
     import pandas as pd
 
-    from medddpm.quality import HELDOUT_TIMESTEPS
-    from medddpm.train import BEST, HELDOUT
+    from medddpm.train.parity import HELDOUT_TIMESTEPS
+    from medddpm.train.trainer import BEST, HELDOUT
 
     straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2)
     straight.fit(5, progress=False)

@@ -16,7 +16,7 @@ CATEGORY_PATTERNS: list[tuple[str, str]] = [
     ("convolution/GEMM", r"xmma|implicit|conv(?!ert)|gemm|cudnn|cutlass|wgrad|dgrad|fprop|sm\d\d_|scudnn|winograd"),
     ("normalization", r"Moments|group_norm|GroupNorm|batch_norm|layer_norm|ComputeFusedParams|"
                       r"GammaBeta|norm_backward|NormBackward|ComputeInternalGradi|ComputeBackwardFused|"
-                      r"^_(stats|stats_finalize|apply|bwd_reduce|bwd_finalize|bwd_dx)_kernel$"),  # medddpm/kernels.py
+                      r"^_(stats|stats_finalize|apply|bwd_reduce|bwd_finalize|bwd_dx)_kernel$"),  # medddpm/net/kernels.py
     ("optimizer", r"adam|multi_tensor_apply|foreach|fused_sgd|lerp"),
     ("upsample", r"upsample|interp|trilinear"),
     ("reduction", r"reduce_kernel|reduction|Reduce"),

@@ -6,11 +6,11 @@ import json
 import time
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 def _configs(text: str) -> list[str]:
-    from ..config import run_config
+    from ..core.config import run_config
 
     names = [c.strip() for c in text.split(",") if c.strip()]
     for n in names:
@@ -21,8 +21,8 @@ def _configs(text: str) -> list[str]:
 
 
 def cmd_profile(a: argparse.Namespace) -> None:
-    from ..config import model_preset
-    from ..runtime import env_info, resolve_device
+    from ..core.config import model_preset
+    from ..core.runtime import env_info, resolve_device
     from .ncu import find_ncu, ncu_version, profile_config
     from .store import check_one_setup, update_env
 
@@ -46,7 +46,7 @@ def cmd_profile(a: argparse.Namespace) -> None:
 
 
 def cmd_ncu_tidy(a: argparse.Namespace) -> None:
-    from ..io import atomic_path
+    from ..core.io import atomic_path
     from .tidy import tidy
 
     tables = tidy(a.raw, a.details, a.instances)
@@ -61,9 +61,9 @@ def cmd_ncu_tidy(a: argparse.Namespace) -> None:
 
 
 def cmd_torch_kernels(a: argparse.Namespace) -> None:
-    from ..config import model_preset, run_config
-    from ..io import atomic_path, write_text_atomic
-    from ..runtime import env_info, resolve_device
+    from ..core.config import model_preset, run_config
+    from ..core.io import atomic_path, write_text_atomic
+    from ..core.runtime import env_info, resolve_device
     from .store import check_one_setup
     from .torchprof import step_kernels, window_coverage
 
@@ -92,7 +92,7 @@ def cmd_torch_kernels(a: argparse.Namespace) -> None:
 
 
 def add_profiling_commands(sub: argparse._SubParsersAction) -> None:
-    from ..config import ALL_CONFIGS
+    from ..core.config import ALL_CONFIGS
     from .ncu import DEFAULT_STEP_SET, MODES, STEP_SETS
 
     s = sub.add_parser("profile", help="Nsight Compute profiles of the workload, reduced to tables")

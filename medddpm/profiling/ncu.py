@@ -53,8 +53,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import Knobs, run_config
-from ..errors import InputError, MedddpmError
+from ..core.config import Knobs, run_config
+from ..core.errors import InputError, MedddpmError
 from .tidy import INSTANCE_METRIC, METRICS, tidy
 
 MODES = ("paper", "step", "roofline")
@@ -137,7 +137,7 @@ def find_ncu(ncu: str | None = None) -> str:
 
 
 def workload_command(model: str, config: str, size: int, steps: int, profile_last: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "medddpm.workload", "--model", model, "--config", config,
+    cmd = [sys.executable, "-m", "medddpm.profiling.workload", "--model", model, "--config", config,
            "--size", str(size), "--steps", str(steps)]
     return cmd + (["--profile-last"] if profile_last else [])
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import InputError
-from ..io import write_text_atomic
+from ..core.errors import InputError
+from ..core.io import write_text_atomic
 
 RESULTS = Path("data/results")
 

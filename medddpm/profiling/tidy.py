@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .categories import abbreviation, category, short_name
 
 ID, NAME = "ID", "Kernel Name"

@@ -10,8 +10,8 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from ..config import Knobs, ModelConfig
-from ..workload import Workload
+from ..core.config import Knobs, ModelConfig
+from .workload import Workload
 
 PAPER_SKIP, PAPER_COUNT = 10, 100  # paper §3.2: --launch-skip 10 --launch-count 100
 # A GPU-side user annotation such as "Optimizer.step#Adam.step" (PyTorch's optimizers wrap their

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from ..config import KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, DiffusionConfig
-from ..kernels import THIN
+from ..core.config import KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, DiffusionConfig
+from ..net.kernels import THIN
 from . import paper, tables
 from .present import gpu_name, register_gpus, sci
 from .wording import PREFERRED, missing, number, pct, roles, sci_fact  # noqa: F401 (the chapters' helpers, re-exported)
@@ -60,8 +60,8 @@ def setup(root: Path, gpus: list[str]) -> dict[str, str]:
 
 def model(size: int = 128) -> dict[str, str]:
     """02: parameters and FLOPs of the paper's model at ``size``³ (counted, not measured)."""
-    from ..config import model_preset
-    from ..summary import summarize
+    from ..core.config import model_preset
+    from ..net.summary import summarize
 
     s = summarize(model_preset("whole-head"), (size,) * 3)
     top = max(s["blocks"], key=lambda b: b["flops"])
@@ -683,7 +683,7 @@ def run_label(sampler: str, steps: int, eta: float) -> str:
 def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose: str = "its") -> str:
     """A sampler run's background mean against DDPM 250's (means ± standard errors), and, where it
     misses the match criterion, by how much against the standard error of the difference."""
-    from ..sample_quality import MATCH_BACKGROUND
+    from ..sample.quality import MATCH_BACKGROUND
 
     if run is None or ddpm is None:
         return missing(what)
@@ -808,7 +808,7 @@ def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, st
     (``quality/converge_heldout.csv``), the checkpoint that was sampled, every sampler run against
     the real image (``quality/samplers.csv``), and the recommended sampler with its 128³ time
     (``sb``: ``tables.sample_bench``)."""
-    from ..sample_quality import MATCH_BACKGROUND
+    from ..sample.quality import MATCH_BACKGROUND
 
     f: dict[str, str] = {}
     what = "held-out loss curve (quality/converge_heldout.csv)"

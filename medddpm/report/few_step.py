@@ -1,5 +1,5 @@
 """Chapter 07's few-step samplers: the quality gate's verdicts (``quality/sampler_verdicts.csv``,
-``medddpm.sampler_gate``), the solvers' timings, the facts the prose quotes and the figures.
+``medddpm.sample.gate``), the solvers' timings, the facts the prose quotes and the figures.
 
 A store may hold the gate on any GPU, or on none: every function returns its full shape then,
 and every fact reads "—" with what is missing.
@@ -12,9 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..config import SAMPLING_ALIASES
-from ..sampler_gate import REFERENCE, RUN_COLUMNS
-from ..solvers import RECOMMENDED
+from ..core.config import SAMPLING_ALIASES
+from ..sample.gate import REFERENCE, RUN_COLUMNS
+from ..diffusion.solvers import RECOMMENDED
 from . import tables
 from .wording import missing, number, roles
 from .present import gpu_name
@@ -227,7 +227,7 @@ def slices(root: Path, gpu: str | None) -> tuple[pd.DataFrame, dict[str, str]] |
     sources = {"mask": "mask", "real": "real image"}
     for src in sl["source"].unique():
         if src not in sources:
-            from ..sampler_gate import GateRun
+            from ..sample.gate import GateRun
 
             spec, config = src.split(":")
             r = GateRun.parse(spec, config)
@@ -240,7 +240,7 @@ def _unchained(config: str) -> str | None:
     for DDPM and DDIM chains), or None."""
     from dataclasses import replace
 
-    from ..config import CONFIGS
+    from ..core.config import CONFIGS
 
     knobs = CONFIGS.get(config)
     if knobs is None or not knobs.chain_graph:

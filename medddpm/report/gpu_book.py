@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ALL_CONFIGS
-from ..errors import InputError, MedddpmError
-from ..io import append_rows
+from ..core.config import ALL_CONFIGS
+from ..core.errors import InputError, MedddpmError
+from ..core.io import append_rows
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ COLUMNS = ["started", "stage", "chapter", "configs", "expected_min", "minutes", 
 def expected_minutes(stage: str, configs: str) -> float:
     """The stage's expected minutes on an H100 at 128³: its per-configuration estimate, compiled
     configurations at the compiled one."""
-    from ..config import run_config
+    from ..core.config import run_config
 
     st = STAGES[stage]
     names = [c for c in configs.split(",") if c]
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configs = {s: getattr(a, f"{s}_configs") for s in STAGES if getattr(a, f"{s}_configs")}
     try:
-        from ..config import run_config
+        from ..core.config import run_config
 
         for s, c in configs.items():
             for name in c.split(","):

@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..config import ALL_CONFIGS
-from ..errors import InputError
-from ..io import write_text_atomic
+from ..core.config import ALL_CONFIGS
+from ..core.errors import InputError
+from ..core.io import write_text_atomic
 from ..profiling.store import check_one_setup
 
 MODEL = "whole-head"  # the paper's model (the book's figures are of it)
@@ -26,7 +26,7 @@ SMI_FIELDS = "name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,powe
 def local_gpu_folder(root: Path) -> Path:
     import torch
 
-    from ..runtime import env_info
+    from ..core.runtime import env_info
 
     if not torch.cuda.is_available():
         raise InputError("measuring needs a CUDA GPU; this machine has none (use measure=False to render)")
@@ -50,7 +50,7 @@ def _nvidia_smi_csv(folder: Path) -> None:
 
 def _environment(folder: Path) -> None:
     """info.json (versions, GPU) and nvidia-smi.csv of the local GPU in ``folder``."""
-    from ..runtime import env_info
+    from ..core.runtime import env_info
 
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "info.json", json.dumps(env_info(), indent=2, default=str))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_path
+from ..core.io import atomic_path
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:

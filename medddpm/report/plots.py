@@ -195,7 +195,7 @@ def ladder(lad: pd.DataFrame, ax=None):
     """Issue 9's waterfall: ms/step per rung, one bar per GPU, each labelled with its speed-up over
     the rung before and over baseline (log scale: baseline is ~20× the fastest rung)."""
     ax = ax or plt.subplots(figsize=(10, 4.5))[1]
-    from ..config import LADDER
+    from ..core.config import LADDER
 
     order = [c for c in LADDER if c in set(lad["config"])]  # rung order, whichever GPU lacks a rung
     lad = lad.assign(gpu=lad["gpu_slug"].map(gpu_name))
@@ -330,7 +330,7 @@ def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_
     neurological display (the slice's first axis to the right, its second up); with ``diff_to``, every source but
     that one and the mask is shown as its absolute difference to it (0 to ``DIFF_MAX``). The mask's
     labels are coloured from 0 to ``mask_max`` (whole-head: 2 = lesion; BraTS: 5 = healthy brain)."""
-    from ..sample_quality import VIEWS, slice_image
+    from ..sample.quality import VIEWS, slice_image
 
     rows = [(s, v) for s in subjects for v in VIEWS]
     fig, axes = plt.subplots(len(rows), len(sources), figsize=(1.7 * len(sources), 1.7 * len(rows)), squeeze=False)

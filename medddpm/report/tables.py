@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import CONFIGS, DEFAULT_ETA, KERNEL_VARIANTS, PAPER_CONFIGS
-from ..kernels import TILES
+from ..core.config import CONFIGS, DEFAULT_ETA, KERNEL_VARIANTS, PAPER_CONFIGS
+from ..net.kernels import TILES
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import CATEGORY_PATTERNS, CONV_PASSES, PAPER_ABBREVIATIONS, category, conv_pass, short_name
@@ -226,8 +226,8 @@ def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The fast-path ladder (``config.LADDER``) at batch 1: ms/step, speed-up over the rung before
     and over baseline, achieved TFLOP/s (3 × forward FLOPs ÷ step time) and its share of the
     GPU's measured bf16 matmul peak (``peaks.json``, where measured)."""
-    from ..config import LADDER, model_preset
-    from ..summary import summarize
+    from ..core.config import LADDER, model_preset
+    from ..net.summary import summarize
 
     b = bench(root, gpus, list(LADDER))
     if b.empty:
@@ -259,7 +259,7 @@ def kernel_variants(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.DataFrame:
-    """``fast_path/layers.csv`` (``python -m medddpm.layers --profile``): per configuration,
+    """``fast_path/layers.csv`` (``python -m medddpm.profiling.layers --profile``): per configuration,
     convolution shape and pass, its milliseconds in a profiled step beside cuDNN's isolated best
     for that shape, the largest first; rows of kernels no pass names (bias gradients, copies) last.
     ``config`` None keeps each GPU's newest configuration (its last rows), "all" every one; tables
@@ -342,7 +342,7 @@ def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, ever
 def solver_bench(root: Path, gpus: list[str], size: str = FULL_SIZE) -> pd.DataFrame:
     """``sample_bench.csv`` rows of the few-step solvers (``solvers.SOLVERS``) at ``size``: the
     newest row of each (GPU, configuration, sampler, steps, spacing, batch)."""
-    from ..solvers import SOLVERS
+    from ..diffusion.solvers import SOLVERS
 
     sb = results_csv(root, gpus, "sample_bench")
     if sb.empty or "spacing" not in sb:
@@ -354,9 +354,9 @@ def solver_bench(root: Path, gpus: list[str], size: str = FULL_SIZE) -> pd.DataF
 
 def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Multi-GPU results: every ``<machine>/scaling.csv`` under ``root`` (rows as written by
-    ``medddpm.scaling table``, with a ``machine`` column), and the all-reduce profiles
+    ``medddpm.profiling.scaling table``, with a ``machine`` column), and the all-reduce profiles
     (``profile-<config>-<N>.json``) as one table."""
-    from ..scaling import load_profiles
+    from ..profiling.scaling import load_profiles
 
     frames = [pd.read_csv(p).assign(machine=p.parent.name) for p in sorted(Path(root).glob("*/scaling.csv"))]
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
@@ -372,7 +372,7 @@ def scaling_earlier(root: Path) -> pd.DataFrame:
 
 
 def loop_vs_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``<gpu>/loop/loop_vs_bench.csv`` of every GPU that has one (``medddpm.loop``): the training
+    """``<gpu>/loop/loop_vs_bench.csv`` of every GPU that has one (``medddpm.train.loop``): the training
     loop's steady ms per micro-batch against ``bench`` of the same configuration and grad-accum."""
     return results_csv(root, gpus, "loop/loop_vs_bench")
 
@@ -469,7 +469,7 @@ def parity_verdict(root: Path, gpus: list[str]) -> pd.DataFrame:
 def steady_ms(root: Path, gpus: list[str], name: str) -> pd.Series:
     """Steady-state ms/step (median after the first read-back interval, ``train.steady_intervals``)
     of the run timing ``<gpu>/<name>.csv``, per GPU."""
-    from ..train import steady_intervals
+    from ..train.trainer import steady_intervals
 
     t = results_csv(root, gpus, name)
     if t.empty:
@@ -524,7 +524,7 @@ def _newest_checkpoint_runs(root: Path, gpu: str, name: str, reference_config: s
     seed, subject), with ``matches_reference`` recomputed over all of them against DDPM 250 of each
     run's own configuration or of ``reference_config`` (``sample_quality.match_verdicts``; a later
     call may add seeds to a run)."""
-    from ..sample_quality import RUN_KEYS, match_verdicts
+    from ..sample.quality import RUN_KEYS, match_verdicts
 
     s = quality_csv(root, [gpu], name)
     if s.empty:
@@ -565,7 +565,7 @@ def precision(root: Path, gpu: str) -> pd.DataFrame:
     the same run, seed and subject (mean and standard error over the pairs: a shift the unpaired
     spread of subjects and seeds hides), and their voxel agreement with those FP32 samples: PSNR
     (mean and lowest) and 3D SSIM (mean)."""
-    from ..sample_quality import RUN_KEYS
+    from ..sample.quality import RUN_KEYS
 
     runs = precision_runs(root, gpu)
     if runs.empty:
@@ -625,7 +625,7 @@ def sampler_summary(s: pd.DataFrame) -> pd.DataFrame:
     """One row per sampler run of ``samplers`` (the real image's too): samples, the background
     mean over them, its spread and standard error, the in-brain correlation (mean and lowest), PSNR,
     SSIM, and whether the run matches DDPM 250 of its configuration."""
-    from ..sample_quality import RUN_KEYS
+    from ..sample.quality import RUN_KEYS
 
     g = s.assign(config=s["config"].fillna("")).groupby(RUN_KEYS, dropna=False, sort=False)
     out = g.agg(samples=("subject", "size"), background=("background_mean", "mean"),

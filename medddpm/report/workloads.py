@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import model_preset
-from ..summary import summarize
-from ..train import steady_intervals
+from ..core.config import model_preset
+from ..net.summary import summarize
+from ..train.trainer import steady_intervals
 from .present import gpu_name
 from .tables import bench, ordered
 from .wording import missing, number, roles
@@ -76,7 +76,7 @@ def sampling(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def fig1_slices(root: Path, gpus: list[str]) -> tuple[pd.DataFrame, str | None]:
-    """The slices of the reference GPU's BraTS run (``brats.fig1_slices``), and that GPU."""
+    """The slices of the reference GPU's BraTS run (``sample.quality.brats_fig1_slices``), and that GPU."""
     have = [g for g in gpus if (Path(root) / g / "brats" / "fig1_slices.parquet").exists()]
     g = roles(have)["ref"]
     if g is None:

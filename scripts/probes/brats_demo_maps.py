@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from medddpm import brats
+from medddpm.data import brats
 
 
 def shape_of(size: int) -> tuple[int, int, int]:

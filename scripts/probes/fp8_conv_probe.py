@@ -4,7 +4,7 @@
 
 For the U-Net's convolution shapes at 128³ and 64³ (bf16, NDHWC, batch 1), the median
 milliseconds of PyTorch's bf16 convolution (cudnn.benchmark: the shape's best it offers) and of
-every cuDNN execution plan of the FP8 graph ``medddpm.fp8.conv_graph`` builds (E4M3 input and
+every cuDNN execution plan of the FP8 graph ``medddpm.net.fp8.conv_graph`` builds (E4M3 input and
 weight, fp32 accumulation, descaled per output channel, bf16 output), each replayed as a CUDA
 graph. ``rel_err`` is the FP8 output's RMS error against an fp32 convolution of the unquantized
 operands, over the RMS of that reference; ``rel_err_bf16`` the same for the bf16 convolution.
@@ -18,8 +18,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from medddpm import fp8
-from medddpm.layers import _replay_ms
+from medddpm.net import fp8
+from medddpm.profiling.layers import _replay_ms
 
 SHAPES = [(64, 64, 128), (128, 64, 128), (64, 64, 64), (128, 64, 64), (128, 128, 64), (128, 128, 32)]
 

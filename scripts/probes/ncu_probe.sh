@@ -9,7 +9,7 @@ ncu --list-sections >> "$OUT/ncu_sets.txt" 2>&1
 ncu --clock-control none --set full --metrics sass__inst_executed_per_opcode_category \
   --nvtx --nvtx-include "train_step/" --launch-count 8 --call-stack \
   --export "$TMP/tiny" --force-overwrite \
-  python3 -m medddpm.workload --model tiny --size 16 --steps 3 --config baseline > "$OUT/ncu_probe.log" 2>&1
+  python3 -m medddpm.profiling.workload --model tiny --size 16 --steps 3 --config baseline > "$OUT/ncu_probe.log" 2>&1
 ncu --import "$TMP/tiny.ncu-rep" --csv --page raw --print-units base > "$OUT/tiny_raw.csv" 2>>"$OUT/ncu_probe.log"
 ncu --import "$TMP/tiny.ncu-rep" --csv --page details --print-units base > "$OUT/tiny_details.csv" 2>>"$OUT/ncu_probe.log"
 ncu --import "$TMP/tiny.ncu-rep" --csv --page raw --print-units base --print-metric-instances details \

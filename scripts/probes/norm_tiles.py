@@ -1,4 +1,4 @@
-"""Launch shapes of the Triton GroupNorm kernels (medddpm/kernels.py ``Tiles``), timed per kernel.
+"""Launch shapes of the Triton GroupNorm kernels (medddpm/net/kernels.py ``Tiles``), timed per kernel.
 
     python scripts/probes/norm_tiles.py --out norm_tiles.csv        # needs a CUDA GPU
 
@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from medddpm import kernels
+from medddpm.net import kernels
 
 SHAPES = [(128, 128, False), (64, 128, True), (64, 64, True), (192, 64, False), (128, 32, True)]  # (C, side, +emb)
 T = kernels.Tiles()

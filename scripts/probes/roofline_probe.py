@@ -19,7 +19,7 @@ N = 2048  # matmul side: large enough for the production kernels, small enough t
 def run() -> None:
     import torch
 
-    from medddpm.runtime import set_tf32
+    from medddpm.core.runtime import set_tf32
 
     cases = [("bf16", torch.bfloat16, False), ("tf32", torch.float32, True), ("fp32", torch.float32, False)]
     operands = {name: [torch.randn(N, N, device="cuda", dtype=dt) for _ in range(2)] for name, dt, _ in cases}

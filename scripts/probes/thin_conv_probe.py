@@ -1,4 +1,4 @@
-"""The thin 3³ convolutions (medddpm/kernels.py ``conv3d_thin``) against cuDNN, per pass, and the
+"""The thin 3³ convolutions (medddpm/net/kernels.py ``conv3d_thin``) against cuDNN, per pass, and the
 trilinear ×2 upsampling kernel (``kernels.upsample2x``) against Inductor's kernels of its reference.
 
     python scripts/probes/thin_conv_probe.py --out thin_convs.csv        # needs a CUDA GPU
@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from medddpm import kernels
-from medddpm.layers import _replay_ms
+from medddpm.net import kernels
+from medddpm.profiling.layers import _replay_ms
 
 SHAPES = [(3, 64), (64, 1)]  # (C_in, C_out) of the stem and of the output convolution
 T = kernels.Tiles()
@@ -66,7 +66,7 @@ def passes(cin: int, cout: int, side: int, device: torch.device):
 def upsample_rows(side: int, device: torch.device, reps: int, channels: int = 64) -> list[dict]:
     """The decoder's last upsampling ((side/2)³ → side³, ``channels``, bf16, NDHWC): Inductor's
     kernels of the reference, then the Triton kernel under each ``UPSAMPLE_CANDIDATES``."""
-    from medddpm import ndhwc
+    from medddpm.net import ndhwc
 
     half = side // 2
     x = torch.randn(1, channels, half, half, half, device=device, dtype=torch.bfloat16)

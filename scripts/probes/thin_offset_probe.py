@@ -16,9 +16,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from medddpm import kernels
-from medddpm.io import append_csv
-from medddpm.runtime import env_info
+from medddpm.net import kernels
+from medddpm.core.io import append_csv
+from medddpm.core.runtime import env_info
 
 SHAPES = {"stem 3→64": (3, 64), "output 64→1": (64, 1)}
 

@@ -27,10 +27,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .data import Pair, strip_nifti_suffix
-from .errors import InputError
-from .sample_quality import DATA_RANGE, read_sample
-from .solvers import SAMPLERS, SPACINGS
+from ..data.nifti import Pair, strip_nifti_suffix
+from ..core.errors import InputError
+from .quality import DATA_RANGE, read_sample
+from ..diffusion.solvers import SAMPLERS, SPACINGS
 
 RUN_COLUMNS = ["sampler", "steps", "spacing", "config"]  # one sampler run, over its seeds and subjects
 METRICS = ["brain_corr", "background_mean", "hist_w1"]  # a sample against its subject's real image
@@ -81,8 +81,8 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
     kept; a partial one is sampled again), building each configuration's denoiser once."""
     import torch
 
-    from .sample import MaskSampler, check_options, read_masks
-    from .train import configs_from_checkpoint, load_checkpoint
+    from .sampler import MaskSampler, check_options, read_masks
+    from ..train.trainer import configs_from_checkpoint, load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
     _, diff_cfg, _, _ = configs_from_checkpoint(ckpt)

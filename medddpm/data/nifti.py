@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from .errors import InputError
-from .io import atomic_path
+from ..core.errors import InputError
+from ..core.io import atomic_path
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 

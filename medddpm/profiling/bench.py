@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from .config import Knobs, ModelConfig
-from .errors import InputError
-from .runtime import env_info, preserved_backend_flags, set_tf32
-from .engine import GRAPH_WARMUP
+from ..core.config import Knobs, ModelConfig
+from ..core.errors import InputError
+from ..core.runtime import env_info, preserved_backend_flags, set_tf32
+from ..run.engine import GRAPH_WARMUP
 from .workload import Workload
 
 COLUMNS = [

@@ -17,12 +17,12 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from .config import DiffusionConfig, Knobs, ModelConfig, ungraphed
-from . import fp8
-from .diffusion import GaussianDiffusion
-from .solvers import Plan, run_plan
-from .model import UNet3D, freeze_channel_padding
-from .runtime import benchmark_limit, set_backend_flags, tf32_state
+from ..core.config import DiffusionConfig, Knobs, ModelConfig, ungraphed
+from ..net import fp8
+from ..diffusion.gaussian import GaussianDiffusion
+from ..diffusion.solvers import Plan, run_plan
+from ..net.model import UNet3D, freeze_channel_padding
+from ..core.runtime import benchmark_limit, set_backend_flags, tf32_state
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
 # DistributedDataParallel's gradient bucket size (MB): PyTorch's default, 25 MB, i.e. about seven

@@ -6,7 +6,7 @@ row: the loop's steady ms per micro-batch (median of its read-back intervals aft
 grad-accum), the bench's, and their ratio. A ratio near 1 says the loop adds nothing to the step:
 no decode, no synchronous copy, no host stall on the critical path.
 
-    python -m medddpm.loop table RUN... --bench BENCH.csv... --out data/results/<gpu>/loop/loop_vs_bench.csv
+    python -m medddpm.train.loop table RUN... --bench BENCH.csv... --out data/results/<gpu>/loop/loop_vs_bench.csv
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .errors import InputError
+from ..core.errors import InputError
 
 COLUMNS = ["gpu", "config", "size", "micro_batch", "grad_accum", "world_size", "data", "loop_ms_per_micro_batch",
            "bench_ms", "ratio", "torch", "cuda", "cudnn"]
@@ -28,7 +28,7 @@ def run_summary(run: str | Path) -> dict[str, Any]:
     """What a timed ``train`` run says of itself: configuration, data pipeline, steady ms/step."""
     import torch
 
-    from .train import steady_intervals
+    from .trainer import steady_intervals
 
     run = Path(run)
     try:
@@ -75,7 +75,7 @@ def table(runs: Sequence[str | Path], benches: Sequence[dict[str, Any]]) -> pd.D
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m medddpm.loop")
+    p = argparse.ArgumentParser(prog="python -m medddpm.train.loop")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("table", help="loop_vs_bench.csv from timed train runs and bench rows")
     s.add_argument("runs", nargs="+", help="train run folders (checkpoint.pt, timing.csv)")
@@ -85,9 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         df = table(a.runs, bench_rows(a.bench))
     except InputError as exc:
-        print(f"medddpm.loop: error: {exc}", file=sys.stderr)
+        print(f"medddpm.train.loop: error: {exc}", file=sys.stderr)
         return 2
-    from .io import write_text_atomic
+    from ..core.io import write_text_atomic
 
     write_text_atomic(a.out, df.to_csv(index=False, lineterminator="\n"))
     print(df.to_string(index=False))

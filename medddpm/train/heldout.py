@@ -10,18 +10,18 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .config import DiffusionConfig, Knobs, ModelConfig, run_config
-from .data import Pair, VolumeDataset
-from .engine import autocast, inference, to_device
-from .errors import InputError
-from .runtime import preserved_backend_flags
+from ..core.config import DiffusionConfig, Knobs, ModelConfig, run_config
+from ..data.nifti import Pair, VolumeDataset
+from ..run.engine import autocast, inference, to_device
+from ..core.errors import InputError
+from ..core.runtime import preserved_backend_flags
 
 HELDOUT_TIMESTEPS = (1, 25, 50, 125, 200, 249)  # held-out loss: near-clean to almost pure noise
 
 
 def noised(x0: Tensor, t: Tensor, seed: int, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[Tensor, Tensor]:
     """(x_t, ε): ``x0`` noised to ``t`` with ε from a CPU generator seeded ``seed`` (DDPM eq. 4)."""
-    from .diffusion import GaussianDiffusion
+    from ..diffusion.gaussian import GaussianDiffusion
 
     noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed))
     x_t = GaussianDiffusion(lambda x, s: x, diffusion_cfg).q_sample(x0.double(), t, noise.double()).float()

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from .errors import InputError, MedddpmError
+from ..core.errors import InputError, MedddpmError
 
 DEVICE_SHARE = 0.25  # share of the GPU's memory a device cache may take: the step needs the rest (fast: 8 GiB at 128³)
 HOST_SHARE = 0.5  # share of the host's available memory (MemAvailable) the ranks' host caches may take together

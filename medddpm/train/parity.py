@@ -15,11 +15,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .config import DiffusionConfig, ModelConfig, TrainConfig, run_config
-from .data import MASK_LABELS, Pair, VolumeDataset, one_hot, phantom
-from .engine import Engine
-from .errors import InputError
-from .model import UNet3D
+from ..core.config import DiffusionConfig, ModelConfig, TrainConfig, run_config
+from ..data.nifti import MASK_LABELS, Pair, VolumeDataset, one_hot, phantom
+from ..run.engine import Engine
+from ..core.errors import InputError
+from ..net.model import UNet3D
 from .heldout import (HELDOUT_TIMESTEPS, cpu_state, held_out_loss, held_out_triples, noised,  # noqa: F401 (re-exported)
                       predict_eps, split_held_out)
 
@@ -128,7 +128,7 @@ def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, 
     real training loop on all but ``held_out`` subjects; every ``eval_every`` steps (and at step 0)
     the held-out loss (``held_out_loss``). Returns (train losses per step, held-out losses per
     (step, subject, t)). With ``out`` the final checkpoint is written there (for sampling)."""
-    from .train import Trainer
+    from .trainer import Trainer
 
     if steps < 1 or eval_every < 1:
         raise InputError(f"steps and eval_every must be >= 1, got {steps} and {eval_every}")

@@ -3,7 +3,7 @@
 Three operations live here: GroupNorm + SiLU (below), the thin 3³ convolutions (``conv3d_thin``,
 after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last). The norm and the
 upsampling can write their output in E4M3 (``fp8=True``: the input of the sampler's FP8
-convolutions, ``medddpm.fp8``), saturated and rounded to E4M3 in fp32 first (``_e4m3_rounded``), so
+convolutions, ``medddpm.net.fp8``), saturated and rounded to E4M3 in fp32 first (``_e4m3_rounded``), so
 the cast is exact on every backend and equals ``fp8.quantize_activation`` of the reference.
 
 ``group_norm_silu`` is GroupNorm with fp32 statistics, an optional SiLU (the reference's
@@ -106,7 +106,7 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     """SiLU(GroupNorm(x + add)) through the Triton kernels where they run (``runs_on``), else the
     reference. ``x`` is (N, C, *spatial); ``add``, if given, is (N, C). Autograd reaches x,
     weight, bias and add. ``fp8``: the output in E4M3 (saturated at ±448) for an FP8 convolution
-    (``medddpm.fp8``; the sampler's, no backward)."""
+    (``medddpm.net.fp8``; the sampler's, no backward)."""
     n, c = x.shape[:2]
     _no_fp8_grad(fp8, x, weight, bias, *([] if add is None else [add]))
     if c % groups:
@@ -809,7 +809,7 @@ if triton is not None:
         tl.store(y_ptr + v.to(tl.int64)[:, None] * CO + o[None, :], acc.to(y_ptr.dtype.element_ty),
                  mask=valid[:, None] & (o < CO)[None, :])
 
-    # One kernel per pass, so that profiles (and ``medddpm.layers``) can tell the passes apart.
+    # One kernel per pass, so that profiles (and ``medddpm.profiling.layers``) can tell the passes apart.
     @triton.jit
     def _tconv_fprop_gather_kernel(xp_ptr, m_ptr, y_ptr, NV, D, H, W, T: tl.constexpr, CO, BLOCK_V: tl.constexpr,
                                    BLOCK_K: tl.constexpr, BLOCK_O: tl.constexpr, IEEE: tl.constexpr,

@@ -60,7 +60,7 @@ _DEFAULT_LIMIT = benchmark_limit()
 def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None, cudnn_benchmark_limit: int | None = None) -> None:
     """Process-wide TF32 and cuDNN-autotuner flags; None = PyTorch's import-time default. The
     autotuner's algorithm limit applies where cuDNN is built in (a CPU build has no autotuner).
-    Called by ``medddpm.engine`` only, the one place that applies a configuration."""
+    Called by ``medddpm.run.engine`` only, the one place that applies a configuration."""
     if tf32 is None:
         torch.backends.cuda.matmul.allow_tf32 = _DEFAULT_TF32["tf32_matmul"]
         torch.backends.cudnn.allow_tf32 = _DEFAULT_TF32["tf32_conv"]

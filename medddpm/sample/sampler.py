@@ -17,13 +17,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, sampling_config
-from .data import MASK_LABELS, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
-from .distributed import World, draw_seed
-from .engine import autocast, inference
-from .errors import InputError
-from .solvers import RECOMMENDED, check_sampler, denoiser_calls
-from .train import configs_from_checkpoint, load_checkpoint
+from ..core.config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, sampling_config
+from ..data.nifti import MASK_LABELS, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
+from ..run.distributed import World, draw_seed
+from ..run.engine import autocast, inference
+from ..core.errors import InputError
+from ..diffusion.solvers import RECOMMENDED, check_sampler, denoiser_calls
+from ..train.trainer import configs_from_checkpoint, load_checkpoint
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, 
     ``out``: a folder of mask files, or for a BraTS model a BraTS root (``brats.find_cases``; the
     subject's modalities, where there, give the healthy brain and the window). Refuses a target
     that exists, an unknown model and any bad mask before anything is written."""
-    from . import brats
+    from ..data import brats
 
     if model not in MASK_LABELS:
         raise InputError(f"the checkpoint's model {model!r} has no mask labels defined")

@@ -16,8 +16,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .data import Pair, canonical, load_nifti, read_image, read_labels, strip_nifti_suffix
-from .errors import InputError
+from ..data.nifti import Pair, canonical, load_nifti, read_image, read_labels, strip_nifti_suffix
+from ..core.errors import InputError
+from ..data.brats import MODALITIES, BratsCase, mapped_labels, read_volume
 
 DATA_RANGE = 2.0  # peak-to-peak of the model's intensity scale [-1, 1]: PSNR's and SSIM's data range
 VIEWS = ("sagittal", "coronal", "axial")  # the slice normal: RAS axis 0 (x), 1 (y), 2 (z)
@@ -249,3 +250,32 @@ def match_verdicts(table: pd.DataFrame, reference: tuple[str, int, float, bool] 
               and m["brain_corr"] >= r["brain_corr"] - MATCH_CORRELATION)
         verdict[key] = "yes" if ok else "no"
     return pd.Series([verdict.get(k, "") for k in zip(*(table[c] for c in RUN_KEYS))], index=table.index)
+
+
+# ---- the paper's Fig. 1 from a BraTS run (data.brats) -----------------------------------------
+
+FIG1_MODALITIES = ("t1", "t2", "flair")  # the paper's Fig. 1 shows these three
+FIG1_SIDE = 120  # slices of a larger grid are strided down to about this many voxels a side
+
+
+def brats_fig1_slices(cases: Sequence[BratsCase], samples: str | Path) -> pd.DataFrame:
+    """Orthogonal slices (``orthogonal_slices``: through the oedema's centroid) of
+    each case's real and sampled T1, T2 and FLAIR (sources ``real_<m>`` and ``sample_<m>``, all
+    in [−1, 1], canonical) and of its label map in the preset's values (source ``mask``).
+    ``samples``: a ``medddpm sample`` output folder of these cases (``OUT/<subject>/…``). Grids
+    over ``FIG1_SIDE`` voxels are strided down to about that side (a figure's resolution)."""
+    volumes: dict[str, dict[str, np.ndarray]] = {}
+    labels = {}
+    for case in cases:
+        seg = read_volume(case.mask, "label").astype(np.int64)
+        images = dict(zip(MODALITIES, (read_volume(p, "image") for p in case.modalities)))
+        brain = np.any([a > a.min() for a in images.values()], axis=0)
+        every = max(1, round(max(seg.shape) / FIG1_SIDE))
+        labels[case.subject] = mapped_labels(seg, case.labels, brain)[::every, ::every, ::every]
+        for m in FIG1_MODALITIES:
+            real = images[m]
+            real = (real - real.min()) / (real.max() - real.min()) * 2 - 1
+            sample = read_sample(Path(samples) / case.subject / f"{case.subject}_{m}.nii.gz")
+            volumes.setdefault(f"real_{m}", {})[case.subject] = real[::every, ::every, ::every]
+            volumes.setdefault(f"sample_{m}", {})[case.subject] = sample[::every, ::every, ::every]
+    return orthogonal_slices(volumes, labels)

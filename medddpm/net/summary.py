@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .config import ModelConfig
+from ..core.config import ModelConfig
 from .model import UNet3D, count_parameters
 
 

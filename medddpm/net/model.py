@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import FP8_CONV_SETS, ModelConfig
+from ..core.config import FP8_CONV_SETS, ModelConfig
 from . import kernels
 from .fp8 import MAX_OUT_CHANNELS, Fp8Conv3d, quantize_activation
 from .ndhwc import group_norm_silu, per_channel, upsample2x
@@ -36,7 +36,7 @@ class GroupNorm(nn.GroupNorm):
 
     With ``fused`` it runs ``ndhwc.group_norm_silu`` instead (always fp32 statistics, layout kept),
     applying the SiLU that follows it when ``silu`` is set; with ``triton`` as well, the Triton
-    kernels of ``medddpm.kernels`` (the same maths at minimal bytes), which also take the ``add``
+    kernels of ``medddpm.net.kernels`` (the same maths at minimal bytes), which also take the ``add``
     that a ResBlock adds to the norm's input. The parameters are the same in every case.
     """
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .errors import InputError, MedddpmError
+from ..core.errors import InputError, MedddpmError
 
 # Seconds a collective may wait for the other ranks before the run stops with an error (a rank
 # that died or hangs). Long enough for the first step's compilation on the slowest rank.

@@ -15,14 +15,14 @@ import pandas as pd
 import torch
 
 from .bench import Timer
-from .config import DEFAULT_ETA, DiffusionConfig, Knobs, ModelConfig
-from .data import resize
-from .diffusion import GaussianDiffusion
-from .engine import autocast, inference
-from .errors import InputError
-from .quality import phantom_batch, seeded_weights
-from .runtime import env_info
-from .solvers import DEFAULT_SPACING, SOLVERS, check_sampler, denoiser_calls
+from ..core.config import DEFAULT_ETA, DiffusionConfig, Knobs, ModelConfig
+from ..data.nifti import resize
+from ..diffusion.gaussian import GaussianDiffusion
+from ..run.engine import autocast, inference
+from ..core.errors import InputError
+from ..train.parity import phantom_batch, seeded_weights
+from ..core.runtime import env_info
+from ..diffusion.solvers import DEFAULT_SPACING, SOLVERS, check_sampler, denoiser_calls
 
 COLUMNS = [
     "gpu", "config", "model", "size", "batch", "sampler", "steps", "s_per_volume_median", "s_per_volume_min",
@@ -112,8 +112,8 @@ def denoise_kernels(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, 
     just before its launches (``idle_ms_before``: launch gaps, waits on the host)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from .profiling.categories import category, short_name
-    from .profiling.torchprof import _kernels
+    from .categories import category, short_name
+    from .torchprof import _kernels
 
     if sampler not in ("ddpm", "ddim"):
         raise InputError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")

@@ -1,6 +1,6 @@
 """Training Med-DDPM (paper §3.2): Adam, gradient accumulation, EMA, atomic checkpoints, exact
 resume, one process or several (torchrun + DDP). The step itself (and every speed knob) comes
-from ``medddpm.engine``.
+from ``medddpm.run.engine``.
 
 The loop never waits for the GPU inside a step: losses stay in a device buffer and are read back
 every ``TrainConfig.log_every`` steps and before each checkpoint, when the NaN check runs.
@@ -29,13 +29,13 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from . import pipeline
-from .config import PIPELINE_KNOBS, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
-from .distributed import World, draw_seed
-from .engine import Engine
-from .errors import DivergedError, InputError
-from .data import Pair
-from .io import atomic_path, write_text_atomic
+from ..data import pipeline
+from ..core.config import PIPELINE_KNOBS, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
+from ..run.distributed import World, draw_seed
+from ..run.engine import Engine
+from ..core.errors import DivergedError, InputError
+from ..data.nifti import Pair
+from ..core.io import atomic_path, write_text_atomic
 from .heldout import cpu_state, held_out_loss, held_out_triples
 
 CHECKPOINT = "checkpoint.pt"
@@ -113,7 +113,7 @@ class Trainer:
     (paper §3.2). Checkpoints hold ``{step, model, ema, optimizer, config, rng, losses, heldout}``.
     With ``held_out`` subjects (``TrainConfig.held_out`` of them, never in ``dataset``) the held-out
     loss of the model's and the EMA's weights is evaluated every ``eval_every`` steps (``evaluate``).
-    ``knobs.data_cache`` picks the input pipeline (``medddpm.pipeline``; ``data`` is its resolved
+    ``knobs.data_cache`` picks the input pipeline (``medddpm.data.pipeline``; ``data`` is its resolved
     plan): decoded volumes on the GPU, in pinned host memory, or decoded ahead by loader workers, so
     no NIfTI decode and no synchronous copy sits on the critical path.
     """

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import DiffusionConfig
+from ..core.config import DiffusionConfig
 from .solvers import DEFAULT_SPACING, SOLVERS, Plan, check_sampler, denoiser_calls, make_plan, run_plan
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]

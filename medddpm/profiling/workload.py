@@ -1,7 +1,7 @@
 """The profiled workload: N training steps of a model/configuration at a size, with the package's
 NVTX ranges (``train_step`` ⊃ ``forward``/``backward``/``optimizer``), for ncu to attach to.
 
-    python -m medddpm.workload --model whole-head --config baseline --size 128 --steps 3
+    python -m medddpm.profiling.workload --model whole-head --config baseline --size 128 --steps 3
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 import torch
 
-from .config import Knobs, ModelConfig, model_preset, run_config
-from .engine import Engine, to_device
-from .errors import MedddpmError
-from .runtime import resolve_device
+from ..core.config import Knobs, ModelConfig, model_preset, run_config
+from ..run.engine import Engine, to_device
+from ..core.errors import MedddpmError
+from ..core.runtime import resolve_device
 
 
 def synthetic_batch(cfg: ModelConfig, size: tuple[int, int, int], knobs: Knobs, device: torch.device,
@@ -52,7 +52,7 @@ class Workload:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m medddpm.workload")
+    p = argparse.ArgumentParser(prog="python -m medddpm.profiling.workload")
     p.add_argument("--model", default="whole-head")
     p.add_argument("--config", default="baseline")
     p.add_argument("--size", type=int, default=128)

@@ -8,6 +8,8 @@ Layouts (``find_cases`` tells them apart from the folder):
   with roles ``t1, t1ce, t2, flair, seg``, or BraTS 2023's ``-t1n, -t1c, -t2w, -t2f, -seg``;
 * **per-modality** (the reference repository's): ``ROOT/<role>/<subject>_<role>.nii.gz``.
 
+The paper's Fig. 1 from a sampled BraTS run: ``sample.quality.brats_fig1_slices``.
+
 Preprocessing (``BratsCase.load``), in canonical RAS voxel order like every volume of the package:
 
 1. *brain* = voxels where any modality is above its background (its minimum; BraTS is skull
@@ -34,19 +36,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import nibabel as nib
 import numpy as np
 import torch
 
-from .data import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, one_hot, resize,
+from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, one_hot, resize,
                    squeeze_singleton, strip_nifti_suffix, to_file_space)
-from .errors import InputError
-from .io import atomic_path
+from ..core.errors import InputError
+from ..core.io import atomic_path
 
-if TYPE_CHECKING:
-    import pandas as pd
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")  # the image channels of the ``brats`` preset, in order
 ROLES = (*MODALITIES, "seg")
@@ -123,7 +123,7 @@ class Window:
 
 def window_of(preset: str) -> tuple[int, int, int]:
     """The preset's native (I, J, K), the window its data is cropped or padded to."""
-    from .config import model_preset
+    from ..core.config import model_preset
 
     return model_preset(preset).native_size
 
@@ -251,7 +251,7 @@ def find_cases(root: str | Path, labels: str = "auto", need_images: bool = True)
 
 
 def _label_counts(seg: Path) -> dict[int, int]:
-    arr = _read(seg, "label")
+    arr = read_volume(seg, "label")
     if not np.issubdtype(arr.dtype, np.integer) and np.any(arr != np.round(arr)):
         raise InputError(f"{seg.name}: label map has non-integer values")
     values, counts = np.unique(arr.astype(np.int64), return_counts=True)
@@ -280,7 +280,7 @@ def detect_labels(counts: dict[str, dict[int, int]]) -> tuple[str, str]:
 
 # ---- preprocessing ----------------------------------------------------------------------------
 
-def _read(path: Path, what: str) -> np.ndarray:
+def read_volume(path: Path, what: str) -> np.ndarray:
     """A 3-D canonical array: floats for images (``what`` 'image'), the stored type for labels."""
     img = canonical(load_nifti(path))
     try:
@@ -313,8 +313,8 @@ def mapped_labels(seg: np.ndarray, rule: str, brain: np.ndarray | None) -> np.nd
 def prepare(case: BratsCase, shape: Sequence[int]) -> tuple[np.ndarray | None, np.ndarray, Window]:
     """(images (4, *shape) in [−1, 1] or None without modalities, labels (*shape) in the preset's
     values, the window): the module's preprocessing of one subject."""
-    seg = _read(case.mask, "label").astype(np.int64)
-    images = [_read(p, "image") for p in case.modalities]
+    seg = read_volume(case.mask, "label").astype(np.int64)
+    images = [read_volume(p, "image") for p in case.modalities]
     brain = np.zeros(seg.shape, bool)
     for p, arr in zip(case.modalities, images):
         if arr.shape != seg.shape:
@@ -484,34 +484,3 @@ def write_brats_demo(out: str | Path, n: int, size: int, seed: int = 0, layout: 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return names
-
-
-# ---- the paper's Fig. 1 from a BraTS run ------------------------------------------------------
-
-FIG1_MODALITIES = ("t1", "t2", "flair")  # the paper's Fig. 1 shows these three
-FIG1_SIDE = 120  # slices of a larger grid are strided down to about this many voxels a side
-
-
-def fig1_slices(cases: Sequence[BratsCase], samples: str | Path) -> "pd.DataFrame":
-    """Orthogonal slices (``sample_quality.orthogonal_slices``: through the oedema's centroid) of
-    each case's real and sampled T1, T2 and FLAIR (sources ``real_<m>`` and ``sample_<m>``, all
-    in [−1, 1], canonical) and of its label map in the preset's values (source ``mask``).
-    ``samples``: a ``medddpm sample`` output folder of these cases (``OUT/<subject>/…``). Grids
-    over ``FIG1_SIDE`` voxels are strided down to about that side (a figure's resolution)."""
-    from .sample_quality import orthogonal_slices, read_sample
-
-    volumes: dict[str, dict[str, np.ndarray]] = {}
-    labels = {}
-    for case in cases:
-        seg = _read(case.mask, "label").astype(np.int64)
-        images = dict(zip(MODALITIES, (_read(p, "image") for p in case.modalities)))
-        brain = np.any([a > a.min() for a in images.values()], axis=0)
-        every = max(1, round(max(seg.shape) / FIG1_SIDE))
-        labels[case.subject] = mapped_labels(seg, case.labels, brain)[::every, ::every, ::every]
-        for m in FIG1_MODALITIES:
-            real = images[m]
-            real = (real - real.min()) / (real.max() - real.min()) * 2 - 1
-            sample = read_sample(Path(samples) / case.subject / f"{case.subject}_{m}.nii.gz")
-            volumes.setdefault(f"real_{m}", {})[case.subject] = real[::every, ::every, ::every]
-            volumes.setdefault(f"sample_{m}", {})[case.subject] = sample[::every, ::every, ::every]
-    return orthogonal_slices(volumes, labels)

@@ -152,7 +152,7 @@ DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) sampl
 # in-brain agreement with the real image at 50 and at 250 steps, η = 1 keeps DDPM's (quality/samplers.csv)
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/pipeline.py)
+DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/data/pipeline.py)
 GRAD_SYNCS = ("ddp", "flat")
 FP8_CONV_SETS = ("none", "skip", "all")  # Knobs.fp8_convs: which convolutions run in FP8 (UNet3D.use_fp8_convs)
 
@@ -161,7 +161,7 @@ FP8_CONV_SETS = ("none", "skip", "all")  # Knobs.fp8_convs: which convolutions r
 class Knobs:
     """Run knobs of the paper's interventions (§5) and beyond; recorded in every result.
 
-    ``medddpm.engine`` is the one place that applies them. Knobs that need a GPU (CUDA graphs,
+    ``medddpm.run.engine`` is the one place that applies them. Knobs that need a GPU (CUDA graphs,
     the fused Adam, cuDNN's autotuner, a device-side data cache) fall back to the PyTorch
     reference path on a machine without one, so every configuration runs everywhere.
     """
@@ -175,23 +175,23 @@ class Knobs:
     compile: bool = False  # torch.compile the model
     compile_mode: str = "default"  # torch.compile mode, one of COMPILE_MODES (used when compile)
     checkpoint_attention: bool = True  # recompute attention in backward (reference behaviour)
-    fused_ops: bool = False  # layout-preserving GroupNorm+SiLU and x2 upsampling (medddpm/ndhwc.py)
+    fused_ops: bool = False  # layout-preserving GroupNorm+SiLU and x2 upsampling (medddpm/net/ndhwc.py)
     sdpa: bool = False  # attention through F.scaled_dot_product_attention (same maths)
-    triton_norm: bool = False  # GroupNorm(+SiLU, + a ResBlock's time-embedding add) through medddpm/kernels.py's Triton kernels at minimal bytes (forward 2 reads + 1 write, backward 4 reads + 1 write); needs fused_ops; the PyTorch reference runs where Triton cannot
+    triton_norm: bool = False  # GroupNorm(+SiLU, + a ResBlock's time-embedding add) through medddpm/net/kernels.py's Triton kernels at minimal bytes (forward 2 reads + 1 write, backward 4 reads + 1 write); needs fused_ops; the PyTorch reference runs where Triton cannot
     fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
     cuda_graphs: bool = False  # capture the whole training step as one CUDA graph, replay it
     data_cache: str = "auto"  # decoded volumes kept on the device, in pinned host memory, or none (decoded per draw by loader workers); auto = the fastest that fits (pipeline.plan)
     loader_workers: int = 4  # worker processes decoding NIfTI files ahead of the step when data_cache is none
     bf16_weights: bool = False  # sampling only: conv and linear weights and biases cast to bf16 once, the numbers bf16 autocast casts them to at every call, so Inductor lays the denoiser's activations out NDHWC (a weight cast inside the graph leaves them NCDHW and cuDNN transposes around each convolution)
     pad_channels: int = 0  # the stem (3 channels in) and output (1 out) convolutions zero-padded to multiples of this many channels, the same sums (0 = off): cuDNN otherwise runs small-channel kernels (a 4 TFLOP/s weight gradient for the output) and transposes around the 1-channel output; training pads its own weights at every call, sampling once
-    triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW stays with cuDNN; needs channels_last, excludes pad_channels
+    triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/net/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW stays with cuDNN; needs channels_last, excludes pad_channels
     dense_skip_grads: bool = False  # the decoder's skip concatenations hand each input its gradient dense and NDHWC (model._DenseGradCat), written by Inductor's kernels, instead of a strided channel slice that cuDNN's backward copies with PyTorch's generic kernel (0.3 ms each at 128³); needs channels_last
     fold_conv_bias: bool = False  # each ResBlock's first convolution runs without its bias, which joins the timestep embedding's per-channel add inside the second norm's Triton kernels (model.ResBlock): Inductor otherwise adds it in a kernel of its own that reads and writes the convolution's output (0.12 ms at 128³) and reduces its gradient in another; needs triton_norm
-    triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
+    triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/net/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
-    fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
+    fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/net/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
-    chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
+    chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/diffusion/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
@@ -295,7 +295,7 @@ DDP_VARIANTS: tuple[Knobs, ...] = (
 
 # Issue 21's kernel levers, each a knob added to `bf16-graphs` (the fast-* names below), alone or on
 # the rung before; `fast` has every training lever. GroupNorm(+SiLU, + the time-embedding add) in the
-# Triton kernels of medddpm/kernels.py, at the operation's minimal bytes, instead of Inductor's kernels:
+# Triton kernels of medddpm/net/kernels.py, at the operation's minimal bytes, instead of Inductor's kernels:
 _TNORM = _rung(_GRAPHS, "fast-tnorm", triton_norm=True)
 _PAD = _rung(_GRAPHS, "fast-p8", pad_channels=8)  # the 3- and 1-channel convolutions padded to 8 channels
 # And the thin convolutions (3 channels in, 1 out) as Triton kernels instead of cuDNN's small-channel ones.

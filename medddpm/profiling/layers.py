@@ -8,9 +8,9 @@ layer of that signature. FLOPs of a pass are 2 · C_in · C_out · k³ · output
 forward, data-gradient and weight-gradient passes each do that much (paper §3.2's step is forward
 + backward).
 
-    python -m medddpm.layers --size 128            # the whole-head model's convolutions (no GPU)
-    python -m medddpm.layers --profile --config fast --out data/results/<gpu>/fast_path/layers.csv   # GPU
-    python -m medddpm.layers --norms --out data/results/<gpu>/fast_path/norms.csv                    # GPU
+    python -m medddpm.profiling.layers --size 128            # the whole-head model's convolutions (no GPU)
+    python -m medddpm.profiling.layers --profile --config fast --out data/results/<gpu>/fast_path/layers.csv   # GPU
+    python -m medddpm.profiling.layers --norms --out data/results/<gpu>/fast_path/norms.csv                    # GPU
 
 A GroupNorm(+SiLU) of N elements stored in 2 bytes moves at least 3·2N bytes forward (read x for
 the statistics, read x and write y) and 5·2N backward (read x and dy for the reductions, read both
@@ -27,9 +27,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .config import Knobs, ModelConfig, model_preset, run_config, ungraphed
-from .model import GroupNorm, UNet3D
-from .profiling.categories import CONV_PASSES, conv_pass, short_name
+from ..core.config import Knobs, ModelConfig, model_preset, run_config, ungraphed
+from ..net.model import GroupNorm, UNet3D
+from .categories import CONV_PASSES, conv_pass, short_name
 
 MIN_PASSES = {"forward": 3, "step": 8}  # tensor-sized reads + writes of a GroupNorm: forward; forward + backward
 PASSES = tuple(CONV_PASSES.values())  # forward convolution, data gradient, weight gradient
@@ -142,7 +142,7 @@ def profile_step_convs(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         elif e.name == "aten::cudnn_convolution":
             inp, weight = e.input_shapes[:2]
             sig, default = kernel_signature(inp, weight, _output_volume(e, inp, weight)), OTHER_PASS
-        elif e.name in THIN_CONV_OPS:  # medddpm/kernels.py: (x, weight, …) or (dy, x, weight, …); same volume out
+        elif e.name in THIN_CONV_OPS:  # medddpm/net/kernels.py: (x, weight, …) or (dy, x, weight, …); same volume out
             inp, weight = e.input_shapes[:2] if e.name == THIN_CONV_OPS[0] else e.input_shapes[1:3]
             sig, default = kernel_signature(inp, weight, None), OTHER_PASS
         else:
@@ -240,7 +240,7 @@ def norm_ms(row: pd.Series, impl: str, backward: bool, device: torch.device, rep
 def _replay_ms(call, device: torch.device, reps: int) -> float:
     """Median milliseconds of ``call`` replayed as a CUDA graph (as the fast path runs it: no host
     overhead), or called plainly on a CPU."""
-    from .engine import side_stream
+    from ..run.engine import side_stream
 
     run = call
     if device.type == "cuda":
@@ -291,7 +291,7 @@ def norm_table(cfg: ModelConfig, size: tuple[int, int, int], device: torch.devic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m medddpm.layers", description="the model's convolutions, by shape")
+    p = argparse.ArgumentParser(prog="python -m medddpm.profiling.layers", description="the model's convolutions, by shape")
     p.add_argument("--model", default="whole-head")
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--profile", action="store_true", help="profile a training step on the GPU (needs CUDA)")
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             knobs = run_config(a.config, training=True) if a.profile else None  # a bad name: one error first
             if not torch.cuda.is_available():
                 raise ValueError(f"{'--profile' if a.profile else '--norms'} needs a CUDA GPU; this machine has none")
-            from .io import atomic_path
+            from ..core.io import atomic_path
 
             if a.profile:
                 t = layer_table(cfg, knobs, (a.size,) * 3, torch.device("cuda"))

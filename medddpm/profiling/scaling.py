@@ -1,10 +1,10 @@
 """Multi-GPU scaling of the training loop (torchrun + DDP): how much of the gradient all-reduce
 the backward pass hides, and the scaling table (``data/results/<gpu>-x<N>/scaling.csv``).
 
-``python -m medddpm.scaling profile …`` runs under torchrun: the real ``Trainer`` on NIfTI data,
+``python -m medddpm.profiling.scaling profile …`` runs under torchrun: the real ``Trainer`` on NIfTI data,
 ``warmup`` steps, then ``steps`` steps under torch.profiler; rank 0 writes the NCCL kernel time
 per step and the part of it during which no other kernel ran (exposed communication).
-``python -m medddpm.scaling table RUN…`` turns timed ``train`` runs into ``scaling.csv`` rows.
+``python -m medddpm.profiling.scaling table RUN…`` turns timed ``train`` runs into ``scaling.csv`` rows.
 """
 from __future__ import annotations
 
@@ -61,12 +61,12 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
     """Under torchrun: time ``steps`` profiled training steps; rank 0 writes and returns the summary."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
-    from .config import TrainConfig, model_preset, run_config
-    from .data import VolumeDataset, pair_files
-    from .distributed import World
-    from .profiling.torchprof import _kernels
-    from .runtime import env_info, resolve_device
-    from .train import Trainer
+    from ..core.config import TrainConfig, model_preset, run_config
+    from ..data.nifti import VolumeDataset, pair_files
+    from ..run.distributed import World
+    from .torchprof import _kernels
+    from ..core.runtime import env_info, resolve_device
+    from ..train.trainer import Trainer
 
     world = World.from_env()
     device = resolve_device(world.device("cuda" if torch.cuda.is_available() else "cpu"))
@@ -108,8 +108,8 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
     """Scaling rows from timed ``train`` runs (their checkpoint config and ``timing.csv``): step time
     = median of the read-back intervals after the first; efficiency = T(1 GPU) / T(N GPUs) of the
     same configuration at the same micro-batch (weak scaling: every GPU keeps its batch)."""
-    from .loop import run_summary
-    from .runtime import env_info
+    from ..train.loop import run_summary
+    from ..core.runtime import env_info
 
     prof = load_profiles(profiles)
     prof = dict(zip(zip(prof["config"], prof["world_size"]), prof["allreduce_ms_per_step"]))
@@ -132,7 +132,7 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m medddpm.scaling")
+    p = argparse.ArgumentParser(prog="python -m medddpm.profiling.scaling")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("profile", help="under torchrun: profile DDP training steps (rank 0 writes JSON)")
     s.add_argument("--images", required=True, help="image folder")
