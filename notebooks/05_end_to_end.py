@@ -45,7 +45,7 @@ if B.empty:
     print(plots.no_data_text("bench rows of the paper's configurations", "bench"))
 else:
     display(table(B[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
-             "peak_mem_gib", "speedup_vs_baseline", "tf32_conv", "tf32_matmul", "channels_last"]]))
+             "peak_mem_gib", "speedup_vs_baseline"]]))
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-step", "caption": "Measured training step (forward + L1 loss + backward + Adam, batch 1, the paper's 128³ whole-head model, CUDA events after warm-up) per configuration of the paper on each GPU in the results store ({glue:text}`bench_gpus`): median step time, forward time and peak allocated memory. The paper reports no step times."}}
 if B.empty:
@@ -110,7 +110,7 @@ A = tables.step_agreement(root, G)
 if A.empty:
     print(plots.no_data_text("ncu step-mode reports beside torch.profiler step tables", "ncu"))
 else:
-    display(table(A, 3))
+    display(table(tables.agreement_view(A), {"ncu_ms": 1, "torch_ms": 1, "time_ratio": 3}))
 
 # %% [markdown]
 # Across every GPU × configuration with both records, summed kernel time differs by at most
@@ -135,7 +135,8 @@ BR = workloads.side_by_side(root, G)
 if BR.empty:
     print(plots.no_data_text("BraTS bench rows", "brats"))
 else:
-    display(table(BR, {"step_ms_median": 1, "speedup_vs_baseline": 1, "tflops": 0, "peak_mem_gib": 1}))
+    display(table(BR.drop(columns=["size", "model"]).rename(columns={"step_ms_median": "ms_per_step", "peak_mem_gib": "peak_gib"}),
+                  {"ms_per_step": 1, "speedup_vs_baseline": 1, "tflops": 0, "peak_gib": 1}))
 
 # %% [markdown]
 # On the {glue:text}`br_gpu`, a BraTS step takes {glue:text}`br_baseline_ms` ms in FP32,

@@ -112,7 +112,7 @@ def layout_failures(page: str, result: dict) -> list[str]:
     return out
 
 
-RAW_SCI = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?e[-+]?\d+(?![\w.])")  # 8.5e-04, 1e-2
+RAW_SCI = re.compile(r"(?<![\w.\-])[-+]?\d+(?:\.\d+)?e[-+]?\d+(?![\w.\-])")  # 8.5e-04, 1e-2; not inside an ID (KX-08e5)
 ISSUE = re.compile(r"\bissues? #?\d+", re.I)  # the tracker's numbers mean nothing to a reader
 
 

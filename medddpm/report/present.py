@@ -47,6 +47,8 @@ HEADERS = {
     "exposed_ms_per_step": "exposed NCCL, ms/step", "kernel_ms_per_step": "all kernels, ms/step",
     "hidden_share": "share hidden", "params": "parameters", "GFLOP": "GFLOP", "out_shape": "output shape",
     "layers": "layers", "block": "block", "ms_per_step": "ms/step", "rel_l2": "relative L2",
+    "kernels": "kernels (ncu / profiler)", "ncu_ms": "ncu, ms", "torch_ms": "profiler, ms", "time_ratio": "ncu / profiler",
+    "workload": "workload", "peak_gib": "peak GiB",
 }
 
 # Okabe & Ito (2008), colour-blind safe; then the same hues lighter and darker, then greys.

@@ -222,6 +222,12 @@ def step_agreement(root: Path, gpus: list[str]) -> pd.DataFrame:
     return ordered(out, ["gpu_slug", "config"])
 
 
+def agreement_view(a: pd.DataFrame) -> pd.DataFrame:
+    """``step_agreement`` for the page: the two kernel counts in one column ('512 / 512')."""
+    kernels = [f"{n} / {t}" for n, t in zip(a["ncu_kernels"], a["torch_kernels"])]
+    return a.assign(kernels=kernels)[["gpu_slug", "config", "kernels", "ncu_ms", "torch_ms", "time_ratio"]]
+
+
 def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The fast-path ladder (``config.LADDER``) at batch 1: ms/step, speed-up over the rung before
     and over baseline, achieved TFLOP/s (3 × forward FLOPs ÷ step time) and its share of the

@@ -23,11 +23,19 @@ from .wording import missing, number, roles
 
 STORE_FREE = ("br_flops_ratio",)  # facts the package states whatever the store holds (the presets' FLOPs)
 CONFIGS = ("baseline", "opt1", "fast")  # the rows of the side-by-side table
-WORKLOADS = {"whole-head": "whole-head (the paper's)", "brats": "BraTS (Fig. 1's)"}
+WORKLOADS = {"whole-head": "whole-head", "brats": "BraTS"}  # the table's names of the two models
 FIG1_SOURCES = {"mask": "mask", "real_t1": "T1", "real_t2": "T2", "real_flair": "FLAIR",
                 "sample_t1": "T1, sampled", "sample_t2": "T2, sampled", "sample_flair": "FLAIR, sampled"}
 BENCH_COLUMNS = ["gpu_slug", "workload", "config", "size", "step_ms_median", "speedup_vs_baseline", "tflops",
-                 "peak_mem_gib"]
+                 "peak_mem_gib", "model"]
+
+
+def size_label(size: str) -> str:
+    """'128x128x128' → '128³', '192x192x144' → '192²×144', else '96×80×64'."""
+    sides = size.split("x")
+    if len(set(sides)) == 1:
+        return f"{sides[0]}³"
+    return f"{sides[0]}²×{sides[2]}" if sides[0] == sides[1] else "×".join(sides)
 
 
 def _brats_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
@@ -60,7 +68,7 @@ def side_by_side(root: Path, gpus: list[str]) -> pd.DataFrame:
                                    zip(both["gpu_slug"], both["model"], both["step_ms_median"])]
     both["tflops"] = [_train_flops(m, s) / (ms * 1e-3) / 1e12 for m, s, ms in
                       zip(both["model"], both["size"], both["step_ms_median"])]
-    both["workload"] = both["model"].map(WORKLOADS)
+    both["workload"] = [f"{WORKLOADS[m]} {size_label(s)}" for m, s in zip(both["model"], both["size"])]
     both = ordered(both, ["gpu_slug", "model", "config"])
     return both[BENCH_COLUMNS].assign(config=both["config"].astype(str))
 
@@ -97,10 +105,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     r = roles(t["gpu_slug"] if not t.empty else [])
     f = {"br_gpu": gpu_name(r["ref"]) if r["ref"] else missing("BraTS bench rows"),
          "br_gpus": ", ".join(gpu_name(g) for g in sorted(set(t["gpu_slug"]))) if not t.empty else "none"}
-    idx = t.set_index(["gpu_slug", "workload", "config"]) if not t.empty else None
-    for key, workload in (("br", WORKLOADS["brats"]), ("wh", WORKLOADS["whole-head"])):
+    idx = t.drop_duplicates(["gpu_slug", "model", "config"], keep="last").set_index(["gpu_slug", "model", "config"]) \
+        if not t.empty else None
+    for key, model in (("br", "brats"), ("wh", "whole-head")):
         for cfg in CONFIGS:
-            row = idx.loc[(r["ref"], workload, cfg)] if idx is not None and (r["ref"], workload, cfg) in idx.index else None
+            row = idx.loc[(r["ref"], model, cfg)] if idx is not None and (r["ref"], model, cfg) in idx.index else None
             what = f"{'BraTS' if key == 'br' else 'whole-head'} bench row of {cfg}"
             f[f"{key}_{cfg}_ms"] = number(None if row is None else float(row["step_ms_median"]), ".0f", what)
             f[f"{key}_{cfg}_x"] = number(None if row is None else float(row["speedup_vs_baseline"]), ".1f", what)
