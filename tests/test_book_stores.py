@@ -1,6 +1,11 @@
 """Every chapter executes on every kind of results store (issue 22): one GPU, an unknown GPU with
 only ``make gpu-measure`` output (no ncu, fast path, sampling, quality or scaling), an empty
-store; and every value its prose quotes ({glue:text}`name`) is glued, so the book builds."""
+store; and every value its prose quotes ({glue:text}`name`) is glued, so the book builds.
+
+The chapters of one store run one after another in one kernel, its namespace cleared before each
+(``%reset -f``): a chapter still has to import and define all it uses, and the store's chapters
+pay for the kernel's start and the package's imports once. nbmake and the book run each chapter
+in a kernel of its own."""
 import pytest
 
 from book_stores import REPO, STORES, referenced
@@ -18,14 +23,35 @@ def glued(nb) -> set[str]:
 
 @pytest.fixture(scope="module", params=list(STORES))
 def store(request, tmp_path_factory):
-    return request.param, STORES[request.param](tmp_path_factory.mktemp("store") / "results")
+    """(name, root, kernel manager): a store and one kernel that runs its chapters."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(REPO / "notebooks"))
+    try:
+        yield request.param, STORES[request.param](tmp_path_factory.mktemp("store") / "results"), km
+    finally:
+        km.shutdown_kernel(now=True)
+
+
+def run_chapter(chapter, parameters: dict, km, tmp_path):
+    """The chapter as papermill would run it (its parameters injected), in the store's kernel
+    with a cleared namespace."""
+    import jupytext
+    from nbclient import NotebookClient
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    source = tmp_path / f"{chapter.stem}.ipynb"
+    nbformat.write(jupytext.read(chapter), source)
+    nb = parameterize_notebook(load_notebook_node(str(source)), parameters)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f\nimport matplotlib.pyplot as _plt\n_plt.close('all')\ndel _plt"))
+    return NotebookClient(nb, km=km, timeout=600, kernel_name="python3").execute()
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_executes_and_glues_what_it_quotes(store, chapter, tmp_path):
-    from medddpm.report.notebook import execute
-
-    name, root = store
-    out = execute(chapter, tmp_path / f"{chapter.stem}.ipynb", {"results_dir": str(root)}, cwd=REPO / "notebooks")
-    missing = referenced(chapter) - glued(nbformat.read(out, as_version=4))
+    name, root, km = store
+    out = run_chapter(chapter, {"results_dir": str(root)}, km, tmp_path)
+    missing = referenced(chapter) - glued(out)
     assert not missing, f"{chapter.name} on the {name} store quotes unglued values: {sorted(missing)}"
