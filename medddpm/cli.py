@@ -243,7 +243,8 @@ def cmd_sample(a: argparse.Namespace) -> None:
         written = world.checked(lambda: sample_masks(
             a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
             progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip,
-            spacing=a.spacing, labels=a.labels or "auto", one_file=a.one_file))
+            spacing=a.spacing, labels=a.labels or "auto", one_file=a.one_file,
+            say=(lambda line: print(line, file=sys.stderr, flush=True)) if world.main else None))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 

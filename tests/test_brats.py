@@ -211,7 +211,9 @@ def test_train_records_the_data_and_sample_writes_each_subject(roots, brats_chec
     out = tmp_path / "samples"
     argv = ["sample", "--checkpoint", str(brats_checkpoint), "--masks", str(roots["brats2021", "brats"]), "--out",
             str(out), "--steps", "2", "--quiet", "--device", "cpu"]
+    capsys.readouterr()
     assert main(argv) == 0
+    assert "masks: 2 subjects, per-subject layout; labels brats2021 (label 4 present: 4 = ET)" in capsys.readouterr().err
     subjects = sorted(p.name for p in out.iterdir())
     assert subjects == ["BraTS2021_00000", "BraTS2021_00001"]
     seg = nib.load(str(roots["brats2021", "brats"] / subjects[0] / f"{subjects[0]}_seg.nii.gz"))
@@ -220,7 +222,8 @@ def test_train_records_the_data_and_sample_writes_each_subject(roots, brats_chec
         assert img.shape == seg.shape and np.allclose(img.affine, seg.affine)
     capsys.readouterr()
     assert main(argv) == 2  # the targets exist: refused, nothing replaced
-    assert "already holds" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds" in err[0]
     assert main([*argv[:5], "--out", str(tmp_path / "one"), "--steps", "2", "--quiet", "--device", "cpu",
                  "--one-file"]) == 0
     assert nib.load(str(tmp_path / "one" / "BraTS2021_00000.nii.gz")).shape == (*seg.shape, 4)

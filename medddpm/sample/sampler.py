@@ -111,18 +111,20 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
 
 
 def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, ...], batch: int = 1,
-               labels: str = "auto", one_file: bool = False) -> list[Job]:
+               labels: str = "auto", one_file: bool = False, say: Callable[[str], None] | None = None) -> list[Job]:
     """A job per mask of ``masks``, each mask read and encoded for the model, its target under
     ``out``: a folder of mask files, or for a BraTS model a BraTS root (``brats.find_cases``; the
-    subject's modalities, where there, give the healthy brain and the window). Refuses a target
-    that exists, an unknown model and any bad mask before anything is written."""
+    subject's modalities, where there, give the healthy brain and the window; ``say`` hears which
+    label rule applied). Refuses a target that exists, an unknown model and any bad mask before
+    anything is written."""
     from ..data import brats
 
     if model not in MASK_LABELS:
         raise InputError(f"the checkpoint's model {model!r} has no mask labels defined")
     out = Path(out)
+    what = ""
     if model in brats.BRATS_MODELS and brats.is_brats_root(masks):
-        cases, _ = brats.find_cases(masks, labels, need_images=False)
+        cases, what = brats.find_cases(masks, labels, need_images=False)
         jobs = []
         for case in cases:  # every case read first: a bad one fails before any output is written
             _, label_map, window = brats.prepare(case, brats.window_of(model))
@@ -142,6 +144,8 @@ def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, 
     existing = [j.target.name for j in jobs if j.target.exists()]
     if existing:
         raise InputError(f"{out} already holds {', '.join(existing)}; choose another --out")
+    if what and say is not None:
+        say(f"masks: {what}")  # which label rule applied, as train says it; once every check passed
     return jobs
 
 
@@ -149,18 +153,19 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
                  sampler: str = RECOMMENDED.sampler, steps: int | None = None, eta: float = DEFAULT_ETA, seed: int = 0,
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
                  world: World = World(), clip: bool = True, spacing: str | None = None, labels: str = "auto",
-                 one_file: bool = False) -> list[Path]:
+                 one_file: bool = False, say: Callable[[str], None] | None = None) -> list[Path]:
     """Generate one image per mask file (this rank's share); every input is checked before
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
     ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain; ``labels`` and
-    ``one_file``: a BraTS root's label convention and output form (``read_masks``)."""
+    ``one_file``: a BraTS root's label convention and output form (``read_masks``); ``say`` is
+    told what the masks are (a BraTS root: its layout and the label rule that applied)."""
     config = config or default_config(device)
     check_options(sampler, steps, spacing, config, weights, batch, eta)
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     check_options(sampler, steps, spacing, config, weights, batch, eta, diff_cfg.timesteps)
-    jobs = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels, one_file)
+    jobs = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels, one_file, say)
     mine = list(range(world.rank, len(jobs), world.size))
     return MaskSampler(ckpt, device, config, weights).write(jobs, mine, sampler, steps, eta, seed, batch, clip,
                                                             spacing, progress)
