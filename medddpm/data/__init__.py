@@ -4,5 +4,5 @@
 from .nifti import (  # noqa: F401
     AFFINE_TOLERANCE, MASK_LABELS, NIFTI_SUFFIXES, ROLE_TOKENS, Pair, VolumeDataset, canonical, check_same_space,
     list_nifti, load_mask_tensor, load_nifti, one_hot, pair_files, phantom, read_image, read_labels, resize,
-    squeeze_singleton, strip_nifti_suffix, subject_id, to_file_space, write_like_mask, write_mni_demo, write_phantoms,
+    save_like, squeeze_singleton, strip_nifti_suffix, subject_id, to_file_space, unit_range, write_like_mask, write_mni_demo, write_phantoms,
 )

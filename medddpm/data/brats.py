@@ -42,10 +42,9 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, one_hot, resize,
-                   squeeze_singleton, strip_nifti_suffix, to_file_space)
+from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, one_hot, resize, save_like,
+                   squeeze_singleton, strip_nifti_suffix, to_file_space, unit_range)
 from ..core.errors import InputError
-from ..core.io import atomic_path
 
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")  # the image channels of the ``brats`` preset, in order
@@ -310,9 +309,9 @@ def mapped_labels(seg: np.ndarray, rule: str, brain: np.ndarray | None) -> np.nd
     return out
 
 
-def prepare(case: BratsCase, shape: Sequence[int]) -> tuple[np.ndarray | None, np.ndarray, Window]:
-    """(images (4, *shape) in [−1, 1] or None without modalities, labels (*shape) in the preset's
-    values, the window): the module's preprocessing of one subject."""
+def full_volumes(case: BratsCase) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(images (4, I, J, K) in [−1, 1] or None without modalities, labels in the preset's values,
+    brain) on the subject's whole canonical grid: steps 1, 3 and 4 of the module's preprocessing."""
     seg = read_volume(case.mask, "label").astype(np.int64)
     images = [read_volume(p, "image") for p in case.modalities]
     brain = np.zeros(seg.shape, bool)
@@ -321,17 +320,16 @@ def prepare(case: BratsCase, shape: Sequence[int]) -> tuple[np.ndarray | None, n
             raise InputError(f"{p.name} has shape {arr.shape}, its segmentation {case.mask.name} {seg.shape}")
         brain |= arr > arr.min()
     labels = mapped_labels(seg, case.labels, brain if images else None)
+    scaled = np.stack([unit_range(a, p.name) for p, a in zip(case.modalities, images)]) if images else None
+    return scaled, labels, brain
+
+
+def prepare(case: BratsCase, shape: Sequence[int]) -> tuple[np.ndarray | None, np.ndarray, Window]:
+    """(images (4, *shape) in [−1, 1] or None without modalities, labels (*shape) in the preset's
+    values, the window): the module's preprocessing of one subject."""
+    images, labels, brain = full_volumes(case)
     window = crop_window(brain | (labels > 0), shape)
-    stacked = None
-    if images:
-        scaled = []
-        for p, arr in zip(case.modalities, images):
-            lo, hi = float(arr.min()), float(arr.max())
-            if hi <= lo:
-                raise InputError(f"{p.name}: image is constant; cannot scale it to [-1, 1]")
-            scaled.append((arr - lo) / (hi - lo) * 2 - 1)
-        stacked = window.take(np.stack(scaled).astype(np.float32), -1.0)
-    return stacked, window.take(labels, 0), window
+    return None if images is None else window.take(images, -1.0), window.take(labels, 0), window
 
 
 def encode(labels: np.ndarray, size: Sequence[int]) -> torch.Tensor:
@@ -355,7 +353,7 @@ def write_case(volume: np.ndarray, window: Window, seg: Path, target: Path) -> N
     full = window.put(vol.numpy(), -1.0)
     seg_img = load_nifti(seg)
     if target.name.endswith(".nii.gz"):
-        _save(to_file_space(full, seg_img), seg_img, target)
+        save_like(to_file_space(full, seg_img), seg_img, target)
         return
     if target.exists():
         raise InputError(f"{target} already exists")
@@ -363,19 +361,11 @@ def write_case(volume: np.ndarray, window: Window, seg: Path, target: Path) -> N
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         for modality, channel in zip(MODALITIES, full):
-            _save(to_file_space(channel[None], seg_img), seg_img, tmp / f"{target.name}_{modality}.nii.gz")
+            save_like(to_file_space(channel[None], seg_img), seg_img, tmp / f"{target.name}_{modality}.nii.gz")
         os.rename(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-
-
-def _save(arr: np.ndarray, like: nib.Nifti1Image, path: Path) -> None:
-    header = like.header.copy()
-    header.set_data_dtype(np.float32)
-    header["scl_slope"], header["scl_inter"] = 1.0, 0.0
-    with atomic_path(path, suffix=".nii.gz") as tmp:
-        nib.save(nib.Nifti1Image(arr.astype(np.float32), like.affine, header), str(tmp))
 
 
 # ---- an offline BraTS-shaped set ----------------------------------------------------------------

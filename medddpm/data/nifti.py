@@ -157,10 +157,16 @@ def read_image(path: Path, channels: int = 1) -> np.ndarray:
     arr = _check_volume(arr, path, channels)
     if not np.isfinite(arr).all():
         raise InputError(f"{path.name}: image holds NaN or infinite values")
-    lo = arr.min(axis=(1, 2, 3), keepdims=True)
-    hi = arr.max(axis=(1, 2, 3), keepdims=True)
+    return unit_range(arr, path.name, axis=(1, 2, 3))
+
+
+def unit_range(arr: np.ndarray, name: str, axis: tuple[int, ...] | None = None) -> np.ndarray:
+    """``arr`` min-max scaled to [-1, 1] as float32, over ``axis`` (all of it by default: one
+    volume; (1, 2, 3): each channel of a (C, I, J, K) stack); a constant volume is refused."""
+    lo = arr.min(axis=axis, keepdims=True)
+    hi = arr.max(axis=axis, keepdims=True)
     if np.any(hi <= lo):
-        raise InputError(f"{path.name}: image is constant; cannot scale it to [-1, 1]")
+        raise InputError(f"{name}: image is constant; cannot scale it to [-1, 1]")
     return ((arr - lo) / (hi - lo) * 2 - 1).astype(np.float32)
 
 
@@ -289,13 +295,17 @@ def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None
     mask_img = load_nifti(mask_path)
     canon_shape = canonical(mask_img).shape[:3]
     vol = resize(torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32)), canon_shape, "trilinear")
-    arr = to_file_space(vol.numpy(), mask_img)
-    header = mask_img.header.copy()
+    save_like(to_file_space(vol.numpy(), mask_img), mask_img, out_path)
+
+
+def save_like(arr: np.ndarray, like: nib.Nifti1Image, path: Path) -> None:
+    """``arr`` (in ``like``'s voxel order) saved atomically as float32 NIfTI with ``like``'s affine
+    and header (its scaling reset)."""
+    header = like.header.copy()
     header.set_data_dtype(np.float32)
     header["scl_slope"], header["scl_inter"] = 1.0, 0.0
-    out = nib.Nifti1Image(arr.astype(np.float32), mask_img.affine, header)
-    with atomic_path(out_path, suffix=".nii.gz") as tmp:
-        nib.save(out, str(tmp))
+    with atomic_path(path, suffix=".nii.gz") as tmp:
+        nib.save(nib.Nifti1Image(arr.astype(np.float32), like.affine, header), str(tmp))
 
 
 # ---- offline data sets ------------------------------------------------------------------------

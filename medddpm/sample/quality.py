@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..data.nifti import Pair, canonical, load_nifti, read_image, read_labels, strip_nifti_suffix
 from ..core.errors import InputError
-from ..data.brats import MODALITIES, BratsCase, mapped_labels, read_volume
+from ..data.brats import MODALITIES, BratsCase, full_volumes
 
 DATA_RANGE = 2.0  # peak-to-peak of the model's intensity scale [-1, 1]: PSNR's and SSIM's data range
 VIEWS = ("sagittal", "coronal", "axial")  # the slice normal: RAS axis 0 (x), 1 (y), 2 (z)
@@ -267,15 +267,11 @@ def brats_fig1_slices(cases: Sequence[BratsCase], samples: str | Path) -> pd.Dat
     volumes: dict[str, dict[str, np.ndarray]] = {}
     labels = {}
     for case in cases:
-        seg = read_volume(case.mask, "label").astype(np.int64)
-        images = dict(zip(MODALITIES, (read_volume(p, "image") for p in case.modalities)))
-        brain = np.any([a > a.min() for a in images.values()], axis=0)
-        every = max(1, round(max(seg.shape) / FIG1_SIDE))
-        labels[case.subject] = mapped_labels(seg, case.labels, brain)[::every, ::every, ::every]
+        images, label_map, _ = full_volumes(case)
+        every = max(1, round(max(label_map.shape) / FIG1_SIDE))
+        labels[case.subject] = label_map[::every, ::every, ::every]
         for m in FIG1_MODALITIES:
-            real = images[m]
-            real = (real - real.min()) / (real.max() - real.min()) * 2 - 1
             sample = read_sample(Path(samples) / case.subject / f"{case.subject}_{m}.nii.gz")
-            volumes.setdefault(f"real_{m}", {})[case.subject] = real[::every, ::every, ::every]
+            volumes.setdefault(f"real_{m}", {})[case.subject] = images[MODALITIES.index(m)][::every, ::every, ::every]
             volumes.setdefault(f"sample_{m}", {})[case.subject] = sample[::every, ::every, ::every]
     return orthogonal_slices(volumes, labels)
