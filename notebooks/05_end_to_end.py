@@ -135,8 +135,7 @@ BR = workloads.side_by_side(root, G)
 if BR.empty:
     print(plots.no_data_text("BraTS bench rows", "brats"))
 else:
-    display(table(BR.drop(columns=["size", "model"]).rename(columns={"step_ms_median": "ms_per_step", "peak_mem_gib": "peak_gib"}),
-                  {"ms_per_step": 1, "speedup_vs_baseline": 1, "tflops": 0, "peak_gib": 1}))
+    display(table(workloads.page_view(BR), {"ms_per_step": 1, "speedup_vs_baseline": 1, "tflops": 0, "peak_gib": 1}))
 
 # %% [markdown]
 # On the {glue:text}`br_gpu`, a BraTS step takes {glue:text}`br_baseline_ms` ms in FP32,

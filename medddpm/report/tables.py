@@ -2,6 +2,7 @@
 Each returns a tidy DataFrame; the notebooks only display or plot them."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +70,25 @@ def bench(root: Path, gpus: list[str], configs: list[str] | None = None, batch: 
         b = b[b["batch"] == batch]
     b = b.copy()
     b["volumes_per_s"] = 1e3 * b["batch"] / b["step_ms_median"]
-    setup = ["gpu_slug", "model", "size", "batch"]  # a speed-up compares like with like
+    return ordered(with_speedup(b), ["gpu_slug", "config"])
+
+
+def with_speedup(b: pd.DataFrame) -> pd.DataFrame:
+    """Bench rows with ``speedup_vs_baseline``: the FP32 baseline's step time over each row's, on
+    the same GPU, model, size and batch (like with like; NaN where that baseline was not timed)."""
+    setup = ["gpu_slug", "model", "size", "batch"]
     base = b[b["config"] == "baseline"].set_index(setup)["step_ms_median"].rename("baseline_ms")
-    b["speedup_vs_baseline"] = b.join(base, on=setup)["baseline_ms"] / b["step_ms_median"]
-    return ordered(b, ["gpu_slug", "config"])
+    return b.assign(speedup_vs_baseline=b.join(base, on=setup)["baseline_ms"] / b["step_ms_median"])
+
+
+@functools.lru_cache(maxsize=16)
+def train_flops(model: str, size: str) -> int:
+    """FLOPs of one training step of one volume of ``size`` ('128x128x128'): 3 × the forward's
+    (forward + backward)."""
+    from ..core.config import model_preset
+    from ..net.summary import summarize
+
+    return 3 * summarize(model_preset(model), tuple(int(s) for s in size.split("x")))["forward_flops"]
 
 
 def torch_kernels(root: Path, gpus: list[str], which: str = "step", configs: list[str] | None = None) -> pd.DataFrame:
@@ -232,8 +248,7 @@ def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The fast-path ladder (``config.LADDER``) at batch 1: ms/step, speed-up over the rung before
     and over baseline, achieved TFLOP/s (3 × forward FLOPs ÷ step time) and its share of the
     GPU's measured bf16 matmul peak (``peaks.json``, where measured)."""
-    from ..core.config import LADDER, model_preset
-    from ..net.summary import summarize
+    from ..core.config import LADDER
 
     b = bench(root, gpus, list(LADDER))
     if b.empty:
@@ -244,8 +259,7 @@ def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
         d = d.set_index("config").reindex([c for c in LADDER if c in set(d["config"])]).reset_index()
         prev = d["step_ms_median"].shift(1)
         d["speedup_vs_previous"] = prev / d["step_ms_median"]
-        sides = [tuple(int(v) for v in s.split("x")) for s in d["size"]]
-        flops = [3 * summarize(model_preset(m), sz)["forward_flops"] * bt for m, sz, bt in zip(d["model"], sides, d["batch"])]
+        flops = [train_flops(m, sz) * bt for m, sz, bt in zip(d["model"], d["size"], d["batch"])]
         d["tflops"] = [f / (ms * 1e-3) / 1e12 for f, ms in zip(flops, d["step_ms_median"])]
         peak = peaks.get(g, {}).get("bf16_matmul_tflops", float("nan"))
         d["peak_fraction"] = d["tflops"] / peak

@@ -9,16 +9,14 @@ and every fact reads "—" with what is missing.
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pandas as pd
 
 from ..core.config import model_preset
-from ..net.summary import summarize
 from ..train.trainer import steady_intervals
 from .present import gpu_name
-from .tables import bench, ordered
+from .tables import bench, ordered, results_csv, train_flops, with_speedup
 from .wording import missing, number, roles
 
 STORE_FREE = ("br_flops_ratio",)  # facts the package states whatever the store holds (the presets' FLOPs)
@@ -38,45 +36,35 @@ def size_label(size: str) -> str:
     return f"{sides[0]}²×{sides[2]}" if sides[0] == sides[1] else "×".join(sides)
 
 
-def _brats_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
-    frames = [pd.read_csv(Path(root) / g / "brats" / f"{name}.csv").assign(gpu_slug=g) for g in gpus
-              if (Path(root) / g / "brats" / f"{name}.csv").exists()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-@functools.lru_cache(maxsize=16)
-def _train_flops(model: str, size: str) -> int:
-    """3 × the forward FLOPs of one volume (forward + backward, as chapter 06's ladder counts)."""
-    return 3 * summarize(model_preset(model), tuple(int(s) for s in size.split("x")))["forward_flops"]
-
-
 def side_by_side(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Per GPU, workload and configuration of ``CONFIGS`` (batch 1, one micro-batch): ms/step, the
     speed-up over the same GPU's FP32 baseline of the same workload, achieved TFLOP/s and peak
     memory. Whole-head rows come from ``bench.csv``, BraTS rows from ``brats/bench.csv``; a GPU
     appears where it has BraTS rows."""
-    b = _brats_csv(root, gpus, "bench")
+    b = results_csv(root, gpus, "brats/bench")
     if b.empty:
         return pd.DataFrame(columns=BENCH_COLUMNS)
     b = b[(b["batch"] == 1) & (b.get("grad_accum", 1) == 1) & b["config"].isin(CONFIGS)]
     b = b.drop_duplicates(["gpu_slug", "config", "model", "size"], keep="last")
     wh = bench(root, sorted(set(b["gpu_slug"])), list(CONFIGS))
-    both = pd.concat([wh, b], ignore_index=True) if not wh.empty else b
+    both = with_speedup(pd.concat([wh, b], ignore_index=True) if not wh.empty else b)
     both = both[both["model"].isin(list(WORKLOADS))].copy()
-    base = both[both["config"] == "baseline"].set_index(["gpu_slug", "model"])["step_ms_median"]
-    both["speedup_vs_baseline"] = [base.get((g, m), float("nan")) / ms for g, m, ms in
-                                   zip(both["gpu_slug"], both["model"], both["step_ms_median"])]
-    both["tflops"] = [_train_flops(m, s) / (ms * 1e-3) / 1e12 for m, s, ms in
+    both["tflops"] = [train_flops(m, s) / (ms * 1e-3) / 1e12 for m, s, ms in
                       zip(both["model"], both["size"], both["step_ms_median"])]
     both["workload"] = [f"{WORKLOADS[m]} {size_label(s)}" for m, s in zip(both["model"], both["size"])]
     both = ordered(both, ["gpu_slug", "model", "config"])
     return both[BENCH_COLUMNS].assign(config=both["config"].astype(str))
 
 
+def page_view(t: pd.DataFrame) -> pd.DataFrame:
+    """``side_by_side`` as chapter 05 shows it: the workload names its size, short headers."""
+    return t.drop(columns=["size", "model"]).rename(columns={"step_ms_median": "ms_per_step", "peak_mem_gib": "peak_gib"})
+
+
 def sampling(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``brats/sample_bench.csv``: seconds per BraTS subject (all four modalities), newest row of
     each (GPU, configuration, sampler, steps, spacing, batch)."""
-    sb = _brats_csv(root, gpus, "sample_bench")
+    sb = results_csv(root, gpus, "brats/sample_bench")
     if sb.empty:
         return sb
     sb["spacing"] = sb["spacing"].fillna("")
@@ -114,7 +102,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
             f[f"{key}_{cfg}_ms"] = number(None if row is None else float(row["step_ms_median"]), ".0f", what)
             f[f"{key}_{cfg}_x"] = number(None if row is None else float(row["speedup_vs_baseline"]), ".1f", what)
             f[f"{key}_{cfg}_tflops"] = number(None if row is None else float(row["tflops"]), ".0f", what)
-    f["br_flops_ratio"] = f"{_train_flops('brats', 'x'.join(map(str, model_preset('brats').native_size))) / _train_flops('whole-head', '128x128x128'):.2f}"
+    f["br_flops_ratio"] = f"{train_flops('brats', 'x'.join(map(str, model_preset('brats').native_size))) / train_flops('whole-head', '128x128x128'):.2f}"
     s = sampling(root, [r["ref"]] if r["ref"] else [])
     rec = s[(s["sampler"] == "dpm2m-sde") & (s["batch"] == 1)] if not s.empty else s
     f["br_sample_s"] = number(float(rec["s_per_volume_median"].iloc[-1]) if len(rec) else None, ".2f",
