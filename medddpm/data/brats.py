@@ -383,7 +383,7 @@ DEMO_NAMES = {"brats2021": "BraTS2021_{:05d}", "brats2023": "BraTS-GLI-{:05d}-00
 
 
 @functools.lru_cache(maxsize=2)
-def _mni_on_brats_grid(shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
+def mni_on_brats_grid(shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
     """nilearn's MNI152 grey, white matter and brain mask (offline), placed on BraTS's 1 mm grid
     (padded in I and J, cut to the brain's 155 axial slices) and resized to ``shape``."""
     from nilearn import datasets  # slow import; only here
@@ -417,10 +417,11 @@ def _tumour(rng: np.random.Generator, brain: np.ndarray) -> tuple[np.ndarray, np
 
 
 def write_brats_demo(out: str | Path, n: int, size: int, seed: int = 0, layout: str = "per-subject",
-                     labels: str = "brats2021") -> list[str]:
+                     labels: str = "brats2021", tissue: dict[str, np.ndarray] | None = None) -> list[str]:
     """``n`` BraTS-shaped subjects from MNI152 tissue maps with a random tumour each: four contrasts
     (``CONTRAST``) and a segmentation in the ``labels`` convention, on BraTS's grid scaled by
-    ``size``/240 (``size`` 240: the real 240 × 240 × 155), stored LPS like BraTS, in ``layout``."""
+    ``size``/240 (``size`` 240: the real 240 × 240 × 155), stored LPS like BraTS, in ``layout``. ``tissue``: the grey, white matter and brain maps on that
+    grid (``mni_on_brats_grid``'s keys; by default made here, which needs nilearn)."""
     if layout not in ("per-subject", "per-modality"):
         raise InputError(f"layout must be per-subject or per-modality, got {layout!r}")
     if labels not in LABELS:
@@ -433,7 +434,9 @@ def write_brats_demo(out: str | Path, n: int, size: int, seed: int = 0, layout: 
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} already holds files; choose an empty --out folder")
     shape = tuple(max(1, round(g * size / BRATS_GRID[0])) for g in BRATS_GRID)
-    tissue = _mni_on_brats_grid(shape)  # type: ignore[arg-type]
+    tissue = mni_on_brats_grid(shape) if tissue is None else tissue  # type: ignore[arg-type]
+    if tissue["brain"].shape != shape:
+        raise InputError(f"tissue maps of shape {tissue['brain'].shape} for a demo grid of {shape}")
     brain = tissue["brain"] > 0.5
     wm, gm = tissue["wm"] * brain, tissue["gm"] * brain  # new arrays: the cached maps stay as they are
     csf = np.clip(1 - wm - gm, 0, 1) * brain

@@ -19,16 +19,14 @@ def main(argv: list[str]) -> None:
     what, path = argv[0], argv[1]
     if what == "save":
         size = int(argv[2]) if len(argv) > 2 else 240
-        maps = brats._mni_on_brats_grid(shape_of(size))
+        maps = brats.mni_on_brats_grid(shape_of(size))
         np.savez_compressed(path, **{k: np.round(np.clip(v, 0, 1) * 255).astype(np.uint8) for k, v in maps.items()})
         return
     out, n = argv[2], int(argv[3])
     size = int(argv[4]) if len(argv) > 4 else 240
     with np.load(path) as f:
         maps = {k: f[k].astype(np.float32) / 255 for k in f.files}
-    assert maps["brain"].shape == shape_of(size), (maps["brain"].shape, shape_of(size))
-    brats._mni_on_brats_grid = lambda shape: maps  # the saved maps instead of nilearn's
-    names = brats.write_brats_demo(out, n, size, 0, "per-subject", argv[5] if len(argv) > 5 else "brats2021")
+    names = brats.write_brats_demo(out, n, size, 0, "per-subject", argv[5] if len(argv) > 5 else "brats2021", tissue=maps)
     print(f"wrote {len(names)} subjects to {out}")
 
 
