@@ -50,10 +50,12 @@ nbmake: setup-book
 	  $(BIN)/jupytext --quiet --to ipynb -o build/nbmake/$$(basename $${f%.py}).ipynb $$f || exit 1; done
 	$(BIN)/python -m pytest --nbmake build/nbmake -p no:cacheprovider
 
+## pytest, then nbmake and the book side by side (each executes every chapter in one kernel at a
+## time, mostly on one core: on two cores together they take about the time of the longer one),
+## then the rendered-book check.
 test: setup-book chromium
 	$(BIN)/python -m pytest
-	$(MAKE) nbmake
-	$(MAKE) book
+	$(MAKE) -j2 --output-sync=target nbmake book
 	$(MAKE) book-check
 
 ## A CPU demo of the CLI: MNI152-based data → train → sample → bench.

@@ -55,7 +55,16 @@ table(headline.headline(root, G), 2)
 # 3. **Characterization**: Figs. 4–7 and Table 2 from Nsight Compute reports in the paper's mode.
 # 4. **Interventions**: Figs. 8–13, kernel mixes of whole steps, counters where reports exist.
 # 5. **End to end**: step times, and how much of a step the paper's 100-kernel window covers.
-# 6. **Beyond the paper**: the fast path (bf16, compile, NDHWC, CUDA graphs), sampling in
-#    seconds, and training on several GPUs with torchrun + DDP.
+#
+# Beyond the paper:
+#
+# 6. **The fast path**: the ladder (bf16, compile, NDHWC, CUDA graphs, Triton kernels), the real
+#    training loop, and training on several GPUs with torchrun.
+# 7. **The last milliseconds**: each kernel lever, the norms and convolutions shape by shape.
+# 8. **The roofline**: every kernel of a step against its bound.
+# 9. **Quality**: the same network, the same model, the same volumes.
+# 10. **Sampling**: seconds per volume, and which sampler is right.
+# 11. **A dozen steps**: few-step solvers judged inside DDPM 250's band.
+# 12. **FP8 sampling** and the paper's Fig. 1 from our own model.
 #
 # **Reproduce on your GPU** explains how to add a GPU.

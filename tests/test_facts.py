@@ -4,18 +4,19 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import facts, few_step, headline, tables, workloads
+from medddpm.report import facts, fast_facts, fast_tables, few_step, headline, quality_facts, quality_tables, tables, workloads
+from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
 
 GPUS = ["h100-80gb-hbm3", "h200"]
 
 
 @pytest.mark.parametrize("store", ["committed", *STORES])
-@pytest.mark.parametrize("chapter", sorted(facts.CHAPTERS))
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
     root = COMMITTED if store == "committed" else STORES[store](tmp_path / "results")
     gpus = tables.select_gpus(root, None)
-    f = facts.CHAPTERS[chapter](root, gpus)
+    f = CHAPTERS[chapter](root, gpus)
     assert referenced(REPO / "notebooks" / f"{chapter}.py") <= set(f)
     assert all(isinstance(v, str) and v for v in f.values())
     if store == "empty":
@@ -48,7 +49,7 @@ def test_facts_quote_the_store_and_name_the_gpus_it_holds(tmp_path):
     register_gpus(root)
     unknown = facts.end_to_end(root, ["l40s"])
     assert unknown["ref_gpu"] == "L40S" and unknown["ref_opt1_step_ms"][0].isdigit()
-    assert facts.beyond(root, ["l40s"])["ref_fast_ms"] == "— (no bench row of fast in this results store)"
+    assert fast_facts.beyond(root, ["l40s"])["ref_fast_ms"] == "— (no bench row of fast in this results store)"
 
 
 def test_missing_and_number_formatting():
@@ -89,7 +90,7 @@ def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
     pd.DataFrame({"signature": ["s1", "s1", "s2"], "pass": ["weight gradient", "other kernels of the op", "data gradient"],
                   "ms": [2.0, 0.5, 1.0], "tflops": [100.0, None, 400.0], "isolated_ms": [2.5, None, 0.8],
                   "lost_ms": [-0.5, 0.5, 0.2]}).to_csv(g / "fast_path" / "layers.csv", index=False)
-    f = facts.beyond(tmp_path / "results", ["h200"])
+    f = fast_facts.kernels(tmp_path / "results", ["h200"])
     assert (f["kv_ref_best"], f["kv_ref_best_ms"], f["kv_ref_best_verdict"]) == ("fast-p8", "48.0", "meets")
     assert f["kv_ref_best_gain_ms"] == "12.0" and f["kv_ref_fast-tnorm_ms"] == "52.0"
     assert f["kv_ref_best_vs_target"] == "meets the 50 ms target with 2.0 ms to spare"
@@ -119,19 +120,19 @@ def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_pa
                           "impl": ["cuDNN", "Triton", "Triton"], "candidate": [-1, 0, 1], "ms": [2.0, 0.5, 0.1],
                           "conv_tile": [None, t.conv_tile, t.conv_tile * 2]})
     probe.to_csv(g / "thin_convs.csv", index=False)
-    f = facts.beyond(tmp_path / "results", ["h200"])
+    f = fast_facts.kernels(tmp_path / "results", ["h200"])
     assert (f["ly_config"], f["ly_thin_fast_ms"], f["ly_thin_ms"]) == ("fast-tconv", "3.00", "0.50")
-    tc = tables.thin_convs(tmp_path / "results", ["h200"])
+    tc = fast_tables.thin_convs(tmp_path / "results", ["h200"])
     assert tc["ms_triton"].tolist() == [0.5] and tc["speedup"].tolist() == [4.0]  # the package's tiles, not the fastest
     assert (f["tc_cudnn_ms"], f["tc_triton_ms"], f["tc_cudnn_ahead"]) == ("2.00", "0.50", "none")
-    assert len(tables.layer_costs(tmp_path / "results", ["h200"], "all")) == 4
-    assert set(tables.layer_costs(tmp_path / "results", ["h200"], "bf16-graphs")["config"]) == {"bf16-graphs"}
+    assert len(fast_tables.layer_costs(tmp_path / "results", ["h200"], "all")) == 4
+    assert set(fast_tables.layer_costs(tmp_path / "results", ["h200"], "bf16-graphs")["config"]) == {"bf16-graphs"}
 
 
 def test_the_fastest_variant_roofline_facts_add_up():
     """fast's whole-step roofline (committed for the H200): kernel time = bound + gap, the
     convolutions' gap a part of the whole, the norms under their bound's time."""
-    f = facts.beyond(COMMITTED, GPUS)
+    f = fast_facts.roofline(COMMITTED, GPUS)
     time, bound, gap = (float(f[f"step_ref_all_{k}_ms"]) for k in ("time", "bound", "gap"))
     assert bound < time and time - bound == pytest.approx(gap, abs=0.11)
     assert 0 < float(f["step_ref_all_convolution_gap_ms"]) < gap
@@ -144,36 +145,36 @@ def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
     (quality/samplers.csv), else not at all; the fact says which holds for the fastest configuration."""
     import pandas as pd
 
-    f = facts.quality(COMMITTED, GPUS)
-    numerics = tables.sampler_summary(tables.sampler_numerics(COMMITTED, "h200"))
+    f = quality_facts.quality(COMMITTED, GPUS)
+    numerics = quality_tables.sampler_summary(quality_tables.sampler_numerics(COMMITTED, "h200"))
     mine = numerics[numerics["config"] == f["samp_best"]].set_index(["sampler", "steps"])["matches_ddpm250"]
     assert f["samp_best_quality"].startswith("its samples were compared with the FP32 model's DDPM 250 samples")
     for (smp, steps), label in ((("ddpm", 250), "DDPM 250"), (("ddim", 50), "DDIM 50 (η = 1)")):
         verb = "matches" if mine[(smp, steps)] == "yes" else "does not match"
         assert f"its {label} {verb} them" in f["samp_best_quality"]
-    checked = set(tables.samplers(COMMITTED, "h200")["config"].dropna())
+    checked = set(quality_tables.samplers(COMMITTED, "h200")["config"].dropna())
     g = tmp_path / "results" / "h200"
     (g / "quality").mkdir(parents=True)
     sb = pd.read_csv(COMMITTED / "h200" / "sample_bench.csv")
     sb[sb["config"].isin(checked)].to_csv(g / "sample_bench.csv", index=False)  # no sampler_numerics.csv here
     (g / "quality" / "samplers.csv").write_text((COMMITTED / "h200" / "quality" / "samplers.csv").read_text())
-    f = facts.quality(tmp_path / "results", ["h200"])
+    f = quality_facts.quality(tmp_path / "results", ["h200"])
     assert f["samp_best"] in checked and f["samp_best_quality"].startswith("its samples are compared")
     sb[~sb["config"].isin(checked)].to_csv(g / "sample_bench.csv", index=False)
-    f = facts.quality(tmp_path / "results", ["h200"])
+    f = quality_facts.quality(tmp_path / "results", ["h200"])
     assert f["samp_best"] not in checked and f["samp_best_quality"].startswith("its samples have not been compared")
 
 
 def test_trained_weight_offsets_split_the_configurations_by_the_threshold():
     """Every configuration of quality/agreement_trained.csv is named once, on the side of
     OFFSET_SEEN its largest |signed mean error| puts it."""
-    bias = tables.eps_bias(COMMITTED, ["h200"]).set_index("config")
-    f = facts.quality(COMMITTED, GPUS)
+    bias = quality_tables.eps_bias(COMMITTED, ["h200"]).set_index("config")
+    f = quality_facts.quality(COMMITTED, GPUS)
     named = {side: {n.strip("` ") for n in f[side].split(",")} for side in ("sn_offset", "sn_no_offset")}
     assert named["sn_offset"] | named["sn_no_offset"] == set(bias.index)
     assert not named["sn_offset"] & named["sn_no_offset"]
     for cfg in named["sn_offset"]:
-        assert bias.loc[cfg, "worst_mean_err"] > facts.OFFSET_SEEN
+        assert bias.loc[cfg, "worst_mean_err"] > quality_facts.OFFSET_SEEN
     assert from_sci(f["sn_bias_bf16-graphs"]) == pytest.approx(bias.loc["bf16-graphs", "mean_err"], rel=0.06)
 
 

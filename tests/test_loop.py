@@ -9,7 +9,7 @@ from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
 from medddpm.data.nifti import VolumeDataset, pair_files
 from medddpm.core.errors import InputError
 from medddpm.core.io import append_rows
-from medddpm.report import facts
+from medddpm.report import fast_facts
 from medddpm.train.trainer import Trainer
 
 CPU = torch.device("cpu")
@@ -57,9 +57,9 @@ def test_loop_facts_quote_the_store_or_say_what_is_missing():
                        "bench_ms": [232.8, 58.8], "ratio": [0.995, 1.037]})
     sc = pd.DataFrame({"config": ["bf16-graphs", "bf16-graphs"], "grad_accum": [1, 1], "world_size": [1, 2],
                        "step_ms_median": [60.0, 61.7], "scaling_efficiency": [1.0, 0.9716]})
-    f = facts.loop_facts(lb, sc, pd.DataFrame())
+    f = fast_facts.loop_facts(lb, sc, pd.DataFrame())
     assert f["loop_within"] == "1 of 2" and f["loop_worst"].startswith("1.037 (bf16-graphs, grad-accum 2, H200")
     assert f["bf16-graphs_a1_eff"] == "97.2 %" and f["bf16-graphs_a1_ms"] == "60.0 → 61.7" and f["scaling_within"] == "1 of 1"
     assert f["opt1_a1_eff"].startswith("—") and f["bf16-graphs_earlier_eff"].startswith("—")
-    empty = facts.loop_facts(pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    empty = fast_facts.loop_facts(pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
     assert set(empty) == set(f) and all(v.startswith("—") for v in empty.values())

@@ -9,7 +9,7 @@ from medddpm.sample import quality as sq
 from medddpm.data.nifti import Pair, pair_files
 from medddpm.core.errors import InputError
 from medddpm.train.parity import FP64, denoiser_agreement, held_out_triples, split_held_out, training_parity
-from medddpm.report import tables
+from medddpm.report import quality_tables
 
 CPU = torch.device("cpu")
 
@@ -106,7 +106,7 @@ def test_sample_volumes_name_a_missing_sample(phantoms, tmp_path):
 
 
 def test_prediction_band_and_parity_verdict(tmp_path):
-    low, high = tables.prediction_band(pd.Series([1.0, 2.0, 3.0]))
+    low, high = quality_tables.prediction_band(pd.Series([1.0, 2.0, 3.0]))
     assert (low + high) / 2 == pytest.approx(2) and high - 2 == pytest.approx(4.303 * 1 * (4 / 3) ** 0.5, rel=1e-3)
     rows = [{"config": c, "seed": s, "size": 16, "step": step, "subject": "a", "t": 1, "loss": loss}
             for c, s, end in (("baseline", 0, 0.30), ("baseline", 1, 0.31), ("baseline", 2, 0.32),
@@ -114,7 +114,7 @@ def test_prediction_band_and_parity_verdict(tmp_path):
             for step, loss in ((0, 0.8), (10, end))]
     (tmp_path / "g" / "quality").mkdir(parents=True)
     pd.DataFrame(rows).to_csv(tmp_path / "g" / "quality" / "parity_heldout.csv", index=False)
-    v = tables.parity_verdict(tmp_path, ["g"]).set_index("config")
+    v = quality_tables.parity_verdict(tmp_path, ["g"]).set_index("config")
     assert v.loc["bf16-graphs", "inside_band"] and not v.loc["bf16", "inside_band"]
     assert v.loc["bf16-graphs", "loss_step0"] == 0.8 and v.loc["bf16-graphs", "steps"] == 10
 
@@ -125,9 +125,9 @@ def test_long_run_and_steady_state_skip_the_first_interval(tmp_path):
     pd.DataFrame({"step": range(1, 11), "loss": [1.0] * 5 + [0.2] * 5}).to_csv(q / "long_log.csv", index=False)
     pd.DataFrame({"step_from": [0, 5, 10], "step_to": [5, 10, 15], "ms_per_step": [900.0, 10.0, 12.0]}).to_csv(
         q / "long_timing.csv", index=False)
-    run = tables.long_run(tmp_path, "g", tail=5)
+    run = quality_tables.long_run(tmp_path, "g", tail=5)
     assert run == {"steps": 10, "loss_tail": pytest.approx(0.2), "tail": 5, "ms_per_step": 11.0}
-    assert tables.long_run(tmp_path, "other") is None
+    assert quality_tables.long_run(tmp_path, "other") is None
 
 
 def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches():

@@ -12,7 +12,7 @@ import pytest
 
 from medddpm.profiling import metrics as M
 from medddpm.profiling.store import load_table
-from medddpm.report import paper, tables
+from medddpm.report import fast_tables, paper, quality_tables, tables
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "data" / "results"
@@ -106,6 +106,22 @@ def _png(tmp_path):
     path = tmp_path / "dot.png"
     plt.figure(figsize=(1, 1)).savefig(path)
     return path
+
+
+def test_chapters_are_thin_and_every_one_is_in_the_book_and_the_registry():
+    """Issue 39: every chapter ≤ 250 lines of jupytext (prose and calls; logic lives in the
+    package), listed in the book's table of contents (both copies) and, where it quotes facts, in
+    ``report.chapters.CHAPTERS``."""
+    from medddpm.report.chapters import CHAPTERS
+
+    toc = (ROOT / "_toc.yml").read_text()
+    assert (ROOT / "book" / "_toc.yml").read_text() == toc
+    for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
+        assert len(nb.read_text().splitlines()) <= 250, nb.name
+        assert f"file: chapters/{nb.stem}\n" in toc or f"root: chapters/{nb.stem}\n" in toc, nb.name
+        store_free = nb.stem == "02_model"  # facts.model: no store (tests/test_facts.py)
+        assert "{glue:text}" not in nb.read_text() or nb.stem in CHAPTERS or store_free, nb.name
+    assert set(CHAPTERS) <= {nb.stem for nb in (ROOT / "notebooks").glob("[0-9]*.py")}
 
 
 def test_notebooks_have_jupytext_headers_and_parameters():
@@ -219,6 +235,18 @@ def test_measuring_ncu_runs_the_papers_window_and_a_whole_step(monkeypatch, tmp_
     assert all(argv[argv.index("--size") + 1] == "32" for argv in calls)
 
 
+def test_a_chapter_without_a_stage_says_where_its_data_comes_from_and_times_nothing(monkeypatch, tmp_path, capsys):
+    from medddpm.report import measure
+
+    calls = []
+    monkeypatch.setattr(measure, "_run", calls.append)
+    monkeypatch.setattr(measure, "local_gpu_folder", lambda root: calls.append("gpu") or tmp_path / "gpu-x")
+    assert measure.render_only(tmp_path, None, False, "x.sh")[0] == tmp_path and not capsys.readouterr().out
+    root, gpus = measure.render_only(tmp_path, None, True, "scripts/quality_measure.sh")
+    assert root == tmp_path and gpus == [] and calls == []
+    assert capsys.readouterr().out.strip().endswith("its data comes from scripts/quality_measure.sh")
+
+
 def test_measuring_into_a_folder_of_another_size_stops_before_running(monkeypatch, tmp_path):
     from medddpm.core.errors import InputError
     from medddpm.report import measure
@@ -267,7 +295,7 @@ def test_metric_vs_paper_skips_relative_values_of_a_gpu_without_baseline():
 def test_ladder_from_committed_results():
     from medddpm.core.config import LADDER
 
-    lad = tables.ladder(RESULTS, ["h200"])
+    lad = fast_tables.ladder(RESULTS, ["h200"])
     assert list(lad["config"]) == [c for c in LADDER if c in set(lad["config"])]
     base = lad.set_index("config").loc["baseline"]
     assert base["speedup_vs_baseline"] == 1 and np.isnan(base["speedup_vs_previous"])
@@ -342,8 +370,6 @@ def test_every_chapter_is_executed_again_on_an_incremental_build():
 def test_loss_band_sampling_targets_and_denoise_categories(tmp_path):
     import pandas as pd
 
-    from medddpm.report import tables
-
     fp = tmp_path / "h200" / "fast_path"
     fp.mkdir(parents=True)
     (tmp_path / "h200" / "bench.csv").write_text("gpu\n")
@@ -351,19 +377,19 @@ def test_loss_band_sampling_targets_and_denoise_categories(tmp_path):
     pd.DataFrame([{"config": c, "seed": s, "size": 64, "kind": "eval", "step": 50, "loss": v} for c, s, v in rows]
                  + [{"config": "bf16-graphs", "seed": 0, "size": 64, "kind": "train", "step": 1, "loss": 9.0}]
                  ).to_csv(fp / "loss_parity.csv", index=False)
-    lp = tables.loss_parity(tmp_path, ["h200"]).set_index(["config", "seed"])
+    lp = fast_tables.loss_parity(tmp_path, ["h200"]).set_index(["config", "seed"])
     assert len(lp) == 4 and lp.loc[("bf16-graphs", 0), "inside_band"] and not lp.loc[("bf16", 0), "inside_band"]
     assert lp.loc[("bf16-graphs", 0), "band_seeds"] == 2 and lp.loc[("bf16", 0), "band_high"] == 0.42
     sb = pd.DataFrame({"gpu_slug": "h200", "config": ["bf16-graphs", "opt1", "bf16-graphs"], "sampler": ["ddim", "ddim", "ddpm"],
                        "s_per_volume_median": [0.9, 3.6, 5.0]})
-    t = tables.sampling_targets(sb, {"ddim": 1.0, "ddpm": 4.0}).set_index("sampler")
+    t = quality_tables.sampling_targets(sb, {"ddim": 1.0, "ddpm": 4.0}).set_index("sampler")
     assert t.loc["ddim", "meets"] and not t.loc["ddpm", "meets"] and t.loc["ddim", "speedup_vs_reference"] == 4.0
     assert pd.isna(t.loc["ddpm", "speedup_vs_reference"])
     (tmp_path / "h200" / "sampling").mkdir()
     pd.DataFrame({"category": ["conv", "conv", "copy"], "short_name": ["a", "b", "c"], "launches_per_step": 1,
                   "ms_per_step": [1.0, 2.0, 0.5], "config": "bf16-graphs", "steps_profiled": 5}
                  ).to_csv(tmp_path / "h200" / "sampling" / "denoise_kernels.csv", index=False)
-    per = tables.denoise_categories(tmp_path, ["h200"])
+    per = quality_tables.denoise_categories(tmp_path, ["h200"])
     assert per.loc["conv", "bf16-graphs"] == 3.0 and list(per.index) == ["conv", "copy"]
 
 
@@ -419,16 +445,16 @@ def test_paper_values_beside_ours_in_one_long_table():
 
 
 def test_roofline_tables_from_the_committed_store():
-    R = tables.ceilings(RESULTS, ["h200", "h100-80gb-hbm3"])
+    R = fast_tables.ceilings(RESULTS, ["h200", "h100-80gb-hbm3"])
     assert set(R["ceiling"]) == {"bf16 tensor", "TF32 tensor", "FP32"} and (R["tflops"] > 0).all()
-    P = tables.roofline(RESULTS, ["h200"], "paper", ["baseline", "opt1"])
+    P = fast_tables.roofline(RESULTS, ["h200"], "paper", ["baseline", "opt1"])
     assert set(P["config"].astype(str)) == {"baseline", "opt1"} and len(P) == 200  # two 100-kernel windows
     conv = P[(P["config"] == "baseline") & (P["category"] == "convolution/GEMM")].nlargest(1, "duration_ns").iloc[0]
     # the FP32 counters add up to a 64→64 3³ convolution over 128³ voxels, within its epilogue
     assert conv["flops"] == pytest.approx(2 * 128**3 * 64 * 64 * 27, rel=0.01)
-    S = tables.roofline_summary(P, R).set_index("config")
+    S = fast_tables.roofline_summary(P, R).set_index("config")
     assert S["half_bound_share"].between(0, 1).all() and S.loc["opt1", "window_tflops"] > S.loc["baseline", "window_tflops"]
-    H = tables.roofline_highlights(P, R).set_index(["config", "what"])
+    H = fast_tables.roofline_highlights(P, R).set_index(["config", "what"])
     assert H.loc[("opt1", "conv"), "roof_tflops"] == R.set_index(["gpu_slug", "ceiling"]).loc[("h200", "TF32 tensor"), "tflops"]
     assert (H["compute_fraction"] <= 1.05).all()
 
@@ -440,7 +466,7 @@ def test_whole_step_roofline_counts_the_model_and_its_gap_to_the_roofs():
     from medddpm.net.summary import summarize
 
     G = ["h200", "h100-80gb-hbm3"]
-    P, R = tables.roofline(RESULTS, G, "roofline"), tables.ceilings(RESULTS, G)
+    P, R = fast_tables.roofline(RESULTS, G, "roofline"), fast_tables.ceilings(RESULTS, G)
     assert {(g, c) for g, c in P[["gpu_slug", "config"]].astype(str).drop_duplicates().itertuples(index=False)} == \
         {(g, c) for g in G for c in ("baseline", "opt1", "bf16-graphs", "fast")}
     step = 3 * summarize(model_preset("whole-head"), (128, 128, 128))["forward_flops"]
@@ -451,14 +477,14 @@ def test_whole_step_roofline_counts_the_model_and_its_gap_to_the_roofs():
     paths = P.groupby("config", observed=True)["path"].agg(lambda s: set(s) - {"FP32"})
     assert paths["bf16-graphs"] == paths["fast"] == {"bf16 tensor"} and paths["opt1"] == {"TF32 tensor"}
     assert paths["baseline"] == set()
-    gap = tables.roofline_gap(P, R)
+    gap = fast_tables.roofline_gap(P, R)
     assert np.allclose(gap["time_ms"], gap["bound_ms"] + gap["gap_ms"])
     assert np.allclose(gap.groupby(["gpu_slug", "config"], observed=True)["gap_share"].sum(), 1)
     per = gap.groupby(["gpu_slug", "config"], observed=True)[["time_ms", "bound_ms"]].sum()
     assert (per["bound_ms"] < per["time_ms"]).all()
     assert per.loc[("h200", "bf16-graphs"), "time_ms"] == pytest.approx(P[(P["gpu_slug"] == "h200") & (P["config"] == "bf16-graphs")]
                                                                  ["duration_ns"].sum() / 1e6)
-    assert tables.roofline_gap(P.iloc[:0], R).empty
+    assert fast_tables.roofline_gap(P.iloc[:0], R).empty
 
 
 def test_plots_draw_paper_values_hatched_with_gaps(tmp_path):
@@ -479,8 +505,8 @@ def test_plots_draw_paper_values_hatched_with_gaps(tmp_path):
     assert "#1" in [t.get_text() for t in ax.texts] and ax.get_legend().get_texts()[-1].get_text() == "paper's rank"
     fig = plots.no_data("something")
     assert "something" in fig.axes[0].texts[0].get_text()
-    P = tables.roofline(RESULTS, ["h200"], "paper", ["opt1"])
-    fig = plots.roofline(P, tables.ceilings(RESULTS, ["h200"]), ["baseline", "opt1"])  # baseline absent: one panel
+    P = fast_tables.roofline(RESULTS, ["h200"], "paper", ["opt1"])
+    fig = plots.roofline(P, fast_tables.ceilings(RESULTS, ["h200"]), ["baseline", "opt1"])  # baseline absent: one panel
     assert len(fig.axes) == 1 and fig.axes[0].get_xscale() == "log"
 
 
@@ -494,13 +520,13 @@ def test_heldout_curve_finds_where_the_loss_stopped_falling(tmp_path):
     rows = [{"step": s, "weights": w, "subject": j, "t": 1, "loss": v + 0.01 * j}
             for s, v in ((0, 0.8), (1000, 0.2), (2000, 0.1), (3000, 0.12)) for w in ("model", "ema") for j in (0, 1)]
     _store_csv(tmp_path, "g", "quality/converge_heldout.csv", pd.DataFrame(rows))
-    curve = tables.heldout_curve(tmp_path, "g")
+    curve = quality_tables.heldout_curve(tmp_path, "g")
     assert list(curve.columns) == ["step", "ema", "model"] and curve["ema"].iloc[0] == pytest.approx(0.805)
-    low = tables.plateau(curve)
+    low = quality_tables.plateau(curve)
     assert low["best_step"] == 2000 and low["last_step"] == 3000 and low["stopped"]
     assert low["rise"] == pytest.approx(0.125 / 0.105 - 1)
-    assert not tables.plateau(curve[curve["step"] <= 2000])["stopped"]  # still falling at its last point
-    assert tables.heldout_curve(tmp_path, "other").empty and tables.plateau(pd.DataFrame()) is None
+    assert not quality_tables.plateau(curve[curve["step"] <= 2000])["stopped"]  # still falling at its last point
+    assert quality_tables.heldout_curve(tmp_path, "other").empty and quality_tables.plateau(pd.DataFrame()) is None
 
 
 def test_sampler_tables_keep_the_newest_checkpoint_and_row(tmp_path):
@@ -516,21 +542,21 @@ def test_sampler_tables_keep_the_newest_checkpoint_and_row(tmp_path):
             {**base, "sampler": "ddpm", "seed": 1, "background_mean": -0.8, "checkpoint": "new.pt"},
             {**base, "sampler": "ddim", "steps": 50, "seed": 0, "background_mean": -0.3, "checkpoint": "new.pt"}]
     _store_csv(tmp_path, "g", "quality/samplers.csv", pd.DataFrame(rows))
-    s = tables.samplers(tmp_path, "g")
+    s = quality_tables.samplers(tmp_path, "g")
     assert len(s) == 4 and set(s["checkpoint"]) == {"new.pt"}
-    summary = tables.sampler_summary(s).set_index(["sampler", "steps"])
+    summary = quality_tables.sampler_summary(s).set_index(["sampler", "steps"])
     ddpm = summary.loc[("ddpm", 250)]
     assert ddpm["samples"] == 2 and ddpm["background"] == pytest.approx(-0.7) and ddpm["matches_ddpm250"] == "yes"
     assert ddpm["background_se"] == pytest.approx(s[s["sampler"] == "ddpm"]["background_mean"].std() / 2 ** 0.5)
     assert summary.loc[("ddim", 50), "matches_ddpm250"] == "no"  # −0.3 against −0.7
-    assert tables.samplers(tmp_path, "other").empty
+    assert quality_tables.samplers(tmp_path, "other").empty
 
 
 def test_precision_tables_join_voxel_agreement_to_each_run_and_judge_against_fp32(tmp_path):
     """Issue 20 (FP8): each configuration's runs of the newest checkpoint, judged against the FP32
     baseline's DDPM 250, with their PSNR against the FP32 samples (mean and lowest); the probe's
     fastest FP8 plan per shape against bf16."""
-    from medddpm.report import facts
+    from medddpm.report import quality_facts
 
     fp8 = "fast-w16-tnorm-tconv-fold-up-update-fp8"
     base = {"sampler": "ddpm", "steps": 250, "eta": 1.0, "clip": True, "subject": "s", "brain_corr": 0.98,
@@ -544,7 +570,7 @@ def test_precision_tables_join_voxel_agreement_to_each_run_and_judge_against_fp3
              for seed, db in ((0, 30.0), (1, 40.0))]
     _store_csv(tmp_path, "g", "quality/precision.csv", pd.DataFrame(runs))
     _store_csv(tmp_path, "g", "quality/precision_agreement.csv", pd.DataFrame(agree))
-    p = tables.precision(tmp_path, "g").set_index("config")
+    p = quality_tables.precision(tmp_path, "g").set_index("config")
     assert p.loc[fp8, "psnr_vs_fp32"] == pytest.approx(35.0) and p.loc[fp8, "psnr_vs_fp32_min"] == 30.0
     assert p.loc[fp8, "matches_ddpm250"] == "no" and p.loc["baseline", "matches_ddpm250"] == "yes"
     assert pd.isna(p.loc["baseline", "psnr_vs_fp32"])
@@ -556,21 +582,21 @@ def test_precision_tables_join_voxel_agreement_to_each_run_and_judge_against_fp3
                           {"impl": "quantize input", "plan": "", "ms": 0.1, "rel_err": float("nan")}]).assign(
         cin=64, cout=64, side=128)
     _store_csv(tmp_path, "g", "sampling/fp8_convs.csv", probe)
-    t = tables.fp8_convs(tmp_path, "g").iloc[0]
+    t = quality_tables.fp8_convs(tmp_path, "g").iloc[0]
     assert t["fp8_plan"] == "b" and t["speedup"] == pytest.approx(1.25)
-    f = facts.fp8_sampling(tmp_path, "g", "g")
+    f = quality_facts.fp8_sampling(tmp_path, "g", "g")
     assert f["fp8_probe_64_64_128_x"] == "1.25" and f["fp8_ddpm250_fp8_psnr"] == "35.0"
     assert f["fp8_ddpm250_fp8_match"] == "no" and "no" in f["fp8_bar_db"]  # no sample_agreement.csv: said so
-    assert all(v.startswith("—") for v in facts.fp8_sampling(tmp_path / "none", None, None).values())
+    assert all(v.startswith("—") for v in quality_facts.fp8_sampling(tmp_path / "none", None, None).values())
 
 
 def test_fig1_takes_the_fastest_configuration_with_samples():
     sl = pd.DataFrame({"source": ["mask", "real", "ddpm250-eta1-fast", "ddim50-eta1-fast", "ddim50-eta0-fast",
                                   "ddpm250-eta1-fast-w16", "ddim50-eta1-fast-w16"]})
-    assert tables.fig1_sources(sl, ("bf16-graphs", "fast-w16")) == {
+    assert quality_tables.fig1_sources(sl, ("bf16-graphs", "fast-w16")) == {
         "mask": "mask", "real": "real image", "ddpm250-eta1-fast-w16": "DDPM 250 (fast-w16)",
         "ddim50-eta1-fast-w16": "DDIM 50, η = 1"}
-    assert tables.fig1_sources(sl[sl["source"].isin(["mask", "real"])], ("bf16-graphs",)) == {"mask": "mask", "real": "real image"}
+    assert quality_tables.fig1_sources(sl[sl["source"].isin(["mask", "real"])], ("bf16-graphs",)) == {"mask": "mask", "real": "real image"}
 
 
 def test_sample_bench_prefers_the_default_eta_and_reads_old_rows_as_eta_0(tmp_path):
@@ -581,12 +607,12 @@ def test_sample_bench_prefers_the_default_eta_and_reads_old_rows_as_eta_0(tmp_pa
     old = pd.DataFrame([{**row, "s_per_volume_median": 1.0}, {**row, "sampler": "ddpm", "steps": 250,
                                                                "s_per_volume_median": 5.0}])
     _store_csv(tmp_path, "g", "sample_bench.csv", old)
-    sb = tables.sample_bench(tmp_path, ["g"])
+    sb = quality_tables.sample_bench(tmp_path, ["g"])
     assert dict(zip(sb["sampler"], sb["eta"])) == {"ddim": 0.0, "ddpm": 1.0}
     new = pd.concat([old.assign(eta=[0.0, 1.0]), pd.DataFrame([{**row, "s_per_volume_median": 1.1, "eta": DEFAULT_ETA},
                                                                {**row, "s_per_volume_median": 0.9, "eta": 0.0}])])
     _store_csv(tmp_path, "g", "sample_bench.csv", new)
-    ddim = tables.sample_bench(tmp_path, ["g"]).query("sampler == 'ddim'")
+    ddim = quality_tables.sample_bench(tmp_path, ["g"]).query("sampler == 'ddim'")
     assert len(ddim) == 1 and ddim["eta"].iloc[0] == DEFAULT_ETA and ddim["s_per_volume_median"].iloc[0] == 1.1
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 from ..core.config import SAMPLING_ALIASES
 from ..sample.gate import REFERENCE, RUN_COLUMNS
 from ..diffusion.solvers import RECOMMENDED
-from . import tables
+from . import quality_tables
 from .wording import missing, number, roles
 from .present import gpu_name
 
@@ -89,7 +89,7 @@ def timings(root: Path, gpu: str | None) -> dict[tuple[str, int, str, str, int],
     if gpu is None or not (Path(root) / gpu).is_dir():
         return {}
     out = {}
-    for df, spaced in ((tables.sample_bench(root, [gpu]), False), (tables.solver_bench(root, [gpu]), True)):
+    for df, spaced in ((quality_tables.sample_bench(root, [gpu]), False), (quality_tables.solver_bench(root, [gpu]), True)):
         for _, r in df.iterrows():
             key = (r["sampler"], int(r["steps"]), r["spacing"] if spaced else "", str(r["config"]), int(r["batch"]))
             out[key] = float(r["s_per_volume_median"])

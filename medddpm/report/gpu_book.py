@@ -42,7 +42,7 @@ STAGES = {
     "ncu": Stage("03_characterization", "baseline,opt1", 5.2),  # paper mode ~4 min + step mode ~1 min: 5.32, 5.02
     "ladder": Stage("06_beyond", "baseline,opt1,bf16,bf16-compile,bf16-graphs,fast", 0.15,
                     compiled_minutes=1.5),  # eager: 0.45 min for 3; compiled (Inductor's compile): 4.39 for 3
-    "sampling": Stage("07_quality", "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up", 0.75),  # DDIM 50 + DDPM 250: 2.95 for 4
+    "sampling": Stage("10_sampling", "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up", 0.75),  # DDIM 50 + DDPM 250: 2.95 for 4
 }
 TIMINGS = "gpu_book.csv"  # in the GPU's results folder
 LOG = "gpu_book.log"  # the progress lines, beside it

@@ -120,6 +120,17 @@ def prepare(results_dir, gpus, measure: bool, what: str, size: int, configs: str
     return root, tables.select_gpus(root, gpus)
 
 
+def render_only(results_dir, gpus, measure: bool, source: str) -> tuple[Path, list[str]]:
+    """``prepare`` for a chapter that owns no stage: with ``measure`` it says in one line where its
+    data comes from (``source``) instead of timing a stage another chapter owns a second time."""
+    from . import paper, tables
+
+    if measure:
+        print(f"measure=True: this chapter times nothing itself; its data comes from {source}")
+    root = paper.results_dir(results_dir)
+    return root, tables.select_gpus(root, gpus)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m medddpm.report.measure")
     p.add_argument("--out", help="results folder (default: data/results/<gpu-slug>)")

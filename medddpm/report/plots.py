@@ -294,7 +294,7 @@ def parity(curves: pd.DataFrame, verdict: pd.DataFrame, gpu: str):
 
 
 def heldout_curve(curve: pd.DataFrame, best_step: int | None = None, sampled_step: int | None = None):
-    """The held-out loss of a training run against its optimizer steps (``tables.heldout_curve``),
+    """The held-out loss of a training run against its optimizer steps (``quality_tables.heldout_curve``),
     the model's and the EMA's weights, on a log scale; its lowest point (EMA) and the step of the
     checkpoint that was sampled marked."""
     fig, ax = plt.subplots(figsize=(8, 3.6))

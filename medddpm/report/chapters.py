@@ -1,0 +1,13 @@
+"""Which facts function each chapter glues (``notebooks/<chapter>.py``): the registry the tests
+check every chapter's quoted names against."""
+from __future__ import annotations
+
+from . import facts, fast_facts, quality_facts
+
+CHAPTERS = {
+    "01_setup": facts.setup, "03_characterization": facts.characterization,
+    "04_interventions": facts.interventions, "05_end_to_end": facts.end_to_end,
+    "06_beyond": fast_facts.beyond, "07_kernels": fast_facts.kernels, "08_roofline": fast_facts.roofline,
+    "09_quality": quality_facts.quality_chapter, "10_sampling": quality_facts.quality_chapter,
+    "11_few_step": quality_facts.quality_chapter, "12_fp8": quality_facts.quality_chapter,
+}

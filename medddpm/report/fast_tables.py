@@ -1,0 +1,223 @@
+"""The tables of the fast-path chapters (06 the ladder, loop and GPUs; 07 the kernels; 08 the
+roofline): tidy DataFrames read from the results store, one function per table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.config import KERNEL_VARIANTS
+from ..net.kernels import TILES
+from ..profiling import metrics as M
+from ..profiling import store
+from ..profiling.categories import CONV_PASSES, conv_pass
+from .tables import bench, fast_path_csv, ncu_kernels, ordered, results_csv, train_flops
+
+
+def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """The fast-path ladder (``config.LADDER``) at batch 1: ms/step, speed-up over the rung before
+    and over baseline, achieved TFLOP/s (3 × forward FLOPs ÷ step time) and its share of the
+    GPU's measured bf16 matmul peak (``peaks.json``, where measured)."""
+    from ..core.config import LADDER
+
+    b = bench(root, gpus, list(LADDER))
+    if b.empty:
+        return b
+    peaks = store.load_json("peaks.json", root, gpus)
+    rows = []
+    for g, d in b.groupby("gpu_slug", sort=True):
+        d = d.set_index("config").reindex([c for c in LADDER if c in set(d["config"])]).reset_index()
+        prev = d["step_ms_median"].shift(1)
+        d["speedup_vs_previous"] = prev / d["step_ms_median"]
+        flops = [train_flops(m, sz) * bt for m, sz, bt in zip(d["model"], d["size"], d["batch"])]
+        d["tflops"] = [f / (ms * 1e-3) / 1e12 for f, ms in zip(flops, d["step_ms_median"])]
+        peak = peaks.get(g, {}).get("bf16_matmul_tflops", float("nan"))
+        d["peak_fraction"] = d["tflops"] / peak
+        rows.append(d)
+    return pd.concat(rows, ignore_index=True)
+
+
+def kernel_variants(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``bf16-graphs`` and its kernel variants (``config.KERNEL_VARIANTS``: the Triton GroupNorm kernels,
+    channel padding) at batch 1, each with its speed-up over ``bf16-graphs`` on the same GPU."""
+    names = ["bf16-graphs", *(k.name for k in KERNEL_VARIANTS)]
+    b = bench(root, gpus, names)
+    if b.empty:
+        return b
+    fast = b[b["config"] == "bf16-graphs"].set_index("gpu_slug")["step_ms_median"]
+    return b.assign(speedup_vs_base=b["gpu_slug"].map(fast) / b["step_ms_median"])
+
+
+def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.DataFrame:
+    """``fast_path/layers.csv`` (``python -m medddpm.profiling.layers --profile``): per configuration,
+    convolution shape and pass, its milliseconds in a profiled step beside cuDNN's isolated best
+    for that shape, the largest first; rows of kernels no pass names (bias gradients, copies) last.
+    ``config`` None keeps each GPU's newest configuration (its last rows), "all" every one; tables
+    written before the column existed are ``bf16-graphs``'s."""
+    t = fast_path_csv(root, gpus, "layers")
+    if t.empty:
+        return t
+    t = t.assign(config=t["config"].fillna("bf16-graphs") if "config" in t else "bf16-graphs")
+    if config is None:
+        t = t[t["config"] == t["gpu_slug"].map(t.groupby("gpu_slug")["config"].last())]
+    elif config != "all":
+        t = t[t["config"] == config]
+    t = t.assign(is_pass=t["pass"].isin(list(CONV_PASSES.values())))
+    return t.sort_values(["is_pass", "ms"], ascending=False, kind="stable").drop(columns="is_pass").reset_index(drop=True)
+
+
+def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``fast_path/thin_convs.csv`` (``scripts/probes/thin_conv_probe.py``): per GPU, thin convolution and
+    pass of the GPU's newest probe run, cuDNN's autotuned milliseconds beside the Triton kernels'
+    with the package's launch shapes for that pass (``kernels.TILES``; where the run has no such
+    row, its fastest candidate)."""
+    t = fast_path_csv(root, gpus, "thin_convs")
+    if t.empty:
+        return t
+    if "run" in t:  # the newest probe run of each GPU (earlier runs timed earlier kernels)
+        t = t[t["run"].fillna("") == t.groupby("gpu_slug")["run"].transform(lambda r: r.fillna("").iloc[-1])]
+    keys = ["gpu_slug", "shape", "pass"]
+    tri = t[t["impl"] == "Triton"]
+    is_ours = pd.Series(True, index=tri.index)
+    wgrad = tri["pass"].eq("weight gradient")
+    for c in (c for c in tri.columns if c.startswith(("conv_", "wgrad_")) or c == "stages"):
+        used = wgrad if c.startswith("wgrad_") or c == "stages" else ~wgrad  # the fields of the pass's kernels
+        is_ours &= ~used | (tri[c] == getattr(TILES, c))
+    tri = pd.concat([tri[is_ours], tri.sort_values("ms")]).drop_duplicates(keys)  # the defaults, else the fastest
+    out = t[t["impl"] == "cuDNN"][keys + ["min_mb", "ms"]].merge(tri[keys + ["ms"]], on=keys, suffixes=("_cudnn", "_triton"))
+    out["speedup"] = out["ms_cudnn"] / out["ms_triton"]
+    out["triton_tbs"] = out["min_mb"] / out["ms_triton"] / 1e3
+    return out.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Multi-GPU results: every ``<machine>/scaling.csv`` under ``root`` (rows as written by
+    ``medddpm.profiling.scaling table``, with a ``machine`` column), and the all-reduce profiles
+    (``profile-<config>-<N>.json``) as one table."""
+    from ..profiling.scaling import load_profiles
+
+    frames = [pd.read_csv(p).assign(machine=p.parent.name) for p in sorted(Path(root).glob("*/scaling.csv"))]
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
+            load_profiles(sorted(Path(root).glob("*/profile-*-*.json"))))
+
+
+def scaling_earlier(root: Path) -> pd.DataFrame:
+    """Earlier scaling tables kept beside a machine's current one (``<machine>/<run>/scaling.csv``),
+    with ``machine`` and ``run`` (the subfolder's name) columns."""
+    frames = [pd.read_csv(p).assign(machine=p.parent.parent.name, run=p.parent.name)
+              for p in sorted(Path(root).glob("*/*/scaling.csv"))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def loop_vs_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``<gpu>/loop/loop_vs_bench.csv`` of every GPU that has one (``medddpm.train.loop``): the training
+    loop's steady ms per micro-batch against ``bench`` of the same configuration and grad-accum."""
+    return results_csv(root, gpus, "loop/loop_vs_bench")
+
+
+def loss_parity(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Held-out losses after short training (``fast_path/loss_parity.csv``, ``kind == 'eval'``),
+    each with its GPU's baseline seed-to-seed band (min–max over the baseline seeds) and whether
+    it lies inside that band."""
+    lp = fast_path_csv(root, gpus, "loss_parity")
+    if lp.empty:
+        return lp
+    ev = lp[lp["kind"] == "eval"].rename(columns={"step": "steps"})
+    band = ev[ev["config"] == "baseline"].groupby("gpu_slug")["loss"].agg(band_low="min", band_high="max",
+                                                                        band_seeds="count")
+    ev = ev.join(band, on="gpu_slug")
+    ev["inside_band"] = ev["loss"].between(ev["band_low"], ev["band_high"])
+    return ordered(ev[["gpu_slug", "config", "seed", "size", "steps", "loss", "band_low", "band_high", "band_seeds",
+                       "inside_band"]], ["gpu_slug", "config", "seed"])
+
+
+CEILINGS = {"bf16 tensor": "bf16_matmul_tflops", "TF32 tensor": "tf32_matmul_tflops", "FP32": "fp32_matmul_tflops"}
+
+
+def ceilings(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Each GPU's measured roofs (``peaks.json``, ``bench.measure_peaks``): compute ceilings in
+    TFLOP/s (dense matmul in bf16, TF32 and FP32) and the DRAM bandwidth in TB/s (device copy)."""
+    peaks = store.load_json("peaks.json", root, gpus)
+    rows = [{"gpu_slug": g, "ceiling": name, "tflops": p[key], "dram_tbps": p["copy_gbps"] / 1e3}
+            for g, p in peaks.items() for name, key in CEILINGS.items() if key in p]
+    return pd.DataFrame(rows, columns=["gpu_slug", "ceiling", "tflops", "dram_tbps"])
+
+
+def roofline(root: Path, gpus: list[str], mode: str = "paper", configs: list[str] | None = None) -> pd.DataFrame:
+    """Every kernel of each ncu report (``mode``: 'paper' = the paper's 100-kernel window with the
+    full set, 'roofline' = a whole step, ``medddpm profile --mode roofline``) as a roofline point
+    (``metrics.roofline_points``), per GPU and configuration; reports without DRAM counters are left out."""
+    k = ncu_kernels(root, gpus, mode)
+    if k.empty:
+        return k
+    if configs:
+        k = k[k["config"].isin(configs)]
+    parts = []
+    for _, d in k.groupby(["gpu_slug", "config"]):
+        try:
+            parts.append(M.roofline_points(d, ["gpu_slug", "config"]))
+        except ValueError:  # a report from a metric set without DRAM bytes
+            continue
+    return ordered(pd.concat(parts, ignore_index=True), ["gpu_slug", "config"]) if parts else pd.DataFrame()
+
+
+def with_roofs(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """``points`` (``roofline``) with each kernel's roofs on its GPU: the measured ceiling of its
+    pipe (``roof_tflops``), the DRAM bandwidth, and its bound min(ceiling, bandwidth × intensity);
+    kernels of a GPU without ``peaks.json`` are left out."""
+    r = roofs.rename(columns={"ceiling": "path", "tflops": "roof_tflops", "dram_tbps": "bandwidth_tbps"})
+    out = points.merge(r, on=["gpu_slug", "path"], how="inner")
+    out["bound_tflops"] = out[["roof_tflops"]].assign(bw=out["bandwidth_tbps"] * out["intensity"]).min(axis=1)
+    return ordered(out, ["gpu_slug", "config"])
+
+
+def roofline_summary(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU × configuration: kernels, the time share of kernels with no counted FLOPs (memory-only
+    work), the time share of kernels at half their roofline bound (``with_roofs``) or more, and the
+    window's achieved TFLOP/s."""
+    if points.empty or roofs.empty:
+        return pd.DataFrame()
+    k = with_roofs(points, roofs)
+    k["at_half_bound"] = (k["flops"] > 0) & (k["tflops"] >= 0.5 * k["bound_tflops"])
+    out = k.groupby(["gpu_slug", "config"], observed=True).apply(lambda d: pd.Series({
+        "kernels": len(d), "no_flops_share": d.loc[d["flops"] <= 0, "share"].sum(),
+        "half_bound_share": d.loc[d["at_half_bound"], "share"].sum(),
+        "window_tflops": d["flops"].sum() / (d["duration_ns"].sum() * 1e-9) / 1e12}), include_groups=False)
+    return out.reset_index()
+
+
+def roofline_gap(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """Where a report's time lies above the roofline, per GPU × configuration × category: the kernel
+    time, the time at the roofline bound (each kernel's FLOPs at the ceiling of its pipe or its DRAM
+    bytes at the bandwidth, whichever takes longer) and the difference, in ms, with the share of
+    the report's whole gap. Kernels without counted FLOPs are bound by their bytes alone."""
+    if points.empty or roofs.empty:
+        return pd.DataFrame()
+    k = with_roofs(points, roofs)
+    k["time_ms"] = k["duration_ns"] / 1e6
+    k["bound_ms"] = np.maximum(k["flops"] / (k["roof_tflops"] * 1e12), k["dram_bytes"] / (k["bandwidth_tbps"] * 1e12)) * 1e3
+    out = k.groupby(["gpu_slug", "config", "category"], observed=True)[["time_ms", "bound_ms"]].sum().reset_index()
+    out["gap_ms"] = out["time_ms"] - out["bound_ms"]
+    out["gap_share"] = out["gap_ms"] / out.groupby(["gpu_slug", "config"], observed=True)["gap_ms"].transform("sum")
+    return out.sort_values(["gpu_slug", "config", "gap_ms"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+ROOF_HIGHLIGHTS = {"conv": "convolution/GEMM", "norm": "normalization", "copy": "copy"}
+
+
+def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
+    """The longest kernel of each highlighted category (``ROOF_HIGHLIGHTS``) per GPU × configuration:
+    its achieved TFLOP/s against the ceiling of its pipe, and its DRAM TB/s against the bandwidth;
+    ``conv_pass`` names a convolution's pass (forward, data or weight gradient) where the kernel does."""
+    if points.empty or roofs.empty:
+        return pd.DataFrame()
+    k = with_roofs(points, roofs)
+    k = k[k["category"].isin(ROOF_HIGHLIGHTS.values())]
+    top = k.sort_values("duration_ns", ascending=False).groupby(["gpu_slug", "config", "category"], observed=True).head(1)
+    out = top.assign(what=top["category"].map({c: w for w, c in ROOF_HIGHLIGHTS.items()}), kernel=top["short_name"],
+                     conv_pass=top["short_name"].map(conv_pass))
+    out["compute_fraction"] = out["tflops"] / out["roof_tflops"]
+    out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
+    return out[["gpu_slug", "config", "what", "kernel", "conv_pass", "share", "tflops", "roof_tflops", "dram_tbps",
+                "bandwidth_tbps", "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)

@@ -1,0 +1,388 @@
+"""The facts of the quality and sampling chapters (09 quality; 10 sampling; 11 few-step samplers;
+12 FP8 and Fig. 1), as ``facts`` says: every name always there, "—" and what is missing where
+the store lacks the data."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from . import quality_tables, tables
+from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, _worst_agreement, gpu_list
+from .present import gpu_name, register_gpus
+from .wording import missing, number, pct, roles, sci_fact
+
+SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
+                    "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
+SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
+SAMPLING_FP8 = ("fast-w16-tnorm-tconv-fold-up-update-fp8skip", "fast-w16-tnorm-tconv-fold-up-update-fp8")  # FP8 convolutions on fold-up-update (bf16, their reference below); judged by their own section (quality/precision*.csv), not candidates for the bf16 "fastest sampler"
+FP8_BF16 = "fast-w16-tnorm-tconv-fold-up-update"  # the bf16 sampler the FP8 ones add their lever to
+AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
+                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast", "fast-w16-tnorm-tconv-fold",
+                     "fast-w16-tnorm-tconv-fold-up")
+SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "bf16-graphs", "real")
+
+
+def quality(root: Path, gpus: list[str]) -> dict[str, str]:
+    """07: sampling speed and its kernels, denoiser agreement, training parity, sample agreement,
+    the long run."""
+    register_gpus(root)  # GPU names from the store's records
+    sb = quality_tables.sample_bench(root, gpus)
+    one = sb[sb["batch"] == 1] if not sb.empty else sb
+    r = roles(one["gpu_slug"] if not one.empty else [])
+    f = {"sample_gpus": gpu_list(sb["gpu_slug"]) if not sb.empty else "none", **_names(r, "samp_")}
+    s = one.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"] if not one.empty else pd.Series(dtype=float)
+    for cfg in (*SAMPLING_CONFIGS, *SAMPLING_LEVERS, *SAMPLING_FP8):
+        for smp in ("ddim", "ddpm"):
+            v = _get(s, (r["ref"], cfg, smp))
+            f[f"samp_{cfg}_{smp}_s"] = number(v, ".2f", f"sample_bench row of {cfg}")
+            f[f"samp_{cfg}_{smp}_verdict"] = _target_verdict(v, smp, f"sample_bench row of {cfg}")
+    mine = one[one["gpu_slug"] == r["ref"]] if not one.empty else one
+    ddim = mine[(mine["sampler"] == "ddim") & mine["config"].isin(SAMPLING_CONFIGS)] if len(mine) else mine
+    best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"] if len(ddim) else None
+    f["samp_best"] = best or missing("sample_bench.csv")
+    f["samp_best_quality"] = _best_sampler_quality(root, r["ref"], best)
+    for smp, target in SAMPLING_TARGETS_S.items():
+        v = _get(s, (r["ref"], best, smp)) if best else None
+        opt1 = _get(s, (r["ref"], "opt1", smp))
+        f[f"samp_best_{smp}_s"] = number(v, ".2f", f"sample_bench row of {best or 'any configuration'}")
+        f[f"samp_best_{smp}_target"] = f"{target:g}"
+        f[f"samp_best_{smp}_verdict"] = _target_verdict(v, smp, "sample_bench.csv")
+        f[f"samp_best_{smp}_vs_opt1"] = number(opt1 / v if v and opt1 else None, ".1f", "sample_bench rows of opt1")
+    etas = quality_tables.sample_bench(root, [r["ref"]] if r["ref"] else [], every_eta=True)
+    etas = etas[(etas["config"] == best) & (etas["sampler"] == "ddim") & (etas["batch"] == 1)] if best else etas
+    f["samp_best_ddim_etas"] = ("; ".join(f"η = {e:g}: {v:.2f} s" for e, v in zip(etas["eta"], etas["s_per_volume_median"]))
+                                if len(etas) else missing("sample_bench.csv"))
+    for smp in ("ddim", "ddpm"):
+        batches = sb[(sb["gpu_slug"] == r["ref"]) & (sb["config"] == best) & (sb["sampler"] == smp)] if best else sb
+        batches = batches.sort_values("batch") if len(batches) else batches
+        f[f"samp_best_{smp}_batches"] = (", ".join(f"batch {int(b)}: {v:.2f} s" for b, v in
+                                                   zip(batches["batch"], batches["s_per_volume_median"]))
+                                         if len(batches) else missing("sample_bench.csv"))
+        f[f"samp_best_{smp}_batch_meets"] = _batch_verdict(batches, SAMPLING_TARGETS_S[smp])
+    dk = quality_tables.denoise_categories(root, [r["ref"]] if r["ref"] else [])
+    profiled = ddim[ddim["config"].isin(dk.columns)] if len(ddim) and not dk.empty else ddim.iloc[0:0]
+    best_profiled = profiled.loc[profiled["s_per_volume_median"].idxmin(), "config"] if len(profiled) else None
+    f["denoise_best_config"] = best_profiled or missing("denoising-step kernel table")
+    for key, cfg in (("denoise_fast", "bf16-graphs"), ("denoise_best", best_profiled or "bf16-graphs")):
+        col = dk[cfg] if not dk.empty and cfg in dk.columns else None
+        what = f"denoising-step kernel table of {cfg}"
+        f[f"{key}_ms"] = number(col.sum() if col is not None else None, ".1f", what)
+        f[f"{key}_conv_ms"] = number(_get(col, "convolution/GEMM") if col is not None else None, ".1f", what)
+        f[f"{key}_layout_ms"] = number((_get(col, "layout transform") or 0.0) if col is not None else None, ".1f", what)
+    # DDPM 250 of the fastest sampler: its wall time a step against its kernels' time a step
+    kern = dk[best].sum() if best and not dk.empty and best in dk.columns else None
+    ddpm = _get(s, (r["ref"], best, "ddpm")) if best else None
+    what = f"DDPM 250 row and kernel table of {best or 'the fastest sampler'}"
+    f["samp_best_ddpm_step_ms"] = number(None if ddpm is None else 1000 * ddpm / DDPM_STEPS, ".1f", what)
+    f["samp_best_kernel_ms"] = number(kern, ".1f", what)
+    only = None if kern is None else DDPM_STEPS * kern / 1000  # s a volume with no time between kernels
+    f["samp_best_kernels_only_s"] = number(only, ".2f", what)
+    target = SAMPLING_TARGETS_S["ddpm"]
+    f["samp_best_gap_verdict"] = (missing(what) if only is None else
+                                  f"removing the gaps alone would not reach the {target:g} s target: the kernels "
+                                  "themselves must get faster" if only > target else
+                                  f"removing the gaps alone would reach the {target:g} s target")
+    q, a = _agreement(root, gpus)
+    f["q_gpu"] = gpu_name(q) if q else missing("quality results")
+    worst = _worst_agreement(root, gpus)
+    for cfg in AGREEMENT_CONFIGS:
+        f[f"q_{cfg}_rel"] = worst.get(cfg) or missing(f"agreement rows of {cfg}")
+    f["q_rms"] = (f"{a['ref_rms'].min():.2f}–{a['ref_rms'].max():.2f}" if not a.empty
+                  else missing("quality/agreement.csv"))
+    pv = quality_tables.parity_verdict(root, [q]) if q else pd.DataFrame()
+    what = "training-parity runs (quality/parity_*.csv)"
+    if pv.empty:
+        f.update({k: missing(what) for k in ("p_band", "p_seeds", "p_start", "p_steps", "p_inside", "p_range")})
+    else:
+        b = pv.iloc[0]
+        others = pv[pv["config"] != "baseline"]
+        f.update(p_band=f"{b['band_low']:.4f}–{b['band_high']:.4f}", p_seeds=f"{b['seeds_low']:.4f}–{b['seeds_high']:.4f}",
+                 p_start=f"{b['loss_step0']:.3f}", p_steps=f"{int(b['steps']):,}",
+                 p_inside=f"{int(others['inside_band'].sum())} of {len(others)}",
+                 p_range=f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
+    per = quality_tables.sample_agreement(root, q) if q else pd.DataFrame()
+    for src in SAMPLE_SOURCES:
+        row = per.loc[src] if src in per.index else None
+        f[f"s_{src}_psnr"] = (missing(f"sample agreement of {src}") if row is None else
+                              "identical" if row["psnr_db"] == float("inf") else f"{row['psnr_db']:.1f} dB")
+        f[f"s_{src}_ssim"] = number(None if row is None else row["ssim"], ".3f", f"sample agreement of {src}")
+    sb64 = quality_tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
+    fig1 = sb64[(sb64["config"] == "bf16-graphs") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
+    f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
+    f.update(sampler_quality(root, q, sb))
+    f.update(sampler_numerics(root, q, gpus))
+    f.update(fp8_sampling(root, q, r["ref"]))
+    lr = quality_tables.long_run(root, q) if q else None
+    what = "long run (quality/long_log.csv)"
+    f["long_steps"] = number(lr and lr["steps"], ",", what)
+    f["long_loss"] = number(lr and lr["loss_tail"], ".3f", what)
+    f["long_tail"] = number(lr and lr["tail"], "d", what)
+    f["long_ms"] = number(lr and lr["ms_per_step"], ".1f", what)
+    return f
+
+
+SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0), "ddim50_eta0": ("ddim", 50, 0.0),
+                "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
+SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
+OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16's rounding averages below 1e-4
+NUMERICS_RUNS = ("ddpm250", "ddim50_eta1")  # the SAMPLER_RUNS set beside FP32
+SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold",
+                            "fast-w16-tnorm-tconv-fold-up")  # bf16 ones set beside FP32
+FP8_RUNS = ("ddpm250", "ddim50_eta0")  # the SAMPLER_RUNS of quality/precision.csv
+
+
+def fp8_sampling(root: Path, q: str | None, s_gpu: str | None) -> dict[str, str]:
+    """07, "FP8 convolutions": the probe of each convolution shape (``sampling/fp8_convs.csv`` of
+    ``s_gpu``, the sampling GPU), one DDPM step's kernels in FP8 and bf16
+    (``sampling/denoise_kernels_ddpm.csv``), and the samples of one checkpoint under FP32, bf16 and
+    the FP8 configurations (``quality/precision*.csv`` of ``q``): voxel agreement with the FP32
+    samples of the same runs and seeds, and quality against the real images."""
+    f: dict[str, str] = {}
+    what = "FP8 convolution probe (sampling/fp8_convs.csv)"
+    probe = quality_tables.fp8_convs(root, s_gpu) if s_gpu else pd.DataFrame()
+    probe = probe.set_index(["cin", "cout", "side"]) if not probe.empty else probe
+    for shape in ((64, 64, 128), (128, 64, 128), (128, 128, 64)):
+        key = "fp8_probe_{}_{}_{}".format(*shape)
+        f[f"{key}_x"] = number(_get(probe, shape, "speedup"), ".2f", what)
+        f[f"{key}_bf16"] = number(_get(probe, shape, "bf16_ms"), ".2f", what)
+        f[f"{key}_fp8"] = number(_get(probe, shape, "fp8_ms"), ".2f", what)
+    f["fp8_probe_err"] = (missing(what) if probe.empty else
+                          f"{100 * probe['fp8_rel_err'].min():.1f}–{100 * probe['fp8_rel_err'].max():.1f} %")
+    f["fp8_probe_err_bf16"] = (missing(what) if probe.empty else f"{100 * probe['bf16_rel_err'].max():.2f} %")
+    dk = tables.results_csv(root, [s_gpu], "sampling/denoise_kernels_ddpm") if s_gpu else pd.DataFrame()
+    for cfg, key in ((FP8_BF16, "bf16"), (SAMPLING_FP8[-1], "fp8")):
+        rows = dk[dk["config"] == cfg] if not dk.empty else dk
+        w = f"DDPM-step kernel table of {cfg}"
+        f[f"fp8_step_{key}_ms"] = number(rows["ms_per_step"].sum() if len(rows) else None, ".1f", w)
+        conv = rows[rows["category"] == "convolution/GEMM"]["ms_per_step"].sum() if len(rows) else None
+        f[f"fp8_step_{key}_conv_ms"] = number(conv, ".1f", w)
+    what = "FP8 sample agreement (quality/precision*.csv)"
+    raw = quality_tables.precision_runs(root, q) if q else pd.DataFrame()
+    f["fp8_n"] = _seeds_subjects(raw, what)
+    pr = quality_tables.precision(root, q) if q else pd.DataFrame()
+    runs = pr[pr["sampler"] != "real"].set_index(["sampler", "steps", "eta", "config"]) if not pr.empty else pr
+    curve = quality_tables.plateau(quality_tables.heldout_curve(root, q, "precision_heldout")) if q else None
+    f["fp8_step"] = number(curve and curve["last_step"], ",", "quality/precision_heldout.csv")
+    bar = quality_tables.sample_agreement(root, q) if q else pd.DataFrame()
+    bar_db = _get(bar, "bf16-graphs", "psnr_db")
+    f["fp8_bar_db"] = number(bar_db, ".1f", "sample agreement of bf16-graphs (quality/sample_agreement.csv)")
+    for run_key in FP8_RUNS:
+        smp, steps, eta = SAMPLER_RUNS[run_key]
+        for cfg, key in (("baseline", "fp32"), (FP8_BF16, "bf16"), (SAMPLING_FP8[0], "fp8skip"), (SAMPLING_FP8[1], "fp8")):
+            r = _get(runs, (smp, steps, eta, cfg))
+            k = f"fp8_{run_key}_{key}"
+            _run_facts(r, k, what, f)
+            if cfg == "baseline":
+                continue
+            f[f"{k}_shift"] = (missing(what) if r is None or "background_shift" not in r or pd.isna(r["background_shift"])
+                               else f"{r['background_shift']:+.3f} ± {r['background_shift_se']:.3f}")
+            f[f"{k}_psnr"] = number(None if r is None else r["psnr_vs_fp32"], ".1f", what)
+            f[f"{k}_psnr_min"] = number(None if r is None else r["psnr_vs_fp32_min"], ".1f", what)
+            f[f"{k}_ssim"] = number(None if r is None else r["ssim_vs_fp32"], ".3f", what)
+            f[f"{k}_bar"] = (missing(what) if r is None or bar_db is None else
+                             "above" if r["psnr_vs_fp32"] >= bar_db else "below")
+    return f
+
+
+def run_label(sampler: str, steps: int, eta: float) -> str:
+    """'DDPM 250' or 'DDIM 50 (η = 1)'."""
+    return f"DDPM {steps}" if sampler == "ddpm" else f"DDIM {steps} (η = {eta:g})"
+
+
+def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose: str = "its") -> str:
+    """A sampler run's background mean against DDPM 250's (means ± standard errors), and, where it
+    misses the match criterion, by how much against the standard error of the difference."""
+    from ..sample.quality import MATCH_BACKGROUND
+
+    if run is None or ddpm is None:
+        return missing(what)
+    text = (f"background mean {run['background']:.2f} ± {run['background_se']:.2f} against {whose} DDPM 250's "
+            f"{ddpm['background']:.2f} ± {ddpm['background_se']:.2f}")
+    excess = abs(run["background"] - ddpm["background"]) - MATCH_BACKGROUND
+    if excess <= 0:
+        return text
+    se = math.hypot(run["background_se"], ddpm["background_se"])
+    return (f"{text}: {excess:.{3 if excess < 0.01 else 2}f} beyond the {MATCH_BACKGROUND:g} criterion, "
+            f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
+
+
+def _target_verdict(seconds: float | None, sampler: str, what: str) -> str:
+    """"meets" or "misses" the sampler's target (``SAMPLING_TARGETS_S``), or ``missing(what)``."""
+    return missing(what) if seconds is None else "meets" if seconds <= SAMPLING_TARGETS_S[sampler] else "misses"
+
+
+def _seeds_subjects(runs: pd.DataFrame, what: str) -> str:
+    """'N seeds × M held-out subjects' of sampler-run rows (the real images' rows not counted)."""
+    if runs.empty:
+        return missing(what)
+    return f"{runs.loc[runs['sampler'] != 'real', 'seed'].nunique()} seeds × {runs['subject'].nunique()} held-out subjects"
+
+
+def _batch_verdict(batches: pd.DataFrame, target: float) -> str:
+    """The smallest batch of ``batches`` (sample_bench rows of one configuration and sampler, in
+    batch order) whose seconds per volume meet ``target``, said as latency (batch 1) or throughput."""
+    if not len(batches):
+        return missing("sample_bench.csv")
+    meets = batches[batches["s_per_volume_median"] <= target]
+    if not len(meets):
+        return f"no batch size measured ({', '.join(str(int(b)) for b in batches['batch'])}) meets it"
+    batch, secs = int(meets["batch"].iloc[0]), meets["s_per_volume_median"].iloc[0]
+    if batch == 1:
+        return f"batch 1 already meets it ({secs:.2f} s)"
+    return f"from batch {batch} on, {secs:.2f} s a volume, it meets it as throughput"
+
+
+def _run_facts(run: pd.Series | None, key: str, what: str, f: dict[str, str]) -> None:
+    """One sampler run of ``quality_tables.sampler_summary`` into ``f``: its background mean ± standard
+    error (``{key}_bg``), in-brain correlation (``_corr``) and match verdict (``_match``)."""
+    f[f"{key}_bg"] = missing(what) if run is None else f"{run['background']:.2f} ± {run['background_se']:.2f}"
+    f[f"{key}_corr"] = number(None if run is None else run["brain_corr"], ".3f", what)
+    f[f"{key}_match"] = missing(what) if run is None else run["matches_ddpm250"]
+
+
+def _numerics_summary(s: pd.DataFrame) -> pd.DataFrame:
+    """``quality_tables.sampler_summary`` of ``quality_tables.sampler_numerics`` rows, indexed by (sampler, steps, η, config)."""
+    summ = quality_tables.sampler_summary(s) if not s.empty else pd.DataFrame()
+    summ = summ[summ["sampler"] != "real"] if not summ.empty else summ
+    return summ.set_index(["sampler", "steps", "eta", "config"]) if len(summ) else summ
+
+
+def _best_sampler_quality(root: Path, q: str | None, best: str | None) -> str:
+    """Whether the fastest sampler's samples were checked: against the FP32 model's DDPM 250
+    samples (``sampler_numerics.csv``), against its own DDPM 250 (``samplers.csv``), or not at all."""
+    if best is None:
+        return missing("sample_bench.csv")
+    by = _numerics_summary(quality_tables.sampler_numerics(root, q) if q else pd.DataFrame())
+    verdicts = {key: _get(by, (*SAMPLER_RUNS[key], best), "matches_ddpm250") for key in NUMERICS_RUNS}
+    if any(v is not None for v in verdicts.values()):
+        said = [f"its {run_label(*SAMPLER_RUNS[k])} {'matches' if v == 'yes' else 'does not match'} them"
+                for k, v in verdicts.items() if v is not None]
+        return ("its samples were compared with the FP32 model's DDPM 250 samples of the same trained "
+                f"checkpoint (below): {' and '.join(said)}")
+    sq = quality_tables.samplers(root, q) if q else pd.DataFrame()
+    if not sq.empty and best in set(sq["config"].dropna()):
+        return "its samples are compared with DDPM 250's on the same trained checkpoint below"
+    return ("its samples have not been compared with DDPM 250's on a trained checkpoint: only its ε agreement "
+            "with FP64 (below) is measured, so its speed does not yet count for the targets")
+
+
+def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, str]:
+    """07, "Are the fast samplers' samples the model's?": ε's offset from trained weights
+    (``quality/agreement_trained.csv``) and the samplers of one checkpoint under the FP32 baseline and
+    the bf16 configurations, each against the FP32 DDPM 250 (``quality/sampler_numerics.csv``); the
+    thin convolutions' offset in isolation (``quality/thin_offset.csv`` of any of ``gpus``)."""
+    f: dict[str, str] = {}
+    bias = quality_tables.eps_bias(root, [q]) if q else pd.DataFrame()
+    b = bias.set_index("config") if not bias.empty else bias
+    f["sn_bias_n"] = number(int(b["checkpoints"].max()) if len(b) else None, "d", "quality/agreement_trained.csv")
+    off = b["worst_mean_err"] > OFFSET_SEEN if len(b) else pd.Series(dtype=bool)
+    for key, which in (("sn_offset", off), ("sn_no_offset", ~off)):
+        names = list(b.index[which]) if len(b) else []
+        f[key] = ", ".join(f"`{n}`" for n in names) if names else (
+            "none" if len(b) else missing("quality/agreement_trained.csv"))
+    for cfg in SAMPLER_NUMERICS_CONFIGS:
+        w = f"trained-weights ε agreement of {cfg}"
+        f[f"sn_bias_{cfg}"] = sci_fact(_get(b, cfg, "mean_err"), w, signed=True)
+        f[f"sn_bias_{cfg}_worst"] = sci_fact(_get(b, cfg, "worst_mean_err"), w)
+        f[f"sn_l2_{cfg}"] = number(_get(b, cfg, "rel_l2"), ".3f", w)
+    what = "thin-convolution offset probe (quality/thin_offset.csv)"
+    probe = quality_tables.quality_csv(root, gpus, "thin_offset")
+    pr = roles(probe["gpu_slug"] if not probe.empty else [])
+    mine = probe[probe["gpu_slug"] == pr["ref"]] if not probe.empty else probe
+    at = mine.set_index(["conv", "bias", "engine"])["mean_err"] if len(mine) else pd.Series(dtype=float)
+    f["sn_probe_gpu"] = gpu_name(pr["ref"]) if pr["ref"] else missing(what)
+    for conv, key in (("output 64→1", "out"), ("stem 3→64", "stem")):
+        for bias in (True, False):
+            for engine in ("cudnn", "triton"):
+                f[f"sn_probe_{key}_{engine}{'_bias' if bias else ''}"] = sci_fact(_get(at, (conv, bias, engine)), what, signed=True)
+    what = "sampler runs of the FP32 baseline (quality/sampler_numerics.csv)"
+    s = quality_tables.sampler_numerics(root, q) if q else pd.DataFrame()
+    f["sn_n"] = _seeds_subjects(s, what)
+    curve = quality_tables.plateau(quality_tables.heldout_curve(root, q, "sampler_numerics_heldout")) if q else None
+    f["sn_step"] = number(curve and curve["last_step"], ",", "quality/sampler_numerics_heldout.csv")
+    by = _numerics_summary(s)
+    for key in NUMERICS_RUNS:
+        smp, steps, eta = SAMPLER_RUNS[key]
+        for cfg in ("baseline", *SAMPLER_NUMERICS_CONFIGS):
+            r = _get(by, (smp, steps, eta, cfg))
+            w = f"{run_label(smp, steps, eta)} samples of {cfg} (quality/sampler_numerics.csv)"
+            _run_facts(r, f"sn_{key}_{cfg}", w, f)
+            f[f"sn_{key}_{cfg}_vs"] = _versus_ddpm(r, _get(by, ("ddpm", 250, 1.0, quality_tables.NUMERICS_REFERENCE)), w,
+                                                   "the FP32 model's")
+    return f
+
+
+def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, str]:
+    """07, "Which sampler is right?": the held-out loss curve to its lowest point
+    (``quality/converge_heldout.csv``), the checkpoint that was sampled, every sampler run against
+    the real image (``quality/samplers.csv``), and the recommended sampler with its 128³ time
+    (``sb``: ``quality_tables.sample_bench``)."""
+    from ..sample.quality import MATCH_BACKGROUND
+
+    f: dict[str, str] = {}
+    what = "held-out loss curve (quality/converge_heldout.csv)"
+    pl = quality_tables.plateau(quality_tables.heldout_curve(root, q)) if q else None
+    f["cv_best_step"] = number(pl and pl["best_step"], ",", what)
+    f["cv_best_loss"] = number(pl and pl["best"], ".4f", what)
+    f["cv_last_step"] = number(pl and pl["last_step"], ",", what)
+    f["cv_last_loss"] = number(pl and pl["last"], ".4f", what)
+    f["cv_rise"] = pct(pl and pl["rise"], what)
+    f["cv_verdict"] = (missing(what) if pl is None else "stopped falling" if pl["stopped"]
+                       else "had not yet stopped falling")
+    f["cv_ms"] = number(quality_tables.steady_ms(root, [q], "quality/converge_timing").get(q) if q else None, ".1f",
+                        "timing of the held-out run (quality/converge_timing.csv)")
+    what = "held-out curve of the sampled run (quality/samplers_heldout.csv)"
+    sampled = quality_tables.plateau(quality_tables.heldout_curve(root, q, "samplers_heldout")) if q else None
+    f["sm_ckpt_step"] = number(sampled and sampled["last_step"], ",", what)
+    f["sm_ckpt_loss"] = number(sampled and sampled["last"], ".4f", what)
+    what = "sampler runs (quality/samplers.csv)"
+    s = quality_tables.samplers(root, q) if q else pd.DataFrame()
+    summ = quality_tables.sampler_summary(s) if not s.empty else pd.DataFrame()
+    runs = summ[(summ["sampler"] != "real") & summ["clip"]] if not summ.empty else summ
+    real = summ[summ["sampler"] == "real"] if not summ.empty else summ
+    f["sm_n"] = (missing(what) if s.empty else
+                 f"{s.loc[s['sampler'] != 'real', 'seed'].nunique()} seeds × {s['subject'].nunique()} held-out subjects")
+    f["sm_real_bg"] = number(real["background"].iloc[0] if len(real) else None, ".2f", what)
+    f["sm_bg_sd"] = (f"{runs['background_sd'].min():.2f}–{runs['background_sd'].max():.2f}" if len(runs)
+                     else missing(what))
+    by = runs.set_index(["sampler", "steps", "eta", "config"]) if len(runs) else runs
+    for key, (smp, steps, eta) in SAMPLER_RUNS.items():
+        for cfg in SAMPLER_QUALITY_CONFIGS:
+            _run_facts(_get(by, (smp, steps, eta, cfg)), f"sm_{key}_{cfg}", f"{run_label(smp, steps, eta)} samples of {cfg}", f)
+    for cfg in SAMPLER_QUALITY_CONFIGS:
+        f[f"sm_ddim50_eta1_{cfg}_vs"] = _versus_ddpm(_get(by, ("ddim", 50, 1.0, cfg)), _get(by, ("ddpm", 250, 1.0, cfg)),
+                                                    f"DDIM 50 and DDPM 250 samples of {cfg}")
+    raw = summ[(summ["sampler"] != "real") & ~summ["clip"]] if not summ.empty else summ
+    f["sm_noclip_bg"] = (f"{raw['background'].min():.1f} to {raw['background'].max():.1f}" if len(raw)
+                         else missing("unclipped sampler runs"))
+    f["sm_noclip_corr"] = number(raw["brain_corr"].max() if len(raw) else None, ".2f", "unclipped sampler runs")
+    black = runs[(runs["background"] - real["background"].iloc[0]).abs() <= MATCH_BACKGROUND] if len(real) else runs
+    f["sm_black"] = (missing(what) if not len(runs) else "none of them" if not len(black) else
+                     ", ".join(f"{run_label(r.sampler, r.steps, r.eta)} of `{r.config}`" for r in black.itertuples()))
+    fewer = runs[(runs["matches_ddpm250"] == "yes") & (runs["steps"] < 250)] if len(runs) else runs
+    one = sb[(sb["batch"] == 1) & (sb["sampler"] == "ddim")] if not sb.empty else sb
+    if len(fewer):
+        ref = roles(one["gpu_slug"] if len(one) else [])["ref"]
+        times = (one[one["gpu_slug"] == ref].set_index(["config", "steps", "eta"])["s_per_volume_median"]
+                 if len(one) else pd.Series(dtype=float))
+        fewer = fewer.assign(s=[_get(times, (r.config, r.steps, r.eta)) for r in fewer.itertuples()])
+        rec = fewer.sort_values(["steps", "s"], na_position="last").iloc[0]
+        f["sm_rec"] = f"{run_label(rec['sampler'], rec['steps'], rec['eta'])} under `{rec['config']}`"
+        f["sm_rec_gpu"] = gpu_name(ref) if ref else missing("sample_bench.csv")
+        f["sm_rec_s"] = number(rec["s"], ".2f", f"sample_bench row of {rec['config']} at η = {rec['eta']:g}")
+        f["sm_rec_verdict"] = (missing("sample_bench.csv") if rec["s"] is None else
+                               "meets" if rec["s"] <= SAMPLING_TARGETS_S["ddim"] else "misses")
+    else:
+        f.update({k: missing("sampler matching DDPM 250 with fewer steps")
+                  for k in ("sm_rec", "sm_rec_gpu", "sm_rec_s", "sm_rec_verdict")})
+    return f
+
+
+def quality_chapter(root: Path, gpus: list[str]) -> dict[str, str]:
+    """Chapter 07's facts: ``quality`` and its few-step samplers' (``few_step.facts``)."""
+    from . import few_step
+
+    return {**quality(root, gpus), **few_step.facts(root, gpus)}
+

@@ -1,0 +1,322 @@
+"""The tables of the quality and sampling chapters (09 quality; 10 sampling; 11 few-step samplers; 12
+FP8 and Fig. 1): tidy DataFrames read from the results store, one function per table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.config import DEFAULT_ETA
+from .tables import ordered, results_csv
+from .wording import roles
+
+FULL_SIZE = "128x128x128"  # the paper's whole-head volume, as bench tables write it
+
+
+def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, every_eta: bool = False) -> pd.DataFrame:
+    """``<gpu>/sample_bench.csv`` rows (seconds per sampled volume) of DDPM and DDIM chains of
+    volumes of ``size`` (None: every size); the newest row of each (GPU, configuration, size,
+    sampler, steps, batch, η) wins, as in ``bench``, and of a DDIM chain timed at several η the one
+    at ``DEFAULT_ETA`` (η costs no time: one noise draw a step; ``every_eta`` keeps each η). Rows
+    written before the table had an ``eta`` column ran DDIM at η = 0. The few-step solvers' rows:
+    ``solver_bench``."""
+    sb = results_csv(root, gpus, "sample_bench")
+    if size is not None and not sb.empty:
+        sb = sb[sb["size"] == size]
+    if not sb.empty:
+        sb = sb[sb["sampler"].isin(["ddpm", "ddim"])]
+    if sb.empty:
+        return sb
+    eta = sb["eta"] if "eta" in sb else pd.Series(np.nan, index=sb.index)
+    sb = sb.assign(eta=eta.fillna(sb["sampler"].map({"ddpm": 1.0}).fillna(0.0)))
+    keys = ["gpu_slug", "config", "model", "size", "sampler", "steps", "batch"]
+    sb = sb.drop_duplicates([*keys, "eta"], keep="last")
+    if every_eta:
+        return ordered(sb.reset_index(drop=True), ["gpu_slug", "config"])
+    sb = sb.assign(_pref=sb["eta"] != DEFAULT_ETA).sort_values("_pref", kind="stable").drop_duplicates(keys)
+    return ordered(sb.drop(columns="_pref").sort_index().reset_index(drop=True), ["gpu_slug", "config"])
+
+
+def solver_bench(root: Path, gpus: list[str], size: str = FULL_SIZE) -> pd.DataFrame:
+    """``sample_bench.csv`` rows of the few-step solvers (``solvers.SOLVERS``) at ``size``: the
+    newest row of each (GPU, configuration, sampler, steps, spacing, batch)."""
+    from ..diffusion.solvers import SOLVERS
+
+    sb = results_csv(root, gpus, "sample_bench")
+    if sb.empty or "spacing" not in sb:
+        return pd.DataFrame()
+    sb = sb[(sb["size"] == size) & sb["sampler"].isin(SOLVERS)]
+    keys = ["gpu_slug", "config", "sampler", "steps", "spacing", "batch"]
+    return sb.drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
+def sampling_targets(sb: pd.DataFrame, targets: dict[str, float], config: str = "bf16-graphs",
+                     reference: str = "opt1") -> pd.DataFrame:
+    """Per GPU and sampler: ``config``'s seconds per volume, the target, whether it is met, and the
+    speed-up over ``reference`` (``sb`` from ``sample_bench``)."""
+    s = sb.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"]
+    rows = []
+    for (g, c, smp), v in s.items():
+        if c != config or smp not in targets:
+            continue
+        ref = s.get((g, reference, smp), float("nan"))
+        rows.append({"gpu_slug": g, "sampler": smp, "s_per_volume": v, "target_s": targets[smp],
+                     "meets": v <= targets[smp], "speedup_vs_reference": ref / v})
+    return pd.DataFrame(rows)
+
+
+def denoise_categories(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Milliseconds per denoising step by kernel category (rows) and configuration (columns), from
+    ``sampling/denoise_kernels.csv`` (``sample_bench.denoise_kernels``)."""
+    dk = results_csv(root, gpus, "sampling/denoise_kernels")
+    if dk.empty:
+        return dk
+    per = dk.pivot_table(index="category", columns="config", values="ms_per_step", aggfunc="sum").fillna(0)
+    return per.sort_values(per.columns[0], ascending=False)
+
+
+def quality_csv(root: Path, gpus: list[str], name: str) -> pd.DataFrame:
+    """``<gpu>/quality/<name>.csv`` of every GPU that has one."""
+    return results_csv(root, gpus, f"quality/{name}")
+
+
+def prediction_band(values: pd.Series, level: float = 0.95) -> tuple[float, float]:
+    """Where one more seed's value falls with probability ``level``, from ``values`` (one per
+    seed, assumed normal): mean ± t_{(1+level)/2, n−1} · s · √(1 + 1/n)."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf((1 + level) / 2, n - 1) * values.std(ddof=1) * (1 + 1 / n) ** 0.5
+    return float(values.mean() - half), float(values.mean() + half)
+
+
+def parity_curves(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Held-out loss (mean over subjects and t) per (GPU, config, seed, step)."""
+    ho = quality_csv(root, gpus, "parity_heldout")
+    if ho.empty:
+        return ho
+    return ho.groupby(["gpu_slug", "config", "seed", "size", "step"], as_index=False)["loss"].mean()
+
+
+def parity_verdict(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per (GPU, config, seed): held-out loss before and after training, the baseline seeds' range
+    and 95 % prediction band (``prediction_band``), and whether the loss lies inside the band."""
+    curves = parity_curves(root, gpus)
+    if curves.empty:
+        return curves
+    last = curves.groupby(["gpu_slug", "config", "seed"])["step"].transform("max")
+    first = curves[curves["step"] == 0].set_index(["gpu_slug", "config", "seed"])["loss"].rename("loss_step0")
+    end = curves[curves["step"] == last].rename(columns={"step": "steps"}).join(first, on=["gpu_slug", "config", "seed"])
+    rows = []
+    for g, d in end.groupby("gpu_slug"):
+        base = d[d["config"] == "baseline"]["loss"]
+        low, high = prediction_band(base)
+        rows.append(d.assign(seeds_low=base.min(), seeds_high=base.max(), band_low=low, band_high=high,
+                             band_seeds=len(base)))
+    out = pd.concat(rows, ignore_index=True)
+    out["inside_band"] = out["loss"].between(out["band_low"], out["band_high"])
+    return ordered(out[["gpu_slug", "config", "seed", "size", "steps", "loss_step0", "loss", "seeds_low", "seeds_high",
+                        "band_low", "band_high", "band_seeds", "inside_band"]], ["gpu_slug", "config", "seed"])
+
+
+def steady_ms(root: Path, gpus: list[str], name: str) -> pd.Series:
+    """Steady-state ms/step (median after the first read-back interval, ``train.steady_intervals``)
+    of the run timing ``<gpu>/<name>.csv``, per GPU."""
+    from ..train.trainer import steady_intervals
+
+    t = results_csv(root, gpus, name)
+    if t.empty:
+        return pd.Series(dtype=float, name="ms_per_step")
+    return pd.Series({g: steady_intervals(d).median() for g, d in t.groupby("gpu_slug")}, name="ms_per_step")
+
+
+def sample_agreement(root: Path, gpu: str) -> pd.DataFrame:
+    """Sample agreement of one GPU (``quality/sample_agreement.csv``), mean over the held-out
+    subjects, one row per source (configuration, or ``real``) in the order written."""
+    sa = quality_csv(root, [gpu], "sample_agreement")
+    if sa.empty:
+        return sa
+    return sa.groupby("source", sort=False)[["psnr_db", "ssim", "mae", "max_abs", "mae_brain"]].mean()
+
+
+def long_run(root: Path, gpu: str, tail: int = 500) -> dict[str, float] | None:
+    """The long training run of the quality study (``quality/long_log.csv``, ``long_timing.csv``):
+    steps trained, steady ms/step and the mean training loss of the last ``tail`` steps."""
+    log = quality_csv(root, [gpu], "long_log")
+    if log.empty:
+        return None
+    return {"steps": int(log["step"].max()), "loss_tail": float(log["loss"].tail(tail).mean()), "tail": tail,
+            "ms_per_step": float(steady_ms(root, [gpu], "quality/long_timing").get(gpu, float("nan")))}
+
+
+def heldout_curve(root: Path, gpu: str, name: str = "converge_heldout") -> pd.DataFrame:
+    """``quality/<name>.csv`` (the ``heldout.csv`` of ``medddpm train --held-out``): the held-out
+    loss per step, mean over subjects and t, one column per weights (``model``, ``ema``)."""
+    h = quality_csv(root, [gpu], name)
+    if h.empty:
+        return h
+    return h.groupby(["step", "weights"])["loss"].mean().unstack("weights").rename_axis(columns=None).reset_index()
+
+
+def plateau(curve: pd.DataFrame, weights: str = "ema", tol: float = 0.01) -> dict[str, float] | None:
+    """Where a ``heldout_curve`` stopped falling: the step and value of its lowest point, its last
+    step and value, the rise since (a fraction), and whether it stopped — evaluated after its lowest
+    point and more than ``tol`` above it."""
+    if curve.empty or weights not in curve:
+        return None
+    c = curve.set_index("step")[weights].dropna()
+    best_step, best = int(c.idxmin()), float(c.min())
+    last_step, last = int(c.index.max()), float(c.loc[c.index.max()])
+    rise = last / best - 1
+    return {"best_step": best_step, "best": best, "last_step": last_step, "last": last, "rise": rise,
+            "stopped": last_step > best_step and rise > tol}
+
+
+def _newest_checkpoint_runs(root: Path, gpu: str, name: str, reference_config: str | None = None) -> pd.DataFrame:
+    """``<gpu>/quality/<name>.csv`` of the newest checkpoint sampled: the newest row of each (run,
+    seed, subject), with ``matches_reference`` recomputed over all of them against DDPM 250 of each
+    run's own configuration or of ``reference_config`` (``sample_quality.match_verdicts``; a later
+    call may add seeds to a run)."""
+    from ..sample.quality import RUN_KEYS, match_verdicts
+
+    s = quality_csv(root, [gpu], name)
+    if s.empty:
+        return s
+    s = s[s["checkpoint"] == s["checkpoint"].iloc[-1]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
+    return s.assign(matches_reference=match_verdicts(s, reference_config=reference_config)).reset_index(drop=True)
+
+
+def samplers(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/samplers.csv``: every sampler run of the newest checkpoint, each judged against
+    DDPM 250 of its own configuration."""
+    return _newest_checkpoint_runs(root, gpu, "samplers")
+
+
+NUMERICS_REFERENCE = "baseline"  # sampler_numerics: every run against this configuration's DDPM 250 (FP32)
+
+
+def sampler_numerics(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/sampler_numerics.csv``: sampler runs of one checkpoint under the FP32 baseline and
+    the bf16 sampling configurations, each judged against the FP32 baseline's DDPM 250 (the
+    model's own samples)."""
+    return _newest_checkpoint_runs(root, gpu, "sampler_numerics", NUMERICS_REFERENCE)
+
+
+PRECISION_REFERENCE = "baseline"  # precision: every run's voxels and quality against this configuration's same run (FP32)
+
+
+def precision_runs(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/precision.csv`` of the newest checkpoint: one row per sample (run, seed, subject),
+    each run judged against the FP32 baseline's DDPM 250."""
+    return _newest_checkpoint_runs(root, gpu, "precision", PRECISION_REFERENCE)
+
+
+def precision(root: Path, gpu: str) -> pd.DataFrame:
+    """``quality/precision.csv`` and ``precision_agreement.csv`` of the newest checkpoint: one row
+    per sampler run (``sampler_summary``, judged against the FP32 baseline's DDPM 250) with, for
+    every configuration but the reference, its samples' background mean minus the FP32 sample's of
+    the same run, seed and subject (mean and standard error over the pairs: a shift the unpaired
+    spread of subjects and seeds hides), and their voxel agreement with those FP32 samples: PSNR
+    (mean and lowest) and 3D SSIM (mean)."""
+    from ..sample.quality import RUN_KEYS
+
+    runs = precision_runs(root, gpu)
+    if runs.empty:
+        return runs
+    out = sampler_summary(runs)
+    # each sample's background against the FP32 sample of the same run, seed and subject (the same noise)
+    keys = ["sampler", "steps", "eta", "clip", "seed", "subject"]
+    ref = runs[runs["config"] == PRECISION_REFERENCE].set_index(keys)["background_mean"]
+    paired = runs[(runs["config"] != PRECISION_REFERENCE) & (runs["sampler"] != "real")]
+    if len(ref) and len(paired):
+        shift = paired.assign(shift=paired["background_mean"].to_numpy()
+                              - ref.reindex(pd.MultiIndex.from_frame(paired[keys])).to_numpy())
+        g = shift.groupby(RUN_KEYS, dropna=False)["shift"]
+        out = out.merge(pd.DataFrame({"background_shift": g.mean(), "background_shift_se": g.sem()}).reset_index(),
+                        on=RUN_KEYS, how="left")
+    ag = quality_csv(root, [gpu], "precision_agreement")
+    if not ag.empty:
+        ag = ag[ag["checkpoint"] == runs["checkpoint"].iloc[0]].drop_duplicates([*RUN_KEYS, "seed", "subject"], keep="last")
+        vox = ag.groupby(RUN_KEYS, dropna=False).agg(psnr_vs_fp32=("psnr_db", "mean"), psnr_vs_fp32_min=("psnr_db", "min"),
+                                                    ssim_vs_fp32=("ssim", "mean")).reset_index()
+        out = out.merge(vox, on=RUN_KEYS, how="left")
+    return out
+
+
+def fp8_convs(root: Path, gpu: str) -> pd.DataFrame:
+    """``sampling/fp8_convs.csv`` (``scripts/probes/fp8_conv_probe.py``) per convolution shape: PyTorch's
+    bf16 milliseconds, the fastest cuDNN FP8 plan's, the speed-up, and each one's relative error
+    against an fp32 convolution of the unquantized operands."""
+    p = results_csv(root, [gpu], "sampling/fp8_convs")
+    if p.empty:
+        return p
+    shape = ["cin", "cout", "side"]
+    bf = p[p["impl"] == "torch bf16"].set_index(shape)
+    f8 = p[(p["impl"] == "cudnn fp8") & p["ms"].notna()].sort_values("ms").drop_duplicates(shape).set_index(shape)
+    out = pd.DataFrame({"bf16_ms": bf["ms"], "fp8_ms": f8["ms"], "bf16_rel_err": bf["rel_err"],
+                        "fp8_rel_err": f8["rel_err"], "fp8_plan": f8["plan"]}).dropna(subset=["bf16_ms", "fp8_ms"])
+    out.insert(2, "speedup", out["bf16_ms"] / out["fp8_ms"])
+    return out.reset_index()
+
+
+def eps_bias(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``quality/agreement_trained.csv`` per (GPU, configuration): ε's error against the
+    reference from trained weights on held-out subjects — its signed mean (a constant offset
+    that a sampler sums over its steps) as the mean and the largest |value| over inputs and
+    checkpoints, the worst relative L2, and how many checkpoints were measured."""
+    a = quality_csv(root, gpus, "agreement_trained")
+    if a.empty:
+        return a
+    return (a.assign(abs_mean_err=a["mean_err"].abs())
+            .groupby(["gpu_slug", "config"], sort=False)
+            .agg(mean_err=("mean_err", "mean"), worst_mean_err=("abs_mean_err", "max"), rel_l2=("rel_l2", "max"),
+                 checkpoints=("checkpoint", "nunique"), reference=("reference", "first"))
+            .reset_index())
+
+
+def sampler_summary(s: pd.DataFrame) -> pd.DataFrame:
+    """One row per sampler run of ``samplers`` (the real image's too): samples, the background
+    mean over them, its spread and standard error, the in-brain correlation (mean and lowest), PSNR,
+    SSIM, and whether the run matches DDPM 250 of its configuration."""
+    from ..sample.quality import RUN_KEYS
+
+    g = s.assign(config=s["config"].fillna("")).groupby(RUN_KEYS, dropna=False, sort=False)
+    out = g.agg(samples=("subject", "size"), background=("background_mean", "mean"),
+                background_sd=("background_mean", "std"), brain_corr=("brain_corr", "mean"),
+                brain_corr_min=("brain_corr", "min"), psnr_db=("psnr_db", "mean"), ssim=("ssim", "mean"),
+                matches_ddpm250=("matches_reference", "first")).reset_index()  # of its own or the reference's
+    out["background_se"] = out["background_sd"] / np.sqrt(out["samples"])
+    return out
+
+
+def sampler_slices(root: Path, gpu: str) -> pd.DataFrame | None:
+    """``<gpu>/quality/sampler_slices.parquet`` (the first seed's samples of every sampler run), or None."""
+    path = Path(root) / gpu / "quality" / "sampler_slices.parquet"
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def fig1_sources(sl: pd.DataFrame, configs: tuple[str, ...]) -> dict[str, str]:
+    """The columns of the chapter's Fig. 1 from ``sampler_slices``: the mask, the real image, and
+    DDPM 250, DDIM 50 (η = 1) and DDIM 50 (η = 0) of the last of ``configs`` that has samples."""
+    have = set(sl["source"])
+    cfg = next((c for c in reversed(configs) if any(s.endswith(f"-{c}") and s.startswith("dd") for s in have)), None)
+    runs = {f"ddpm250-eta1-{cfg}": f"DDPM 250 ({cfg})", f"ddim50-eta1-{cfg}": "DDIM 50, η = 1",
+            f"ddim50-eta0-{cfg}": "DDIM 50, η = 0"} if cfg else {}
+    named = {"mask": "mask", "real": "real image", **runs}
+    return {k: v for k, v in named.items() if k in have}
+
+
+def quality_slices(root: Path, gpu: str) -> pd.DataFrame | None:
+    """``<gpu>/quality/slices.parquet`` (``sample_quality.orthogonal_slices``), or None."""
+    path = Path(root) / gpu / "quality" / "slices.parquet"
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def quality_gpus(root: Path, gpus: list[str]) -> tuple[list[str], str | None]:
+    """The GPUs among ``gpus`` with quality results (``<gpu>/quality/``), and the one the quality
+    chapters show (the reference GPU of ``wording.roles``)."""
+    q = [g for g in gpus if (Path(root) / g / "quality").is_dir()]
+    return q, roles(q)["ref"]

@@ -1,0 +1,184 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # FP8 sampling, and the paper's Fig. 1 from our own model
+#
+# The last lever a sampler can pull, its price in the samples, and what the model the quality
+# chapters trained draws.
+#
+# ## FP8 convolutions: DDPM under 4 s, at what cost?
+#
+# The bf16 samplers stop at {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update_ddpm_s` s for DDPM 250
+# (`fast-w16-tnorm-tconv-fold-up-update`): its convolutions take {glue:text}`fp8_step_bf16_conv_ms` of the
+# {glue:text}`fp8_step_bf16_ms` ms of kernels a DDPM step runs. A sampler needs no backward, so it
+# can take a lever training cannot: FP8 (E4M3) operands, through cuDNN's graph API
+# (`medddpm/net/fp8.py`, `nvidia-cudnn-frontend`).
+#
+# - Activations are cast unscaled: E4M3 is a float, with 3 mantissa bits from 2⁻⁶ up to 448, where
+#   it saturates. The Triton norm or upsampling kernel that produces a convolution's input writes it
+#   in E4M3 directly, so no extra pass reads it.
+# - Weights get one scale per output channel (each channel's largest magnitude at 448), frozen when
+#   the sampler loads them.
+# - cuDNN accumulates in fp32, multiplies by the per-channel descale and writes bf16.
+#
+# Each convolution shape alone (`scripts/probes/fp8_conv_probe.py`, the fastest of cuDNN's FP8 plans against
+# PyTorch's autotuned bf16 convolution, CUDA graphs, `sampling/fp8_convs.csv`); the errors are
+# against an fp32 convolution of the unquantized operands:
+
+# %% tags=["parameters", "remove-cell"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # no measurement of its own (scripts/quality_measure.sh, scripts/probes/fp8_conv_probe.py); True says so, then renders
+size = 128  # volume side when measuring
+configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # not used: this chapter measures nothing
+
+# %% tags=["remove-cell"]
+from IPython.display import display
+
+from medddpm.report import facts, plots, quality_facts, quality_tables
+from medddpm.report.measure import render_only
+from medddpm.report.notebook import glue_facts
+from medddpm.report.present import table
+
+root, G = render_only(results_dir, gpus, measure, "scripts/quality_measure.sh (trained checkpoints: about an hour of GPU time) and scripts/probes/fp8_conv_probe.py")
+QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
+SB = quality_tables.sample_bench(root, G)  # 128³ rows, every batch
+SGPU = facts.roles(SB["gpu_slug"] if not SB.empty else [])["ref"]  # the GPU the sampling prose quotes
+glue_facts(quality_facts.quality_chapter(root, G))
+
+# %% tags=["hide-input"]
+probe = quality_tables.fp8_convs(root, SGPU) if SGPU else None
+if probe is None or probe.empty:
+    print(plots.no_data_text("FP8 convolution probe (sampling/fp8_convs.csv)", "sampling"))
+else:
+    display(table(probe.rename(columns={"cin": "in channels", "cout": "out channels", "side": "side (voxels)",
+                                        "bf16_ms": "bf16 ms", "fp8_ms": "FP8 ms", "speedup": "speed-up",
+                                        "bf16_rel_err": "bf16 error", "fp8_rel_err": "FP8 error",
+                                        "fp8_plan": "cuDNN plan"}), 3))
+
+# %% [markdown]
+# At 128³, 64 → 64 channels goes from {glue:text}`fp8_probe_64_64_128_bf16` to
+# {glue:text}`fp8_probe_64_64_128_fp8` ms ({glue:text}`fp8_probe_64_64_128_x`×) and the decoder's
+# 128 → 64 (after a skip concatenation) from {glue:text}`fp8_probe_128_64_128_bf16` to
+# {glue:text}`fp8_probe_128_64_128_fp8` ms ({glue:text}`fp8_probe_128_64_128_x`×); 128 → 128 at 64³
+# gains nothing ({glue:text}`fp8_probe_128_128_64_x`×), so only convolutions of at most 64 output
+# channels change (`fp8.MAX_OUT_CHANNELS`). The price is precision: each FP8 convolution is off by
+# {glue:text}`fp8_probe_err` (relative RMS), a bf16 one by {glue:text}`fp8_probe_err_bf16`.
+#
+# Two configurations add the lever to `fast-w16-tnorm-tconv-fold-up-update`:
+# - `…-fp8skip` changes only the decoder ResBlocks' first convolutions, whose input is a skip
+#   concatenation (2C → C, the largest gain per convolution). DDPM 250:
+#   {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_s` s ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_verdict` the 4 s
+#   target); DDIM 50: {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddim_s` s.
+# - `…-fp8` changes every ResBlock and upsampling convolution of at most 64 output channels. DDPM
+#   250: {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_s` s ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_verdict` it); DDIM 50:
+#   {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddim_s` s. Its DDPM step runs {glue:text}`fp8_step_fp8_ms` ms of
+#   kernels, convolutions {glue:text}`fp8_step_fp8_conv_ms` ms.
+#
+# Are the FP8 samples right? A fresh checkpoint of {doc}`10_sampling`'s recipe (64³, step
+# {glue:text}`fp8_step`) was sampled by DDPM 250 and by the deterministic DDIM 50 (η = 0) under the
+# FP32 baseline, `fast-w16-tnorm-tconv-fold-up-update` (bf16) and both FP8 configurations, {glue:text}`fp8_n`, each seed's noise
+# the same in every configuration (`scripts/quality.py samplers --name precision --reference baseline`
+# → `quality/precision.csv`, `precision_agreement.csv`). The first columns compare each run's
+# samples with the FP32 samples of the same run and seed, voxel by voxel and by their background;
+# the last ones, like {doc}`10_sampling`, compare them with the real images, and judge each run
+# against the FP32 baseline's DDPM 250.
+
+# %% tags=["hide-input"]
+prec = quality_tables.precision(root, QGPU) if QGPU else None
+if prec is None or prec.empty:
+    print(plots.no_data_text("FP8 sample agreement (quality/precision*.csv)", "quality"))
+else:
+    cols = ["sampler", "steps", "eta", "config", "psnr_vs_fp32", "psnr_vs_fp32_min", "ssim_vs_fp32",
+            "background_shift", "background_shift_se", "background", "background_se", "brain_corr", "matches_ddpm250"]
+    display(table(prec[[c for c in cols if c in prec]].rename(columns={
+        "psnr_vs_fp32": "PSNR vs FP32, dB", "psnr_vs_fp32_min": "lowest", "ssim_vs_fp32": "SSIM vs FP32",
+        "background_shift": "background shift vs FP32", "background_shift_se": "its standard error",
+        "background": "background mean", "background_se": "standard error", "brain_corr": "in-brain r",
+        "matches_ddpm250": "matches FP32 DDPM 250"}), 3))
+
+# %% [markdown]
+# - **Voxel by voxel**, DDPM 250 against the FP32 samples: bf16 {glue:text}`fp8_ddpm250_bf16_psnr` dB
+#   (lowest {glue:text}`fp8_ddpm250_bf16_psnr_min`), `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_psnr` dB
+#   (lowest {glue:text}`fp8_ddpm250_fp8skip_psnr_min`), `…-fp8` {glue:text}`fp8_ddpm250_fp8_psnr` dB
+#   (lowest {glue:text}`fp8_ddpm250_fp8_psnr_min`). The bar is the earlier fast
+#   sampler's agreement with FP32, {glue:text}`fp8_bar_db` dB (`bf16-graphs`, "Do they sample the same
+#   volumes?" in {doc}`09_quality`): bf16 is {glue:text}`fp8_ddpm250_bf16_bar` it, `…-fp8skip`
+#   {glue:text}`fp8_ddpm250_fp8skip_bar`, `…-fp8` {glue:text}`fp8_ddpm250_fp8_bar`. With DDIM 50 (η = 0):
+#   bf16 {glue:text}`fp8_ddim50_eta0_bf16_psnr` dB, `…-fp8skip` {glue:text}`fp8_ddim50_eta0_fp8skip_psnr`,
+#   `…-fp8` {glue:text}`fp8_ddim50_eta0_fp8_psnr`.
+# - **Against the real images**, DDPM 250: FP32 background {glue:text}`fp8_ddpm250_fp32_bg`
+#   (in-brain r {glue:text}`fp8_ddpm250_fp32_corr`); bf16 {glue:text}`fp8_ddpm250_bf16_bg`
+#   (r {glue:text}`fp8_ddpm250_bf16_corr`; matches FP32's DDPM 250: {glue:text}`fp8_ddpm250_bf16_match`);
+#   `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_bg` (r {glue:text}`fp8_ddpm250_fp8skip_corr`; matches:
+#   {glue:text}`fp8_ddpm250_fp8skip_match`); `…-fp8` {glue:text}`fp8_ddpm250_fp8_bg`
+#   (r {glue:text}`fp8_ddpm250_fp8_corr`; matches: {glue:text}`fp8_ddpm250_fp8_match`).
+#
+# What the comparisons say:
+#
+# - Where a PSNR is below the bar, those samples are not the FP32 model's samples voxel for voxel.
+#   A DDPM chain draws fresh noise at every step, and every small change of ε moves the sample to a
+#   neighbouring one: bf16's own lowest agreement is {glue:text}`fp8_ddpm250_bf16_psnr_min` dB.
+# - Paired with the FP32 sample of the same seed and subject (the same noise), the DDPM 250
+#   background moves by {glue:text}`fp8_ddpm250_bf16_shift` under bf16, by
+#   {glue:text}`fp8_ddpm250_fp8skip_shift` under `…-fp8skip` and by {glue:text}`fp8_ddpm250_fp8_shift`
+#   under `…-fp8` (mean ± standard error over the pairs, the table's "background shift"). The
+#   unpaired means carry the spread between subjects and seeds, which hides a shift of this size;
+#   the pairs show it.
+# - What the voxel bar stands for, the quality of the sample, is judged in the last column, with
+#   the criterion of {doc}`10_sampling`. Only a configuration whose DDPM 250 verdict is "yes" counts
+#   for the 4 s target: `…-fp8skip`: {glue:text}`fp8_ddpm250_fp8skip_match`
+#   ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_s` s), `…-fp8`: {glue:text}`fp8_ddpm250_fp8_match`
+#   ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_s` s). This rests on {glue:text}`fp8_n` of one checkpoint; the
+#   distribution-level metrics below (FID, MS-SSIM) were not measured.
+# - So FP8 is an option you choose, not the default. `medddpm sample` without `--config` samples
+#   with bf16 (`fast-w16-tnorm-tconv-fold-up-update`). `--config fast-w16-tnorm-tconv-fold-up-update-fp8skip` trades the voxel agreement and the background shift
+#   above for the time above.
+
+# %% [markdown]
+# ## The paper's Fig. 1, made from our own model
+#
+# Held-out masks (brain and lesion), the subject's real image, and the first seed's samples of the
+# checkpoint of {doc}`10_sampling`: DDPM 250, the recommended DDIM 50 with η = 1, and the deterministic DDIM 50
+# (η = 0) it replaces. Slices go through each subject's lesion.
+
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the held-out-loss checkpoint of step {glue:text}`sm_ckpt_step`): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
+SSL = quality_tables.sampler_slices(root, QGPU) if QGPU else None
+if SSL is not None:
+    plots.finish(plots.slices(SSL, sorted(SSL["subject"].unique()), quality_tables.fig1_sources(SSL, quality_facts.SAMPLER_QUALITY_CONFIGS)))
+else:
+    plots.finish(plots.no_data("sampler slices (quality/sampler_slices.parquet)", "quality"))
+
+# %% [markdown]
+# The demo set has a single anatomy (the MNI152 template) under different lesions, so this shows
+# conditioning on the mask, not generalisation across brains. An earlier run of the same recipe,
+# {glue:text}`long_steps` steps at {glue:text}`long_ms` ms/step (training loss
+# {glue:text}`long_loss`, mean of its last {glue:text}`long_tail` steps; `fast-long` in {doc}`09_quality`), ran past
+# the held-out minimum; one 64³ volume takes {glue:text}`fig1_s` s with `bf16-graphs` and DDIM 50 on the
+# {glue:text}`q_gpu` (`bench-sample`, warm).
+
+# %% [markdown]
+# ## What this does not show
+#
+# - **Distribution-level quality.** The Med-DDPM paper reports FID and MS-SSIM (and a
+#   segmentation model trained on synthetic data). FID in 3D needs a feature network trained on
+#   brain MRI (e.g. a 3D ResNet from MedicalNet) and hundreds of samples per configuration;
+#   MS-SSIM diversity needs many samples per mask. Neither fits this artifact's GPU budget; both
+#   would run on the checkpoints `scripts/quality.py` keeps.
+# - **Scale.** Parity was measured at 64³ for 1,000 steps on one GPU; the paper trains at 128³
+#   for far longer on real patients (BraTS, whole-head scans). Longer runs can separate
+#   configurations that agree here.
+# - **One seed per configuration.** Only the baseline has three seeds; a configuration at the
+#   band's edge would need its own seeds to call.
