@@ -1,6 +1,7 @@
 """FP8 (E4M3) convolutions of the sampler (medddpm/net/fp8.py) and the kernels that write their inputs."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -242,3 +243,76 @@ def test_compiled_fp8_denoiser_equals_the_eager_one():
         compiled = diffusion.model(x, t).float()
     assert _fp8_convs(model)
     torch.testing.assert_close(compiled, eager, rtol=2e-2, atol=2e-2)
+
+
+# --- training: the forward in FP8, the gradients in bf16 (Knobs.fp8_train_convs) ---------------------
+
+def test_fp8_forward_convolution_quantizes_the_forward_and_keeps_bf16_gradients():
+    """Forward: the convolution of the E4M3 operands (the weight quantized per channel at this
+    call). Backward: the bf16 gradients of the unquantized operands, as a bf16 convolution gives."""
+    torch.manual_seed(11)
+    x = F.silu(torch.randn(1, 8, 6, 6, 6)).to(torch.bfloat16).contiguous(memory_format=CL).requires_grad_()
+    w = (torch.randn(4, 8, 3, 3, 3) * 0.1).to(torch.bfloat16).requires_grad_()
+    y = fp8.conv3d_fp8_forward(x, w)
+    q, d = fp8.quantize_weight(w)
+    ref = fp8.reference_conv3d_fp8(fp8.quantize_activation(x.detach()), q, d, 1)
+    assert y.dtype == torch.bfloat16 and torch.equal(y, ref)
+    exact = F.conv3d(x.detach().float(), w.detach().float(), padding=1)
+    assert 0.005 < ((y.float() - exact).norm() / exact.norm()).item() < 0.08  # E4M3's rounding, not more
+    dy = torch.randn_like(y)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    dx2, dw2 = torch.autograd.grad(F.conv3d(x2, w2, padding=1), (x2, w2), dy)
+    assert dx.dtype == dw.dtype == torch.bfloat16
+    torch.testing.assert_close(dx.float(), dx2.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(dw.float(), dw2.float(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="takes bf16 input and weight"):
+        fp8.conv3d_fp8_forward(x.float(), w)
+
+
+def test_use_fp8_forward_swaps_the_narrow_convolutions_and_shares_their_parameters():
+    model = _fast_tiny()
+    keys, params = model.state_dict().keys(), list(model.parameters())
+    n = model.use_fp8_forward()
+    swapped = [m for m in model.modules() if isinstance(m, fp8.Fp8ForwardConv3d)]
+    assert n == len(swapped) == 13  # the same 13 narrow convolutions as the sampler's "all"
+    assert model.state_dict().keys() == keys and all(a is b for a, b in zip(model.parameters(), params))
+    assert not any(isinstance(m, GroupNorm) and m.fp8 for m in model.modules())  # the norms still write bf16
+    x, t = torch.randn(1, 3, 8, 8, 8).contiguous(memory_format=CL), torch.tensor([7])
+    with torch.autocast("cpu", torch.bfloat16):
+        y = model.train()(x, t)
+        y.float().square().mean().backward()
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters() if p.requires_grad)
+
+
+def test_fp8_training_knob_is_validated():
+    with pytest.raises(ValueError, match="fp8_train_convs needs precision 'bf16' and channels_last"):
+        Knobs(fp8_train_convs=True)
+    knobs = run_config("fast-fp8fwd", training=True)
+    assert knobs.fp8_train_convs and knobs.fp8_convs == "none"
+    with pytest.raises(ValueError, match="excludes fp8_convs"):
+        dataclasses.replace(knobs, fp8_convs="all")
+
+
+@GPU
+def test_fp8_forward_training_step_compiles_captures_and_tracks_fast():
+    """``fast-fp8fwd`` on a GPU: compiled, its whole step captured as a CUDA graph and replayed; its
+    losses stay within FP8's rounding of ``fast``'s from the same weights, data and draws."""
+    from medddpm.run.engine import Engine
+
+    cuda = torch.device("cuda")
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.rand(1, 3, 16, 16, 16, generator=g) * 2 - 1, torch.randint(0, 250, (1,), generator=g),
+                torch.randn(1, 1, 16, 16, 16, generator=g)) for _ in range(6)]
+    runs = {}
+    for name in ("fast", "fast-fp8fwd"):
+        torch.manual_seed(0)
+        engine = Engine(TINY, run_config(name, training=True), cuda, lr=1e-4)
+        losses = []
+        for x, t, noise in batches:
+            loss, _ = engine.train_step([x[:, :1].to(cuda)], [x[:, 1:].to(cuda)], draws=[(t.to(cuda), noise.to(cuda))])
+            losses.append(loss.item())
+        assert engine.train_step.graph is not None
+        runs[name] = losses
+    assert sum(isinstance(m, fp8.Fp8ForwardConv3d) for m in engine.model.modules()) == 13
+    assert runs["fast-fp8fwd"] == pytest.approx(runs["fast"], rel=5e-2)

@@ -190,6 +190,7 @@ class Knobs:
     triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/net/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
     fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/net/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
+    fp8_train_convs: bool = False  # training: every ResBlock's and upsampling's 3³ convolution of ≤ 64 output channels (fp8.MAX_OUT_CHANNELS) runs its forward with E4M3 operands through cuDNN's graph API (the weight quantized per output channel at every step, the input unscaled) and its data and weight gradients in bf16 (medddpm/net/fp8.py, Fp8ForwardConv3d; issue 40 lever 1); needs precision 'bf16' and channels_last; excludes fp8_convs
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
     chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/diffusion/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
@@ -213,6 +214,9 @@ class Knobs:
             raise ValueError(f"fp8_convs must be one of {FP8_CONV_SETS}, got {self.fp8_convs!r}")
         if self.fp8_convs != "none" and self.precision != "bf16":
             raise ValueError("fp8_convs writes bf16 outputs into the bf16 denoiser: it needs precision 'bf16'")
+        if self.fp8_train_convs and (self.precision != "bf16" or not self.channels_last or self.fp8_convs != "none"):
+            raise ValueError("fp8_train_convs needs precision 'bf16' and channels_last, and excludes fp8_convs "
+                             "(the sampler's frozen FP8 weights)")
         if self.grad_sync not in GRAD_SYNCS:
             raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
         if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
@@ -309,9 +313,11 @@ _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
 # And the captured backward owning the gradients (no per-parameter add): every lever above together,
 # the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity).
 _FAST = _rung(_FOLD, "fast", graph_owned_grads=True)
+# Issue 40, lever 1: `fast` with the forward of every ≤ 64-channel 3³ convolution in FP8 (gradients bf16).
+_FP8_FWD = _rung(_FAST, "fast-fp8fwd", fp8_train_convs=True)
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)))
 KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
-                                      _DENSE, _TRITON_DENSE, _FOLD, _FAST)
+                                      _DENSE, _TRITON_DENSE, _FOLD, _FAST, _FP8_FWD)
 
 # Sampling only (``engine.inference``; training refuses them): each adds one lever to ``bf16-graphs``'s
 # denoiser, to a kernel variant's or to the sampling variant before it.

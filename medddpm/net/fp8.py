@@ -1,4 +1,5 @@
-"""FP8 (E4M3) forward convolutions for the sampler, through cuDNN's graph API (issue 20, lever 4).
+"""FP8 (E4M3) forward convolutions, through cuDNN's graph API: for the sampler (issue 20, lever 4),
+and for training's forward pass (issue 40, lever 1: ``Fp8ForwardConv3d``).
 
 A denoising step spends most of its time in the finest level's 3³ convolutions (64 output
 channels at 128³, ``data/results/h200/sampling/denoise_kernels_ddpm.csv``). On Hopper, cuDNN runs
@@ -14,6 +15,13 @@ them faster with E4M3 operands and fp32 accumulation. Sampling only: nothing her
 ``conv3d_fp8`` is the one entry: cuDNN on a CUDA device (``nvidia-cudnn-frontend``), else
 ``reference_conv3d_fp8`` (the same E4M3 operands, dequantized, through ``F.conv3d`` in fp32), which
 the tests compare it with.
+
+In training (``Knobs.fp8_train_convs``) the forward convolution runs the same way, with the weight
+quantized at every step (its per-channel scales from its current values: no history to keep), and
+the backward pass stays in bf16: data and weight gradients of the bf16 operands the forward
+quantized, cuDNN's ``convolution_backward``. That is the forward half of the FP8 training recipe of
+Micikevicius et al., "FP8 Formats for Deep Learning" (2022: E4M3 forward, gradients in E5M2); the
+gradients keep bf16 here, so only the forward's rounding changes.
 """
 from __future__ import annotations
 
@@ -52,7 +60,8 @@ def dequantize_weight(q: Tensor, descale: Tensor) -> Tensor:
 def reference_conv3d_fp8(x: Tensor, q: Tensor, descale: Tensor, padding: int) -> Tensor:
     """The maths of ``conv3d_fp8``: the E4M3 operands dequantized, convolved in fp32, returned in
     bf16 channels-last."""
-    y = F.conv3d(x.float(), dequantize_weight(q, descale), padding=padding)
+    with torch.autocast(x.device.type, enabled=False):  # fp32, as said, also inside a bf16 autocast region
+        y = F.conv3d(x.float(), dequantize_weight(q, descale), padding=padding)
     return y.to(torch.bfloat16).contiguous(memory_format=torch.channels_last_3d)
 
 
@@ -238,3 +247,57 @@ def available(device: torch.device) -> str | None:
     except ImportError:
         return "FP8 convolutions run through cuDNN's graph API: pip install nvidia-cudnn-frontend"
     return None
+
+
+class _Fp8Forward(torch.autograd.Function):
+    """conv3d(x, w) with an FP8 forward (``conv3d_fp8`` of E4M3 x and per-channel E4M3 w) and the
+    bf16 backward of the unquantized operands (stride 1, one group, no bias)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, padding: int) -> Tensor:
+        q, descale = quantize_weight(weight)
+        ctx.save_for_backward(x, weight)
+        ctx.padding = padding
+        return conv3d_fp8(quantize_activation(x), q, descale, padding)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        x, weight = ctx.saved_tensors
+        p = ctx.padding
+        dx, dw, _ = torch.ops.aten.convolution_backward(
+            dy.to(weight.dtype), x, weight, None, [1] * (x.ndim - 2), [p] * (x.ndim - 2), [1] * (x.ndim - 2),
+            False, [0] * (x.ndim - 2), 1, [ctx.needs_input_grad[0], ctx.needs_input_grad[1], False])
+        return dx, dw, None
+
+
+def conv3d_fp8_forward(x: Tensor, weight: Tensor, padding: int = 1) -> Tensor:
+    """A training convolution (stride 1, no bias) whose forward runs in FP8 and whose gradients are
+    bf16: ``x`` and ``weight`` in bf16 (autocast's cast of the fp32 weight, so the weight's
+    gradient goes back through that cast), the output bf16 channels-last."""
+    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        raise ValueError(f"conv3d_fp8_forward takes bf16 input and weight, got {x.dtype} and {weight.dtype}")
+    return _Fp8Forward.apply(x, weight, padding)
+
+
+class Fp8ForwardConv3d(torch.nn.Conv3d):
+    """A stride-1 3³ ``nn.Conv3d`` for training whose forward convolution runs in FP8
+    (``conv3d_fp8_forward``: the weight quantized at every call, the input quantized unscaled) and
+    whose backward is bf16; its bias is added in bf16 after it. Its parameters are the original
+    convolution's (the state dict does not change)."""
+
+    @classmethod
+    def sharing(cls, conv: torch.nn.Conv3d) -> "Fp8ForwardConv3d":
+        """The FP8-forward twin of ``conv`` (the same parameter objects)."""
+        if conv.stride != (1, 1, 1) or conv.dilation != (1, 1, 1) or conv.groups != 1 \
+                or len(set(conv.padding)) != 1 or isinstance(conv.padding, str):
+            raise ValueError(f"an FP8 convolution is stride 1, dilation 1, one group and even padding; got {conv}")
+        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
+                  bias=conv.bias is not None, device="meta")
+        new.weight, new.bias = conv.weight, conv.bias
+        return new
+
+    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """``nn.Conv3d``'s convolution (a caller that folds the bias elsewhere passes None), the
+        operands in bf16 as autocast would cast them."""
+        y = conv3d_fp8_forward(x.to(torch.bfloat16), weight.to(torch.bfloat16), self.padding[0])
+        return y if bias is None else y + bias.to(y.dtype).view(1, -1, 1, 1, 1)

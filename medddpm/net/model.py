@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..core.config import FP8_CONV_SETS, ModelConfig
 from . import kernels
-from .fp8 import MAX_OUT_CHANNELS, Fp8Conv3d, quantize_activation
+from .fp8 import MAX_OUT_CHANNELS, Fp8Conv3d, Fp8ForwardConv3d, quantize_activation
 from .ndhwc import group_norm_silu, per_channel, upsample2x
 
 
@@ -460,6 +460,23 @@ class UNet3D(nn.Module):
                 elif isinstance(layer, Upsample) and which == "all" and _narrow(layer.conv):
                     layer.conv = Fp8Conv3d.frozen(layer.conv)
                     changed += 1
+        return changed
+
+
+    def use_fp8_forward(self) -> int:
+        """Training (``Knobs.fp8_train_convs``): every ResBlock's and upsampling's 3³ convolution of at
+        most ``fp8.MAX_OUT_CHANNELS`` outputs computes its forward in FP8 and its gradients in bf16
+        (``fp8.Fp8ForwardConv3d``, the same parameters). Returns how many convolutions changed."""
+        changed = 0
+        for layer in (layer for block in (*self.input_blocks, self.middle_block, *self.output_blocks) for layer in block):
+            if isinstance(layer, ResBlock):
+                for stack in (layer.in_layers, layer.out_layers):
+                    if _narrow(stack[-1]):
+                        stack[-1] = Fp8ForwardConv3d.sharing(stack[-1])
+                        changed += 1
+            elif isinstance(layer, Upsample) and _narrow(layer.conv):
+                layer.conv = Fp8ForwardConv3d.sharing(layer.conv)
+                changed += 1
         return changed
 
 

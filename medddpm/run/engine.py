@@ -99,6 +99,10 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> U
                    sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels,
                    triton_conv=knobs.triton_conv, dense_skip_grads=knobs.dense_skip_grads,
                    fold_conv_bias=knobs.fold_conv_bias, triton_upsample=knobs.triton_upsample)
+    if knobs.fp8_train_convs:
+        if why := fp8.available(device):
+            raise ValueError(f"configuration {knobs.name!r} (fp8_train_convs): {why}")
+        model.use_fp8_forward()
     return model.to(device=device, memory_format=memory_format(knobs))
 
 
