@@ -145,6 +145,7 @@ def test_group_norm_silu_op_registration_is_consistent():
     x, w, b, a = _inputs(1, 16, (4, 4, 4), torch.float32, add=True)
     torch.library.opcheck(torch.ops.medddpm.group_norm_silu.default, (x, w, b, a, 4, 1e-5, True))
     torch.library.opcheck(torch.ops.medddpm.group_norm_silu.default, (x, w, b, None, 4, 1e-5, False))
+    torch.library.opcheck(torch.ops.medddpm.group_norm_silu.default, (x, w, b, a, 4, 1e-5, True, False, True))
 
 
 def test_other_layouts_and_devices_take_the_reference():

@@ -254,29 +254,32 @@ class _Fp8Forward(torch.autograd.Function):
     bf16 backward of the unquantized operands (stride 1, one group, no bias)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, padding: int) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, padding: int, x8: Tensor | None) -> Tensor:
         q, descale = quantize_weight(weight)
         ctx.save_for_backward(x, weight)
         ctx.padding = padding
-        return conv3d_fp8(quantize_activation(x), q, descale, padding)
+        return conv3d_fp8(quantize_activation(x) if x8 is None else x8, q, descale, padding)
 
     @staticmethod
-    def backward(ctx, dy: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+    def backward(ctx, dy: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         x, weight = ctx.saved_tensors
         p = ctx.padding
         dx, dw, _ = torch.ops.aten.convolution_backward(
             dy.to(weight.dtype), x, weight, None, [1] * (x.ndim - 2), [p] * (x.ndim - 2), [1] * (x.ndim - 2),
             False, [0] * (x.ndim - 2), 1, [ctx.needs_input_grad[0], ctx.needs_input_grad[1], False])
-        return dx, dw, None
+        return dx, dw, None, None
 
 
-def conv3d_fp8_forward(x: Tensor, weight: Tensor, padding: int = 1) -> Tensor:
+def conv3d_fp8_forward(x: Tensor, weight: Tensor, padding: int = 1, x8: Tensor | None = None) -> Tensor:
     """A training convolution (stride 1, no bias) whose forward runs in FP8 and whose gradients are
     bf16: ``x`` and ``weight`` in bf16 (autocast's cast of the fp32 weight, so the weight's
-    gradient goes back through that cast), the output bf16 channels-last."""
+    gradient goes back through that cast), the output bf16 channels-last. ``x8``: ``x`` already in
+    E4M3 (written by the norm that wrote ``x``, ``kernels.group_norm_silu_dual``), else quantized here."""
     if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
         raise ValueError(f"conv3d_fp8_forward takes bf16 input and weight, got {x.dtype} and {weight.dtype}")
-    return _Fp8Forward.apply(x, weight, padding)
+    if x8 is not None and (x8.dtype != E4M3 or x8.shape != x.shape):
+        raise ValueError(f"conv3d_fp8_forward: x8 must be x in E4M3, got {x8.dtype} {tuple(x8.shape)}")
+    return _Fp8Forward.apply(x, weight, padding, x8)
 
 
 class Fp8ForwardConv3d(torch.nn.Conv3d):
@@ -296,8 +299,12 @@ class Fp8ForwardConv3d(torch.nn.Conv3d):
         new.weight, new.bias = conv.weight, conv.bias
         return new
 
-    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, x8: Tensor | None = None) -> Tensor:
+        """The convolution with its bias; ``x8``: the input's E4M3 copy, if its producer wrote one."""
+        return self._conv_forward(x, self.weight, self.bias, x8)
+
+    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, x8: Tensor | None = None) -> Tensor:
         """``nn.Conv3d``'s convolution (a caller that folds the bias elsewhere passes None), the
-        operands in bf16 as autocast would cast them."""
-        y = conv3d_fp8_forward(x.to(torch.bfloat16), weight.to(torch.bfloat16), self.padding[0])
+        operands in bf16 as autocast would cast them; ``x8``: the input's E4M3 copy, if its producer wrote one."""
+        y = conv3d_fp8_forward(x.to(torch.bfloat16), weight.to(torch.bfloat16), self.padding[0], x8)
         return y if bias is None else y + bias.to(y.dtype).view(1, -1, 1, 1, 1)

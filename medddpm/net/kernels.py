@@ -118,6 +118,33 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, fp8)[0]
 
 
+def group_norm_silu_dual(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
+                         silu: bool = True, add: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(y, y in E4M3) of ``group_norm_silu``, both from the same fp32 values, for a training
+    convolution whose forward is FP8 (``fp8.Fp8ForwardConv3d``): the E4M3 copy is written by the
+    same pass that writes y (no kernel reads y again to quantize it) and has no gradient; autograd
+    reaches x, weight, bias and add through y."""
+    n, c = x.shape[:2]
+    if c % groups:
+        raise ValueError(f"{c} channels do not split into {groups} groups")
+    if add is not None and tuple(add.shape) != (n, c):
+        raise ValueError(f"add must be (N, C) = {(n, c)}, got {tuple(add.shape)}")
+    if not runs_on(x):
+        y = reference_group_norm_silu(x, groups, weight, bias, eps, silu, add)
+        return y, reference_e4m3(x, groups, weight, bias, eps, silu, add)
+    y, _, _, y8 = torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, False, True)
+    return y, y8.view(E4M3)
+
+
+def reference_e4m3(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
+                   silu: bool = True, add: Tensor | None = None) -> Tensor:
+    """The E4M3 copy ``group_norm_silu_dual`` writes: SiLU(GroupNorm(x + add)) in fp32, quantized
+    without passing through x's dtype, no gradient."""
+    with torch.no_grad():
+        return reference_group_norm_silu(x.float(), groups, weight.float(), bias.float(), eps, silu,
+                                         None if add is None else add.float(), fp8=True)
+
+
 def _out_dtype(x: Tensor, fp8: bool) -> torch.dtype:
     """The dtype of a kernel's output: ``x``'s, or E4M3 for an FP8 convolution after it."""
     return E4M3 if fp8 else x.dtype
@@ -364,10 +391,10 @@ if triton is not None:
         return tl.where(tl.abs(z) < 0.015625, sub, bits.to(tl.float32, bitcast=True))
 
     @triton.jit
-    def _apply_kernel(x_ptr, y_ptr, scale_ptr, shift_ptr, S, C, SILU: tl.constexpr,
-                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, FP8: tl.constexpr):
+    def _apply_kernel(x_ptr, y_ptr, y8_ptr, scale_ptr, shift_ptr, S, C, SILU: tl.constexpr,
+                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, FP8: tl.constexpr, DUAL: tl.constexpr):
         """y = SiLU(x·scale + shift) per channel (one read of x, one write of y); FP8: y is E4M3,
-        saturated at ±448."""
+        saturated at ±448; DUAL: y8 is an E4M3 copy of the same values, written beside y."""
         t = tl.program_id(0)
         n = tl.program_id(1)
         cols = tl.arange(0, BLOCK_C)
@@ -380,6 +407,8 @@ if triton is not None:
             + tl.load(shift_ptr + n * C + cols, mask=cmask, other=0.0)[None, :]
         if SILU:
             z = z * tl.sigmoid(z)
+        if DUAL:
+            tl.store(y8_ptr + off, _e4m3_rounded(z).to(y8_ptr.dtype.element_ty), mask=m)
         if FP8:
             z = _e4m3_rounded(z)
         tl.store(y_ptr + off, z.to(y_ptr.dtype.element_ty), mask=m)
@@ -482,8 +511,10 @@ if triton is not None:
 
     @torch.library.custom_op("medddpm::group_norm_silu", mutates_args=())
     def _gn_forward(x: Tensor, weight: Tensor, bias: Tensor, add: Tensor | None, groups: int, eps: float,
-                    silu: bool, fp8: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """(y, group mean, group rstd) of SiLU(GroupNorm(x + add)); x channels-last; y in E4M3 with ``fp8``."""
+                    silu: bool, fp8: bool = False, dual: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(y, group mean, group rstd, y8) of SiLU(GroupNorm(x + add)); x channels-last; y in E4M3 with
+        ``fp8``; y8 the bytes of an E4M3 copy of y with ``dual`` (uint8, so that no float output has a
+        dtype autograd cannot promote; ``.view(E4M3)`` reads it), else empty."""
         x = _as_nsc(x)
         tiles = TILES
         n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.stats_tile, 2)
@@ -497,16 +528,19 @@ if triton is not None:
                                           BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
                                           BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
         y = torch.empty_like(x, dtype=_out_dtype(x, fp8))
+        y8 = torch.empty_like(x, dtype=E4M3) if dual else x.new_empty(0, dtype=E4M3)  # returned as its bytes
         apply_s = _rows(tiles.apply_tile, block_c)
-        _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, scale, shift, s, c, SILU=silu, BLOCK_S=apply_s,
-                                                    BLOCK_C=block_c, FP8=fp8, num_warps=tiles.apply_warps)
-        return y, mean, rstd
+        _apply_kernel[(triton.cdiv(s, apply_s), n)](x, y, y8 if dual else y, scale, shift, s, c, SILU=silu,
+                                                    BLOCK_S=apply_s, BLOCK_C=block_c, FP8=fp8, DUAL=dual,
+                                                    num_warps=tiles.apply_warps)
+        return y, mean, rstd, y8.view(torch.uint8)
 
     @_gn_forward.register_fake
-    def _(x, weight, bias, add, groups, eps, silu, fp8=False):
+    def _(x, weight, bias, add, groups, eps, silu, fp8=False, dual=False):
         n = x.shape[0]
         return (torch.empty_like(x, dtype=_out_dtype(x, fp8)), x.new_empty((n, groups), dtype=torch.float32),
-                x.new_empty((n, groups), dtype=torch.float32))
+                x.new_empty((n, groups), dtype=torch.float32),
+                torch.empty_like(x, dtype=torch.uint8) if dual else x.new_empty(0, dtype=torch.uint8))
 
     @torch.library.custom_op("medddpm::group_norm_silu_backward", mutates_args=())
     def _gn_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Tensor, add: Tensor | None, mean: Tensor,
@@ -541,17 +575,17 @@ if triton is not None:
                 _dense_like(add) if add is not None else x.new_empty(0))
 
     def _setup_context(ctx, inputs, output) -> None:
-        x, weight, bias, add, groups, eps, silu, _fp8 = inputs
-        _, mean, rstd = output
+        x, weight, bias, add, groups, eps, silu, _fp8, _dual = inputs
+        _, mean, rstd, y8 = output
         ctx.save_for_backward(x, weight, bias, add, mean, rstd)
         ctx.groups, ctx.silu = groups, silu
-        ctx.mark_non_differentiable(mean, rstd)
+        ctx.mark_non_differentiable(mean, rstd, y8)
 
-    def _backward(ctx, dy, _dmean, _drstd):
+    def _backward(ctx, dy, _dmean, _drstd, _dy8):
         x, weight, bias, add, mean, rstd = ctx.saved_tensors
         dx, dw, db, dadd = torch.ops.medddpm.group_norm_silu_backward(dy, x, weight, bias, add, mean, rstd,
                                                                       ctx.groups, ctx.silu)
-        return dx, dw, db, (None if add is None else dadd), None, None, None, None
+        return dx, dw, db, (None if add is None else dadd), None, None, None, None, None
 
     _gn_forward.register_autograd(_backward, setup_context=_setup_context)
 

@@ -56,6 +56,13 @@ class GroupNorm(nn.GroupNorm):
         y = self._norm(x, add)
         return quantize_activation(y) if self.fp8 else y
 
+    def forward_dual(self, x: Tensor, add: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(the fused Triton norm's output, its E4M3 copy written in the same pass) for an FP8-forward
+        convolution after it (``kernels.group_norm_silu_dual``)."""
+        if not self.triton:
+            raise ValueError("forward_dual is the Triton norm's: triton needs to be on")
+        return kernels.group_norm_silu_dual(x, self.num_groups, self.weight, self.bias, self.eps, self.silu, add)
+
     def _norm(self, x: Tensor, add: Tensor | None) -> Tensor:
         if add is not None:
             x = x + per_channel(add.to(x.dtype), x)
@@ -113,16 +120,24 @@ class ResBlock(nn.Module):
         """``emb`` is the timestep embedding, or, once UNet3D's timestep table is frozen, the table's
         rows at t (every ResBlock's addend, this block's in ``table_cols``)."""
         add = self.addend(emb) if self.table_cols is None else emb[:, self.table_cols[0]:self.table_cols[1]]
-        if self.fold_bias:
-            conv = self.in_layers[-1]  # its convolution without the bias (an nn.Conv3d's or an Fp8Conv3d's)
-            h = conv._conv_forward(self.in_layers[:-1](x), conv.weight, None)
-        else:
-            h = self.in_layers(x)
-        norm, *rest = self.out_layers
-        h = norm(h, add=add)
-        for layer in rest:
-            h = layer(h)
+        h = self._stack(self.in_layers, x, None, bias=not self.fold_bias)  # fold_bias: the bias joins the next norm
+        h = self._stack(self.out_layers, h, add, bias=True)
         return self.skip(x) + h
+
+    @staticmethod
+    def _stack(layers: nn.Sequential, x: Tensor, add: Tensor | None, bias: bool) -> Tensor:
+        """GroupNorm(x + add), its activation (and dropout), then the convolution, with its bias only
+        where ``bias``. An FP8-forward convolution after a fused Triton norm takes the E4M3 copy of
+        its input that the norm writes beside it (``GroupNorm.forward_dual``)."""
+        norm, *mid, conv = layers
+        if isinstance(conv, Fp8ForwardConv3d) and norm.triton and norm.silu and \
+                not any(isinstance(m, nn.Dropout) and m.p > 0 and m.training for m in mid):
+            h, h8 = norm.forward_dual(x, add)
+            return conv(h, h8) if bias else conv._conv_forward(h, conv.weight, None, h8)
+        h = norm(x, add=add)
+        for layer in mid:
+            h = layer(h)
+        return conv(h) if bias else conv._conv_forward(h, conv.weight, None)  # called as a module: hooks see it
 
 
 class Attention(nn.Module):
