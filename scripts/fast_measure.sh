@@ -10,7 +10,8 @@
 # tables; KERNEL_CONFIGS=…) · probe (ncu's FLOP counters on known matmuls → roofline_probe.csv) ·
 # passes (counter passes of roofline mode per FLOP path → ncu_passes.csv; PASS_PATHS=…) · roofline (ncu
 # roofline mode: one whole step per ROOF_CONFIGS=…, ROOF_LIMIT=… seconds each) · autotune
-# (bench of config.AUTOTUNED; AUTOTUNE_CONFIGS=…, AUTOTUNE_SIZE=…). Each step has a time limit and a failure does not stop
+# (bench of config.AUTOTUNED; AUTOTUNE_CONFIGS=…, AUTOTUNE_SIZE=…) · fp8 (fast against fast-fp8fwd: bench,
+# kernel tables, training parity of 3 seeds; FP8_DATA=…). Each step has a time limit and a failure does not stop
 # the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: fast_measure.sh OUT STAGE...}; shift
@@ -87,6 +88,21 @@ for stage in "$@"; do
         run "${BENCH_LIMIT:-400}" $PY -m medddpm bench --model whole-head --size "${AUTOTUNE_SIZE:-$SIZE}" --config "$c" \
           --steps 10 --warmup 5 --out "$OUT/bench.csv"
       done ;;
+    fp8)
+      # issue 40, lever 1: fast against fast-fp8fwd in one run, their kernel tables, and fast-fp8fwd's
+      # training parity (3 seeds, 1,000 steps at 64³ on the demo set; FP8_DATA: a `medddpm demo-data
+      # --n 8 --size 64` folder, written here when not given) → OUT/fast_path/fp8_forward/
+      for c in fast fast-fp8fwd; do
+        run "${BENCH_LIMIT:-200}" $PY -m medddpm bench --model whole-head --size "$SIZE" --config "$c" --steps 20 \
+          --warmup 5 --device cuda --out "$OUT/bench.csv"
+      done
+      run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" --configs fast,fast-fp8fwd --warmup 4 --out "$OUT"
+      data=${FP8_DATA:-$(mktemp -d)/demo64}
+      [ -d "$data/images" ] || run 120 $PY -m medddpm demo-data --out "$data" --n 8 --size 64
+      run 400 $PY scripts/quality.py parity --out "$OUT/fast_path/fp8_forward" --data "$data" --size 64 \
+        --configs fast-fp8fwd --seeds 0,1,2 --steps 1000 --work "$(mktemp -d)"
+      mv "$OUT/fast_path/fp8_forward/quality/"* "$OUT/fast_path/fp8_forward/" 2>/dev/null
+      rmdir "$OUT/fast_path/fp8_forward/quality" 2>/dev/null ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

@@ -207,6 +207,18 @@ class Fp8Conv:
         self.use_plan(best[1])
 
 
+def _twin(cls: type[torch.nn.Conv3d], conv: torch.nn.Conv3d) -> torch.nn.Conv3d:
+    """A ``cls`` convolution with ``conv``'s shape and its very parameters (no new memory), for a
+    stride-1, one-group, evenly padded ``conv``: what both FP8 convolutions take."""
+    if conv.stride != (1, 1, 1) or conv.dilation != (1, 1, 1) or conv.groups != 1 \
+            or len(set(conv.padding)) != 1 or isinstance(conv.padding, str):
+        raise ValueError(f"an FP8 convolution is stride 1, dilation 1, one group and even padding; got {conv}")
+    new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
+              bias=conv.bias is not None, device="meta")
+    new.weight, new.bias = conv.weight, conv.bias
+    return new
+
+
 class Fp8Conv3d(torch.nn.Conv3d):
     """A stride-1 3³ ``nn.Conv3d`` whose forward runs ``conv3d_fp8`` on its E4M3 input (a bf16 input
     is quantized first), with the E4M3 weight and descale frozen from its parameters
@@ -216,12 +228,7 @@ class Fp8Conv3d(torch.nn.Conv3d):
     @classmethod
     def frozen(cls, conv: torch.nn.Conv3d) -> "Fp8Conv3d":
         """The FP8 twin of ``conv`` (sharing its parameters)."""
-        if conv.stride != (1, 1, 1) or conv.dilation != (1, 1, 1) or conv.groups != 1 \
-                or len(set(conv.padding)) != 1 or isinstance(conv.padding, str):
-            raise ValueError(f"an FP8 convolution is stride 1, dilation 1, one group and even padding; got {conv}")
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
-                  bias=conv.bias is not None, device="meta")
-        new.weight, new.bias = conv.weight, conv.bias
+        new = _twin(cls, conv)
         q, descale = quantize_weight(conv.weight)
         new.register_buffer("q", q, persistent=False)
         new.register_buffer("descale", descale, persistent=False)
@@ -291,13 +298,7 @@ class Fp8ForwardConv3d(torch.nn.Conv3d):
     @classmethod
     def sharing(cls, conv: torch.nn.Conv3d) -> "Fp8ForwardConv3d":
         """The FP8-forward twin of ``conv`` (the same parameter objects)."""
-        if conv.stride != (1, 1, 1) or conv.dilation != (1, 1, 1) or conv.groups != 1 \
-                or len(set(conv.padding)) != 1 or isinstance(conv.padding, str):
-            raise ValueError(f"an FP8 convolution is stride 1, dilation 1, one group and even padding; got {conv}")
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
-                  bias=conv.bias is not None, device="meta")
-        new.weight, new.bias = conv.weight, conv.bias
-        return new
+        return _twin(cls, conv)
 
     def forward(self, x: Tensor, x8: Tensor | None = None) -> Tensor:
         """The convolution with its bias; ``x8``: the input's E4M3 copy, if its producer wrote one."""

@@ -93,9 +93,10 @@ def prediction_band(values: pd.Series, level: float = 0.95) -> tuple[float, floa
     return float(values.mean() - half), float(values.mean() + half)
 
 
-def parity_curves(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Held-out loss (mean over subjects and t) per (GPU, config, seed, step)."""
-    ho = quality_csv(root, gpus, "parity_heldout")
+def parity_curves(root: Path, gpus: list[str], name: str = "quality/parity_heldout") -> pd.DataFrame:
+    """Held-out loss (mean over subjects and t) per (GPU, config, seed, step) of ``<gpu>/<name>.csv``
+    (``scripts/quality.py parity``'s table)."""
+    ho = results_csv(root, gpus, name)
     if ho.empty:
         return ho
     return ho.groupby(["gpu_slug", "config", "seed", "size", "step"], as_index=False)["loss"].mean()
