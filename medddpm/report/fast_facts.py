@@ -247,7 +247,7 @@ def _fp8_forward_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
     f["f8_gain_ms"] = number(a - c if a and c else None, ".1f", what)
     f["f8_gain_pct"] = pct((a - c) / a if a and c else None, what, 1)
     target = STRETCH_TARGETS_MS.get(g) if g else None
-    f["f8_target"] = number(target, ".0f", f"issue 40's target for the {gpu_name(g) if g else 'GPU'}")
+    f["f8_target"] = number(target, ".0f", f"stretch target for the {gpu_name(g) if g else 'GPU'}")
     f["f8_verdict"] = (missing(what) if c is None or target is None else
                        f"meets it with {target - c:.1f} ms to spare" if c <= target else f"misses it by {c - target:.1f} ms")
     k = fast_tables.fp8_forward_kernels(root, [g] if g else [])
