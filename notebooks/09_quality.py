@@ -43,7 +43,7 @@ from medddpm.report.present import table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/quality_measure.sh (trained checkpoints: about an hour of GPU time)")
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
-glue_facts(quality_facts.quality_chapter(root, G))
+glue_facts(quality_facts.quality(root, G))
 
 # %% [markdown]
 # ## Does every configuration compute the same network?

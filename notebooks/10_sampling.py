@@ -37,8 +37,8 @@ from medddpm.report.present import table
 root, G = prepare(results_dir, gpus, measure, "sampling", size, configs)
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
 SB = quality_tables.sample_bench(root, G)  # 128³ rows, every batch
-SGPU = facts.roles(SB["gpu_slug"] if not SB.empty else [])["ref"]  # the GPU the sampling prose quotes
-glue_facts(quality_facts.quality_chapter(root, G))
+SGPU = quality_tables.sampling_roles(SB)["ref"]  # the GPU the sampling prose quotes
+glue_facts(quality_facts.quality(root, G))
 
 # %% [markdown]
 # ## Sampling in seconds

@@ -47,7 +47,7 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # not use
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import facts, plots, quality_facts, quality_tables
+from medddpm.report import plots, quality_facts, quality_tables
 from medddpm.report.measure import render_only
 from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
@@ -55,8 +55,8 @@ from medddpm.report.present import table
 root, G = render_only(results_dir, gpus, measure, "scripts/quality_measure.sh (trained checkpoints: about an hour of GPU time) and scripts/probes/fp8_conv_probe.py")
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
 SB = quality_tables.sample_bench(root, G)  # 128³ rows, every batch
-SGPU = facts.roles(SB["gpu_slug"] if not SB.empty else [])["ref"]  # the GPU the sampling prose quotes
-glue_facts(quality_facts.quality_chapter(root, G))
+SGPU = quality_tables.sampling_roles(SB)["ref"]  # the GPU the sampling prose quotes
+glue_facts(quality_facts.quality(root, G))
 
 # %% tags=["hide-input"]
 probe = quality_tables.fp8_convs(root, SGPU) if SGPU else None

@@ -107,12 +107,8 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     reference. ``x`` is (N, C, *spatial); ``add``, if given, is (N, C). Autograd reaches x,
     weight, bias and add. ``fp8``: the output in E4M3 (saturated at ±448) for an FP8 convolution
     (``medddpm.net.fp8``; the sampler's, no backward)."""
-    n, c = x.shape[:2]
     _no_fp8_grad(fp8, x, weight, bias, *([] if add is None else [add]))
-    if c % groups:
-        raise ValueError(f"{c} channels do not split into {groups} groups")
-    if add is not None and tuple(add.shape) != (n, c):
-        raise ValueError(f"add must be (N, C) = {(n, c)}, got {tuple(add.shape)}")
+    _check_norm_args(x, groups, add)
     if not runs_on(x):
         return reference_group_norm_silu(x, groups, weight, bias, eps, silu, add, fp8)
     return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, fp8)[0]
@@ -124,16 +120,21 @@ def group_norm_silu_dual(x: Tensor, groups: int, weight: Tensor, bias: Tensor, e
     convolution whose forward is FP8 (``fp8.Fp8ForwardConv3d``): the E4M3 copy is written by the
     same pass that writes y (no kernel reads y again to quantize it) and has no gradient; autograd
     reaches x, weight, bias and add through y."""
-    n, c = x.shape[:2]
-    if c % groups:
-        raise ValueError(f"{c} channels do not split into {groups} groups")
-    if add is not None and tuple(add.shape) != (n, c):
-        raise ValueError(f"add must be (N, C) = {(n, c)}, got {tuple(add.shape)}")
+    _check_norm_args(x, groups, add)
     if not runs_on(x):
         y = reference_group_norm_silu(x, groups, weight, bias, eps, silu, add)
         return y, reference_e4m3(x, groups, weight, bias, eps, silu, add)
     y, _, _, y8 = torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, False, True)
     return y, y8.view(E4M3)
+
+
+def _check_norm_args(x: Tensor, groups: int, add: Tensor | None) -> None:
+    """One clear error for channels that do not split into ``groups`` or an ``add`` that is not (N, C)."""
+    n, c = x.shape[:2]
+    if c % groups:
+        raise ValueError(f"{c} channels do not split into {groups} groups")
+    if add is not None and tuple(add.shape) != (n, c):
+        raise ValueError(f"add must be (N, C) = {(n, c)}, got {tuple(add.shape)}")
 
 
 def reference_e4m3(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,

@@ -461,38 +461,39 @@ class UNet3D(nn.Module):
         if which not in FP8_CONV_SETS:
             raise ValueError(f"fp8 convolutions: expected one of {FP8_CONV_SETS}, got {which!r}")
         changed = 0
-        if which == "none":
-            return changed
-        for decoder, blocks in ((False, [*self.input_blocks, self.middle_block]), (True, self.output_blocks)):
-            for layer in (layer for block in blocks for layer in block):
-                if isinstance(layer, ResBlock):
-                    stacks = [layer.in_layers] * (decoder or which == "all") + [layer.out_layers] * (which == "all")
-                    for stack in stacks:
-                        if _narrow(stack[-1]):
-                            stack[-1] = Fp8Conv3d.frozen(stack[-1])
-                            stack[0].fp8 = stack[0].silu  # a fused norm applies the SiLU itself
-                            changed += 1
-                elif isinstance(layer, Upsample) and which == "all" and _narrow(layer.conv):
-                    layer.conv = Fp8Conv3d.frozen(layer.conv)
-                    changed += 1
+        for holder, key, norm in self._narrow_convs(which):
+            setattr(holder, key, Fp8Conv3d.frozen(getattr(holder, key)))
+            if norm is not None:
+                norm.fp8 = norm.silu  # a fused norm applies the SiLU itself
+            changed += 1
         return changed
-
 
     def use_fp8_forward(self) -> int:
         """Training (``Knobs.fp8_train_convs``): every ResBlock's and upsampling's 3³ convolution of at
         most ``fp8.MAX_OUT_CHANNELS`` outputs computes its forward in FP8 and its gradients in bf16
         (``fp8.Fp8ForwardConv3d``, the same parameters). Returns how many convolutions changed."""
         changed = 0
-        for layer in (layer for block in (*self.input_blocks, self.middle_block, *self.output_blocks) for layer in block):
-            if isinstance(layer, ResBlock):
-                for stack in (layer.in_layers, layer.out_layers):
-                    if _narrow(stack[-1]):
-                        stack[-1] = Fp8ForwardConv3d.sharing(stack[-1])
-                        changed += 1
-            elif isinstance(layer, Upsample) and _narrow(layer.conv):
-                layer.conv = Fp8ForwardConv3d.sharing(layer.conv)
-                changed += 1
+        for holder, key, _ in self._narrow_convs("all"):
+            setattr(holder, key, Fp8ForwardConv3d.sharing(getattr(holder, key)))
+            changed += 1
         return changed
+
+    def _narrow_convs(self, which: str) -> list[tuple[nn.Module, str, "GroupNorm | None"]]:
+        """The 3³ convolutions FP8 pays for (``_narrow``) in the set ``which`` of ``FP8_CONV_SETS``, as
+        (module holding it, its attribute name, the norm that writes its input or None for the
+        upsampling's): "none" no convolution, "skip" the decoder ResBlocks' first, "all" every
+        ResBlock's and upsampling's."""
+        found = []
+        if which == "none":
+            return found
+        for decoder, blocks in ((False, [*self.input_blocks, self.middle_block]), (True, self.output_blocks)):
+            for layer in (layer for block in blocks for layer in block):
+                if isinstance(layer, ResBlock):
+                    stacks = [layer.in_layers] * (decoder or which == "all") + [layer.out_layers] * (which == "all")
+                    found += [(stack, str(len(stack) - 1), stack[0]) for stack in stacks if _narrow(stack[-1])]
+                elif isinstance(layer, Upsample) and which == "all" and _narrow(layer.conv):
+                    found.append((layer, "conv", None))
+        return found
 
 
 def _narrow(conv: nn.Module) -> bool:

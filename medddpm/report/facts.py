@@ -168,7 +168,7 @@ def interventions(root: Path, gpus: list[str]) -> dict[str, str]:
 
 def _agreement(root: Path, gpus: list[str]) -> tuple[str | None, pd.DataFrame]:
     """The reference GPU among those with quality results, and its denoiser-agreement rows."""
-    q = roles([g for g in gpus if (Path(root) / g / "quality").is_dir()])["ref"]
+    q = quality_tables.quality_gpus(root, gpus)[1]
     return q, quality_tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
 
 

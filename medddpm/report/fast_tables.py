@@ -241,7 +241,6 @@ def fp8_forward_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
     if not set(FP8_FORWARD) <= set(ms.columns):
         return pd.DataFrame()
     ms = ms[list(FP8_FORWARD)].dropna(how="all").fillna(0.0)
-    ms = ms[ms.notna().all(axis=1)]
     both = [g for g, d in ms.groupby(level=0) if (d > 0).any().all()]
     ms = ms.loc[both]
     total = ms.groupby(level=0).sum().assign(category="all kernels").set_index("category", append=True)

@@ -110,23 +110,27 @@ STAGES = {"end_to_end": end_to_end, "ncu": ncu_modes, "ladder": ladder, "samplin
 def prepare(results_dir, gpus, measure: bool, what: str, size: int, configs: str) -> tuple[Path, list[str]]:
     """A notebook's first step: measure the local GPU if asked (``what``: one of ``STAGES``), then
     return the results folder and the GPUs to render."""
-    from . import paper, tables
+    from . import paper
 
     if what not in STAGES:
         raise ValueError(f"what must be one of {sorted(STAGES)}, got {what!r}")
-    root = paper.results_dir(results_dir)
     if measure:
-        STAGES[what](root, size, configs)
-    return root, tables.select_gpus(root, gpus)
+        STAGES[what](paper.results_dir(results_dir), size, configs)
+    return _store(results_dir, gpus)  # read after measuring: the GPU just measured is among them
 
 
 def render_only(results_dir, gpus, measure: bool, source: str) -> tuple[Path, list[str]]:
     """``prepare`` for a chapter that owns no stage: with ``measure`` it says in one line where its
     data comes from (``source``) instead of timing a stage another chapter owns a second time."""
-    from . import paper, tables
-
     if measure:
         print(f"measure=True: this chapter times nothing itself; its data comes from {source}")
+    return _store(results_dir, gpus)
+
+
+def _store(results_dir, gpus) -> tuple[Path, list[str]]:
+    """The results folder (``paper.results_dir``) and the GPUs to render from it (``tables.select_gpus``)."""
+    from . import paper, tables
+
     root = paper.results_dir(results_dir)
     return root, tables.select_gpus(root, gpus)
 

@@ -25,12 +25,12 @@ SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "bf16-graphs", "real")
 
 
 def quality(root: Path, gpus: list[str]) -> dict[str, str]:
-    """07: sampling speed and its kernels, denoiser agreement, training parity, sample agreement,
-    the long run."""
+    """09, 10 and 12: sampling speed and its kernels, denoiser agreement, training parity, sample
+    agreement, the samplers against the real images and FP32, FP8 sampling, the long run."""
     register_gpus(root)  # GPU names from the store's records
     sb = quality_tables.sample_bench(root, gpus)
     one = sb[sb["batch"] == 1] if not sb.empty else sb
-    r = roles(one["gpu_slug"] if not one.empty else [])
+    r = quality_tables.sampling_roles(sb)
     f = {"sample_gpus": gpu_list(sb["gpu_slug"]) if not sb.empty else "none", **_names(r, "samp_")}
     s = one.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"] if not one.empty else pd.Series(dtype=float)
     for cfg in (*SAMPLING_CONFIGS, *SAMPLING_LEVERS, *SAMPLING_FP8):
@@ -381,7 +381,8 @@ def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, st
 
 
 def quality_chapter(root: Path, gpus: list[str]) -> dict[str, str]:
-    """Chapter 07's facts: ``quality`` and its few-step samplers' (``few_step.facts``)."""
+    """Chapter 11's facts: ``quality``'s (the checkpoint, the samplers beside FP32) and the few-step
+    samplers' (``few_step.facts``)."""
     from . import few_step
 
     return {**quality(root, gpus), **few_step.facts(root, gpus)}

@@ -316,6 +316,12 @@ def quality_slices(root: Path, gpu: str) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
 
+def sampling_roles(sb: pd.DataFrame) -> dict[str, str | None]:
+    """The reference and second GPU (``wording.roles``) among those with batch-1 rows of
+    ``sample_bench``: the GPUs the sampling prose quotes."""
+    return roles(sb.loc[sb["batch"] == 1, "gpu_slug"] if not sb.empty else [])
+
+
 def quality_gpus(root: Path, gpus: list[str]) -> tuple[list[str], str | None]:
     """The GPUs among ``gpus`` with quality results (``<gpu>/quality/``), and the one the quality
     chapters show (the reference GPU of ``wording.roles``)."""
