@@ -11,7 +11,8 @@
 # passes (counter passes of roofline mode per FLOP path → ncu_passes.csv; PASS_PATHS=…) · roofline (ncu
 # roofline mode: one whole step per ROOF_CONFIGS=…, ROOF_LIMIT=… seconds each) · autotune
 # (bench of config.AUTOTUNED; AUTOTUNE_CONFIGS=…, AUTOTUNE_SIZE=…) · fp8 (fast against fast-fp8fwd: bench,
-# kernel tables, training parity of 3 seeds; FP8_DATA=…). Each step has a time limit and a failure does not stop
+# kernel tables, training parity of 3 seeds; FP8_DATA=…) · skipgrad (fast and fast-fp8fwd without and
+# with fused_skip_grads: bench, kernel tables). Each step has a time limit and a failure does not stop
 # the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: fast_measure.sh OUT STAGE...}; shift
@@ -103,6 +104,15 @@ for stage in "$@"; do
         --configs fast-fp8fwd --seeds 0,1,2 --steps 1000 --work "$(mktemp -d)"
       mv "$OUT/fast_path/fp8_forward/quality/"* "$OUT/fast_path/fp8_forward/" 2>/dev/null
       rmdir "$OUT/fast_path/fp8_forward/quality" 2>/dev/null ;;
+    skipgrad)
+      # issue 40, lever 3: fast and fast-fp8fwd, each without and with fused_skip_grads, benched in one
+      # run (SKIP_CONFIGS=…), then the kernel tables of the rungs with the lever (SKIP_KERNELS=…)
+      for c in ${SKIP_CONFIGS:-fast fast-skipgrad fast-fp8fwd fast-fp8fwd-skipgrad}; do
+        run "${BENCH_LIMIT:-200}" $PY -m medddpm bench --model whole-head --size "$SIZE" --config "$c" --steps 20 \
+          --warmup 5 --device cuda --out "$OUT/bench.csv"
+      done
+      run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" \
+        --configs "${SKIP_KERNELS:-fast-skipgrad,fast-fp8fwd-skipgrad}" --warmup 4 --out "$OUT" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

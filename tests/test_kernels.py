@@ -259,6 +259,88 @@ def test_dense_skip_gradients_are_the_same_numbers_laid_out_ndhwc():
         Knobs(dense_skip_grads=True)
 
 
+@needs_triton
+@pytest.mark.parametrize("dual", [False, True])
+def test_concatenating_norm_writes_both_inputs_gradients_with_the_other_consumers_share(dual):
+    """group_norm_silu_cat: c = cat([h, skip]) and the norm of c as the reference computes them; the
+    backward adds c's gradient from its other consumer (here a 1×1 convolution, as in a decoder
+    ResBlock) in the norm's dx pass and hands h and skip their gradients dense NDHWC."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(2, 6, 4, 5, 3, generator=g).contiguous(memory_format=NDHWC).to(DEVICE).requires_grad_()
+    skip = (2 + 3 * torch.randn(2, 10, 4, 5, 3, generator=g)).contiguous(memory_format=NDHWC).to(DEVICE)
+    skip.requires_grad_()
+    w = (1 + 0.3 * torch.randn(16, generator=g)).to(DEVICE).requires_grad_()
+    b = torch.randn(16, generator=g).to(DEVICE).requires_grad_()
+    k = torch.randn(12, 16, 1, 1, 1, generator=g).to(DEVICE)
+    dy, dz = torch.randn(2, 16, 4, 5, 3, generator=g).to(DEVICE), torch.randn(2, 12, 4, 5, 3, generator=g).to(DEVICE)
+    c, y, y8 = kernels.group_norm_silu_cat(h, skip, 4, w, b, dual=dual)
+    c_ref = torch.cat([h, skip], dim=1)
+    y_ref = kernels.reference_group_norm_silu(c_ref, 4, w, b)
+    assert torch.equal(c, c_ref) and c.is_contiguous(memory_format=NDHWC)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    if dual:
+        want8 = kernels.reference_e4m3(c_ref, 4, w, b).float()
+        assert y8.dtype == kernels.E4M3 and (y8.float() - want8).abs().max() <= 2 ** -3 * want8.abs().max()
+    else:
+        assert y8 is None
+    got = torch.autograd.grad((y * dy).sum() + (F.conv3d(c, k) * dz).sum(), (h, skip, w, b))
+    want = torch.autograd.grad((y_ref * dy).sum() + (F.conv3d(c_ref, k) * dz).sum(), (h, skip, w, b))
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4 * e.abs().max().item())
+    assert got[0].is_contiguous(memory_format=NDHWC) and got[1].is_contiguous(memory_format=NDHWC)
+
+
+def test_concatenating_norm_refuses_inputs_that_do_not_concatenate():
+    h, w, b = torch.randn(1, 4, 2, 2, 2), torch.ones(8), torch.zeros(8)
+    with pytest.raises(ValueError, match="differ outside the channels"):
+        kernels.group_norm_silu_cat(h, torch.randn(1, 4, 2, 2, 3), 4, w, b)
+    with pytest.raises(ValueError, match="9 channels do not split into 2 groups"):
+        kernels.group_norm_silu_cat(h, torch.randn(1, 5, 2, 2, 2), 2, torch.ones(9), torch.zeros(9))
+
+
+@needs_triton
+def test_norm_backward_op_with_an_extra_gradient_and_a_split_is_consistent():
+    """opcheck of the backward op's concatenation form (fake shapes and strides of the two dense
+    gradients), and its values against the plain form plus the extra gradient, sliced."""
+    x, w, b, _ = _inputs(1, 16, (3, 4, 2), torch.float32, add=False)
+    x = x.detach()
+    _, mean, rstd, _ = torch.ops.medddpm.group_norm_silu(x, w, b, None, 4, 1e-5, True)
+    dy, extra = torch.randn_like(x), torch.randn_like(x)
+    op = torch.ops.medddpm.group_norm_silu_backward.default
+    torch.library.opcheck(op, (dy, x, w.detach(), b.detach(), None, mean, rstd, 4, True, extra, 6))
+    plain = op(dy, x, w, b, None, mean, rstd, 4, True)
+    split = op(dy, x, w, b, None, mean, rstd, 4, True, extra, 6)
+    whole = plain[0] + extra
+    torch.testing.assert_close(split[0], whole[:, :6], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(split[4], whole[:, 6:], rtol=1e-5, atol=1e-5)
+    assert plain[4].numel() == 0 and split[0].is_contiguous(memory_format=NDHWC)
+    with pytest.raises(ValueError, match="split must lie between 0 and the 16 channels"):
+        op(dy, x, w, b, None, mean, rstd, 4, True, None, 16)
+
+
+@needs_triton
+def test_fused_skip_gradients_are_the_same_model(monkeypatch):
+    """fused_skip_grads: every decoder ResBlock concatenates through the Triton norm (counted), and
+    the model's ε and gradients are those of the dense-skip-gradient model it replaces."""
+    from medddpm.core.runtime import preserved_backend_flags, set_tf32
+
+    calls = []
+    apply = kernels._CatNorm.apply
+    monkeypatch.setattr(kernels._CatNorm, "apply", lambda *a: (calls.append(a[0].shape), apply(*a))[1])
+    torch.manual_seed(0)
+    cfg = MODEL_PRESETS["tiny"]
+    with preserved_backend_flags():
+        set_tf32(False)
+        _compare_models(cfg, dict(checkpoint_attention=False, fused_ops=True, sdpa=True, triton_norm=True,
+                                  dense_skip_grads=True), dict(fused_skip_grads=True), 1e-5, 1e-4, 1e-5)
+    assert len(calls) == cfg.levels * (cfg.num_res_blocks + 1)
+    with pytest.raises(ValueError, match="needs triton_norm=True and channels_last=True"):
+        Knobs(channels_last=True, fused_skip_grads=True)
+    with pytest.raises(ValueError, match="it needs triton_norm"):
+        UNet3D(cfg, fused_skip_grads=True)
+    assert run_config("fast-skipgrad", training=True).fused_skip_grads
+
+
 # --- thin 3³ convolutions (kernels.conv3d_thin) ------------------------------------------------
 
 @pytest.fixture
@@ -410,23 +492,32 @@ def test_upsample_kernel_matches_the_reference_and_its_gradient(n, c, spatial):
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out, F.interpolate(x, scale_factor=2, mode="trilinear"), rtol=1e-5, atol=1e-5)
     g = torch.randn_like(ref)
-    torch.testing.assert_close(_grads(out, (x,), g)[0], _grads(ref, (x,), g)[0], rtol=1e-5, atol=1e-5)
+    got = _grads(out, (x,), g)[0]
+    torch.testing.assert_close(got, _grads(ref, (x,), g)[0], rtol=1e-5, atol=1e-5)
+    assert got.is_contiguous(memory_format=NDHWC)  # the Triton backward's layout, as the convolution before it reads
 
 
 @needs_triton
 def test_upsample_kernel_in_bf16_rounds_once():
     """bf16 in and out, fp32 inside: within one bf16 unit of the fp32 interpolation of the same numbers."""
     x = torch.randn(1, 16, 3, 4, 5, device=DEVICE).to(torch.bfloat16).contiguous(memory_format=NDHWC)
-    out = kernels.upsample2x(x)
+    out = kernels.upsample2x(x.requires_grad_())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), F.interpolate(x.float(), scale_factor=2, mode="trilinear"),
                                rtol=2 ** -7, atol=1e-2)
+    dy = torch.randn_like(out)  # the backward too: 64 bf16 terms summed in fp32, rounded once
+    want = torch.autograd.grad(F.interpolate(x.float(), scale_factor=2, mode="trilinear"), x, dy.float())[0]
+    got = torch.autograd.grad(out, x, dy)[0]
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=2e-2)
 
 
 @needs_triton
 def test_upsample_op_registration_is_consistent():
     x = torch.randn(1, 8, 2, 3, 2, device=DEVICE).contiguous(memory_format=NDHWC)
     torch.library.opcheck(torch.ops.medddpm.upsample2x.default, (x,))
+    dy = torch.randn(1, 8, 4, 6, 4, device=DEVICE).contiguous(memory_format=NDHWC)
+    torch.library.opcheck(torch.ops.medddpm.upsample2x_backward.default, (dy, 2, 3, 2))
 
 
 def test_upsample_falls_back_to_the_reference_and_refuses_other_ranks():
@@ -439,13 +530,14 @@ def test_upsample_falls_back_to_the_reference_and_refuses_other_ranks():
         kernels.upsample2x(torch.randn(1, 4, 2, 3).contiguous(memory_format=torch.channels_last))
 
 
-def test_triton_upsample_knob_is_validated_and_for_sampling_only():
+def test_triton_upsample_knob_is_validated_and_trains():
     with pytest.raises(ValueError, match="fused_ops"):
         Knobs(triton_upsample=True)
     knobs = run_config("fast-w16-tnorm-tconv-fold-up")
     assert knobs.triton_upsample and knobs.fold_conv_bias and knobs.bf16_weights
-    with pytest.raises(ValueError, match="sampling only.*triton_upsample"):
+    with pytest.raises(ValueError, match="sampling only.*bf16_weights"):
         run_config("fast-w16-tnorm-tconv-fold-up", training=True)
+    assert run_config("fast-skipgrad-up", training=True).triton_upsample  # its backward is a Triton kernel too
     with pytest.raises(ValueError, match="needs fused"):
         from medddpm.net.model import Upsample
         Upsample(8, fused=False, triton=True)

@@ -187,13 +187,14 @@ class Knobs:
     triton_conv: bool = False  # the stem and output convolutions (3 channels in, 1 out) through medddpm/net/kernels.py's Triton thin convolutions: each pass one matrix product per tile of voxels, at the bytes of its 64-channel side (cuDNN's small-channel kernels take 5 ms of fast's step); an input that arrives NCDHW stays with cuDNN; needs channels_last, excludes pad_channels
     dense_skip_grads: bool = False  # the decoder's skip concatenations hand each input its gradient dense and NDHWC (model._DenseGradCat), written by Inductor's kernels, instead of a strided channel slice that cuDNN's backward copies with PyTorch's generic kernel (0.3 ms each at 128³); needs channels_last
     fold_conv_bias: bool = False  # each ResBlock's first convolution runs without its bias, which joins the timestep embedding's per-channel add inside the second norm's Triton kernels (model.ResBlock): Inductor otherwise adds it in a kernel of its own that reads and writes the convolution's output (0.12 ms at 128³) and reduces its gradient in another; needs triton_norm
-    triton_upsample: bool = False  # sampling only: the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/net/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; training refuses it (its backward would be aten's, which has no NDHWC kernel); needs fused_ops
+    triton_upsample: bool = False  # the decoder's trilinear ×2 upsampling as one Triton kernel (medddpm/net/kernels.py) that writes its output once, instead of Inductor's kernels of the axis-by-axis reference, which write intermediates of the output's size; its backward one Triton kernel too (each input voxel gathers the 4×4×4 outputs that read it; issue 40), where aten's has no NDHWC kernel; needs fused_ops
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
     fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/net/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
     fp8_train_convs: bool = False  # training: every ResBlock's and upsampling's 3³ convolution of ≤ 64 output channels (fp8.MAX_OUT_CHANNELS) runs its forward with E4M3 operands through cuDNN's graph API (the weight quantized per output channel at every step, the input unscaled) and its data and weight gradients in bf16 (medddpm/net/fp8.py, Fp8ForwardConv3d; issue 40 lever 1); needs precision 'bf16' and channels_last; excludes fp8_convs
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
     chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/diffusion/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
+    fused_skip_grads: bool = False  # training: each decoder ResBlock concatenates its skip input inside the Triton norm's autograd (kernels.group_norm_silu_cat), whose backward dx kernel adds the 1×1 skip convolution's input gradient and writes the two concatenated inputs' gradients apart, dense NDHWC, instead of Inductor's kernels summing the two gradients of the concatenation and slicing them (issue 40 lever 3); needs triton_norm and channels_last
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
 
     def __post_init__(self) -> None:
@@ -238,6 +239,9 @@ class Knobs:
             raise ValueError("graph_owned_grads changes how the step's CUDA graph holds gradients: it needs cuda_graphs=True")
         if self.fold_conv_bias and not self.triton_norm:
             raise ValueError("fold_conv_bias adds the bias inside the Triton norm kernels: it needs triton_norm=True")
+        if self.fused_skip_grads and not (self.triton_norm and self.channels_last):
+            raise ValueError("fused_skip_grads writes the skip gradients in the Triton norm's NDHWC backward: "
+                             "it needs triton_norm=True and channels_last=True")
         if self.dense_skip_grads and not self.channels_last:
             raise ValueError("dense_skip_grads lays the skip gradients out NDHWC: it needs channels_last=True")
         if self.triton_conv and self.pad_channels:
@@ -315,9 +319,18 @@ _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
 _FAST = _rung(_FOLD, "fast", graph_owned_grads=True)
 # Issue 40, lever 1: `fast` with the forward of every ≤ 64-channel 3³ convolution in FP8 (gradients bf16).
 _FP8_FWD = _rung(_FAST, "fast-fp8fwd", fp8_train_convs=True)
+# Issue 40, lever 3: `fast` with the decoder's skip-gradient sums written by the norm's backward kernel
+# (alone, and with lever 1).
+_SKIPGRAD = _rung(_FAST, "fast-skipgrad", fused_skip_grads=True)
+_FP8_SKIPGRAD = _rung(_FP8_FWD, "fast-fp8fwd-skipgrad", fused_skip_grads=True)
+# And the ×2 upsampling's forward and backward as Triton kernels (issue 40, "anything else the
+# per-layer table names": Inductor's upsampling backward kernels), on each of the two above.
+_SKIPGRAD_UP = _rung(_SKIPGRAD, "fast-skipgrad-up", triton_upsample=True)
+_FP8_SKIPGRAD_UP = _rung(_FP8_SKIPGRAD, "fast-fp8fwd-skipgrad-up", triton_upsample=True)
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)))
 KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
-                                      _DENSE, _TRITON_DENSE, _FOLD, _FAST, _FP8_FWD)
+                                      _DENSE, _TRITON_DENSE, _FOLD, _FAST, _FP8_FWD, _SKIPGRAD, _FP8_SKIPGRAD,
+                                      _SKIPGRAD_UP, _FP8_SKIPGRAD_UP)
 
 # Sampling only (``engine.inference``; training refuses them): each adds one lever to ``bf16-graphs``'s
 # denoiser, to a kernel variant's or to the sampling variant before it.
@@ -335,7 +348,7 @@ _CHAIN = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-chain", chain_g
 _CHAIN_FP8 = _rung(_FP8_SKIP, "fast-w16-tnorm-tconv-fold-up-update-fp8skip-chain", chain_graph=True)  # the same with fp8skip's convolutions
 SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE,
                                         _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8)
-SAMPLING_ONLY_KNOBS = ("bf16_weights", "triton_upsample", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}

@@ -74,7 +74,8 @@ class Tiles:
     wgrad_warps: int = 4  # warps of a weight-gradient program (its accumulator is the whole weight)
     wgrad_programs_per_sm: int = 8  # weight-gradient programs per SM (each a partial weight, summed after)
     upsample_tile: int = 2048  # output elements (voxels × padded channels) of a trilinear ×2 program
-    upsample_warps: int = 2  # warps of a trilinear ×2 program
+    upsample_warps: int = 2  # warps of a trilinear ×2 program (forward and backward)
+    upsample_bwd_tile: int = 1024  # input elements (voxels × padded channels) of a trilinear ×2 backward program (64 loads each: a smaller tile); not probed
 
 
 TILES = Tiles()  # the launch shapes in use (a module global, so a probe can swap it)
@@ -108,7 +109,7 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     weight, bias and add. ``fp8``: the output in E4M3 (saturated at ±448) for an FP8 convolution
     (``medddpm.net.fp8``; the sampler's, no backward)."""
     _no_fp8_grad(fp8, x, weight, bias, *([] if add is None else [add]))
-    _check_norm_args(x, groups, add)
+    _check_norm_args(x.shape, groups, add)
     if not runs_on(x):
         return reference_group_norm_silu(x, groups, weight, bias, eps, silu, add, fp8)
     return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, fp8)[0]
@@ -120,7 +121,7 @@ def group_norm_silu_dual(x: Tensor, groups: int, weight: Tensor, bias: Tensor, e
     convolution whose forward is FP8 (``fp8.Fp8ForwardConv3d``): the E4M3 copy is written by the
     same pass that writes y (no kernel reads y again to quantize it) and has no gradient; autograd
     reaches x, weight, bias and add through y."""
-    _check_norm_args(x, groups, add)
+    _check_norm_args(x.shape, groups, add)
     if not runs_on(x):
         y = reference_group_norm_silu(x, groups, weight, bias, eps, silu, add)
         return y, reference_e4m3(x, groups, weight, bias, eps, silu, add)
@@ -128,9 +129,52 @@ def group_norm_silu_dual(x: Tensor, groups: int, weight: Tensor, bias: Tensor, e
     return y, y8.view(E4M3)
 
 
-def _check_norm_args(x: Tensor, groups: int, add: Tensor | None) -> None:
-    """One clear error for channels that do not split into ``groups`` or an ``add`` that is not (N, C)."""
-    n, c = x.shape[:2]
+def group_norm_silu_cat(h: Tensor, skip: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
+                        silu: bool = True, dual: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(c, y, y8) for a decoder ResBlock's input: c = cat([h, skip]) along the channels (for its 1×1
+    skip convolution), y = ``group_norm_silu(c)`` and, with ``dual``, y's E4M3 copy
+    (``group_norm_silu_dual``; else None). Where the kernels run, c's gradient from its other
+    consumers is added by the norm's dx kernel, which writes h's and skip's gradients apart, each
+    dense channels-last (``Knobs.fused_skip_grads``): no kernel of its own sums c's two gradients
+    and slices them (paper Fig. 3's decoder concatenation; the same values)."""
+    if h.shape[0] != skip.shape[0] or h.shape[2:] != skip.shape[2:]:
+        raise ValueError(f"h {tuple(h.shape)} and skip {tuple(skip.shape)} differ outside the channels")
+    _check_norm_args((h.shape[0], h.shape[1] + skip.shape[1]), groups, None)
+    if not (runs_on(h) and runs_on(skip)):
+        c = torch.cat([h, skip], dim=1)
+        y = reference_group_norm_silu(c, groups, weight, bias, eps, silu)
+        return c, y, reference_e4m3(c, groups, weight, bias, eps, silu) if dual else None
+    c, y, y8 = _CatNorm.apply(h, skip, weight, bias, groups, eps, silu, dual)
+    return c, y, y8.view(E4M3) if dual else None
+
+
+class _CatNorm(torch.autograd.Function):
+    """c = cat([h, skip]) and y = SiLU(GroupNorm(c)) through the Triton kernels; the backward takes
+    c's gradient (dc, from the skip convolution) into the norm's dx pass and splits the sum at h's
+    channels (``group_norm_silu_cat``)."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, skip: Tensor, weight: Tensor, bias: Tensor, groups: int, eps: float,  # type: ignore[override]
+                silu: bool, dual: bool) -> tuple[Tensor, Tensor, Tensor]:
+        c = _as_nsc(torch.cat([h, skip], dim=1))
+        y, mean, rstd, y8 = torch.ops.medddpm.group_norm_silu(c, weight, bias, None, groups, eps, silu, False, dual)
+        ctx.save_for_backward(c, weight, bias, mean, rstd)
+        ctx.groups, ctx.silu, ctx.split = groups, silu, h.shape[1]
+        ctx.mark_non_differentiable(y8)
+        return c, y, y8
+
+    @staticmethod
+    def backward(ctx, dc: Tensor | None, dy: Tensor, _dy8: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        c, weight, bias, mean, rstd = ctx.saved_tensors
+        dh, dw, db, _, dskip = torch.ops.medddpm.group_norm_silu_backward(dy, c, weight, bias, None, mean, rstd,
+                                                                          ctx.groups, ctx.silu, dc, ctx.split)
+        return dh, dskip, dw, db, None, None, None, None
+
+
+def _check_norm_args(shape: tuple[int, ...], groups: int, add: Tensor | None) -> None:
+    """One clear error for channels (``shape`` is (N, C, …)) that do not split into ``groups`` or an
+    ``add`` that is not (N, C)."""
+    n, c = shape[:2]
     if c % groups:
         raise ValueError(f"{c} channels do not split into {groups} groups")
     if add is not None and tuple(add.shape) != (n, c):
@@ -225,6 +269,18 @@ def _arrival_counters(part: Tensor, block_p: int) -> Tensor:
 def _dense_like(t: Tensor) -> Tensor:
     """An empty tensor of ``t``'s shape and dtype, row-major (the addend's gradient, whatever its layout)."""
     return t.new_empty(t.shape)
+
+
+def _split_grads(x: Tensor, split: int) -> tuple[Tensor, Tensor]:
+    """(dx, dx2) of the norm's backward: x's shape and layout (dx2 empty), or with ``split`` > 0 the
+    gradients of a concatenation's inputs, its first ``split`` channels and the rest, each dense
+    channels-last."""
+    n, c = x.shape[:2]
+    if not split:
+        return torch.empty_like(x), x.new_empty(0)
+    if not 0 < split < c:
+        raise ValueError(f"split must lie between 0 and the {c} channels, got {split}")
+    return tuple(x.new_empty((n, *x.shape[2:], k)).movedim(-1, 1) for k in (split, c - split))
 
 
 def _addend(add: Tensor | None, x: Tensor) -> tuple[Tensor, int]:
@@ -492,9 +548,12 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dx_kernel(dy_ptr, x_ptr, dx_ptr, add_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, k1_ptr, k2_ptr, k3_ptr,
-                       S, C, G, add_stride, SILU: tl.constexpr, HAS_ADD: tl.constexpr,
-                       BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-        """dx = k1·dz + k2·x̂ + k3 (one read of dy and x, one write of dx)."""
+                       extra_ptr, dx2_ptr, S, C, G, add_stride, split, SILU: tl.constexpr, HAS_ADD: tl.constexpr,
+                       HAS_EXTRA: tl.constexpr, SPLIT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+        """dx = k1·dz + k2·x̂ + k3 (one read of dy and x, one write of dx); HAS_EXTRA: + extra, x's
+        gradient from its other consumers (one more read); SPLIT: channels < ``split`` written to
+        dx (N, S, split) and the rest to dx2 (N, S, C − split), the gradients of a concatenation's
+        two inputs, each dense."""
         t = tl.program_id(0)
         n = tl.program_id(1)
         cols = tl.arange(0, BLOCK_C)
@@ -508,7 +567,17 @@ if triton is not None:
         dx = dz * tl.load(k1_ptr + n * C + cols, mask=cmask, other=0.0)[None, :] \
             + xh * tl.load(k2_ptr + n * C + cols, mask=cmask, other=0.0)[None, :] \
             + tl.load(k3_ptr + n * C + cols, mask=cmask, other=0.0)[None, :]
-        tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=m)
+        if HAS_EXTRA:
+            dx += tl.load(extra_ptr + off, mask=m, other=0.0).to(tl.float32)
+        if SPLIT:
+            left = cols < split
+            r64 = rows.to(tl.int64)[:, None]
+            off1 = n.to(tl.int64) * S * split + r64 * split + cols[None, :]
+            tl.store(dx_ptr + off1, dx.to(dx_ptr.dtype.element_ty), mask=m & left[None, :])
+            off2 = n.to(tl.int64) * S * (C - split) + r64 * (C - split) + (cols - split)[None, :]
+            tl.store(dx2_ptr + off2, dx.to(dx2_ptr.dtype.element_ty), mask=m & (cols >= split)[None, :])
+        else:
+            tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=m)
 
     @torch.library.custom_op("medddpm::group_norm_silu", mutates_args=())
     def _gn_forward(x: Tensor, weight: Tensor, bias: Tensor, add: Tensor | None, groups: int, eps: float,
@@ -545,8 +614,12 @@ if triton is not None:
 
     @torch.library.custom_op("medddpm::group_norm_silu_backward", mutates_args=())
     def _gn_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Tensor, add: Tensor | None, mean: Tensor,
-                     rstd: Tensor, groups: int, silu: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(dx, dweight, dbias, dadd) of ``group_norm_silu``; dadd is empty when there is no addend."""
+                     rstd: Tensor, groups: int, silu: bool, extra: Tensor | None = None,
+                     split: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(dx, dweight, dbias, dadd, dx2) of ``group_norm_silu``; dadd is empty when there is no
+        addend. ``extra``: a gradient of x from its other consumers, added in the dx pass. ``split``
+        > 0: x is a concatenation along the channels and dx holds the gradient of its first
+        ``split`` channels, dx2 of the rest, each dense channels-last (else dx2 is empty)."""
         x, dy = _as_nsc(x), _as_nsc(dy)
         tiles = TILES
         n, s, c, block_c, block_s, rows, part = _reduction(x, tiles.reduce_tile, 3)
@@ -563,17 +636,19 @@ if triton is not None:
                                                HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c,
                                                BLOCK_G=triton.next_power_of_2(groups), BLOCK_P=block_p,
                                                STAGES=tiles.stages, num_warps=tiles.reduce_warps)
-        dx = torch.empty_like(x)
+        dx, dx2 = _split_grads(x, split)
         dx_s = _rows(tiles.dx_tile, block_c)
-        _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, addend, weight, bias, mean, rstd, k1, k2, k3, s, c,
-                                                  groups, add_stride, SILU=silu, HAS_ADD=has_add, BLOCK_S=dx_s,
+        _bwd_dx_kernel[(triton.cdiv(s, dx_s), n)](dy, x, dx, addend, weight, bias, mean, rstd, k1, k2, k3,
+                                                  x if extra is None else _as_nsc(extra), dx2, s, c, groups,
+                                                  add_stride, split, SILU=silu, HAS_ADD=has_add,
+                                                  HAS_EXTRA=extra is not None, SPLIT=split > 0, BLOCK_S=dx_s,
                                                   BLOCK_C=block_c, num_warps=tiles.dx_warps)
-        return dx, dw, db, dadd
+        return dx, dw, db, dadd, dx2
 
     @_gn_backward.register_fake
-    def _(dy, x, weight, bias, add, mean, rstd, groups, silu):
-        return (torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias),
-                _dense_like(add) if add is not None else x.new_empty(0))
+    def _(dy, x, weight, bias, add, mean, rstd, groups, silu, extra=None, split=0):
+        return (*_split_grads(x, split)[:1], torch.empty_like(weight), torch.empty_like(bias),
+                _dense_like(add) if add is not None else x.new_empty(0), _split_grads(x, split)[1])
 
     def _setup_context(ctx, inputs, output) -> None:
         x, weight, bias, add, groups, eps, silu, _fp8, _dual = inputs
@@ -584,8 +659,8 @@ if triton is not None:
 
     def _backward(ctx, dy, _dmean, _drstd, _dy8):
         x, weight, bias, add, mean, rstd = ctx.saved_tensors
-        dx, dw, db, dadd = torch.ops.medddpm.group_norm_silu_backward(dy, x, weight, bias, add, mean, rstd,
-                                                                      ctx.groups, ctx.silu)
+        dx, dw, db, dadd, _ = torch.ops.medddpm.group_norm_silu_backward(dy, x, weight, bias, add, mean, rstd,
+                                                                         ctx.groups, ctx.silu)
         return dx, dw, db, (None if add is None else dadd), None, None, None, None, None
 
     _gn_forward.register_autograd(_backward, setup_context=_setup_context)
@@ -967,6 +1042,11 @@ def _doubled(x: Tensor, fp8: bool = False) -> Tensor:
                        memory_format=torch.channels_last_3d)
 
 
+def _halved(dy: Tensor, d: int, h: int, w: int) -> Tensor:
+    """An empty channels-last (N, C, d, h, w) tensor in ``dy``'s dtype: the upsampling's input gradient."""
+    return torch.empty((*dy.shape[:2], d, h, w), device=dy.device, dtype=dy.dtype, memory_format=torch.channels_last_3d)
+
+
 if triton is not None:
 
     @triton.jit
@@ -1023,6 +1103,74 @@ if triton is not None:
             vo = v * C
         tl.store(y_ptr + (vo[:, None] + cols[None, :]), out.to(y_ptr.dtype.element_ty), mask=m)
 
+    @triton.jit
+    def _adjoint_tap(i, n, k: tl.constexpr):
+        """Output index and weight of tap ``k`` (0–3) of the 4 outputs 2i−1 … 2i+2 of a linear ×2 along
+        an axis of length n that read input index i (the adjoint of ``_lerp_pair``): ¼ from each
+        outer one, ¾ from each inner one, and the inner one at a border also takes the clamped ¼;
+        an outer one outside the axis weighs 0 (its index clamped inside)."""
+        o = 2 * i - 1 + k
+        if k == 0:
+            w = tl.where(i >= 1, 0.25, 0.0)
+        elif k == 1:
+            w = tl.where(i == 0, 1.0, 0.75)
+        elif k == 2:
+            w = tl.where(i == n - 1, 1.0, 0.75)
+        else:
+            w = tl.where(i <= n - 2, 0.25, 0.0)
+        return tl.minimum(tl.maximum(o, 0), 2 * n - 1), w
+
+    @triton.jit
+    def _upsample2x_bwd_kernel(dy_ptr, dx_ptr, NV, D, H, W, C: tl.constexpr, BLOCK_V: tl.constexpr,
+                               BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+        """dx[v, :] for one tile of input voxels v of (N, D, H, W): the 4×4×4 outputs that read v,
+        weighted (separable: along W, then H, then D), summed in fp32; one write of dx, each
+        output read by the 8 inputs around it (from cache after the first)."""
+        v = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = v < NV
+        cols = tl.arange(0, BLOCK_C)
+        m = valid[:, None] & (cols < C)[None, :]
+        d, h, w = _voxel_coords(v, D, H, W)
+        b = v // (D * H * W)
+        if WIDE:
+            b = b.to(tl.int64)
+        acc = tl.zeros([BLOCK_V, BLOCK_C], tl.float32)
+        for kd in tl.static_range(4):
+            od, wd = _adjoint_tap(d, D, kd)
+            acc_h = tl.zeros([BLOCK_V, BLOCK_C], tl.float32)
+            for kh in tl.static_range(4):
+                oh, wh = _adjoint_tap(h, H, kh)
+                row = ((b * 2 * D + od) * 2 * H + oh) * 2 * W
+                acc_w = tl.zeros([BLOCK_V, BLOCK_C], tl.float32)
+                for kw in tl.static_range(4):
+                    ow, ww = _adjoint_tap(w, W, kw)
+                    g = tl.load(dy_ptr + ((row + ow) * C)[:, None] + cols[None, :], mask=m, other=0.0)
+                    acc_w += ww[:, None] * g.to(tl.float32)
+                acc_h += wh[:, None] * acc_w
+            acc += wd[:, None] * acc_h
+        if WIDE:
+            vo = v.to(tl.int64) * C
+        else:
+            vo = v * C
+        tl.store(dx_ptr + (vo[:, None] + cols[None, :]), acc.to(dx_ptr.dtype.element_ty), mask=m)
+
+    @torch.library.custom_op("medddpm::upsample2x_backward", mutates_args=())
+    def _up_backward_op(dy: Tensor, d: int, h: int, w: int) -> Tensor:
+        """The gradient of ``upsample2x``'s channels-last input (N, C, d, h, w) from its output's ``dy``."""
+        dy = _as_nsc(dy)
+        n, c = dy.shape[:2]
+        dx = _halved(dy, d, h, w)
+        block_c = triton.next_power_of_2(c)
+        rows = _rows(TILES.upsample_bwd_tile, block_c)
+        nv = n * d * h * w
+        _upsample2x_bwd_kernel[(triton.cdiv(nv, rows),)](dy, dx, nv, d, h, w, C=c, BLOCK_V=rows, BLOCK_C=block_c,
+                                                         WIDE=dy.numel() >= 2**31, num_warps=TILES.upsample_warps)
+        return dx
+
+    @_up_backward_op.register_fake
+    def _(dy, d, h, w):
+        return _halved(dy, d, h, w)
+
     @torch.library.custom_op("medddpm::upsample2x", mutates_args=())
     def _up_forward(x: Tensor, fp8: bool = False) -> Tensor:
         """Trilinear ×2 of a channels-last (N, C, D, H, W) tensor (``upsample2x``), E4M3 with ``fp8``."""
@@ -1045,6 +1193,6 @@ if triton is not None:
 
     def _up_backward(ctx, dy):
         n, c, d, h, w = ctx.shape
-        return torch.ops.aten.upsample_trilinear3d_backward(dy, [2 * d, 2 * h, 2 * w], [n, c, d, h, w], False), None
+        return torch.ops.medddpm.upsample2x_backward(dy, d, h, w), None
 
     _up_forward.register_autograd(_up_backward, setup_context=_up_setup_context)

@@ -63,6 +63,13 @@ class GroupNorm(nn.GroupNorm):
             raise ValueError("forward_dual is the Triton norm's: triton needs to be on")
         return kernels.group_norm_silu_dual(x, self.num_groups, self.weight, self.bias, self.eps, self.silu, add)
 
+    def forward_cat(self, h: Tensor, skip: Tensor, dual: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(cat([h, skip]), the fused Triton norm's output of it, its E4M3 copy with ``dual``), the
+        concatenation's gradients written by the norm's backward (``kernels.group_norm_silu_cat``)."""
+        if not self.triton:
+            raise ValueError("forward_cat is the Triton norm's: triton needs to be on")
+        return kernels.group_norm_silu_cat(h, skip, self.num_groups, self.weight, self.bias, self.eps, self.silu, dual)
+
     def _norm(self, x: Tensor, add: Tensor | None) -> Tensor:
         if add is not None:
             x = x + per_channel(add.to(x.dtype), x)
@@ -116,11 +123,15 @@ class ResBlock(nn.Module):
         add = self.emb_layers(emb)
         return add + self.in_layers[-1].bias if self.fold_bias else add
 
-    def forward(self, x: Tensor, emb: Tensor) -> Tensor:
+    def forward(self, x: Tensor, emb: Tensor, skip: Tensor | None = None) -> Tensor:
         """``emb`` is the timestep embedding, or, once UNet3D's timestep table is frozen, the table's
-        rows at t (every ResBlock's addend, this block's in ``table_cols``)."""
+        rows at t (every ResBlock's addend, this block's in ``table_cols``). A decoder block given
+        the encoder's ``skip`` concatenates it to ``x`` itself (``UNet3D.fused_skip_grads``)."""
         add = self.addend(emb) if self.table_cols is None else emb[:, self.table_cols[0]:self.table_cols[1]]
-        h = self._stack(self.in_layers, x, None, bias=not self.fold_bias)  # fold_bias: the bias joins the next norm
+        if skip is None:
+            h = self._stack(self.in_layers, x, None, bias=not self.fold_bias)  # fold_bias: the bias joins the next norm
+        else:
+            x, h = self._cat_stack(x, skip, bias=not self.fold_bias)  # x is now the concatenation
         h = self._stack(self.out_layers, h, add, bias=True)
         return self.skip(x) + h
 
@@ -130,14 +141,35 @@ class ResBlock(nn.Module):
         where ``bias``. An FP8-forward convolution after a fused Triton norm takes the E4M3 copy of
         its input that the norm writes beside it (``GroupNorm.forward_dual``)."""
         norm, *mid, conv = layers
-        if isinstance(conv, Fp8ForwardConv3d) and norm.triton and norm.silu and \
-                not any(isinstance(m, nn.Dropout) and m.p > 0 and m.training for m in mid):
-            h, h8 = norm.forward_dual(x, add)
-            return conv(h, h8) if bias else conv._conv_forward(h, conv.weight, None, h8)
+        if _takes_e4m3(layers):
+            return _conv(conv, *norm.forward_dual(x, add), bias=bias)
         h = norm(x, add=add)
         for layer in mid:
             h = layer(h)
-        return conv(h) if bias else conv._conv_forward(h, conv.weight, None)  # called as a module: hooks see it
+        return _conv(conv, h, bias=bias)
+
+    def _cat_stack(self, x: Tensor, skip: Tensor, bias: bool) -> tuple[Tensor, Tensor]:
+        """(cat([x, skip]), the first stack's output of it): the Triton norm concatenates, and its
+        backward writes both inputs' gradients, the skip convolution's share added
+        (``GroupNorm.forward_cat``)."""
+        norm, *_, conv = self.in_layers
+        c, h, h8 = norm.forward_cat(x, skip, dual=_takes_e4m3(self.in_layers))
+        return c, _conv(conv, h, h8, bias=bias)
+
+
+def _takes_e4m3(layers: nn.Sequential) -> bool:
+    """True where a stack's convolution runs its forward in FP8 and its fused Triton norm can write
+    the E4M3 input beside its output (no active dropout between them)."""
+    norm, *mid, conv = layers
+    return isinstance(conv, Fp8ForwardConv3d) and norm.triton and norm.silu and \
+        not any(isinstance(m, nn.Dropout) and m.p > 0 and m.training for m in mid)
+
+
+def _conv(conv: nn.Module, h: Tensor, h8: Tensor | None = None, bias: bool = True) -> Tensor:
+    """``conv(h)``, called as a module (hooks see it), or without its bias unless ``bias``; an
+    FP8-forward convolution also takes h's E4M3 copy ``h8``."""
+    e4m3 = () if h8 is None else (h8,)
+    return conv(h, *e4m3) if bias else conv._conv_forward(h, conv.weight, None, *e4m3)
 
 
 class Attention(nn.Module):
@@ -227,8 +259,11 @@ class Upsample(nn.Module):
 class Block(nn.ModuleList):
     """A sequence of layers that all receive the timestep embedding."""
 
-    def forward(self, x: Tensor, emb: Tensor) -> Tensor:  # type: ignore[override]
-        for layer in self:
+    def forward(self, x: Tensor, emb: Tensor, skip: Tensor | None = None) -> Tensor:  # type: ignore[override]
+        """``skip``: the encoder's tensor the first layer (a decoder ResBlock) concatenates to ``x``."""
+        first, *rest = self
+        x = first(x, emb) if skip is None else first(x, emb, skip)
+        for layer in rest:
             x = layer(x, emb)
         return x
 
@@ -347,17 +382,21 @@ class UNet3D(nn.Module):
     the predicted noise of shape (N, out_channels, D, H, W).
 
     ``fused_ops``, ``sdpa``, ``triton_norm``, ``pad_channels``, ``triton_conv``,
-    ``dense_skip_grads``, ``fold_conv_bias`` and ``triton_upsample`` choose the fast-path implementations (``Knobs``);
+    ``dense_skip_grads``, ``fold_conv_bias``, ``triton_upsample`` and ``fused_skip_grads`` choose the
+    fast-path implementations (``Knobs``);
     they change no parameter, so a state dict loads into the model built either way.
     """
 
     def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
                  sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0,
                  triton_conv: bool = False, dense_skip_grads: bool = False, fold_conv_bias: bool = False,
-                 triton_upsample: bool = False) -> None:
+                 triton_upsample: bool = False, fused_skip_grads: bool = False) -> None:
         super().__init__()
+        if fused_skip_grads and not triton_norm:
+            raise ValueError("fused_skip_grads writes the skip concatenation's gradients in the Triton norm's "
+                             "backward: it needs triton_norm")
         self.cfg = cfg
-        self.dense_skip_grads = dense_skip_grads
+        self.dense_skip_grads, self.fused_skip_grads = dense_skip_grads, fused_skip_grads
         mc = cfg.model_channels
         emb_dim = 4 * mc
         self.time_embed = nn.Sequential(nn.Linear(mc, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
@@ -430,7 +469,8 @@ class UNet3D(nn.Module):
             skips.append(h)
         h = self.middle_block(h, emb)
         for block in self.output_blocks:
-            h = block(skip_cat(h, skips.pop(), self.dense_skip_grads), emb)
+            skip = skips.pop()
+            h = block(h, emb, skip) if self.fused_skip_grads else block(skip_cat(h, skip, self.dense_skip_grads), emb)
         return self.out(h)
 
     def embed(self, t: Tensor) -> Tensor:
