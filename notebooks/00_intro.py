@@ -66,5 +66,6 @@ table(headline.headline(root, G), 2)
 # 10. **Sampling**: seconds per volume, and which sampler is right.
 # 11. **A dozen steps**: few-step solvers judged inside DDPM 250's band.
 # 12. **FP8 sampling** and the paper's Fig. 1 from our own model.
+# 13. **Past `fast`**: the stretch target's levers, each against `fast`, and what is left above the bounds.
 #
 # **Reproduce on your GPU** explains how to add a GPU.

@@ -178,42 +178,5 @@ else:
 # training step keeps cuDNN for the stem in any case (its input arrives NCDHW).
 
 # %% [markdown]
-# ## FP8 in the forward pass
-#
-# Past `fast` the convolutions hold most of the step, already at cuDNN's best for their shapes
-# in bf16. `fast-fp8fwd` (knob `fp8_train_convs`, `medddpm/net/fp8.py`) runs the forward of every
-# ResBlock and upsampling 3³ convolution with at most 64 output channels with E4M3 operands through
-# cuDNN's graph API: the weight quantized per output channel at every step, the activation unscaled,
-# written in E4M3 by the Triton norm in the same pass that writes its bf16 output. The data and
-# weight gradients stay bf16, from the unquantized operands: the forward half of the FP8 recipe of
-# Micikevicius et al. (2022), whose gradients would be E5M2. On the {glue:text}`f8_gpu` it takes
-# {glue:text}`f8_ms` ms a step against `fast`'s {glue:text}`f8_fast_ms` ms in the same run
-# ({glue:text}`f8_gain_ms` ms less, {glue:text}`f8_gain_pct`). The stretch target for this GPU is
-# {glue:text}`f8_target` ms: the step {glue:text}`f8_verdict`. Kernel by kernel category (one steady
-# step, torch.profiler), the convolutions give back {glue:text}`f8_conv_saved_ms` ms and the norms,
-# writing the second copy, take {glue:text}`f8_norm_added_ms` ms more:
-
-# %% tags=["hide-input"]
-F8 = fast_tables.fp8_forward_kernels(root, G)
-if F8.empty:
-    print(plots.no_data_text("torch.profiler step tables of fast and fast-fp8fwd",
-                             "medddpm torch-kernels --size 128 --configs fast,fast-fp8fwd --out data/results/<gpu>"))
-else:
-    display(table(F8.round(2).rename(columns={"fast": "fast (ms)", "fast-fp8fwd": "fast-fp8fwd (ms)"}), 2))
-
-# %% [markdown]
-# **Does it train the same model?** The quality chapter's parity runs (1,000 Adam steps at 64³ on
-# the MNI152 demo subjects, the held-out loss by the FP32 evaluator) for {glue:text}`f8_seeds` seeds
-# on the {glue:text}`f8_parity_gpu` end at {glue:text}`f8_losses`; the FP32 baseline's 95 %
-# prediction band from its three seeds on the {glue:text}`f8_band_gpu` is {glue:text}`f8_band`:
-# {glue:text}`f8_parity`. Where the two GPUs differ, no baseline seeds were trained on the first, and
-# the band is the other's: GPU numerics move a run less than a seed does, but the comparison is across
-# GPUs. `fast` stays the default: this lever needs an FP8 GPU and `nvidia-cudnn-frontend`, for
-# {glue:text}`f8_gain_pct` of the step.
-
-# %% tags=["hide-input"]
-FP = fast_tables.fp8_forward_parity(root, G)
-if not FP.empty:
-    display(table(FP.drop(columns=["band_seeds"]).rename(columns={
-        "loss": "held-out loss", "band_gpu": "band's GPU", "band_low": "band, low", "band_high": "band, high",
-        "inside_band": "inside the band"}), 4))
+# The levers past `fast` — FP8 in the forward pass, the skip gradients in the norm's backward, the
+# upsampling as Triton kernels — and what is left above the bounds are in {doc}`13_stretch`.

@@ -4,7 +4,8 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import facts, fast_facts, fast_tables, few_step, headline, quality_facts, quality_tables, tables, workloads
+from medddpm.report import (facts, fast_facts, fast_tables, few_step, headline, quality_facts, quality_tables, stretch,
+                            tables, workloads)
 from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
 
@@ -191,9 +192,10 @@ def test_small_numbers_are_written_for_readers():
     assert facts.sci_fact(float("nan"), "bias").startswith("—")
 
 
-def test_fp8_forward_facts_compare_the_same_gpus_rows_and_judge_parity_against_the_band(tmp_path):
-    """Issue 40's lever 1: the step times of fast and fast-fp8fwd from one GPU's bench rows, the
-    target of that GPU, and each parity seed against the FP32 baseline's band (here the same GPU's)."""
+def test_stretch_facts_compare_the_same_gpus_rows_and_judge_parity_against_the_band(tmp_path):
+    """Issue 40's levers: the step times of fast and its lever rungs from one GPU's bench rows, the
+    fastest rung against that GPU's target, the knobs each adds, and each parity seed against the
+    FP32 baseline's band (here the same GPU's)."""
     import pandas as pd
 
     g = tmp_path / "results" / "h100-80gb-hbm3"
@@ -202,16 +204,38 @@ def test_fp8_forward_facts_compare_the_same_gpus_rows_and_judge_parity_against_t
     cols = pd.read_csv(COMMITTED / "h200" / "bench.csv", nrows=1).columns
     pd.DataFrame([dict(zip(cols, [None] * len(cols)), gpu="NVIDIA H100 80GB HBM3", config=c, model="whole-head",
                        size="128x128x128", batch=1, step_ms_median=ms, grad_accum=1)
-                  for c, ms in (("fast", 52.0), ("fast-fp8fwd", 45.0))]).to_csv(g / "bench.csv", index=False)
+                  for c, ms in (("fast", 52.0), ("fast-fp8fwd", 45.0), ("fast-skipgrad", 51.5))]).to_csv(g / "bench.csv", index=False)
     rows = lambda cfg, seed, loss: [{"config": cfg, "seed": seed, "size": 64, "step": s, "subject": "a", "t": 1,
                                      "loss": 0.8 if s == 0 else loss} for s in (0, 1000)]
     base = [r for seed, loss in ((0, 0.150), (1, 0.151), (2, 0.152)) for r in rows("baseline", seed, loss)]
     pd.DataFrame(base).to_csv(g / "quality" / "parity_heldout.csv", index=False)
     fp8 = [r for seed, loss in ((0, 0.151), (1, 0.30)) for r in rows("fast-fp8fwd", seed, loss)]
     pd.DataFrame(fp8).to_csv(g / "fast_path" / "fp8_forward" / "parity_heldout.csv", index=False)
-    f = fast_facts.kernels(tmp_path / "results", ["h100-80gb-hbm3"])
-    assert (f["f8_fast_ms"], f["f8_ms"], f["f8_gain_ms"], f["f8_target"]) == ("52.0", "45.0", "7.0", "44")
-    assert f["f8_verdict"] == "stays 1.0 ms above it" and f["f8_losses"] == "0.1510, 0.3000"
-    assert f["f8_parity"] == "1 of 2 outside" and f["f8_seeds"] == "2" and f["f8_conv_saved_ms"].startswith("—")
-    par = fast_tables.fp8_forward_parity(tmp_path / "results", ["h100-80gb-hbm3"])
+    f = stretch.facts(tmp_path / "results", ["h100-80gb-hbm3"])
+    assert (f["st_fast_ms"], f["st_best"], f["st_best_ms"], f["st_gain_ms"], f["st_target"]) == \
+        ("52.0", "fast-fp8fwd", "45.0", "7.0", "44")
+    assert f["st_verdict"] == "misses it by 1.0 ms" and (f["f8_gain_ms"], f["sg_gain_ms"]) == ("7.0", "0.5")
+    assert f["par_runs"] == "`fast-fp8fwd` 0.1510, 0.3000" and f["par_verdict"] == "1 of 2 outside"
+    assert f["f8_conv_ms"].startswith("—") and f["up_gain_ms"].startswith("—")  # no tables, no upsampling rung
+    par = stretch.parity(tmp_path / "results", ["h100-80gb-hbm3"])
     assert par["inside_band"].tolist() == [True, False] and set(par["band_gpu"]) == {"H100 80GB HBM3"}
+    steps = stretch.lever_steps(tmp_path / "results", ["h100-80gb-hbm3"]).set_index("config")
+    assert steps.loc["fast-fp8fwd", "adds"] == "fp8_train_convs" and steps.loc["fast", "adds"] == "—"
+    assert steps.loc["fast-skipgrad", "vs_fast_ms"] == pytest.approx(-0.5)
+    assert steps.loc["fast-fp8fwd", "above_target_ms"] == pytest.approx(1.0)
+
+
+def test_what_remains_is_the_best_profiled_rung_against_fasts_bounds():
+    """On the committed H100 store: the best lever rung with profiler tables is set against fast's
+    per-category roofline bounds, and its total row adds the categories up."""
+    rem = stretch.remaining(COMMITTED, ["h100-80gb-hbm3"])
+    if rem.empty:
+        pytest.skip("the committed store has no ncu roofline of fast or no lever tables")
+    steps = stretch.lever_steps(COMMITTED, ["h100-80gb-hbm3"]).set_index("config")["step_ms"]
+    best = rem["best"].iloc[0]
+    profiled = {p.parent.name for p in (COMMITTED / "h100-80gb-hbm3").glob("fast-*/torch_step_kernels.parquet")}
+    assert best == min((c for c in stretch.LEVER_RUNGS if c in profiled and c in steps), key=steps.get)
+    cats, total = rem[rem["category"] != "all kernels"], rem[rem["category"] == "all kernels"].iloc[0]
+    for col in ("bound_ms", "fast_ms", "best_ms", "above_bound_ms"):
+        assert total[col] == pytest.approx(cats[col].sum())
+    assert rem["above_bound_ms"].to_numpy() == pytest.approx((rem["best_ms"] - rem["bound_ms"]).to_numpy())

@@ -220,53 +220,11 @@ def _parity_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
 
 def kernels(root: Path, gpus: list[str]) -> dict[str, str]:
     """07: ``fast``'s kernel levers, the norms against their minimal bytes, the convolutions layer by
-    layer, the thin convolutions on their own, and FP8 in the forward pass (issue 40)."""
+    layer, the thin convolutions on their own."""
     register_gpus(root)
     f: dict[str, str] = {}
     _kernel_facts(root, gpus, f)
-    _fp8_forward_facts(root, gpus, f)
     return f
-
-
-STRETCH_TARGETS_MS = {"h200": 40.0, "h100-80gb-hbm3": 44.0}  # issue 40: a training step of fast's successor, per GPU
-
-
-def _fp8_forward_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
-    """Issue 40's lever 1 into ``f`` (f8_): ``fast`` against ``fast-fp8fwd`` on the reference GPU of
-    those that timed both, the kernel milliseconds it moves, its stretch target, and its training
-    parity against the FP32 baseline's band."""
-    fast, fp8 = fast_tables.FP8_FORWARD
-    b = tables.bench(root, gpus, list(fast_tables.FP8_FORWARD))
-    both = b.groupby("gpu_slug")["config"].nunique() if not b.empty else pd.Series(dtype=int)
-    g = roles(both[both == 2].index)["ref"]
-    what = f"bench rows of {fast} and {fp8}"
-    ms = b[b["gpu_slug"] == g].set_index("config")["step_ms_median"] if g else pd.Series(dtype=float)
-    a, c = _get(ms, fast), _get(ms, fp8)
-    f["f8_gpu"] = gpu_name(g) if g else missing(what)
-    f["f8_fast_ms"], f["f8_ms"] = number(a, ".1f", what), number(c, ".1f", what)
-    f["f8_gain_ms"] = number(a - c if a and c else None, ".1f", what)
-    f["f8_gain_pct"] = pct((a - c) / a if a and c else None, what, 1)
-    target = STRETCH_TARGETS_MS.get(g) if g else None
-    f["f8_target"] = number(target, ".0f", f"stretch target for the {gpu_name(g) if g else 'GPU'}")
-    f["f8_verdict"] = (missing(what) if c is None or target is None else
-                       f"meets it with {target - c:.1f} ms to spare" if c <= target else f"stays {c - target:.1f} ms above it")
-    k = fast_tables.fp8_forward_kernels(root, [g] if g else [])
-    kd = k.set_index("category")["difference"] if not k.empty else pd.Series(dtype=float)
-    what = f"torch.profiler step tables of {fast} and {fp8}"
-    for key, cat, sign in (("conv_saved", "convolution/GEMM", -1), ("norm_added", "normalization", 1),
-                           ("kernel_saved", "all kernels", -1)):
-        v = _get(kd, cat)
-        f[f"f8_{key}_ms"] = number(None if v is None else sign * v, ".1f", what)
-    par = fast_tables.fp8_forward_parity(root, gpus)
-    what = f"training-parity runs of {fp8} ({fast_tables.FP8_PARITY}.csv)"
-    f["f8_losses"] = ", ".join(f"{v:.4f}" for v in par["loss"]) if len(par) else missing(what)
-    f["f8_seeds"] = str(par["seed"].nunique()) if len(par) else missing(what)
-    f["f8_parity_gpu"] = gpu_name(par["gpu_slug"].iloc[0]) if len(par) else missing(what)
-    f["f8_band"] = (f"{par['band_low'].iloc[0]:.4f}–{par['band_high'].iloc[0]:.4f}" if len(par) else missing(what))
-    f["f8_band_gpu"] = str(par["band_gpu"].iloc[0]) if len(par) else missing(what)
-    out = int((~par["inside_band"]).sum()) if len(par) else None
-    f["f8_parity"] = (missing(what) if out is None else f"all {len(par)} inside" if out == 0
-                      else f"{out} of {len(par)} outside")
 
 
 def roofline(root: Path, gpus: list[str]) -> dict[str, str]:

@@ -12,10 +12,7 @@ from ..net.kernels import TILES
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import CONV_PASSES, conv_pass
-from .present import gpu_name
-from .quality_tables import parity_curves, parity_verdict
-from .tables import bench, fast_path_csv, ncu_kernels, ordered, results_csv, torch_kernels, train_flops
-from .wording import roles
+from .tables import bench, fast_path_csv, ncu_kernels, ordered, results_csv, train_flops
 
 
 def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -224,45 +221,3 @@ def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFra
     out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
     return out[["gpu_slug", "config", "what", "kernel", "conv_pass", "share", "tflops", "roof_tflops", "dram_tbps",
                 "bandwidth_tbps", "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)
-
-
-FP8_FORWARD = ("fast", "fast-fp8fwd")  # issue 40, lever 1: the rung and the one that adds FP8 forward convolutions to it
-FP8_PARITY = "fast_path/fp8_forward/parity_heldout"  # its training-parity runs (scripts/quality.py parity)
-
-
-def fp8_forward_kernels(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Kernel milliseconds of one steady step per category (torch.profiler) of ``fast`` and
-    ``fast-fp8fwd``, and their difference, on every GPU with tables of both; an "all kernels" row
-    per GPU last."""
-    t = torch_kernels(root, gpus, "step", list(FP8_FORWARD))
-    if t.empty:
-        return t
-    ms = t.groupby(["gpu_slug", "category", "config"])["duration_us"].sum().div(1e3).unstack("config")
-    if not set(FP8_FORWARD) <= set(ms.columns):
-        return pd.DataFrame()
-    ms = ms[list(FP8_FORWARD)].dropna(how="all").fillna(0.0)
-    both = [g for g, d in ms.groupby(level=0) if (d > 0).any().all()]
-    ms = ms.loc[both]
-    total = ms.groupby(level=0).sum().assign(category="all kernels").set_index("category", append=True)
-    out = pd.concat([ms.sort_values(FP8_FORWARD[0], ascending=False), total]).sort_index(level=0, sort_remaining=False)
-    out["difference"] = out[FP8_FORWARD[1]] - out[FP8_FORWARD[0]]
-    return out.reset_index()
-
-
-def fp8_forward_parity(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """``fast-fp8fwd``'s training-parity runs (held-out loss after its last step, per seed) against
-    the FP32 baseline's 95 % prediction band of the reference GPU among those with baseline parity
-    seeds (the quality chapter's band; it may be another GPU's, whose name ``band_gpu`` holds)."""
-    curves = parity_curves(root, gpus, FP8_PARITY)
-    verdict = parity_verdict(root, gpus)
-    base = verdict[verdict["config"] == "baseline"] if not verdict.empty else verdict
-    band_gpu = roles(base["gpu_slug"] if len(base) else [])["ref"]
-    if curves.empty or band_gpu is None:
-        return pd.DataFrame()
-    band = base[base["gpu_slug"] == band_gpu].iloc[0]
-    last = curves[curves["step"] == curves.groupby(["gpu_slug", "config", "seed"])["step"].transform("max")]
-    out = last.rename(columns={"step": "steps"}).assign(band_gpu=gpu_name(band_gpu), band_low=band["band_low"],
-                                                         band_high=band["band_high"], band_seeds=band["band_seeds"])
-    out["inside_band"] = out["loss"].between(out["band_low"], out["band_high"])
-    return ordered(out[["gpu_slug", "config", "seed", "size", "steps", "loss", "band_gpu", "band_low", "band_high",
-                        "band_seeds", "inside_band"]], ["gpu_slug", "config", "seed"])

@@ -11,7 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 from . import paper
-from .present import color, colors, gpu_name
+from .present import color, colors, gpu_name, table
 
 DIFF_MAX = 0.05  # top of the colour scale of sample difference maps (intensity scale [-1, 1])
 PAPER_STYLE = {"hatch": "///", "edgecolor": "0.15", "alpha": 0.5}
@@ -103,6 +103,18 @@ def no_data_text(what: str, run: str | None = None) -> str:
     how to measure it."""
     how = RUN.get(run, run) if run else None
     return f"No data: {what}." + (f" Run: {how}" if how else "")
+
+
+def show_table(df: pd.DataFrame, what: str, run: str | None, digits: int | dict[str, int] = 2,
+               columns: dict[str, str] | None = None) -> None:
+    """Display ``df`` as the book's table (``present.table``, columns renamed by ``columns``) or,
+    when it is empty, the line saying what the store lacks and how to measure it (``no_data_text``)."""
+    from IPython.display import display
+
+    if df.empty:
+        print(no_data_text(what, run))
+    else:
+        display(table(df.rename(columns=columns or {}), digits))
 
 
 def no_data(what: str, run: str | None = None, figsize=(8, 1.6)):

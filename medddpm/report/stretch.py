@@ -1,0 +1,187 @@
+"""Chapter 13, the stretch target of a training step past ``fast`` (issue 40): each lever's rung
+against ``fast``, the kernel time it moves, its training parity, and what is left per kernel
+category against the roofline bound. Tables and facts, read from the results store."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.config import KERNEL_VARIANTS, run_config
+from .facts import _get
+from .fast_tables import ceilings, roofline, roofline_gap
+from .present import gpu_name, register_gpus
+from .quality_tables import parity_curves, parity_verdict
+from .tables import bench, ordered, torch_kernels
+from .wording import missing, number, pct, roles
+
+STRETCH_TARGETS_MS = {"h200": 40.0, "h100-80gb-hbm3": 44.0}  # issue 40: a training step of fast's successor, per GPU
+BASE = "fast"  # the rung every lever adds to
+LEVER_RUNGS = ("fast-fp8fwd", "fast-skipgrad", "fast-fp8fwd-skipgrad", "fast-skipgrad-up",
+               "fast-fp8fwd-skipgrad-up")  # the stretch levers' rungs (config.KERNEL_VARIANTS), one lever more each
+FP8_FORWARD = (BASE, "fast-fp8fwd")  # lever 1: the rung and the one that adds FP8 forward convolutions to it
+SKIP_GRADS = (BASE, "fast-skipgrad")  # lever 3: the skip concatenations' gradients in the norm's backward
+UPSAMPLE = ("fast-skipgrad", "fast-skipgrad-up")  # the ×2 upsampling's forward and backward as Triton kernels
+PARITY = ("fast_path/fp8_forward/parity_heldout", "fast_path/skip_grads/parity_heldout")  # training-parity runs (scripts/quality.py parity)
+assert set(LEVER_RUNGS) <= {k.name for k in KERNEL_VARIANTS}
+
+
+def added_knobs(rung: str) -> str:
+    """The knobs ``rung`` sets beyond ``fast``, from the configurations themselves."""
+    base, knobs = run_config(BASE), run_config(rung)
+    return ", ".join(f.name for f in dataclasses.fields(knobs)
+                     if f.name != "name" and getattr(knobs, f.name) != getattr(base, f.name))
+
+
+def lever_steps(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per GPU with a ``fast`` row: ``fast`` and each lever rung timed there (ms/step, 128³, batch 1),
+    the knobs it adds, its difference from ``fast`` and from the GPU's stretch target."""
+    b = bench(root, gpus, [BASE, *LEVER_RUNGS])
+    if b.empty:
+        return b
+    rows = []
+    for g, d in b.groupby("gpu_slug"):
+        ms = d.set_index("config")["step_ms_median"]
+        if BASE not in ms:
+            continue
+        target = STRETCH_TARGETS_MS.get(g, float("nan"))
+        for c in [BASE, *LEVER_RUNGS]:
+            if c in ms:
+                rows.append({"gpu_slug": g, "config": c, "adds": added_knobs(c) or "—", "step_ms": ms[c],
+                             "vs_fast_ms": ms[c] - ms[BASE], "target_ms": target, "above_target_ms": ms[c] - target})
+    return pd.DataFrame(rows)
+
+
+def lever_kernels(root: Path, gpus: list[str], rungs: tuple[str, str]) -> pd.DataFrame:
+    """Kernel milliseconds of one steady step per category (torch.profiler) of the two ``rungs`` and
+    their difference (second − first), on every GPU with tables of both; an "all kernels" row per
+    GPU last."""
+    t = torch_kernels(root, gpus, "step", list(rungs))
+    if t.empty:
+        return t
+    ms = t.groupby(["gpu_slug", "category", "config"])["duration_us"].sum().div(1e3).unstack("config")
+    if not set(rungs) <= set(ms.columns):
+        return pd.DataFrame()
+    ms = ms[list(rungs)].dropna(how="all").fillna(0.0)
+    both = [g for g, d in ms.groupby(level=0) if (d > 0).any().all()]
+    ms = ms.loc[both]
+    total = ms.groupby(level=0).sum().assign(category="all kernels").set_index("category", append=True)
+    out = pd.concat([ms.sort_values(rungs[0], ascending=False), total]).sort_index(level=0, sort_remaining=False)
+    out["difference"] = out[rungs[1]] - out[rungs[0]]
+    return out.reset_index()
+
+
+def parity(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """The lever rungs' training-parity runs (held-out loss after their last step, per seed) against
+    the FP32 baseline's 95 % prediction band of the reference GPU among those with baseline parity
+    seeds (the quality chapter's band; it may be another GPU's, whose name ``band_gpu`` holds)."""
+    curves = pd.concat([parity_curves(root, gpus, name) for name in PARITY], ignore_index=True)
+    verdict = parity_verdict(root, gpus)
+    base = verdict[verdict["config"] == "baseline"] if not verdict.empty else verdict
+    band_gpu = roles(base["gpu_slug"] if len(base) else [])["ref"]
+    if curves.empty or band_gpu is None:
+        return pd.DataFrame()
+    band = base[base["gpu_slug"] == band_gpu].iloc[0]
+    last = curves[curves["step"] == curves.groupby(["gpu_slug", "config", "seed"])["step"].transform("max")]
+    out = last.rename(columns={"step": "steps"}).assign(band_gpu=gpu_name(band_gpu), band_low=band["band_low"],
+                                                         band_high=band["band_high"], band_seeds=band["band_seeds"])
+    out["inside_band"] = out["loss"].between(out["band_low"], out["band_high"])
+    return ordered(out[["gpu_slug", "config", "seed", "size", "steps", "loss", "band_gpu", "band_low", "band_high",
+                        "band_seeds", "inside_band"]], ["gpu_slug", "config", "seed"])
+
+
+def best_rung(steps: pd.DataFrame, gpu: str | None, among: set[str] | None = None) -> str | None:
+    """The fastest lever rung timed on ``gpu`` (of those in ``among``, if given; None without one)."""
+    d = steps[(steps["gpu_slug"] == gpu) & (steps["config"] != BASE)] if gpu and not steps.empty else pd.DataFrame()
+    if among is not None and not d.empty:
+        d = d[d["config"].isin(among)]
+    return None if d.empty else d.sort_values("step_ms")["config"].iloc[0]
+
+
+def remaining(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per GPU with a whole-step ncu roofline of ``fast`` and torch.profiler tables of ``fast`` and its
+    best lever rung: per kernel category, ``fast``'s roofline bound (each kernel's FLOPs at its
+    pipe's ceiling or its DRAM bytes at the bandwidth, the longer; ncu), the two rungs' kernel time
+    (torch.profiler) and how far the best rung's time lies above that bound. The best rung is the
+    fastest timed one with tables; its bound is ``fast``'s (an FP8 rung's would be lower)."""
+    steps = lever_steps(root, gpus)
+    gap = roofline_gap(roofline(root, gpus, "roofline", [BASE]), ceilings(root, gpus))
+    rows = []
+    profiled = torch_kernels(root, gpus, "step", list(LEVER_RUNGS))
+    for g in (gap["gpu_slug"].unique() if not gap.empty else []):
+        best = best_rung(steps, g, set(profiled.loc[profiled["gpu_slug"] == g, "config"]) if len(profiled) else set())
+        k = lever_kernels(root, [g], (BASE, best)) if best else pd.DataFrame()
+        if k.empty:
+            continue
+        bound = gap[gap["gpu_slug"] == g].groupby("category", observed=True)["bound_ms"].sum()
+        k = k[k["category"] != "all kernels"].assign(bound_ms=lambda d: d["category"].map(bound).fillna(0.0))
+        k = k.rename(columns={BASE: "fast_ms", best: "best_ms"}).assign(best=best)
+        k["above_bound_ms"] = k["best_ms"] - k["bound_ms"]
+        total = k[["fast_ms", "best_ms", "bound_ms", "above_bound_ms"]].sum()
+        rows.append(pd.concat([k.sort_values("above_bound_ms", ascending=False),
+                               pd.DataFrame([{**total, "gpu_slug": g, "category": "all kernels", "best": best}])]))
+    cols = ["gpu_slug", "best", "category", "bound_ms", "fast_ms", "best_ms", "above_bound_ms"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
+def facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """13: every lever's gain, the best rung against the stretch target, each lever's kernel
+    categories, training parity, and what remains above the bounds."""
+    register_gpus(root)
+    f: dict[str, str] = {}
+    steps = lever_steps(root, gpus)
+    g = roles(steps.loc[steps["config"] != BASE, "gpu_slug"] if not steps.empty else [])["ref"]
+    ms = steps[steps["gpu_slug"] == g].set_index("config")["step_ms"] if g else pd.Series(dtype=float)
+    what = "bench rows of fast and its lever rungs"
+    f["st_gpu"] = gpu_name(g) if g else missing(what)
+    f["st_fast_ms"] = number(_get(ms, BASE), ".1f", what)
+    best = best_rung(steps, g)
+    b = _get(ms, best) if best else None
+    f["st_best"] = best or missing(what)
+    f["st_best_ms"] = number(b, ".1f", what)
+    a = _get(ms, BASE)
+    f["st_gain_ms"] = number(a - b if a and b else None, ".1f", what)
+    f["st_gain_pct"] = pct((a - b) / a if a and b else None, what, 1)
+    target = STRETCH_TARGETS_MS.get(g) if g else None
+    f["st_target"] = number(target, ".0f", f"stretch target for the {gpu_name(g) if g else 'GPU'}")
+    f["st_verdict"] = (missing(what) if b is None or target is None else
+                       f"meets it with {target - b:.1f} ms to spare" if b <= target else f"misses it by {b - target:.1f} ms")
+    cats = {"conv": "convolution/GEMM", "norm": "normalization", "pointwise": "Triton pointwise",
+            "upsample": "upsample", "kernels": "all kernels"}
+    for key, rungs, moved in (("f8", FP8_FORWARD, ("conv", "norm", "kernels")),
+                              ("sg", SKIP_GRADS, ("pointwise", "norm", "kernels")),
+                              ("up", UPSAMPLE, ("pointwise", "upsample", "kernels"))):
+        x, y = (_get(ms, r) for r in rungs)
+        f[f"{key}_ms"] = number(y, ".1f", f"bench row of {rungs[1]}")
+        f[f"{key}_gain_ms"] = number(x - y if x and y else None, ".1f", f"bench rows of {rungs[0]} and {rungs[1]}")
+        k = lever_kernels(root, [g] if g else [], rungs)
+        kd = k.set_index("category")["difference"] if not k.empty else pd.Series(dtype=float)
+        for name in moved:  # the categories the lever moves (their sizes: the chapter says which way)
+            v = _get(kd, cats[name])
+            f[f"{key}_{name}_ms"] = number(None if v is None else abs(v), ".2f", f"torch.profiler step tables of {', '.join(rungs)}")
+    _parity_facts(root, gpus, f)
+    rem = remaining(root, gpus)
+    top = rem[rem["category"] != "all kernels"].head(2) if not rem.empty else rem
+    what = "ncu roofline of fast with torch.profiler tables of a lever rung"
+    f["st_rem_gpu"] = gpu_name(rem["gpu_slug"].iloc[0]) if len(rem) else missing(what)
+    f["st_rem_top"] = (" and ".join(f"{r.category} ({r.above_bound_ms:.1f} ms)" for r in top.itertuples())
+                       if len(top) else missing(what))
+    tot = rem[rem["category"] == "all kernels"] if len(rem) else rem
+    f["st_rem_bound_ms"] = number(tot["bound_ms"].iloc[0] if len(tot) else None, ".1f", what)
+    f["st_rem_above_ms"] = number(tot["above_bound_ms"].iloc[0] if len(tot) else None, ".1f", what)
+    return f
+
+
+def _parity_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
+    """The lever rungs' training parity into ``f`` (par_): seeds, losses per rung, the band and its GPU."""
+    par = parity(root, gpus)
+    what = f"training-parity runs of the lever rungs ({', '.join(p + '.csv' for p in PARITY)})"
+    f["par_gpu"] = gpu_name(par["gpu_slug"].iloc[0]) if len(par) else missing(what)
+    f["par_runs"] = ("; ".join(f"`{c}` {', '.join(f'{v:.4f}' for v in d['loss'])}" for c, d in par.groupby("config", sort=False))
+                     if len(par) else missing(what))
+    f["par_band"] = f"{par['band_low'].iloc[0]:.4f}–{par['band_high'].iloc[0]:.4f}" if len(par) else missing(what)
+    f["par_band_gpu"] = str(par["band_gpu"].iloc[0]) if len(par) else missing(what)
+    out = int((~par["inside_band"]).sum()) if len(par) else None
+    f["par_verdict"] = (missing(what) if out is None else f"all {len(par)} inside" if out == 0
+                        else f"{out} of {len(par)} outside")
