@@ -17,6 +17,12 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 NDHWC = torch.channels_last_3d
 
 
+@pytest.fixture
+def gpu_tiles(monkeypatch):
+    """The GPU's launch shapes, where the interpreter's defaults would run one program."""
+    monkeypatch.setattr(kernels, "TILES", kernels.Tiles())
+
+
 def _inputs(n, c, spatial, dtype, add, seed=0, loc=0.0, spread=1.0):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(n, c, *spatial, generator=g) * spread + loc).to(DEVICE, dtype)
@@ -198,9 +204,11 @@ def test_model_with_triton_norm_matches_the_fused_model():
     assert sum(isinstance(m, nn.GroupNorm) and m.triton for m in fast.modules()) > 0
 
 
-def _compare_models(cfg, base: dict, lever: dict, out_tol: float, grad_rtol: float, grad_atol: float) -> UNet3D:
+def _compare_models(cfg, base: dict, lever: dict, out_tol: float, grad_rtol: float, grad_atol: float,
+                    side: int = 16) -> UNet3D:
     """The model built with ``lever`` against the one without (same parameters, jittered so the
-    zero-initialised output layers hide nothing): state-dict keys, ε and every parameter gradient."""
+    zero-initialised output layers hide nothing), on ``side``³ inputs: state-dict keys, ε and every
+    parameter gradient."""
     ref = UNet3D(cfg, **base).to(DEVICE, memory_format=NDHWC)
     with torch.no_grad():
         for p in ref.parameters():
@@ -209,7 +217,7 @@ def _compare_models(cfg, base: dict, lever: dict, out_tol: float, grad_rtol: flo
     assert fast.state_dict().keys() == ref.state_dict().keys()
     fast.load_state_dict(ref.state_dict())
     fast = fast.to(DEVICE, memory_format=NDHWC)
-    x = torch.randn(2, cfg.in_channels, 16, 16, 16, device=DEVICE).contiguous(memory_format=NDHWC)
+    x = torch.randn(2, cfg.in_channels, side, side, side, device=DEVICE).contiguous(memory_format=NDHWC)
     t = torch.tensor([3, 120], device=DEVICE)
     out_ref, out_fast = ref(x, t), fast(x, t)
     torch.testing.assert_close(out_fast, out_ref, rtol=out_tol, atol=out_tol)
@@ -332,7 +340,7 @@ def test_fused_skip_gradients_are_the_same_model(monkeypatch):
     with preserved_backend_flags():
         set_tf32(False)
         _compare_models(cfg, dict(checkpoint_attention=False, fused_ops=True, sdpa=True, triton_norm=True,
-                                  dense_skip_grads=True), dict(fused_skip_grads=True), 1e-5, 1e-4, 1e-5)
+                                  dense_skip_grads=True), dict(fused_skip_grads=True), 1e-5, 1e-4, 1e-5, side=8)
     assert len(calls) == cfg.levels * (cfg.num_res_blocks + 1)
     with pytest.raises(ValueError, match="needs triton_norm=True and channels_last=True"):
         Knobs(channels_last=True, fused_skip_grads=True)
@@ -481,7 +489,7 @@ def test_model_with_triton_convolutions_matches_the_model():
     (2, 24, (3, 5, 2)),      # two samples, channels no power of two, odd sides, a side of 2
     (1, 3, (1, 2, 3)),       # a side of 1: both neighbours clamp to the only voxel
 ])
-def test_upsample_kernel_matches_the_reference_and_its_gradient(n, c, spatial):
+def test_upsample_kernel_matches_the_reference_and_its_gradient(n, c, spatial, gpu_tiles):
     from medddpm.net import ndhwc
 
     x = torch.randn(n, c, *spatial, device=DEVICE).contiguous(memory_format=NDHWC).requires_grad_(True)
@@ -498,7 +506,7 @@ def test_upsample_kernel_matches_the_reference_and_its_gradient(n, c, spatial):
 
 
 @needs_triton
-def test_upsample_kernel_in_bf16_rounds_once():
+def test_upsample_kernel_in_bf16_rounds_once(gpu_tiles):
     """bf16 in and out, fp32 inside: within one bf16 unit of the fp32 interpolation of the same numbers."""
     x = torch.randn(1, 16, 3, 4, 5, device=DEVICE).to(torch.bfloat16).contiguous(memory_format=NDHWC)
     out = kernels.upsample2x(x.requires_grad_())

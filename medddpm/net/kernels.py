@@ -1,7 +1,9 @@
 """Triton kernels of the fast path (issue 21), each beside the PyTorch reference it must equal.
 
-Three operations live here: GroupNorm + SiLU (below), the thin 3³ convolutions (``conv3d_thin``,
-after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last). The norm and the
+Three operations live here: GroupNorm + SiLU (below; ``group_norm_silu_cat`` also takes a decoder
+ResBlock's skip concatenation and writes its two inputs' gradients), the thin 3³ convolutions
+(``conv3d_thin``, after it) and the decoder's trilinear ×2 upsampling (``upsample2x``, last, its
+backward a kernel too; the reference of both directions is ``ndhwc.upsample2x``). The norm and the
 upsampling can write their output in E4M3 (``fp8=True``: the input of the sampler's FP8
 convolutions, ``medddpm.net.fp8``), saturated and rounded to E4M3 in fp32 first (``_e4m3_rounded``), so
 the cast is exact on every backend and equals ``fp8.quantize_activation`` of the reference.
@@ -12,7 +14,8 @@ input (a ResBlock's time embedding, ``h + emb`` before ``out_layers``), over act
 channels-last (NDHWC, seen here as (N, S, C)). It moves the fewest bytes the operation allows:
 
 - forward: one read of x for the statistics, one read of x and one write of y for the apply;
-- backward: one read of x and dy for the reductions, one read of both and one write of dx.
+- backward: one read of x and dy for the reductions, one read of both and one write of dx (plus
+  one read of x's gradient from its other consumers, when given, added as dx is written).
 
 Statistics are per-channel partial sums over row chunks (shifted by the sample's first voxel, so a
 large mean does not cancel the variance away). Programs arrive at counters in groups
@@ -78,7 +81,10 @@ class Tiles:
     upsample_bwd_tile: int = 1024  # input elements (voxels × padded channels) of a trilinear ×2 backward program (64 loads each: a smaller tile); not probed
 
 
-TILES = Tiles()  # the launch shapes in use (a module global, so a probe can swap it)
+# The launch shapes in use (a module global, so a probe can swap it). Triton's CPU interpreter pays
+# per program, so under it the upsampling runs as one program for the tests' tiny volumes (the
+# kernel tests swap the GPU's shapes back in to cover several programs).
+TILES = Tiles(upsample_tile=1 << 16, upsample_bwd_tile=1 << 16) if INTERPRET else Tiles()
 
 
 def reference_group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
