@@ -57,11 +57,8 @@ RR = fast_tables.ceilings(root, G)
 RW = fast_tables.roofline(root, G, "roofline")
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-roofline-step", "caption": "Roofline of a whole training step (ncu roofline mode: every kernel of one steady step, 128³, batch 1) for `baseline`, `opt1` and `bf16-graphs`, per GPU ({glue:text}`roof_step_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the step's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
-if RW.empty or RR.empty:
-    fig = plots.no_data("ncu roofline-mode reports and the GPU's peaks.json", "roofline")
-else:
-    fig = plots.roofline(RW, RR, ["baseline", "opt1", "bf16-graphs"])
-plots.finish(fig)
+plots.finish(plots.roofline_figure(RW, RR, ["baseline", "opt1", "bf16-graphs"],
+                                   "ncu roofline-mode reports and the GPU's peaks.json", "roofline"))
 
 # %% tags=["remove-cell"]
 RWS = fast_tables.roofline_summary(RW, RR)
@@ -138,11 +135,8 @@ if not GAP.empty:
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-roofline", "caption": "Roofline of the paper's 100-kernel window (ncu, full set) for `baseline`, `opt1` and `opt12`, per GPU ({glue:text}`roof_gpus`): every kernel with counted FLOPs at its arithmetic intensity (FLOP per DRAM byte) and achieved TFLOP/s, area = share of the window's kernel time, colour = category; lines: the GPU's measured roofs (bf16, TF32 and FP32 dense matmul ceilings, DRAM bandwidth of a device copy)."}}
 RP = fast_tables.roofline(root, G, "paper")
-if RP.empty or RR.empty:
-    fig = plots.no_data("ncu reports with DRAM counters and the GPU's peaks.json", "ncu")
-else:
-    fig = plots.roofline(RP, RR, ["baseline", "opt1", "opt12"])
-plots.finish(fig)
+plots.finish(plots.roofline_figure(RP, RR, ["baseline", "opt1", "opt12"],
+                                   "ncu reports with DRAM counters and the GPU's peaks.json", "ncu"))
 
 # %% tags=["remove-cell"]
 RS = fast_tables.roofline_summary(RP, RR)

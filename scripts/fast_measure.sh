@@ -11,8 +11,8 @@
 # passes (counter passes of roofline mode per FLOP path → ncu_passes.csv; PASS_PATHS=…) · roofline (ncu
 # roofline mode: one whole step per ROOF_CONFIGS=…, ROOF_LIMIT=… seconds each) · autotune
 # (bench of config.AUTOTUNED; AUTOTUNE_CONFIGS=…, AUTOTUNE_SIZE=…) · fp8 (fast against fast-fp8fwd: bench,
-# kernel tables, training parity of 3 seeds; FP8_DATA=…) · skipgrad (fast and fast-fp8fwd without and
-# with fused_skip_grads: bench, kernel tables). Each step has a time limit and a failure does not stop
+# kernel tables, training parity of 3 seeds; FP8_DATA=…) · skipgrad (the same for fused_skip_grads and
+# triton_upsample on fast and fast-fp8fwd; parity of fast-fp8fwd-skipgrad). Each step has a time limit and a failure does not stop
 # the next; everything is logged to OUT/log.txt and the commands to OUT/commands.log.
 set -uo pipefail
 OUT=${1:?usage: fast_measure.sh OUT STAGE...}; shift
@@ -24,6 +24,24 @@ ALL=$($PY -c "from medddpm.core.config import LADDER; print(' '.join(reversed(LA
 RUNGS=${LADDER_CONFIGS:-$ALL}
 
 RUN_TAIL=4; source "$(dirname "$0")/_run.sh"
+
+# levers CONFIGS KERNEL_CONFIGS PARITY_CONFIG FOLDER: the stretch levers' measurements (issue 40) —
+# a bench of each of CONFIGS (space-separated) in one run, the torch.profiler tables of KERNEL_CONFIGS
+# (comma-separated), and PARITY_CONFIG's training parity (3 seeds, 1,000 steps at 64³ on the demo set;
+# FP8_DATA: a `medddpm demo-data --n 8 --size 64` folder, written here when not given) → OUT/fast_path/FOLDER/
+levers() {
+  for c in $1; do
+    run "${BENCH_LIMIT:-200}" $PY -m medddpm bench --model whole-head --size "$SIZE" --config "$c" --steps 20 \
+      --warmup 5 --device cuda --out "$OUT/bench.csv"
+  done
+  run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" --configs "$2" --warmup 4 --out "$OUT"
+  local data=${FP8_DATA:-$(mktemp -d)/demo64}
+  [ -d "$data/images" ] || run 120 $PY -m medddpm demo-data --out "$data" --n 8 --size 64
+  run 400 $PY scripts/quality.py parity --out "$OUT/fast_path/$4" --data "$data" --size 64 \
+    --configs "$3" --seeds 0,1,2 --steps 1000 --work "$(mktemp -d)"
+  mv "$OUT/fast_path/$4/quality/"* "$OUT/fast_path/$4/" 2>/dev/null
+  rmdir "$OUT/fast_path/$4/quality" 2>/dev/null
+}
 
 for stage in "$@"; do
   case $stage in
@@ -90,29 +108,13 @@ for stage in "$@"; do
           --steps 10 --warmup 5 --out "$OUT/bench.csv"
       done ;;
     fp8)
-      # issue 40, lever 1: fast against fast-fp8fwd in one run, their kernel tables, and fast-fp8fwd's
-      # training parity (3 seeds, 1,000 steps at 64³ on the demo set; FP8_DATA: a `medddpm demo-data
-      # --n 8 --size 64` folder, written here when not given) → OUT/fast_path/fp8_forward/
-      for c in fast fast-fp8fwd; do
-        run "${BENCH_LIMIT:-200}" $PY -m medddpm bench --model whole-head --size "$SIZE" --config "$c" --steps 20 \
-          --warmup 5 --device cuda --out "$OUT/bench.csv"
-      done
-      run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" --configs fast,fast-fp8fwd --warmup 4 --out "$OUT"
-      data=${FP8_DATA:-$(mktemp -d)/demo64}
-      [ -d "$data/images" ] || run 120 $PY -m medddpm demo-data --out "$data" --n 8 --size 64
-      run 400 $PY scripts/quality.py parity --out "$OUT/fast_path/fp8_forward" --data "$data" --size 64 \
-        --configs fast-fp8fwd --seeds 0,1,2 --steps 1000 --work "$(mktemp -d)"
-      mv "$OUT/fast_path/fp8_forward/quality/"* "$OUT/fast_path/fp8_forward/" 2>/dev/null
-      rmdir "$OUT/fast_path/fp8_forward/quality" 2>/dev/null ;;
+      # issue 40, lever 1: fast against fast-fp8fwd → OUT/fast_path/fp8_forward/
+      levers "fast fast-fp8fwd" fast,fast-fp8fwd fast-fp8fwd fp8_forward ;;
     skipgrad)
-      # issue 40, lever 3: fast and fast-fp8fwd, each without and with fused_skip_grads, benched in one
-      # run (SKIP_CONFIGS=…), then the kernel tables of the rungs with the lever (SKIP_KERNELS=…)
-      for c in ${SKIP_CONFIGS:-fast fast-skipgrad fast-fp8fwd fast-fp8fwd-skipgrad}; do
-        run "${BENCH_LIMIT:-200}" $PY -m medddpm bench --model whole-head --size "$SIZE" --config "$c" --steps 20 \
-          --warmup 5 --device cuda --out "$OUT/bench.csv"
-      done
-      run 300 $PY -m medddpm torch-kernels --model whole-head --size "$SIZE" \
-        --configs "${SKIP_KERNELS:-fast-skipgrad,fast-fp8fwd-skipgrad}" --warmup 4 --out "$OUT" ;;
+      # issue 40, lever 3 and the upsampling: fast and fast-fp8fwd without and with fused_skip_grads, and
+      # with triton_upsample as well (SKIP_CONFIGS=…; kernel tables: SKIP_KERNELS=…) → OUT/fast_path/skip_grads/
+      levers "${SKIP_CONFIGS:-fast fast-skipgrad fast-fp8fwd fast-fp8fwd-skipgrad fast-skipgrad-up fast-fp8fwd-skipgrad-up}" \
+        "${SKIP_KERNELS:-fast,fast-skipgrad,fast-fp8fwd,fast-fp8fwd-skipgrad,fast-skipgrad-up}" fast-fp8fwd-skipgrad skip_grads ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

@@ -383,14 +383,19 @@ GPU_LEVERS = ("compile", "cuda_graphs", "fused_adam", "triton_norm", "triton_con
               "chain_graph")  # knobs that act only on a GPU; a CPU runs their PyTorch reference path, eagerly
 
 
+def knob_changes(knobs: Knobs, base: Knobs) -> list[str]:
+    """The knobs ``knobs`` sets apart from ``base``, in field order: a switch by its name, any other
+    knob as name=value."""
+    return [f.name if isinstance(getattr(knobs, f.name), bool) else f"{f.name}={getattr(knobs, f.name)}"
+            for f in fields(Knobs) if f.name != "name" and getattr(knobs, f.name) != getattr(base, f.name)]
+
+
 def describe(name: str) -> dict[str, str]:
     """One row of ``medddpm configs``: the name, what it does (``USER_CONFIGS``' line, else the knobs
     it sets apart from ``baseline``), what it is for (train and sample, or sample only) and what a
     CPU runs of it."""
     knobs = CONFIGS[name] if name in CONFIGS else sampling_config(name)  # `fast` trains as itself
-    base = CONFIGS["baseline"]
-    changed = [f.name if isinstance(getattr(knobs, f.name), bool) else f"{f.name}={getattr(knobs, f.name)}"
-               for f in fields(Knobs) if f.name != "name" and getattr(knobs, f.name) != getattr(base, f.name)]
+    changed = knob_changes(knobs, CONFIGS["baseline"])
     gpu = switched_on(knobs, GPU_LEVERS)
     return {"name": name, "use": "sample" if switched_on(knobs, SAMPLING_ONLY_KNOBS) else "train, sample",
             "GPU": "for its speed levers" if gpu else "not needed",

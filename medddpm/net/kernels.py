@@ -146,10 +146,11 @@ def group_norm_silu_cat(h: Tensor, skip: Tensor, groups: int, weight: Tensor, bi
     if h.shape[0] != skip.shape[0] or h.shape[2:] != skip.shape[2:]:
         raise ValueError(f"h {tuple(h.shape)} and skip {tuple(skip.shape)} differ outside the channels")
     _check_norm_args((h.shape[0], h.shape[1] + skip.shape[1]), groups, None)
-    if not (runs_on(h) and runs_on(skip)):
+    if not (runs_on(h) and runs_on(skip)):  # the plain concatenation, then the norm's own entries
         c = torch.cat([h, skip], dim=1)
-        y = reference_group_norm_silu(c, groups, weight, bias, eps, silu)
-        return c, y, reference_e4m3(c, groups, weight, bias, eps, silu) if dual else None
+        if dual:
+            return c, *group_norm_silu_dual(c, groups, weight, bias, eps, silu)
+        return c, group_norm_silu(c, groups, weight, bias, eps, silu), None
     c, y, y8 = _CatNorm.apply(h, skip, weight, bias, groups, eps, silu, dual)
     return c, y, y8.view(E4M3) if dual else None
 
@@ -653,8 +654,9 @@ if triton is not None:
 
     @_gn_backward.register_fake
     def _(dy, x, weight, bias, add, mean, rstd, groups, silu, extra=None, split=0):
-        return (*_split_grads(x, split)[:1], torch.empty_like(weight), torch.empty_like(bias),
-                _dense_like(add) if add is not None else x.new_empty(0), _split_grads(x, split)[1])
+        dx, dx2 = _split_grads(x, split)
+        dadd = _dense_like(add) if add is not None else x.new_empty(0)
+        return dx, torch.empty_like(weight), torch.empty_like(bias), dadd, dx2
 
     def _setup_context(ctx, inputs, output) -> None:
         x, weight, bias, add, groups, eps, silu, _fp8, _dual = inputs

@@ -152,7 +152,7 @@ class ResBlock(nn.Module):
         """(cat([x, skip]), the first stack's output of it): the Triton norm concatenates, and its
         backward writes both inputs' gradients, the skip convolution's share added
         (``GroupNorm.forward_cat``)."""
-        norm, *_, conv = self.in_layers
+        norm, *_, conv = self.in_layers  # between them only an Identity: the fused norm applies the SiLU
         c, h, h8 = norm.forward_cat(x, skip, dual=_takes_e4m3(self.in_layers))
         return c, _conv(conv, h, h8, bias=bias)
 

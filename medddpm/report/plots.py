@@ -369,6 +369,12 @@ def slices(sl: pd.DataFrame, subjects: list[str], sources: dict[str, str], diff_
 ROOF_STYLES = {"bf16 tensor": "-", "TF32 tensor": "--", "FP32": ":"}
 
 
+def roofline_figure(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str], what: str, run: str):
+    """``roofline`` of the reports, or the no-data figure (``what`` is missing, ``run`` measures it)
+    where the reports or the GPU's roofs are missing."""
+    return no_data(what, run) if points.empty or roofs.empty else roofline(points, roofs, configs)
+
+
 def roofline(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str]):
     """One log-log panel per configuration (rows) and GPU (columns): every kernel with counted FLOPs
     at (FLOP per DRAM byte, achieved TFLOP/s), its area its share of the report's kernel time and its

@@ -3,12 +3,11 @@ against ``fast``, the kernel time it moves, its training parity, and what is lef
 category against the roofline bound. Tables and facts, read from the results store."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pandas as pd
 
-from ..core.config import KERNEL_VARIANTS, run_config
+from ..core.config import KERNEL_VARIANTS, knob_changes, run_config
 from .facts import _get
 from .fast_tables import ceilings, roofline, roofline_gap
 from .present import gpu_name, register_gpus
@@ -29,9 +28,7 @@ assert set(LEVER_RUNGS) <= {k.name for k in KERNEL_VARIANTS}
 
 def added_knobs(rung: str) -> str:
     """The knobs ``rung`` sets beyond ``fast``, from the configurations themselves."""
-    base, knobs = run_config(BASE), run_config(rung)
-    return ", ".join(f.name for f in dataclasses.fields(knobs)
-                     if f.name != "name" and getattr(knobs, f.name) != getattr(base, f.name))
+    return ", ".join(knob_changes(run_config(rung), run_config(BASE)))
 
 
 def lever_steps(root: Path, gpus: list[str]) -> pd.DataFrame:
