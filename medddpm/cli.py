@@ -110,7 +110,10 @@ def _train_inputs(a: argparse.Namespace):
     if (out / CHECKPOINT).exists() and not a.resume:
         raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     if a.resume and not (out / CHECKPOINT).exists():
-        raise InputError(f"--resume: {out / CHECKPOINT} does not exist")
+        several = int(os.environ.get("WORLD_SIZE", "1")) > int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 0
+        raise InputError(f"--resume: {out / CHECKPOINT} does not exist"
+                         + (" on this node: rank 0 writes the run folder, so every node resuming must read it "
+                            "from a filesystem they share" if several else ""))
     pairs, source = _training_data(a, cfg.name)
     train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
     return cfg, knobs, size, train_cfg, out, train, tuple(held), source
@@ -137,6 +140,13 @@ def _training_data(a: argparse.Namespace, model: str) -> tuple[list, str]:
     return pairs, f"{len(pairs)} image/mask pairs from {a.images} and {a.masks}"
 
 
+def _launching(a: argparse.Namespace) -> bool:
+    """Whether this command starts torchrun (``--nproc``) instead of running here."""
+    if a.nproc is None and (a.nnodes is not None or a.rdzv_endpoint is not None):
+        raise InputError("--nnodes and --rdzv-endpoint launch ranks: give --nproc, the ranks per machine, with them")
+    return a.nproc is not None
+
+
 def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     """``--nproc N``: check the inputs here, then run this command under torchrun with N ranks."""
     import logging
@@ -148,6 +158,10 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
 
     if a.nproc < 1:
         raise InputError(f"--nproc must be >= 1, got {a.nproc}")
+    if a.nnodes is not None and a.nnodes < 1:
+        raise InputError(f"--nnodes must be >= 1, got {a.nnodes}")
+    if (a.nnodes is None) != (a.rdzv_endpoint is None):
+        raise InputError("--nnodes and --rdzv-endpoint go together: the machines, and where they meet")
     World(0, a.nproc, 0).device(a.device)  # a fixed cuda:N is refused for several ranks, as in each rank
     if a.device == "cuda":
         import torch
@@ -157,7 +171,7 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     if a.command == "train":
         _train_inputs(a)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // a.nproc)))  # CPU threads per rank
-    args = torchrun_args(a.nproc, list(argv))
+    args = torchrun_args(a.nproc, list(argv), a.nnodes, a.rdzv_endpoint, a.rdzv_id)
     if not a.quiet:
         print("running: torchrun " + " ".join(args), file=sys.stderr, flush=True)
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # ranks print their own errors
@@ -191,7 +205,7 @@ def cmd_train(a: argparse.Namespace) -> None:
 
     from .train.trainer import BEST, CHECKPOINT, HELDOUT, Trainer, steady_intervals
 
-    if a.nproc is not None:
+    if _launching(a):
         return _launch(a, a.argv)
 
     def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
@@ -237,7 +251,7 @@ def cmd_train(a: argparse.Namespace) -> None:
 def cmd_sample(a: argparse.Namespace) -> None:
     from .sample.sampler import sample_masks
 
-    if a.nproc is not None:
+    if _launching(a):
         return _launch(a, a.argv)
     with _ranks(a) as (world, device):
         written = world.checked(lambda: sample_masks(
@@ -382,6 +396,14 @@ def parser() -> argparse.ArgumentParser:
                            "also names files as BraTS 2023: -t1n, -t1c, -t2w, -t2f)")
         s.set_defaults(func=func)
 
+    def launch_options(s: argparse.ArgumentParser) -> None:
+        """Several machines: the same command on every node, torchrun's c10d rendezvous."""
+        s.add_argument("--nnodes", type=int, help="with --nproc: the number of machines; run the same command on "
+                       "each (torchrun --nnodes N --nproc-per-node NPROC --rdzv-backend c10d …)")
+        s.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="with --nnodes: the rendezvous address, a "
+                       "host every node reaches (the first node's; it hosts the store)")
+        s.add_argument("--rdzv-id", default="medddpm", help="with --nnodes: the job's rendezvous ID (default medddpm)")
+
     s = sub.add_parser("train", help="train on NIfTI image/mask folders or a BraTS root")
     s.add_argument("--images", help="folder of image NIfTI files")
     s.add_argument("--masks", help="folder of mask NIfTI files, paired by subject ID")
@@ -410,8 +432,9 @@ def parser() -> argparse.ArgumentParser:
                    "read-back after this many seconds; --resume continues exactly")
     s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
-    s.add_argument("--nproc", type=int, help="launch N ranks with torchrun + DDP on this machine "
+    s.add_argument("--nproc", type=int, help="launch N ranks with torchrun on this machine "
                    "(the same as `torchrun --standalone --nproc-per-node N -m medddpm train …`)")
+    launch_options(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sample", help="generate one image per mask with a checkpoint")
@@ -441,6 +464,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
+    launch_options(s)
     s.set_defaults(func=cmd_sample)
 
     def bench_parser(name: str, what: str, default: str, csv: str, per_run: str):

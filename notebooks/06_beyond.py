@@ -187,7 +187,7 @@ else:
 # all-reduce included, as one CUDA graph on several GPUs. `opt1-ddp` and `bf16-graphs-ddp` keep PyTorch's
 # DDP buckets. Measured with the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one and on two GPUs (torchrun, weak scaling), for `opt1` and `bf16-graphs` with one and two micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one GPU and on several (torchrun, weak scaling), per machine, configuration and micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
 
 # %% tags=["hide-input"]
@@ -213,3 +213,30 @@ if not SC.empty:
 if not SC_EARLIER.empty:
     display(table(SC_EARLIER[["machine", "run", "config", "world_size", "step_ms_median", "scaling_efficiency",
                               "allreduce_ms"]], 3))
+
+# %% [markdown]
+# ### Overlapping the all-reduce, and where the rest goes
+#
+# On several ranks `fast` runs the network as {glue:text}`config_fast_buckets` compiled segments (knob
+# `grad_buckets`; one process compiles it whole): the decoder first, then the encoder cut after
+# its downsamplings. Its flat buffer is laid out in as many buckets, and a hook starts each
+# bucket's all-reduce on NCCL's stream as soon as backward has accumulated its segment's
+# gradients: all but the last run beside the encoder's backward, inside the step's CUDA graph.
+# `fast-flat` keeps one all-reduce after the backward. `fast`: {glue:text}`buckets_scaling`;
+# `fast-flat`: {glue:text}`flat_scaling`. One run each: {glue:text}`overlap_verdict`, and
+# {glue:text}`overlap_within` of these rows reach 97 %.
+#
+# The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two
+# GPUs takes {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). Inside `fast`'s step on
+# two ranks, the NCCL kernels last {glue:text}`rank_nccl_ms` ms a step on ranks 0 and 1, of which
+# {glue:text}`rank_exposed_ms` ms overlap no other kernel: the slower rank's NCCL kernels spend
+# about {glue:text}`rank_wait_ms` ms more than the transfer needs, waiting for the other rank to
+# reach the same bucket. Both ranks' other kernels take {glue:text}`rank_compute_ms` ms a step,
+# against {glue:text}`fast_one_gpu_ms` ms for the whole step on one GPU: each gradient added into
+# the flat buffer (one process lets the graph own them), and compute kernels sharing the GPU with
+# NCCL kernels that wait there. Wall time per step: {glue:text}`rank_step_ms` ms.
+
+# %% tags=["hide-input"]
+RP = fast_tables.rank_profiles(root)
+if not RP.empty:
+    display(table(RP, 2))

@@ -3,9 +3,10 @@
 #
 #   scripts/ddp_scaling.sh OUT GPU_LABEL [CONFIG...]      (default configs: opt1 fast)
 #
-# Per config and grad-accum (ACCUMS, default 1): `medddpm train --nproc 1` and `--nproc N` (N = every
-# GPU here), micro-batch 1, timed by the loop's own read-backs; then (unless NO_PROFILE is set) a
-# torch.profiler run of N ranks for the all-reduce time and how much of it the backward pass hides. Writes OUT/scaling.csv,
+# Per config and grad-accum (ACCUMS, default 1): `medddpm train --nproc n` for n in NPROCS (default 1
+# and N = every GPU here), micro-batch 1, timed by the loop's own read-backs; then (unless NO_PROFILE
+# is set) a torch.profiler run of n ranks for n in PROFILE_NPROCS (default N): the all-reduce time,
+# how much of it the backward pass hides, and every rank's step and kernel time. Writes OUT/scaling.csv,
 # OUT/profile-<config>-<N>.json, the runs' timing/log CSVs, OUT/commands.log and OUT/log.txt.
 # NVLink multicast stays off in every process.
 set -uo pipefail
@@ -39,9 +40,13 @@ for cfg in $CONFIGS; do
       cp "$DATA/run-$name/log.csv" "$OUT/log-$name.csv" 2>/dev/null
     done
   done
-  [ -n "${NO_PROFILE:-}" ] || run "${PROFILE_LIMIT:-200}" $PY -m torch.distributed.run --standalone --nproc-per-node "$N" \
-    -m medddpm.profiling.scaling profile --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" --size "$SIZE" \
-    --steps 5 --warmup 10 --out "$OUT/profile-$cfg-$N.json"
+  [ -n "${NO_PROFILE:-}" ] || for n in ${PROFILE_NPROCS:-$N}; do
+    run "${PROFILE_LIMIT:-200}" $PY -m torch.distributed.run --standalone --nproc-per-node "$n" \
+      -m medddpm.profiling.scaling profile --images "$DATA/data/images" --masks "$DATA/data/masks" --config "$cfg" \
+      --size "$SIZE" --steps 5 --warmup 10 --out "$OUT/profile-$cfg-$n.json"
+  done
 done
-run 60 $PY -m medddpm.profiling.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "$OUT"/profile-*.json --out "$OUT/scaling.csv"
+shopt -s nullglob  # no profiles (NO_PROFILE, or none finished): the table without their column
+profiles=("$OUT"/profile-*.json)
+run 60 $PY -m medddpm.profiling.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "${profiles[@]}" --out "$OUT/scaling.csv"
 cat "$OUT/scaling.csv"

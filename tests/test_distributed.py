@@ -15,8 +15,14 @@ from medddpm.core.errors import InputError
 from medddpm.train.trainer import CHECKPOINT, load_checkpoint
 
 
+def cpu_env():
+    """The ranks' environment: one thread each, and the Triton kernels' PyTorch reference (the
+    interpreter that conftest turns on for the kernel tests would take minutes here)."""
+    return {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "OMP_NUM_THREADS": "1"}
+
+
 def medddpm(*args, check=True):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = cpu_env()
     p = subprocess.run([sys.executable, "-m", "medddpm", *map(str, args)], capture_output=True, text=True, env=env)
     if check:
         assert p.returncode == 0, p.stderr
@@ -36,7 +42,30 @@ def runs(phantoms, tmp_path_factory):
     train(phantoms, root / "one", "--steps", "3", "--grad-accum", "2")
     # DistributedDataParallel's buckets instead of the flat all-reduce (TF32 means nothing on a CPU)
     train(phantoms, root / "ddp", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "opt1-ddp")
+    # fast's three gradient buckets, each all-reduced from a hook inside the backward pass
+    train(phantoms, root / "buckets", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")
+    train(phantoms, root / "buckets-one", "--steps", "3", "--grad-accum", "2", "--config", "fast")
+    # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
+    two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1")
     return root
+
+
+def two_nodes(phantoms, out, *extra):
+    """The same ``train --nproc 1 --nnodes 2 --rdzv-endpoint`` command started twice, as on two machines."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "medddpm", "train", "--images", phantoms / "images", "--masks", phantoms / "masks",
+           "--model", "tiny", "--size", "16", "--out", out, "--quiet", "--save-every", "2", "--ema-start", "1",
+           "--lr", "1e-3", *extra, "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+           "--rdzv-id", f"test-{port}"]
+    env = cpu_env()
+    nodes = [subprocess.Popen(list(map(str, cmd)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [n.communicate(timeout=300) for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], outs
 
 
 def _states(path):
@@ -44,16 +73,18 @@ def _states(path):
     return ckpt, {**{f"model.{k}": v for k, v in ckpt["model"].items()}, **{f"ema.{k}": v for k, v in ckpt["ema"].items()}}
 
 
-@pytest.mark.parametrize("run", ["two", "ddp"])
+@pytest.mark.parametrize("run", ["two", "ddp", "buckets", "nodes"])
 def test_two_ranks_equal_one_process_with_two_micro_batches(runs, run):
-    """Flat all-reduce (the default) and DDP's buckets both average exactly what accumulation sums."""
+    """Flat all-reduce (the default), DDP's buckets, fast's gradient buckets reduced during the
+    backward, and two nodes all average exactly what accumulation sums."""
     two, a = _states(runs / run)
-    one, b = _states(runs / "one")
+    one, b = _states(runs / ("buckets-one" if run == "buckets" else "one"))
     assert two["config"]["world_size"] == 2 and two["config"]["global_batch"] == 2 == one["config"]["global_batch"]
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)  # bit-exact: the same sums in the same order
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
     assert two["config"]["knobs"]["grad_sync"] == ("ddp" if run == "ddp" else "flat")
+    assert two["config"]["knobs"]["grad_buckets"] == (3 if run == "buckets" else 1)
     log = (runs / run / "log.csv").read_text().splitlines()
     assert log[0] == "step,loss,global_batch,data" and log[-1].endswith(",2,host") and len(log) == 4
 
@@ -87,6 +118,11 @@ def test_bad_input_stops_every_rank_with_one_line(phantoms, tmp_path):
     p = medddpm("train", "--images", data / "images", "--masks", data / "masks", "--model", "tiny", "--steps", "1",
                 "--out", tmp_path / "r", "--nproc", "0", check=False)
     assert p.returncode == 2 and "--nproc must be >= 1" in p.stderr
+    for extra, says in ((["--nnodes", "2"], "give --nproc"), (["--nproc", "1", "--nnodes", "2"], "go together"),
+                        (["--nproc", "1", "--nnodes", "0", "--rdzv-endpoint", "h:1"], "--nnodes must be >= 1")):
+        p = medddpm("train", "--images", data / "images", "--masks", data / "masks", "--model", "tiny", "--steps", "1",
+                    "--out", tmp_path / "r", *extra, check=False)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 def test_sampling_is_sharded_and_equals_one_process(phantoms, runs, tmp_path):
@@ -142,6 +178,10 @@ def test_one_rank_failing_or_dying_stops_the_others(mode):
 def test_helpers():
     assert torchrun_args(2, ["train", "--nproc", "2", "--steps", "3"]) == [
         "--standalone", "--nproc-per-node=2", "-m", "medddpm", "train", "--steps", "3"]
+    assert torchrun_args(4, ["train", "--nproc=4", "--nnodes", "2", "--rdzv-endpoint", "h:29400", "--steps", "3"],
+                         2, "h:29400", "job") == [
+        "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400", "--rdzv-id=job", "--nproc-per-node=4",
+        "-m", "medddpm", "train", "--steps", "3"]
     assert World(0, 2, 0).draw(3, 2, 1) == 14 and World(1, 2, 1).draw(0, 1, 0) == 1
     assert World(1, 2, 1).device("cuda") == "cuda:1" and World().device("cuda:3") == "cuda:3"
     with pytest.raises(InputError, match="use --device cuda"):
@@ -166,6 +206,43 @@ def test_exposed_communication_and_scaling_table(runs):
     assert df[df["world_size"] == 2]["scaling_efficiency"].isna().all()  # grad-accum differs: no 1-GPU partner
 
 
+def test_scaling_rows_from_a_measurement_log(tmp_path):
+    from medddpm.profiling.scaling import COLUMNS, table_from_log
+
+    log = tmp_path / "log.txt"
+    log.write_text("steady state: 50.0 ms/step (median of 9 read-back intervals after the first; x)\n"
+                   "  [rc=0, 9 s] python3 -m medddpm train --config fast --size 128 --grad-accum 1 --nproc 1 --out a\n"
+                   "steady state: 99.0 ms/step (median of 9 read-back intervals after the first; y)\n"
+                   "  [rc=124, 9 s] python3 -m medddpm train --config fast --size 128 --grad-accum 1 --nproc 4 --out b\n"
+                   "steady state: 52.0 ms/step (median of 9 read-back intervals after the first; z)\n"
+                   "  [rc=0, 9 s] python3 -m medddpm train --config fast --size 128 --grad-accum 1 --nproc 2 --out c\n")
+    df = table_from_log(log, "g-x4", {"torch": "t", "cuda": "c", "nccl": ""})
+    assert list(df.columns) == COLUMNS and list(df["world_size"]) == [1, 2]  # the failed run gives no row
+    assert list(df["step_ms_median"]) == [50.0, 52.0] and df["scaling_efficiency"].iloc[1] == round(50 / 52, 4)
+    assert df["volumes_per_s"].iloc[1] == round(2 / 0.052, 3) and set(df["size"]) == {"128x128x128"}
+
+
+def test_overlap_facts_with_and_without_data():
+    import pandas as pd
+
+    from medddpm.report.fast_facts import overlap_facts
+    from medddpm.report.fast_tables import RANK_COLUMNS
+
+    empty = overlap_facts(pd.DataFrame(), pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame())
+    assert all(v.startswith("—") for k, v in empty.items() if k != "config_fast_buckets")
+    sc = pd.DataFrame({"machine": "m", "config": ["fast", "fast", "fast-flat", "fast-flat"], "grad_accum": 1,
+                       "world_size": [1, 2, 1, 2], "step_ms_median": [50.0, 52.0, 50.0, 51.5],
+                       "scaling_efficiency": [1.0, 50 / 52, 1.0, 50 / 51.5]})
+    ranks = pd.DataFrame({"machine": "m", "config": "fast", "world_size": 2, "rank": [1, 0], "step_ms": [52.0, 52.1],
+                          "allreduce_ms_per_step": [1.0, 3.0], "exposed_ms_per_step": [0.1, 0.9],
+                          "compute_ms_per_step": [51.0, 51.5]})
+    probes = pd.DataFrame({"machine": ["m"], "world_size": [2], "mb": [161], "ms": [0.6], "bus_gb_s": [270.0]})
+    f = overlap_facts(sc, ranks, probes)
+    assert f["buckets_scaling"] == "50.0 → 52.0 ms/step on 1 → 2 GPUs (96.2 %, m)"
+    assert f["overlap_verdict"].startswith("on two GPUs the buckets cost 0.5 ms") and f["overlap_within"] == "1 of 2"
+    assert f["rank_nccl_ms"] == "3.00 and 1.00" and f["rank_wait_ms"] == "2.4" and f["probe_mb"] == "161"
+
+
 @pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])
 def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
     """NDHWC under DDP (gradients copied into the buckets, not views of them)."""
@@ -173,3 +250,30 @@ def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
     ckpt = load_checkpoint(tmp_path / "r" / CHECKPOINT)
     assert ckpt["config"]["knobs"]["name"] == config and ckpt["config"]["world_size"] == 2
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path):
+    """fast on 2 ranks (three gradient buckets all-reduced inside the backward, captured in the step's
+    CUDA graph) trains what one GPU trains with two micro-batches, within bf16's tolerance, over the
+    eager warm-up steps, the capture and the replays; without the all-reduce the optimizer's first
+    moments would differ by the other rank's gradient."""
+    from medddpm.data.nifti import write_phantoms
+    from medddpm.run.engine import GRAPH_WARMUP
+
+    write_phantoms(tmp_path / "data", n=3, size=32, seed=2)
+    steps = GRAPH_WARMUP + 5
+    common = ["train", "--images", tmp_path / "data" / "images", "--masks", tmp_path / "data" / "masks", "--model",
+              "tiny", "--size", "32", "--quiet", "--ema-start", "1", "--lr", "1e-3", "--steps", steps, "--log-every",
+              "1", "--config", "fast", "--device", "cuda"]
+    env = {**os.environ, **{"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}}
+    for out, extra in (("two", ["--nproc", "2", "--grad-accum", "1"]), ("one", ["--grad-accum", "2"])):
+        p = subprocess.run([sys.executable, "-m", "medddpm", *map(str, common), "--out", str(tmp_path / out), *extra],
+                           capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+    two, one = load_checkpoint(tmp_path / "two" / CHECKPOINT), load_checkpoint(tmp_path / "one" / CHECKPOINT)
+    assert two["config"]["world_size"] == 2 and two["step"] == one["step"] == steps
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=2e-2)
+    moments = [torch.cat([s["exp_avg"].float().flatten() for s in c["optimizer"]["state"].values()]) for c in (two, one)]
+    assert (moments[0] - moments[1]).norm() <= 0.05 * moments[1].norm()
+    assert all(torch.isfinite(v).all() for v in two["model"].values())

@@ -15,10 +15,23 @@ CPU = torch.device("cpu")
 
 
 TRAINABLE = [n for n in CONFIGS if n not in {k.name for k in SAMPLING_VARIANTS}]
+# Knobs that change nothing a CPU runs: CUDA and cuDNN flags, compile's mode (compile is off), how
+# several ranks reduce gradients (one process).
+CPU_INERT = {"name", "tf32", "cudnn_benchmark", "cudnn_benchmark_limit", "compile_mode", "grad_sync", "grad_buckets"}
 
 
-@pytest.mark.parametrize("name", TRAINABLE)
-def test_every_configuration_trains_on_cpu(tiny, name):
+def cpu_path(name: str) -> tuple:
+    """What a CPU runs of configuration ``name``: its effective knobs, the inert ones left out."""
+    knobs = effective_knobs(run_config(name), CPU)
+    return tuple((f.name, getattr(knobs, f.name)) for f in dataclasses.fields(knobs) if f.name not in CPU_INERT)
+
+
+CPU_PATHS = {path: name for name in reversed(TRAINABLE) for path in [cpu_path(name)]}  # the first name of each path
+
+
+@pytest.mark.parametrize("name", sorted(CPU_PATHS.values(), key=TRAINABLE.index))
+def test_every_cpu_path_trains(tiny, name):
+    """One training step per distinct CPU path (every trainable configuration maps to one of them)."""
     work = Workload(tiny, run_config(name), (16, 16, 16), CPU)
     before = [p.detach().clone() for p in work.engine.model.parameters()]
     loss, marks = work.step(lambda: 0.0)
@@ -26,6 +39,13 @@ def test_every_configuration_trains_on_cpu(tiny, name):
     assert any(not torch.equal(b, p) for b, p in zip(before, work.engine.model.parameters()))
     settings = work.settings()
     assert settings["name"] == name and settings["compile"] is False and settings["cuda_graphs"] is False
+
+
+def test_every_configuration_runs_one_of_the_trained_cpu_paths():
+    assert {cpu_path(n) for n in TRAINABLE} == set(CPU_PATHS) and len(CPU_PATHS) < len(TRAINABLE)
+    for name in TRAINABLE:
+        knobs = effective_knobs(run_config(name), CPU)
+        assert knobs.name == name and not (knobs.compile or knobs.cuda_graphs or knobs.fused_adam)
 
 
 def test_cpu_fallbacks_are_recorded():
@@ -39,6 +59,48 @@ def test_cpu_fallbacks_are_recorded():
     assert effective_knobs(fast, torch.device("cuda"), world_size=2).cuda_graphs is True
     ddp = dataclasses.replace(fast, grad_sync="ddp")
     assert effective_knobs(ddp, torch.device("cuda"), world_size=2).cuda_graphs is False
+    # gradient buckets: one process compiles the network whole
+    buckets = run_config("fast")
+    assert buckets.grad_buckets == 3 and effective_knobs(buckets, torch.device("cuda")).grad_buckets == 1
+    assert effective_knobs(buckets, torch.device("cuda"), world_size=2).grad_buckets == 3
+
+
+def test_gradient_buckets_start_during_the_backward(tiny, tmp_path):
+    """FlatGrads: each bucket's all-reduce starts as soon as backward has accumulated its segment's
+    gradients (the decoder's first), before the backward has finished; the result is the
+    gradient divided by the world size (a world of one here) and summed."""
+    import torch.distributed as dist
+
+    from medddpm.net.model import UNet3D
+    from medddpm.run.engine import FlatGrads, Segmented
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = UNet3D(tiny)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.05)
+        x, t = torch.randn(1, tiny.in_channels, 16, 16, 16), torch.tensor([5])
+        ref = torch.autograd.grad(model(x, t).square().sum(), list(model.parameters()))
+        grads = FlatGrads(model.segment_params(3), world_size=1)
+        started = []
+        grads._start = lambda b, start=grads._start: (started.append((b, list(grads.landed))), start(b))[1]
+        grads.arm()
+        Segmented(model, 3, lambda f: f)(x, t).square().sum().backward()
+        # every bucket started inside the backward, in order; when the decoder's started, the encoder's
+        # gradients had not all landed yet
+        assert [b for b, _ in started] == [0, 1, 2] and started[0][1][2] < grads.sizes[2]
+        grads.finish()
+        for p, r in zip(model.parameters(), ref):
+            torch.testing.assert_close(p.grad, r, rtol=0, atol=0)
+        grads.zero()
+        grads.arm()
+        Segmented(model, 3, lambda f: f)(x, t).square().sum().backward()
+        assert len(started) == 6  # armed again: three more
+        grads.finish()
+        assert not grads.armed
+    finally:
+        dist.destroy_process_group()
 
 
 def test_ladder_adds_one_thing_per_rung():

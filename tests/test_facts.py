@@ -21,7 +21,7 @@ def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
     assert referenced(REPO / "notebooks" / f"{chapter}.py") <= set(f)
     assert all(isinstance(v, str) and v for v in f.values())
     if store == "empty":
-        assert all(v.startswith("—") or v in ("none", "0") or k.startswith(("paper_", "conv_formula"))
+        assert all(v.startswith("—") or v in ("none", "0") or k.startswith(("paper_", "conv_formula", "config_"))
                    or k.endswith("_target") or k in (*few_step.STORE_FREE, *workloads.STORE_FREE) for k, v in f.items()), {k: v for k, v in f.items() if not v.startswith("—")}
 
 

@@ -191,3 +191,43 @@ def test_timestep_table_knob_is_for_sampling_only():
     assert knobs.timestep_table and knobs.triton_upsample
     with pytest.raises(ValueError, match="sampling only.*timestep_table"):
         run_config("fast-w16-tnorm-tconv-fold-up-table", training=True)
+
+
+def test_segments_cover_the_blocks_and_the_parameters_once(tiny):
+    """The gradient buckets' segments (engine.Segmented, FlatGrads): consecutive block ranges, the
+    decoder last, every parameter in exactly one bucket, the decoder's bucket first."""
+    from medddpm.core.config import MODEL_PRESETS
+
+    for cfg in (tiny, MODEL_PRESETS["whole-head"]):
+        model = UNet3D(cfg)
+        for n in range(1, cfg.levels + 2):
+            bounds = model.segment_bounds(n)
+            assert len(bounds) == n and bounds[0][0] == 0 and bounds[-1][1] == model.num_blocks
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            groups = model.segment_params(n)
+            ids = [id(p) for g in groups for p in g]
+            assert len(ids) == len(set(ids)) and set(ids) == {id(p) for p in model.parameters()}
+            if n >= 2:
+                assert bounds[-1][0] == len(model.input_blocks) + 1  # the decoder and out
+                assert {id(p) for p in groups[0]} == {id(p) for b in [*model.output_blocks, model.out]
+                                                      for p in b.parameters()}
+                assert {id(p) for p in model.time_embed.parameters()} <= {id(p) for p in groups[-1]}
+        with pytest.raises(ValueError, match=f"this model has 1 to {cfg.levels + 1}"):
+            model.segment_bounds(cfg.levels + 2)
+
+
+def test_segmented_network_computes_the_forward_and_gradients(tiny):
+    from medddpm.run.engine import Segmented
+
+    torch.manual_seed(0)
+    model = UNet3D(tiny)
+    for p in model.parameters():  # no zero-initialised layer: every gradient non-trivial
+        torch.nn.init.normal_(p, std=0.05)
+    x, t = torch.randn(2, tiny.in_channels, 16, 16, 16), torch.tensor([3, 7])
+    ref = model(x, t)
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(model.parameters()))
+    for n in (2, 3):
+        out = Segmented(model, n, lambda f: f)(x, t)
+        assert torch.equal(out, ref)
+        for g, r in zip(torch.autograd.grad(out.square().sum(), list(model.parameters())), ref_grads):
+            torch.testing.assert_close(g, r, rtol=0, atol=0)

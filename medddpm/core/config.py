@@ -196,6 +196,7 @@ class Knobs:
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     fused_skip_grads: bool = False  # training: each decoder ResBlock concatenates its skip input inside the Triton norm's autograd (kernels.group_norm_silu_cat), whose backward dx kernel adds the 1×1 skip convolution's input gradient and writes the two concatenated inputs' gradients apart, dense NDHWC, instead of Inductor's kernels summing the two gradients of the concatenation and slicing them (issue 40 lever 3); needs triton_norm and channels_last
     grad_sync: str = "flat"  # several ranks: "flat" = one all-reduce of one flat gradient buffer after the last backward (capturable in the step's CUDA graph); "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
+    grad_buckets: int = 1  # several ranks, grad_sync "flat": the network runs (and compiles) as this many segments (UNet3D.segment_bounds: the decoder, then the encoder cut after its downsamplings) and the flat buffer as as many buckets, each all-reduced on NCCL's stream as soon as backward has accumulated its segment's gradients, overlapping the rest of the backward inside the step's CUDA graph; 1 = the whole network compiled as one graph and one all-reduce after the backward; one process runs 1
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -220,6 +221,11 @@ class Knobs:
                              "(the sampler's frozen FP8 weights)")
         if self.grad_sync not in GRAD_SYNCS:
             raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
+        if isinstance(self.grad_buckets, bool) or not isinstance(self.grad_buckets, int) or self.grad_buckets < 1:
+            raise ValueError(f"grad_buckets must be an integer >= 1, got {self.grad_buckets!r}")
+        if self.grad_buckets > 1 and self.grad_sync != "flat":
+            raise ValueError("grad_buckets splits the flat gradient buffer: it needs grad_sync 'flat' "
+                             "(DistributedDataParallel has buckets of its own)")
         if self.cuda_graphs and self.compile and self.compile_mode in ("reduce-overhead", "max-autotune"):
             raise ValueError(f"cuda_graphs captures the whole step itself; compile_mode {self.compile_mode!r} "
                              "captures graphs too: use 'default' or 'max-autotune-no-cudagraphs'")
@@ -316,7 +322,7 @@ _TRITON_DENSE = _rung(_TRITON, "fast-tnorm-tconv-dense", dense_skip_grads=True)
 _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
 # And the captured backward owning the gradients (no per-parameter add): every lever above together,
 # the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity).
-_FAST = _rung(_FOLD, "fast", graph_owned_grads=True)
+_FAST = _rung(_FOLD, "fast", graph_owned_grads=True, grad_buckets=3)
 # Issue 40, lever 1: `fast` with the forward of every ≤ 64-channel 3³ convolution in FP8 (gradients bf16).
 _FP8_FWD = _rung(_FAST, "fast-fp8fwd", fp8_train_convs=True)
 # Issue 40, lever 3: `fast` with the decoder's skip-gradient sums written by the norm's backward kernel
@@ -327,6 +333,9 @@ _FP8_SKIPGRAD = _rung(_FP8_FWD, "fast-fp8fwd-skipgrad", fused_skip_grads=True)
 # per-layer table names": Inductor's upsampling backward kernels), on each of the two above.
 _SKIPGRAD_UP = _rung(_SKIPGRAD, "fast-skipgrad-up", triton_upsample=True)
 _FP8_SKIPGRAD_UP = _rung(_FP8_SKIPGRAD, "fast-fp8fwd-skipgrad-up", triton_upsample=True)
+# Issue 49: `fast` on several GPUs all-reduces three gradient buckets during the backward pass (grad_buckets=3);
+# against it, the one flat all-reduce after the backward (fast until 2026-11-26) and two buckets.
+SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-flat", grad_buckets=1), _rung(_FAST, "fast-b2", grad_buckets=2))
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)))
 KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
                                       _DENSE, _TRITON_DENSE, _FOLD, _FAST, _FP8_FWD, _SKIPGRAD, _FP8_SKIPGRAD,
@@ -351,7 +360,7 @@ SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_
 SAMPLING_ONLY_KNOBS = ("bf16_weights", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
-                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
+                             **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *SYNC_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
 
 
 ALL_CONFIGS = ",".join(PAPER_CONFIGS)  # the default --configs of the reproduction: the paper's five, in its order

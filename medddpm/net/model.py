@@ -452,6 +452,10 @@ class UNet3D(nn.Module):
             thin.pad_to, thin.triton = pad_channels, triton_conv
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        return self.blocks(0, self.num_blocks, x, self.time_input(x, t), ())[0]
+
+    def time_input(self, x: Tensor, t: Tensor) -> Tensor:
+        """The checked input's timestep embedding (or, once frozen, the timestep table's rows at t)."""
         if x.ndim != 5 or x.shape[1] != self.cfg.in_channels:
             raise ValueError(
                 f"expected input (N, {self.cfg.in_channels}, D, H, W), got {tuple(x.shape)}"
@@ -459,19 +463,56 @@ class UNet3D(nn.Module):
         if hasattr(self, "timestep_table"):
             if t.is_floating_point():
                 raise ValueError("a frozen timestep table is indexed by integer timesteps; got fractional ones")
-            emb = self.timestep_table[t]
-        else:
-            emb = self.embed(t)
-        skips = []
-        h = x
-        for block in self.input_blocks:
-            h = block(h, emb)
-            skips.append(h)
-        h = self.middle_block(h, emb)
-        for block in self.output_blocks:
-            skip = skips.pop()
-            h = block(h, emb, skip) if self.fused_skip_grads else block(skip_cat(h, skip, self.dense_skip_grads), emb)
-        return self.out(h)
+            return self.timestep_table[t]
+        return self.embed(t)
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks in the flat order ``blocks`` runs: the encoder's, the middle, the decoder's, ``out``."""
+        return len(self.input_blocks) + len(self.output_blocks) + 2
+
+    def blocks(self, lo: int, hi: int, h: Tensor, emb: Tensor, skips: tuple[Tensor, ...]
+               ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """Blocks ``lo`` to ``hi`` − 1 of the flat order (``num_blocks``) on ``h``, with the encoder's
+        outputs still to be concatenated in ``skips`` (pushed by the encoder, popped by the decoder):
+        (the last block's output, the skips left). ``forward`` runs them all; ``segment_bounds``
+        cuts them into the pieces the gradient buckets follow."""
+        n_in, n_out = len(self.input_blocks), len(self.output_blocks)
+        for i in range(lo, hi):
+            if i < n_in:
+                h = self.input_blocks[i](h, emb)
+                skips = (*skips, h)
+            elif i == n_in:
+                h = self.middle_block(h, emb)
+            elif i <= n_in + n_out:
+                block, skip, skips = self.output_blocks[i - n_in - 1], skips[-1], skips[:-1]
+                h = block(h, emb, skip) if self.fused_skip_grads else \
+                    block(skip_cat(h, skip, self.dense_skip_grads), emb)
+            else:
+                h = self.out(h)
+        return h, skips
+
+    def segment_bounds(self, n: int) -> list[tuple[int, int]]:
+        """``n`` consecutive ranges of the flat block order that cover it: with ``n`` ≥ 2 the
+        decoder (and ``out``) is the last range, and the encoder is cut after its downsampling
+        blocks, highest resolution first; its first range holds the stem. Backward runs them in
+        reverse, so the decoder's gradients are complete first (``engine.FlatGrads``' buckets)."""
+        n_in = len(self.input_blocks)
+        downs = [i + 1 for i, b in enumerate(self.input_blocks) if isinstance(b[0], Downsample)]
+        if n < 1 or n > len(downs) + 2:
+            raise ValueError(f"{self.cfg.name}: {n} segments asked; this model has 1 to {len(downs) + 2} "
+                             f"({len(downs)} downsampling blocks)")
+        cuts = [0, *downs[:max(n - 2, 0)], *([n_in + 1] if n >= 2 else []), self.num_blocks]
+        return list(zip(cuts[:-1], cuts[1:]))
+
+    def segment_params(self, n: int) -> list[list[nn.Parameter]]:
+        """The parameters of each of ``segment_bounds(n)``'s ranges, the last range first (the order
+        backward completes them); the time embedding's, whose gradient is complete only at the end,
+        go with the first range."""
+        flat = [*self.input_blocks, self.middle_block, *self.output_blocks, self.out]
+        groups = [[p for b in flat[lo:hi] for p in b.parameters()] for lo, hi in self.segment_bounds(n)]
+        groups[0] += list(self.time_embed.parameters())
+        return groups[::-1]
 
     def embed(self, t: Tensor) -> Tensor:
         """The timestep embedding (N, 4·model_channels) every ResBlock projects (Fig. 3 ④)."""

@@ -2,20 +2,25 @@
 the backward pass hides, and the scaling table (``data/results/<gpu>-x<N>/scaling.csv``).
 
 ``python -m medddpm.profiling.scaling profile …`` runs under torchrun: the real ``Trainer`` on NIfTI data,
-``warmup`` steps, then ``steps`` steps under torch.profiler; rank 0 writes the NCCL kernel time
-per step and the part of it during which no other kernel ran (exposed communication).
+``warmup`` steps, ``steps`` timed steps, then ``steps`` steps under torch.profiler; rank 0 writes the
+NCCL kernel time per step and the part of it during which no other kernel ran (exposed
+communication), with every rank's own numbers (wall ms per step, kernel time with and without
+the NCCL kernels) beside them.
 ``python -m medddpm.profiling.scaling table RUN…`` turns timed ``train`` runs into ``scaling.csv`` rows.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 import torch
+import torch.distributed as dist
 
 COLUMNS = ["gpu", "world_size", "config", "size", "micro_batch", "grad_accum", "step_ms_median", "volumes_per_s",
            "scaling_efficiency", "allreduce_ms", "torch", "cuda", "nccl"]
@@ -81,6 +86,11 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
             trainer.train_step()
         trainer.flush()
         cuda = device.type == "cuda"
+        t0 = time.perf_counter()  # the same steps unprofiled first: this rank's wall time per step
+        for _ in range(steps):
+            trainer.train_step()
+        trainer.flush()
+        step_ms = (time.perf_counter() - t0) * 1e3 / steps
         with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
             for _ in range(steps):
                 trainer.train_step()
@@ -90,16 +100,24 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
         kernels = _kernels(prof)
         effective = trainer.engine.settings()
         trainer.close()
+    c = exposed_comm(kernels)
+    mine = {"rank": world.rank, "step_ms": step_ms, "allreduce_ms_per_step": c["comm_us"] / steps / 1e3,
+            "exposed_ms_per_step": c["exposed_us"] / steps / 1e3,
+            "kernel_ms_per_step": float(kernels["duration_us"].sum()) / steps / 1e3}
+    mine["compute_ms_per_step"] = mine["kernel_ms_per_step"] - mine["allreduce_ms_per_step"]
+    ranks: list[Any] = [mine]
+    if world.distributed:  # every rank's numbers: the spread between ranks is what the NCCL kernels wait for
+        ranks = [None] * world.size
+        dist.all_gather_object(ranks, mine)
     world.close()
     if not world.main:
         return None
-    c = exposed_comm(kernels)
     summary = {"config": config, "world_size": world.size, "size": size, "grad_accum": grad_accum, "steps": steps,
-               "allreduce_ms_per_step": c["comm_us"] / steps / 1e3,
-               "exposed_ms_per_step": c["exposed_us"] / steps / 1e3,
-               "kernel_ms_per_step": float(kernels["duration_us"].sum()) / steps / 1e3,
+               "allreduce_ms_per_step": mine["allreduce_ms_per_step"],
+               "exposed_ms_per_step": mine["exposed_ms_per_step"],
+               "kernel_ms_per_step": mine["kernel_ms_per_step"],
                "hidden_share": 1 - c["exposed_us"] / c["comm_us"] if c["comm_us"] else float("nan"),
-               "effective_knobs": effective, "env": env_info(device)}
+               "ranks": ranks, "effective_knobs": effective, "env": env_info(device)}
     Path(out).write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
@@ -111,6 +129,9 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
     from ..train.loop import run_summary
     from ..core.runtime import env_info
 
+    missing = [str(p) for p in profiles if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no profile summary at {', '.join(missing)}")
     prof = load_profiles(profiles)
     prof = dict(zip(zip(prof["config"], prof["world_size"]), prof["allreduce_ms_per_step"]))
     env = env_info()
@@ -128,6 +149,35 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
     one = df[df["world_size"] == 1].set_index(["config", "size", "micro_batch", "grad_accum"])["step_ms_median"]
     key = list(zip(df["config"], df["size"], df["micro_batch"], df["grad_accum"]))
     df["scaling_efficiency"] = [round(one.get(k, float("nan")) / ms, 4) for k, ms in zip(key, df["step_ms_median"])]
+    return df[COLUMNS].sort_values(["config", "world_size"]).reset_index(drop=True)
+
+
+_STEADY = re.compile(r"^steady state: ([0-9.]+) ms/step")
+_TRAIN = re.compile(r"\[rc=0, \d+ s\] .*-m medddpm train .*")
+
+
+def table_from_log(log: str | Path, gpu: str, versions: dict[str, str]) -> pd.DataFrame:
+    """Scaling rows from a measurement script's log (``scripts/_run.sh``: each command's last lines,
+    then ``[rc=0, N s] COMMAND``) where the run folders themselves are gone: every successful
+    ``medddpm train`` command with its printed steady state (the same median ``table`` takes),
+    its --config, --size, --grad-accum and --nproc. ``versions``: torch, cuda, nccl of the machine."""
+    rows, steady = [], None
+    for line in Path(log).read_text().splitlines():
+        if m := _STEADY.match(line.strip()):
+            steady = float(m.group(1))
+        elif _TRAIN.search(line) and steady is not None:
+            words = line.split()
+            arg = dict(zip(words, words[1:]))
+            world, accum, size = int(arg.get("--nproc", 1)), int(arg.get("--grad-accum", 1)), int(arg["--size"])
+            rows.append({"gpu": gpu, "world_size": world, "config": arg["--config"], "size": f"{size}x{size}x{size}",
+                         "micro_batch": 1, "grad_accum": accum, "step_ms_median": steady,
+                         "volumes_per_s": round(world * accum / (steady / 1e3), 3), "allreduce_ms": float("nan"),
+                         **{k: versions.get(k, "") for k in ("torch", "cuda", "nccl")}})
+            steady = None
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "scaling_efficiency"])
+    one = df[df["world_size"] == 1].set_index(["config", "grad_accum"])["step_ms_median"]
+    df["scaling_efficiency"] = [round(one.get((c, a), float("nan")) / ms, 4)
+                                for c, a, ms in zip(df["config"], df["grad_accum"], df["step_ms_median"])]
     return df[COLUMNS].sort_values(["config", "world_size"]).reset_index(drop=True)
 
 
@@ -149,7 +199,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--gpu", required=True, help="GPU label of the rows, e.g. h200-x2")
     s.add_argument("--profiles", nargs="*", default=[], help="profile JSONs (allreduce ms per step)")
     s.add_argument("--out", required=True, help="CSV to write")
+    s = sub.add_parser("table-log", help="scaling.csv from a measurement log whose run folders are gone")
+    s.add_argument("log", help="the log (scripts/_run.sh's log.txt, or a call's whole output)")
+    s.add_argument("--gpu", required=True, help="GPU label of the rows, e.g. h100-80gb-hbm3-x4")
+    s.add_argument("--info", required=True, help="`medddpm info --json` of that machine (torch and CUDA versions)")
+    s.add_argument("--nccl", default="", help="NCCL version, where the log does not say")
+    s.add_argument("--out", required=True, help="CSV to write")
     a = p.parse_args(argv)
+    if a.cmd == "table-log":
+        info = json.loads(Path(a.info).read_text())
+        table_from_log(a.log, a.gpu, {"torch": info["torch"], "cuda": info["cuda"], "nccl": a.nccl}).to_csv(
+            a.out, index=False, lineterminator="\n")
+        return 0
     if a.cmd == "profile":
         profile(a.images, a.masks, a.config, a.size, a.steps, a.warmup, a.out, a.grad_accum, a.model)
     else:

@@ -102,6 +102,33 @@ def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             load_profiles(sorted(Path(root).glob("*/profile-*-*.json"))))
 
 
+RANK_COLUMNS = ["machine", "config", "world_size", "rank", "step_ms", "allreduce_ms_per_step", "exposed_ms_per_step",
+                "compute_ms_per_step"]
+
+
+def rank_profiles(root: Path) -> pd.DataFrame:
+    """Every rank's numbers of the all-reduce profiles that record them (``profile-<config>-<N>.json``'s
+    ``ranks``: wall ms per step, NCCL kernel time, its part no other kernel hides, the other kernels)."""
+    import json
+
+    rows = [{"machine": p.parent.name, "config": d["config"], "world_size": d["world_size"], **r}
+            for p in sorted(Path(root).glob("*/profile-*-*.json")) for d in [json.loads(p.read_text())]
+            for r in d.get("ranks", [])]
+    return pd.DataFrame(rows, columns=RANK_COLUMNS)
+
+
+def allreduce_probes(root: Path) -> pd.DataFrame:
+    """The all-reduce alone (``scripts/probes/allreduce_probe.py``; ``<machine>/allreduce_probe.txt``
+    lines ``N GPUs: allreduce 161 MB: 0.593 ms median, bus bandwidth 271.3 GB/s``)."""
+    import re
+
+    line = re.compile(r"(\d+) GPUs: allreduce (\d+) MB: ([0-9.]+) ms median, bus bandwidth ([0-9.]+) GB/s")
+    rows = [{"machine": p.parent.name, "world_size": int(m[1]), "mb": int(m[2]), "ms": float(m[3]),
+             "bus_gb_s": float(m[4])}
+            for p in sorted(Path(root).glob("*/allreduce_probe.txt")) for m in line.finditer(p.read_text())]
+    return pd.DataFrame(rows, columns=["machine", "world_size", "mb", "ms", "bus_gb_s"])
+
+
 def scaling_earlier(root: Path) -> pd.DataFrame:
     """Earlier scaling tables kept beside a machine's current one (``<machine>/<run>/scaling.csv``),
     with ``machine`` and ``run`` (the subfolder's name) columns."""

@@ -261,10 +261,11 @@ def sampling(sb: pd.DataFrame, targets: dict[str, float] | None = None):
 def scaling(sc: pd.DataFrame):
     """Training throughput (volumes/s) per configuration and grad-accum on 1 and N GPUs, each bar
     labelled with its step time and the scaling efficiency T(1)/T(N)."""
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
     accum = sc["grad_accum"] if "grad_accum" in sc else pd.Series(1, index=sc.index)
     d = sc.assign(gpus=sc["world_size"].astype(str) + " GPU" + sc["world_size"].map(lambda n: "s" if n > 1 else ""),
-                  setup=sc["config"] + "\ngrad-accum " + accum.astype(str))
+                  setup=(sc["machine"] + "\n" if "machine" in sc and sc["machine"].nunique() > 1 else "")
+                  + sc["config"] + "\ngrad-accum " + accum.astype(str))
     hue = sorted(d["gpus"].unique())
     sns.barplot(data=d, x="setup", y="volumes_per_s", hue="gpus", hue_order=hue, ax=ax, errorbar=None,
                 palette=dict(zip(hue, ["#56B4E9", "#0072B2", "#009E73"])))
@@ -278,6 +279,7 @@ def scaling(sc: pd.DataFrame):
         ax.bar_label(container, labels=labels, fontsize=7, padding=2)
     ax.set_ylabel("volumes per second (global)")
     ax.set_xlabel("configuration, micro-batches per step")
+    ax.tick_params(axis="x", labelsize=7)
     ax.margins(y=0.25)
     ax.legend(title="world size", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig

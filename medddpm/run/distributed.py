@@ -143,14 +143,21 @@ def draw_seed(seed: int, draw: int) -> int:
     return int(np.random.SeedSequence([seed, draw]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
-def torchrun_args(nproc: int, argv: list[str]) -> list[str]:
-    """torchrun's arguments for what ``--nproc N`` stands for: this command, ``--nproc`` dropped."""
+LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")  # what torchrun takes over
+
+
+def torchrun_args(nproc: int, argv: list[str], nnodes: int | None = None, endpoint: str | None = None,
+                  rdzv_id: str = "medddpm") -> list[str]:
+    """torchrun's arguments for what ``--nproc N`` stands for: this command, the launch options
+    dropped; one machine standalone, or ``nnodes`` machines meeting at ``endpoint`` (c10d)."""
     rest, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--nproc":
+        elif arg in LAUNCH_OPTIONS:
             skip = True
-        elif not arg.startswith("--nproc="):
+        elif not arg.startswith(tuple(f"{o}=" for o in LAUNCH_OPTIONS)):
             rest.append(arg)
-    return ["--standalone", f"--nproc-per-node={nproc}", "-m", "medddpm", *rest]
+    where = ["--standalone"] if nnodes is None else [
+        f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}"]
+    return [*where, f"--nproc-per-node={nproc}", "-m", "medddpm", *rest]

@@ -62,7 +62,10 @@ def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> 
     device-side data cache fall back to eager PyTorch, the reference path. With several ranks and
     ``grad_sync`` "ddp" the step is not captured as a CUDA graph (DDP's all-reduces stay eager);
     with "flat" the one all-reduce is captured with the step (and the gradients stay in its flat
-    buffer: ``graph_owned_grads`` is for one process)."""
+    buffer: ``graph_owned_grads`` is for one process); one process runs the network whole
+    (``grad_buckets`` 1)."""
+    if world_size == 1:
+        knobs = replace(knobs, grad_buckets=1)  # nothing to overlap: the network compiles whole
     if device.type == "cuda":
         if world_size == 1:
             return knobs
@@ -108,10 +111,37 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> U
 
 
 def compiled(model: nn.Module, knobs: Knobs) -> nn.Module | Callable:
-    """``torch.compile(model, mode=knobs.compile_mode)`` when asked for, else the model itself."""
-    if not knobs.compile:
-        return model
-    return torch.compile(model, mode=None if knobs.compile_mode == "default" else knobs.compile_mode)
+    """``torch.compile(model, mode=knobs.compile_mode)`` when asked for, else the model itself; with
+    ``grad_buckets`` > 1 the U-Net in that many segments, each compiled on its own (``Segmented``)."""
+    compile_fn = (lambda f: torch.compile(f, mode=None if knobs.compile_mode == "default" else knobs.compile_mode)) \
+        if knobs.compile else (lambda f: f)
+    if knobs.grad_buckets > 1:
+        return Segmented(model, knobs.grad_buckets, compile_fn)
+    return compile_fn(model)
+
+
+class Segmented(nn.Module):
+    """The U-Net run as ``n`` segments of its blocks (``UNet3D.segment_bounds``), each passed through
+    ``compile_fn`` on its own: every segment's backward is its own autograd node, so the gradients
+    of the decoder's segment are accumulated (and their bucket's all-reduce started, ``FlatGrads``)
+    while the encoder's backward still runs. The time embedding runs eagerly in front of them. The
+    same blocks in the same order as ``UNet3D.forward``."""
+
+    def __init__(self, model: UNet3D, n: int, compile_fn: Callable[[Callable], Callable]) -> None:
+        super().__init__()
+        self.model = model
+
+        def segment(lo: int, hi: int) -> Callable:
+            def run(h: Tensor, emb: Tensor, skips: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
+                return model.blocks(lo, hi, h, emb, skips)
+            return compile_fn(run)
+        self.calls = [segment(lo, hi) for lo, hi in model.segment_bounds(n)]
+
+    def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        h, skips, emb = x, (), self.model.time_input(x, t)
+        for call in self.calls:
+            h, skips = call(h, emb, skips)
+        return h
 
 
 def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> torch.optim.Adam:
@@ -258,27 +288,75 @@ def _dense(t: Tensor) -> bool:
 class FlatGrads:
     """``Knobs.grad_sync`` "flat": every parameter's ``.grad`` is a view, in the parameter's own
     strides (NDHWC too), into one flat fp32 buffer, so that averaging the gradients over the ranks
-    is one division and one all-reduce of that buffer after the last micro-batch's backward — the
-    same arithmetic as DDP (pre-divide by the world size, then sum), and capturable in the step's
-    CUDA graph. Autograd accumulates into the views in place; ``zero`` clears them, never ``None``."""
+    is a division and an all-reduce of that buffer — the same arithmetic as DDP (pre-divide by the
+    world size, then sum), and capturable in the step's CUDA graph. Autograd accumulates into the
+    views in place; ``zero`` clears them, never ``None``.
 
-    def __init__(self, params: Sequence[nn.Parameter], world_size: int) -> None:
-        params = [p for p in params if p.requires_grad]
+    ``buckets`` (lists of parameters, in the order backward completes them) lay the buffer out as
+    consecutive slices. Between ``arm`` and ``finish`` (the last micro-batch's backward), a hook on
+    each parameter counts its bucket's accumulated gradients, and the bucket's division and
+    all-reduce are started as soon as the last one lands (asynchronously: NCCL's stream waits for
+    the backward so far, and the rest of the backward runs beside it); ``finish`` starts any bucket
+    still waiting and makes the caller's stream wait for every all-reduce. One bucket: one
+    all-reduce of the whole buffer at ``finish``."""
+
+    def __init__(self, buckets: Sequence[Sequence[nn.Parameter]], world_size: int) -> None:
+        buckets = [[p for p in b if p.requires_grad] for b in buckets]
+        buckets = [b for b in buckets if b]
+        params = [p for b in buckets for p in b]
         bad = [tuple(p.shape) for p in params if not _dense(p)]
         if bad:
             raise ValueError(f"flat gradients need dense parameters; these are not: {bad}")
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError("a parameter is in two gradient buckets")
         self.world_size = world_size
         self.buffer = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=params[0].dtype)
+        self.slices: list[Tensor] = []
         offset = 0
-        for p in params:
-            p.grad = self.buffer.as_strided(p.shape, p.stride(), offset)
-            offset += p.numel()
+        for b, bucket in enumerate(buckets):
+            start = offset
+            for p in bucket:
+                p.grad = self.buffer.as_strided(p.shape, p.stride(), offset)
+                offset += p.numel()
+                if len(buckets) > 1:
+                    p.register_post_accumulate_grad_hook(lambda _p, b=b: self._landed(b))
+            self.slices.append(self.buffer[start:offset])
+        self.sizes = [len(bucket) for bucket in buckets]
+        self.armed = False
+        self.landed = [0] * len(buckets)
+        self.works: list[Any] = []
+        self.started = [False] * len(buckets)
 
-    def all_reduce(self) -> None:
+    def arm(self) -> None:
+        """The next backward is the step's last: start each bucket's all-reduce once it is complete."""
+        self.armed, self.landed, self.started, self.works = True, [0] * len(self.sizes), [False] * len(self.sizes), []
+
+    def _landed(self, b: int) -> None:
+        if self.armed:
+            self.landed[b] += 1
+            if self.landed[b] == self.sizes[b]:
+                self._start(b)
+
+    def _start(self, b: int) -> None:
         import torch.distributed as dist
 
-        self.buffer.div_(self.world_size)
-        dist.all_reduce(self.buffer)
+        self.started[b] = True
+        self.slices[b].div_(self.world_size)
+        self.works.append(dist.all_reduce(self.slices[b], async_op=True))
+
+    def finish(self) -> None:
+        """Start the buckets not started yet (in order), then wait for every all-reduce."""
+        for b, started in enumerate(self.started):
+            if not started:
+                self._start(b)
+        for work in self.works:
+            work.wait()
+        self.armed, self.works = False, []
+
+    def all_reduce(self) -> None:
+        """Average the whole buffer over the ranks now (``arm`` + ``finish`` with no backward between)."""
+        self.arm()
+        self.finish()
 
     def zero(self) -> None:
         self.buffer.zero_()
@@ -318,7 +396,7 @@ class Engine:
         self.model = build_model(model_cfg, self.knobs, device)
         flat = world_size > 1 and self.knobs.grad_sync == "flat"
         self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 and not flat else None
-        self.grads = FlatGrads(list(self.model.parameters()), world_size) if flat else None
+        self.grads = FlatGrads(self.model.segment_params(self.knobs.grad_buckets), world_size) if flat else None
         if flat:
             broadcast_from_rank0([*self.model.parameters(), *self.model.buffers()])  # as DDP does
         if self.ddp is not None and self.knobs.compile and self.knobs.channels_last:
@@ -380,6 +458,8 @@ class TrainStep:
         for k, (image, mask) in enumerate(zip(images, masks)):
             t, noise = draws[k] if draws is not None else (None, None)
             sync = self.no_sync is None or k == n - 1
+            if self.grads is not None and k == n - 1:
+                self.grads.arm()  # this backward starts the buckets' all-reduces as they complete
             with contextlib.nullcontext() if sync else self.no_sync():
                 with nvtx("forward"), autocast(self.knobs, self.device):
                     loss = self.diffusion.loss(image, mask, t, noise)
@@ -390,7 +470,7 @@ class TrainStep:
             total += loss.detach() * scale
         if self.grads is not None:
             with nvtx("all_reduce"):
-                self.grads.all_reduce()
+                self.grads.finish()
         with nvtx("optimizer"):
             self.optimizer.step()
             if self.grads is not None:
