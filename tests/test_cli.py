@@ -53,6 +53,18 @@ def test_train_sample_end_to_end(capsys, phantoms, tmp_path):
     code, _, err = run(capsys, "sample", "--checkpoint", str(run_dir / "checkpoint.pt"), "--masks",
                        str(phantoms / "masks"), "--out", str(tmp_path / "s"), "--sampler", "ddim", "--steps", "3")
     assert_one_line_error(code, err, "already holds")
+    # --out naming a file, and a resume under another configuration: one line each, nothing written
+    (tmp_path / "file.nii.gz").write_bytes(b"keep")
+    code, _, err = run(capsys, "sample", "--checkpoint", str(run_dir / "checkpoint.pt"), "--masks",
+                       str(phantoms / "masks"), "--out", str(tmp_path / "file.nii.gz"), "--sampler", "ddim", "--steps", "3")
+    assert_one_line_error(code, err, "is a file")
+    assert (tmp_path / "file.nii.gz").read_bytes() == b"keep"
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    code, out, err = run(capsys, "train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"),
+                         "--model", "tiny", "--steps", "4", "--out", str(run_dir), "--size", "16", "--quiet", "--resume",
+                         "--config", "opt1")
+    assert_one_line_error(code, err, "trained with --config baseline, not opt1; resume with --config baseline")
+    assert len(err) < 300 and (run_dir / "checkpoint.pt").read_bytes() == before
 
 
 def test_bad_inputs_give_one_line_and_exit_2(capsys, phantoms, tmp_path):

@@ -93,14 +93,7 @@ def test_subpackages_import_only_what_comes_before_them_in_the_flow():
     assert upward == [], upward
 
 
-def test_old_flat_names_are_the_moved_modules():
-    """``medddpm.<old>`` keeps working for code written before the layout: the same module object."""
-    import importlib
-
-    import medddpm
-
-    for old, new in medddpm.MOVED.items():
-        assert importlib.import_module(f"medddpm.{old}") is importlib.import_module(f"medddpm.{new}"), old
+def test_subpackages_re_export_their_modules_names():
     from medddpm.data import write_phantoms
     from medddpm.data.nifti import write_phantoms as moved
 

@@ -287,7 +287,7 @@ _GRAPHS = _rung(_LEAN, "bf16-graphs", cuda_graphs=True)  # + one CUDA graph per 
 
 # Knobs that change how the data reach the step or how gradients travel, never the maths: a run
 # resumes under other values of these (tested bit-exact on CPU).
-PIPELINE_KNOBS: tuple[str, ...] = ("data_cache", "loader_workers")
+PIPELINE_KNOBS: tuple[str, ...] = ("data_cache", "loader_workers", "grad_buckets")
 
 # Off the ladder: Inductor's max-autotune (Triton templates and kernel choices benchmarked at
 # compile time) on the best NCDHW rung and on `bf16-graphs` (without its own CUDA graphs: it captures

@@ -210,6 +210,10 @@ class Trainer:
             raise InputError(f"cannot resume {self.out} with {self.world.size} process(es): it was trained with "
                              f"{ranks}; resume with the same number of ranks")
         stored, mine = _normalized(ckpt["config"]), _normalized(self.config_dict())
+        was, now = stored["knobs"].get("name", "?"), mine["knobs"].get("name", "?")
+        if was != now:
+            raise InputError(f"cannot resume {self.out}: it was trained with --config {was}, not {now}; "
+                             f"resume with --config {was}, or start a new --out")
         for key in ("model", "diffusion", "train", "knobs", "size"):
             if stored[key] != mine[key]:
                 raise InputError(f"cannot resume {self.out}: its {key} config {stored[key]} differs from {mine[key]}")
