@@ -110,7 +110,7 @@ def _train_inputs(a: argparse.Namespace):
     if (out / CHECKPOINT).exists() and not a.resume:
         raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     if a.resume and not (out / CHECKPOINT).exists():
-        several = int(os.environ.get("WORLD_SIZE", "1")) > int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 0
+        several = int(os.environ.get("WORLD_SIZE", "1")) > int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # nodes
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist"
                          + (" on this node: rank 0 writes the run folder, so every node resuming must read it "
                             "from a filesystem they share" if several else ""))
@@ -141,14 +141,24 @@ def _training_data(a: argparse.Namespace, model: str) -> tuple[list, str]:
 
 
 def _launching(a: argparse.Namespace) -> bool:
-    """Whether this command starts torchrun (``--nproc``) instead of running here."""
-    if a.nproc is None and (a.nnodes is not None or a.rdzv_endpoint is not None):
-        raise InputError("--nnodes and --rdzv-endpoint launch ranks: give --nproc, the ranks per machine, with them")
-    return a.nproc is not None
+    """Whether this command starts torchrun (``--nproc``) instead of running here; the launch
+    options checked together."""
+    if a.nproc is None:
+        if a.nnodes is not None or a.rdzv_endpoint is not None:
+            raise InputError("--nnodes and --rdzv-endpoint launch ranks: give --nproc, the ranks per machine, with them")
+        return False
+    if a.nproc < 1:
+        raise InputError(f"--nproc must be >= 1, got {a.nproc}")
+    if a.nnodes is not None and a.nnodes < 1:
+        raise InputError(f"--nnodes must be >= 1, got {a.nnodes}")
+    if (a.nnodes is None) != (a.rdzv_endpoint is None):
+        raise InputError("--nnodes and --rdzv-endpoint go together: the machines, and where they meet")
+    return True
 
 
 def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
-    """``--nproc N``: check the inputs here, then run this command under torchrun with N ranks."""
+    """``--nproc N`` (checked by ``_launching``): check the inputs here, then run this command under
+    torchrun with N ranks."""
     import logging
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -156,12 +166,6 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
 
     from .run.distributed import World, torchrun_args
 
-    if a.nproc < 1:
-        raise InputError(f"--nproc must be >= 1, got {a.nproc}")
-    if a.nnodes is not None and a.nnodes < 1:
-        raise InputError(f"--nnodes must be >= 1, got {a.nnodes}")
-    if (a.nnodes is None) != (a.rdzv_endpoint is None):
-        raise InputError("--nnodes and --rdzv-endpoint go together: the machines, and where they meet")
     World(0, a.nproc, 0).device(a.device)  # a fixed cuda:N is refused for several ranks, as in each rank
     if a.device == "cuda":
         import torch

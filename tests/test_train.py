@@ -126,3 +126,13 @@ def test_time_limit_stops_checkpointed_and_resume_finishes_the_same_run(phantoms
     assert rest.fit(4, progress=False) == straight and not rest.stopped_early
     with pytest.raises(InputError, match="--time-limit must be > 0"):
         rest.fit(6, progress=False, time_limit_s=0)
+
+
+def test_a_resume_mismatch_names_what_differs_in_one_line():
+    from medddpm.train.trainer import _difference
+
+    assert _difference("train", {"lr": 1e-5, "seed": 0}, {"lr": 1e-4, "seed": 0}) == \
+        "its train config differs (lr 1e-05 → 0.0001)"
+    assert _difference("knobs", {"name": "fast", "tf32": True}, {"name": "opt1", "tf32": True}).startswith(
+        "it was trained with --config fast, not opt1; resume with --config fast")
+    assert _difference("size", [16, 16, 16], [32, 32, 32]) == "its size [16, 16, 16] differs from [32, 32, 32]"

@@ -113,9 +113,7 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
     if not world.main:
         return None
     summary = {"config": config, "world_size": world.size, "size": size, "grad_accum": grad_accum, "steps": steps,
-               "allreduce_ms_per_step": mine["allreduce_ms_per_step"],
-               "exposed_ms_per_step": mine["exposed_ms_per_step"],
-               "kernel_ms_per_step": mine["kernel_ms_per_step"],
+               **{k: mine[k] for k in ("allreduce_ms_per_step", "exposed_ms_per_step", "kernel_ms_per_step")},
                "hidden_share": 1 - c["exposed_us"] / c["comm_us"] if c["comm_us"] else float("nan"),
                "ranks": ranks, "effective_knobs": effective, "env": env_info(device)}
     Path(out).write_text(json.dumps(summary, indent=2, default=str))
@@ -145,6 +143,12 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
                      "allreduce_ms": round(prof.get((r["config"], world), float("nan")), 3),
                      "torch": env["torch"], "cuda": env["cuda"],
                      "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else ""})
+    return _with_efficiency(rows)
+
+
+def _with_efficiency(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The scaling table of ``rows`` (every column but the efficiency): efficiency = T(1 GPU) / T(N GPUs)
+    of the same configuration, size, micro-batch and grad-accum (weak scaling)."""
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "scaling_efficiency"])
     one = df[df["world_size"] == 1].set_index(["config", "size", "micro_batch", "grad_accum"])["step_ms_median"]
     key = list(zip(df["config"], df["size"], df["micro_batch"], df["grad_accum"]))
@@ -174,11 +178,7 @@ def table_from_log(log: str | Path, gpu: str, versions: dict[str, str]) -> pd.Da
                          "volumes_per_s": round(world * accum / (steady / 1e3), 3), "allreduce_ms": float("nan"),
                          **{k: versions.get(k, "") for k in ("torch", "cuda", "nccl")}})
             steady = None
-    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "scaling_efficiency"])
-    one = df[df["world_size"] == 1].set_index(["config", "grad_accum"])["step_ms_median"]
-    df["scaling_efficiency"] = [round(one.get((c, a), float("nan")) / ms, 4)
-                                for c, a, ms in zip(df["config"], df["grad_accum"], df["step_ms_median"])]
-    return df[COLUMNS].sort_values(["config", "world_size"]).reset_index(drop=True)
+    return _with_efficiency(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

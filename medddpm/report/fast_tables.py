@@ -2,6 +2,8 @@
 roofline): tidy DataFrames read from the results store, one function per table."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -109,8 +111,6 @@ RANK_COLUMNS = ["machine", "config", "world_size", "rank", "step_ms", "allreduce
 def rank_profiles(root: Path) -> pd.DataFrame:
     """Every rank's numbers of the all-reduce profiles that record them (``profile-<config>-<N>.json``'s
     ``ranks``: wall ms per step, NCCL kernel time, its part no other kernel hides, the other kernels)."""
-    import json
-
     rows = [{"machine": p.parent.name, "config": d["config"], "world_size": d["world_size"], **r}
             for p in sorted(Path(root).glob("*/profile-*-*.json")) for d in [json.loads(p.read_text())]
             for r in d.get("ranks", [])]
@@ -120,8 +120,6 @@ def rank_profiles(root: Path) -> pd.DataFrame:
 def allreduce_probes(root: Path) -> pd.DataFrame:
     """The all-reduce alone (``scripts/probes/allreduce_probe.py``; ``<machine>/allreduce_probe.txt``
     lines ``N GPUs: allreduce 161 MB: 0.593 ms median, bus bandwidth 271.3 GB/s``)."""
-    import re
-
     line = re.compile(r"(\d+) GPUs: allreduce (\d+) MB: ([0-9.]+) ms median, bus bandwidth ([0-9.]+) GB/s")
     rows = [{"machine": p.parent.name, "world_size": int(m[1]), "mb": int(m[2]), "ms": float(m[3]),
              "bus_gb_s": float(m[4])}

@@ -322,14 +322,15 @@ class FlatGrads:
                     p.register_post_accumulate_grad_hook(lambda _p, b=b: self._landed(b))
             self.slices.append(self.buffer[start:offset])
         self.sizes = [len(bucket) for bucket in buckets]
-        self.armed = False
-        self.landed = [0] * len(buckets)
+        self._reset(armed=False)
+
+    def _reset(self, armed: bool) -> None:
+        self.armed, self.landed, self.started = armed, [0] * len(self.sizes), [False] * len(self.sizes)
         self.works: list[Any] = []
-        self.started = [False] * len(buckets)
 
     def arm(self) -> None:
         """The next backward is the step's last: start each bucket's all-reduce once it is complete."""
-        self.armed, self.landed, self.started, self.works = True, [0] * len(self.sizes), [False] * len(self.sizes), []
+        self._reset(armed=True)
 
     def _landed(self, b: int) -> None:
         if self.armed:
@@ -351,12 +352,7 @@ class FlatGrads:
                 self._start(b)
         for work in self.works:
             work.wait()
-        self.armed, self.works = False, []
-
-    def all_reduce(self) -> None:
-        """Average the whole buffer over the ranks now (``arm`` + ``finish`` with no backward between)."""
-        self.arm()
-        self.finish()
+        self._reset(armed=False)
 
     def zero(self) -> None:
         self.buffer.zero_()

@@ -122,6 +122,8 @@ def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, 
     if model not in MASK_LABELS:
         raise InputError(f"the checkpoint's model {model!r} has no mask labels defined")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file; give a folder for the samples (it is made if missing)")
     what = ""
     if model in brats.BRATS_MODELS and brats.is_brats_root(masks):
         cases, what = brats.find_cases(masks, labels, need_images=False)
@@ -162,8 +164,6 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     told what the masks are (a BraTS root: its layout and the label rule that applied)."""
     config = config or default_config(device)
     check_options(sampler, steps, spacing, config, weights, batch, eta)
-    if Path(out).exists() and not Path(out).is_dir():
-        raise InputError(f"--out {out} is a file; give a folder for the samples (it is made if missing)")
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     check_options(sampler, steps, spacing, config, weights, batch, eta, diff_cfg.timesteps)

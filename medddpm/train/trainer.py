@@ -97,6 +97,19 @@ def configs_from_checkpoint(ckpt: dict[str, Any]) -> tuple[ModelConfig, Diffusio
             from_dict(TrainConfig, c["train"]), from_dict(Knobs, c["knobs"]))
 
 
+def _difference(key: str, stored: Any, mine: Any) -> str:
+    """One line saying how a checkpoint's ``key`` config differs from this run's: another
+    configuration by its name and the flag to resume it with, else the fields that differ."""
+    if key == "knobs" and stored.get("name") != mine.get("name"):
+        return (f"it was trained with --config {stored.get('name')}, not {mine.get('name')}; resume with "
+                f"--config {stored.get('name')}, or start a new --out")
+    if not isinstance(stored, dict):
+        return f"its {key} {stored} differs from {mine}"
+    fields = ", ".join(f"{k} {stored.get(k)!r} → {mine.get(k)!r}" for k in sorted({*stored, *mine})
+                       if stored.get(k) != mine.get(k))
+    return f"its {key} config differs ({fields})"
+
+
 def _normalized(config: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's config with today's defaults for fields it predates, JSON-comparable; the
     input-pipeline knobs are left out (they never change what is trained)."""
@@ -210,13 +223,9 @@ class Trainer:
             raise InputError(f"cannot resume {self.out} with {self.world.size} process(es): it was trained with "
                              f"{ranks}; resume with the same number of ranks")
         stored, mine = _normalized(ckpt["config"]), _normalized(self.config_dict())
-        was, now = stored["knobs"].get("name", "?"), mine["knobs"].get("name", "?")
-        if was != now:
-            raise InputError(f"cannot resume {self.out}: it was trained with --config {was}, not {now}; "
-                             f"resume with --config {was}, or start a new --out")
         for key in ("model", "diffusion", "train", "knobs", "size"):
             if stored[key] != mine[key]:
-                raise InputError(f"cannot resume {self.out}: its {key} config {stored[key]} differs from {mine[key]}")
+                raise InputError(f"cannot resume {self.out}: {_difference(key, stored[key], mine[key])}")
         self.model.load_state_dict(ckpt["model"])
         self.ema.load_state_dict(ckpt["ema"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
