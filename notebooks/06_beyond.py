@@ -223,8 +223,8 @@ if not SC_EARLIER.empty:
 # bucket's all-reduce on NCCL's stream as soon as backward has accumulated its segment's
 # gradients: all but the last run beside the encoder's backward, inside the step's CUDA graph.
 # `fast-flat` keeps one all-reduce after the backward. `fast`: {glue:text}`buckets_scaling`;
-# `fast-flat`: {glue:text}`flat_scaling`. One run each: {glue:text}`overlap_verdict`, and
-# {glue:text}`overlap_within` of these rows reach 97 %.
+# `fast-flat`: {glue:text}`flat_scaling`. One run each: {glue:text}`overlap_verdict`. Rows of
+# the two on several GPUs that reach 97 %: {glue:text}`overlap_within`.
 #
 # The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two
 # GPUs takes {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). Inside `fast`'s step on

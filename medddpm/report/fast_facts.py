@@ -214,7 +214,7 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame) -
         f[f"{key}_scaling"] = (f"{rows['step_ms_median'].iloc[0]:.1f} → "
                                + " / ".join(f"{ms:.1f}" for ms in multi["step_ms_median"]) + " ms/step on 1 → "
                                + " / ".join(str(n) for n in multi["world_size"]) + " GPUs ("
-                               + " / ".join(f"{100 * e:.1f} %" for e in multi["scaling_efficiency"]) + f", {rows['machine'].iloc[0]})"
+                               + " / ".join(f"{100 * e:.1f} %" for e in multi["scaling_efficiency"]) + f", {gpu_name(rows['machine'].iloc[0])})"
                                if len(multi) and (rows["world_size"] == 1).any() else missing(f"{cfg} rows in scaling.csv"))
     f["config_fast_buckets"] = str(CONFIGS["fast"].grad_buckets)
     pair = sc[(sc["config"].isin(["fast", "fast-flat"])) & (sc["grad_accum"] == 1) & (sc["world_size"] == 2)] \

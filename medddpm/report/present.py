@@ -40,7 +40,8 @@ HEADERS = {
     "s_per_volume_median": "s per volume (median)", "s_per_volume_min": "s per volume (min)",
     "s_per_volume_max": "s per volume (max)", "world_size": "GPUs", "volumes_per_s": "volumes/s",
     "scaling_efficiency": "scaling efficiency", "allreduce_ms": "NCCL, ms/step", "nccl": "NCCL",
-    "machine": "machine", "allreduce_ms_per_step": "NCCL kernels, ms/step",
+    "machine": "machine", "allreduce_ms_per_step": "NCCL kernels, ms/step", "step_ms": "wall, ms/step",
+    "compute_ms_per_step": "other kernels, ms/step",
     "grad_accum": "micro-batches per step", "data": "input pipeline", "run": "run",
     "loop_ms_per_micro_batch": "train loop, ms per micro-batch", "bench_ms": "bench, ms per micro-batch",
     "ratio": "loop / bench",
@@ -115,13 +116,13 @@ def gpu_name(slug: Any) -> Any:
     if not isinstance(slug, str):
         return slug
     base, sep, rest = slug.partition(" ")
-    if base in _recorded:
-        return _recorded[base] + sep + rest
     if base in GPU_NAMES:
         return GPU_NAMES[base] + sep + rest
     machine, x, n = base.rpartition("-x")
-    if x and n.isdigit() and machine in _recorded:
-        return f"{n}× {_recorded[machine]}" + sep + rest
+    if x and n.isdigit() and (machine in _recorded or base in _recorded):  # its own record names one GPU
+        return f"{n}× {_recorded.get(machine) or _recorded[base]}" + sep + rest
+    if base in _recorded:
+        return _recorded[base] + sep + rest
     return base + sep + rest
 
 
