@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .core.config import DEFAULT_ETA, USER_CONFIGS
+from .core.config import DEFAULT_ETA, FAST_FROM, INTENSITIES, PREDICTIONS, USER_CONFIGS, DataConfig
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import RECOMMENDED, SAMPLERS, SPACINGS
 
@@ -25,6 +25,11 @@ def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[
 
 
 DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when PyTorch sees a GPU, else cpu)"
+
+
+MASK_LABELS_HELP = ("map a parcellation's integer labels onto the model's mask channels, e.g. brain=nonzero or "
+                    "brain=1-207,lesion=250 (VALUES: 'nonzero' for every label no other name takes, or integers "
+                    "and ranges joined by +; 'background' maps to 0)")
 
 
 def default_device(a: argparse.Namespace) -> None:
@@ -76,6 +81,16 @@ def cmd_demo_data(a: argparse.Namespace) -> None:
     print(f"wrote {len(names)} BraTS-shaped subjects ({layout} layout, {a.labels or 'brats2021'} labels) to {a.out}")
 
 
+def cmd_prepare_ixi(a: argparse.Namespace) -> None:
+    from .data.ixi import MASK_LABELS, prepare
+
+    counts = prepare(a.root, a.out, a.size, a.val)
+    print(f"wrote {sum(counts.values())} IXI subjects at {a.size}³ to {a.out} ("
+          + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); train with --images {a.out}/dev/images "
+          f"--masks {a.out}/dev/masks --held-out {counts['val']} --mask-labels {MASK_LABELS} (the val subjects are "
+          f"dev's last); sample {a.out}/val/masks; {a.out}/test is the external test set")
+
+
 class Exit(Exception):
     """Leave ``main`` with this exit code, printing nothing more (the cause is already printed)."""
 
@@ -114,9 +129,30 @@ def _train_inputs(a: argparse.Namespace):
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist"
                          + (" on this node: rank 0 writes the run folder, so every node resuming must read it "
                             "from a filesystem they share" if several else ""))
+    data_cfg, diffusion_cfg = _quality_configs(a, cfg.name)
     pairs, source = _training_data(a, cfg.name)
+    if a.data is not None and data_cfg != DataConfig():
+        raise InputError("--intensity, --percentiles and --mask-labels apply to --images/--masks folders; a BraTS "
+                         "root uses its own preprocessing and labels")
     train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
-    return cfg, knobs, size, train_cfg, out, train, tuple(held), source
+    return cfg, knobs, size, train_cfg, out, train, tuple(held), source, data_cfg, diffusion_cfg
+
+
+def _quality_configs(a: argparse.Namespace, model: str):
+    """(DataConfig, DiffusionConfig) of ``train``'s data and diffusion options, checked."""
+    from .core.config import DiffusionConfig
+    from .data.labels import parse
+
+    labels = parse(a.mask_labels, model).spec if a.mask_labels is not None else ""
+    try:
+        data = DataConfig(intensity=a.intensity, mask_labels=labels,
+                          **({"percentiles": tuple(a.percentiles)} if a.percentiles else {}))
+        diffusion = DiffusionConfig(prediction=a.prediction, offset_noise=a.offset_noise)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if a.percentiles and a.intensity != "percentile":
+        raise InputError("--percentiles applies to --intensity percentile")
+    return data, diffusion
 
 
 def _training_data(a: argparse.Namespace, model: str) -> tuple[list, str]:
@@ -213,17 +249,19 @@ def cmd_train(a: argparse.Namespace) -> None:
         return _launch(a, a.argv)
 
     def inputs():  # every rank checks the same inputs; a failure on any rank stops them all
-        cfg, knobs, size, train_cfg, out, pairs, held, source = _train_inputs(a)
+        cfg, knobs, size, train_cfg, out, pairs, held, source, data_cfg, diffusion_cfg = _train_inputs(a)
         plan = Trainer.data_plan(len(pairs), cfg, effective_knobs(knobs, device, world.size), device, size)
-        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none", source=source)
+        dataset = VolumeDataset(pairs, cfg.name, cfg.out_channels, size, keep=plan.pipeline != "none", source=source,
+                                data=data_cfg)
         dataset.validate()  # every file decoded once, before training: bad input stops here
         if held:
-            VolumeDataset(list(held), cfg.name, cfg.out_channels, size).validate()
-        return cfg, knobs, size, train_cfg, out, dataset, plan, held
+            VolumeDataset(list(held), cfg.name, cfg.out_channels, size, data=data_cfg).validate()
+        return cfg, knobs, size, train_cfg, out, dataset, plan, held, diffusion_cfg
 
     with _ranks(a) as (world, device):
-        cfg, knobs, size, train_cfg, out, dataset, plan, held = world.checked(inputs)
-        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, world=world, data=plan, held_out=held)
+        cfg, knobs, size, train_cfg, out, dataset, plan, held, diffusion_cfg = world.checked(inputs)
+        trainer = Trainer(dataset, cfg, train_cfg, knobs, device, out, size, diffusion_cfg, world=world, data=plan,
+                          held_out=held)
         try:
             if a.resume:
                 world.checked(trainer.resume)
@@ -252,6 +290,28 @@ def cmd_train(a: argparse.Namespace) -> None:
               f"after the first; {out / 'timing.csv'})")
 
 
+def cmd_warmup(a: argparse.Namespace) -> None:
+    import time
+
+    from .run import cache
+    from .sample.sampler import Sampler
+
+    if a.batch < 1:
+        raise InputError(f"--batch must be >= 1, got {a.batch}")
+    t0 = time.perf_counter()
+    sampler = Sampler.from_checkpoint(a.checkpoint, a.config, a.device)
+    size = "×".join(map(str, sampler.size))
+    print(f"warmup: compiling {sampler.config} for {size}, batch {a.batch}, and capturing its sampling chain into "
+          f"{cache.root()} (a first compile takes about a minute on an H100/H200)", file=sys.stderr, flush=True)
+    path = sampler.warmup(a.batch)
+    took = time.perf_counter() - t0
+    if path is None or not path.is_file():
+        print(f"warmup: nothing to cache ({sampler.config} on {sampler.device.type} does not compile); {took:.1f} s")
+    else:
+        print(f"warmup: cached in {took:.1f} s: {path}; `medddpm sample --checkpoint {a.checkpoint} --config "
+              f"{sampler.config}` now starts from it")
+
+
 def cmd_sample(a: argparse.Namespace) -> None:
     from .sample.sampler import sample_masks
 
@@ -261,7 +321,7 @@ def cmd_sample(a: argparse.Namespace) -> None:
         written = world.checked(lambda: sample_masks(
             a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
             progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip,
-            spacing=a.spacing, labels=a.labels or "auto", one_file=a.one_file,
+            spacing=a.spacing, labels=a.labels or "auto", one_file=a.one_file, mask_labels=a.mask_labels,
             say=(lambda line: print(line, file=sys.stderr, flush=True)) if world.main else None))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
@@ -383,6 +443,15 @@ def parser() -> argparse.ArgumentParser:
 
     labels_help = ("a BraTS segmentation's labels: brats2021 (1 NCR, 2 ED, 4 ET), brats2023 (3 ET) or reference "
                    "(3 ET, 4 healthy brain)")
+    s = sub.add_parser("prepare-ixi", help="IXI T1 scans with their DLMUSE parcellations (NiChart's "
+                       "test_data/processed/IXI) as image/mask pairs at SIZE³, split train/val/test by IXI ID")
+    s.add_argument("--root", required=True, help="the IXI folder holding Nifti/T1 and DLMUSE")
+    s.add_argument("--out", required=True, help="folder to create: OUT/{train,val,test}/{images,masks}, OUT/split.csv")
+    s.add_argument("--size", type=int, default=64, help="side of the cubic volumes (default 64)")
+    s.add_argument("--val", type=int, default=16, help="validation subjects: the last IDs below 500 (default 16); "
+                   "IDs from 500 on are the external test set")
+    s.set_defaults(func=cmd_prepare_ixi)
+
     for name, func, what in (("phantom", cmd_phantom, "seeded head phantoms as NIfTI image/mask pairs"),
                              ("demo-data", cmd_demo_data, "MNI152 demo subjects with lesions (image/mask pairs) "
                               "or, with --layout brats, BraTS-shaped subjects with tumours")):
@@ -435,6 +504,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop (checkpointed) at the first loss "
                    "read-back after this many seconds; --resume continues exactly")
     s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names")
+    s.add_argument("--mask-labels", metavar="NAME=VALUES,…", help=MASK_LABELS_HELP + "; kept in the checkpoint, "
+                   "which sample reuses")
+    s.add_argument("--intensity", default="minmax", choices=INTENSITIES, help="each image to [-1, 1]: minmax (the "
+                   "reference) or percentile (the --percentiles mapped to ±1 and clipped: one bright voxel no longer "
+                   "sets the scale)")
+    s.add_argument("--percentiles", type=float, nargs=2, metavar=("LOW", "HIGH"), help="with --intensity "
+                   f"percentile (default {DataConfig().percentiles[0]:g} {DataConfig().percentiles[1]:g})")
+    s.add_argument("--prediction", default="eps", choices=PREDICTIONS, help="the network predicts the noise (eps, "
+                   "the reference) or v = sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022)")
+    s.add_argument("--offset-noise", type=float, default=0.0, metavar="S", help="training noise plus S times one "
+                   "N(0,1) number per volume (offset noise, Guttenberg 2023; default 0, the reference)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun on this machine "
                    "(the same as `torchrun --standalone --nproc-per-node N -m medddpm train …`)")
@@ -450,6 +530,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--labels", choices=("auto", *LABELS), help=f"{labels_help}; auto (default) detects them")
     s.add_argument("--one-file", action="store_true", help="from a BraTS root: one 4-D OUT/<subject>.nii.gz per "
                    "subject instead of a folder of four")
+    s.add_argument("--mask-labels", metavar="NAME=VALUES,…", help=MASK_LABELS_HELP + " (default: the map the "
+                   "checkpoint was trained with)")
     s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
                    help=f"ancestral DDPM, DDIM or a few-step solver (default {RECOMMENDED.sampler}: {RECOMMENDED.why})")
     s.add_argument("--steps", type=int, help=f"denoising steps (default: {RECOMMENDED.steps} for {RECOMMENDED.sampler}; "
@@ -463,13 +545,23 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
-    s.add_argument("--config", help=f"run configuration of the denoiser (default: fast on a GPU, baseline on a CPU); "
+    s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast for "
+                   f"{FAST_FROM} masks or more, where its compilation pays off, else bf16, eager, which is done first; "
+                   "the rule reads only the number of masks, so a command always writes the same files); "
                    f"one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--nproc", type=int, help="launch N ranks with torchrun, each sampling its share of the masks")
     launch_options(s)
     s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("warmup", help="compile a checkpoint's sampler once into the compile cache (MEDDDPM_CACHE, "
+                       "default ~/.cache/medddpm), so later `sample` commands start from it")
+    s.add_argument("--checkpoint", required=True, help="a checkpoint.pt written by train")
+    s.add_argument("--config", help="run configuration of the denoiser (default: fast on a GPU)")
+    s.add_argument("--batch", type=int, default=1, help="masks per batch the later commands will use (default 1)")
+    s.add_argument("--device", help=DEVICE_HELP)
+    s.set_defaults(func=cmd_warmup)
 
     def bench_parser(name: str, what: str, default: str, csv: str, per_run: str):
         """The options ``bench`` and ``bench-sample`` share (their --model/--config/--size/--device/--json/--out)."""

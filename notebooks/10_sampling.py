@@ -197,5 +197,28 @@ else:
 #   {glue:text}`sm_ddpm250_fast-w16-tnorm-tconv_bg`, and single samples spread by
 #   {glue:text}`sm_bg_sd` (standard deviation): a uniform grey offset whose level depends on the
 #   seed, while the brain inside the mask is right. The model at its best held-out loss sets the
-#   background's level only loosely, and a sampler cannot add what the model lacks; more training
-#   subjects, or a loss that weighs the noisiest steps more, are where to look next.
+#   background's level only loosely, and a sampler cannot add what the model lacks. On real brains
+#   {doc}`14_anatomy` finds the cause, ε-prediction's error in a volume's mean, and the fix:
+#   v-prediction (`train --prediction v`).
+#
+# ## From Python: one sampler, many calls
+#
+# `medddpm sample` builds its denoiser once per command, and compiles it and captures its CUDA graphs
+# on first use. In a notebook, keep that object and call it again and again
+# (`medddpm/sample/sampler.py`; the command line is built on it):
+#
+# ```python
+# from medddpm.sample import Sampler
+#
+# s = Sampler.from_checkpoint("RUN/best.pt", config="fast")    # load once: fast on a GPU by default
+# images = s.sample("NEW_MASKS", seed=1)                        # {mask name: nibabel image in its mask's space}
+# images = s.sample("NEW_MASKS/sub-07.nii.gz", steps=20)        # the first call of a shape compiles; later ones replay
+# s.write("NEW_MASKS", "SAMPLES", seed=1)                       # the files `medddpm sample` writes
+# ```
+#
+# Each mask's noise comes from a generator seeded by (seed, mask name), so its sample does not depend
+# on the call, the batch or the rank. Compiled work is kept in `MEDDDPM_CACHE` (default
+# `~/.cache/medddpm`) for later processes, and `medddpm warmup --checkpoint RUN/best.pt` fills it
+# ahead of time. Without `--config`, `medddpm sample` on a GPU runs `fast` only for enough masks that
+# its compilation pays off. Fewer masks run eagerly in bf16, which finishes before `fast` would have
+# compiled.

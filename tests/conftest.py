@@ -35,3 +35,54 @@ def tiny_checkpoint(phantoms, tmp_path_factory) -> Path:
     assert main(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
                  "--steps", "1", "--size", "16", "--out", str(run), "--quiet", "--device", "cpu"]) == 0
     return run / "checkpoint.pt"
+
+
+IXI_IDS = (12, 13, 14, 15, 501, 502)  # 4 development subjects, 2 of the external test set
+
+
+@pytest.fixture(scope="session")
+def fake_ixi(tmp_path_factory) -> Path:
+    """A folder shaped as NiChart's IXI test data (Nifti/T1/IXI<ID>-HH-<n>_T1.nii.gz and
+    DLMUSE/…_T1_DLMUSE.nii.gz), 12 × 12 × 9 voxels of 2 mm, seeded: a bright head, a parcellated brain."""
+    import nibabel as nib
+    import numpy as np
+
+    root = tmp_path_factory.mktemp("ixi") / "IXI"
+    (root / "Nifti" / "T1").mkdir(parents=True)
+    (root / "DLMUSE").mkdir()
+    rng = np.random.default_rng(0)
+    affine = np.array([[0, 0, 2.0, -9], [-2.0, 0, 0, 12], [0, 2.0, 0, -12], [0, 0, 0, 1]])  # PSR, as the scans
+    for n, i in enumerate(IXI_IDS):
+        image = rng.uniform(0, 20, (12, 12, 9)).astype(np.float32)
+        image[2:10, 2:10, 1:8] += 800 + 100 * n
+        labels = np.zeros((12, 12, 9), np.uint8)
+        labels[4:8, 4:8, 3:6] = rng.choice([4, 11, 23, 207], size=(4, 4, 3))
+        image[labels > 0] += 400
+        stem = f"IXI{i:03d}-HH-{1000 + n}_T1"
+        nib.save(nib.Nifti1Image(image, affine), str(root / "Nifti" / "T1" / f"{stem}.nii.gz"))
+        nib.save(nib.Nifti1Image(labels, affine), str(root / "DLMUSE" / f"{stem}_DLMUSE.nii.gz"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def ixi16(fake_ixi, tmp_path_factory) -> Path:
+    """``fake_ixi`` prepared at 16³ with 1 validation subject (``medddpm prepare-ixi``)."""
+    from medddpm.data.ixi import prepare
+
+    out = tmp_path_factory.mktemp("ixi16") / "ixi"
+    prepare(fake_ixi, out, size=16, val=1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def ixi_checkpoint(ixi16, tmp_path_factory) -> Path:
+    """A tiny 16³ v-prediction checkpoint of ``ixi16`` (2 steps, the val subject held out), its
+    DLMUSE labels mapped with --mask-labels, percentile scaling and offset noise."""
+    from medddpm.cli import main
+
+    run = tmp_path_factory.mktemp("ixi-run")
+    assert main(["train", "--images", str(ixi16 / "dev" / "images"), "--masks", str(ixi16 / "dev" / "masks"),
+                 "--model", "tiny", "--steps", "2", "--size", "16", "--out", str(run), "--quiet", "--device", "cpu",
+                 "--held-out", "1", "--mask-labels", "brain=nonzero", "--prediction", "v", "--intensity", "percentile",
+                 "--offset-noise", "0.1"]) == 0
+    return run / "checkpoint.pt"

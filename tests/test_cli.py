@@ -281,3 +281,40 @@ def test_configs_lists_the_user_names_and_on_request_the_ablations(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "fast-fp8" not in help_text and "medddpm configs --all" in help_text
     assert "opt1 = the paper's OPT1: TF32 tensor cores" in help_text
+
+
+def test_parcellation_masks_train_and_sample_through_the_stored_map(capsys, ixi16, ixi_checkpoint, tmp_path):
+    import torch
+
+    cfg = torch.load(ixi_checkpoint, weights_only=False)["config"]
+    assert cfg["data_config"] == {"intensity": "percentile", "percentiles": (0.5, 99.5), "mask_labels": "brain=nonzero"}
+    assert cfg["diffusion"]["prediction"] == "v" and cfg["diffusion"]["offset_noise"] == 0.1
+    code, out, err = run(capsys, "sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(ixi16 / "val" / "masks"),
+                         "--out", str(tmp_path / "s"), "--steps", "2", "--quiet", "--device", "cpu")
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "s").iterdir()] == ["IXI015.nii.gz"]
+    code, _, err = run(capsys, "sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(ixi16 / "val" / "masks"),
+                       "--out", str(tmp_path / "t"), "--quiet", "--device", "cpu", "--mask-labels", "brain=4")
+    assert_one_line_error(code, err, "unmapped")
+    assert not (tmp_path / "t").exists()
+
+
+def test_parcellation_options_fail_early_with_one_line(capsys, ixi16, ixi_checkpoint, tmp_path):
+    dev = ["--images", str(ixi16 / "dev" / "images"), "--masks", str(ixi16 / "dev" / "masks"), "--model", "tiny",
+           "--steps", "1", "--size", "16", "--quiet", "--device", "cpu"]
+    code, _, err = run(capsys, "train", *dev, "--out", str(tmp_path / "a"))
+    assert_one_line_error(code, err, "--mask-labels")
+    code, _, err = run(capsys, "train", *dev, "--out", str(tmp_path / "b"), "--mask-labels", "brian=nonzero")
+    assert_one_line_error(code, err, "unknown name 'brian'")
+    code, _, err = run(capsys, "train", *dev, "--out", str(tmp_path / "c"), "--mask-labels", "brain=nonzero",
+                       "--percentiles", "1", "99")
+    assert_one_line_error(code, err, "--intensity percentile")
+    code, _, err = run(capsys, "train", *dev, "--out", str(tmp_path / "d"), "--mask-labels", "brain=nonzero",
+                       "--offset-noise", "2")
+    assert_one_line_error(code, err, "offset_noise")
+    assert not any((tmp_path / d).exists() for d in "abcd")
+    # resuming under another parameterization names what differs, in one line
+    code, _, err = run(capsys, "train", *dev[:-5], "--steps", "3", "--size", "16", "--quiet", "--device", "cpu",
+                       "--out", str(ixi_checkpoint.parent), "--resume", "--held-out", "1", "--mask-labels",
+                       "brain=nonzero", "--intensity", "percentile", "--offset-noise", "0.1")
+    assert_one_line_error(code, err, "prediction 'v' → 'eps'")

@@ -214,3 +214,39 @@ def test_compiled_ddpm_update_draws_the_same_chain():
     runs = [GaussianDiffusion(Oracle(eps), compile_update=c).cuda().sample(
         mask, 1, "ddpm", generator=torch.Generator("cuda").manual_seed(1)) for c in (False, True)]
     torch.testing.assert_close(runs[1], runs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_v_prediction_trains_on_v_and_samples_through_its_eps():
+    """v = √ᾱ ε − √(1−ᾱ) x₀ (Salimans & Ho 2022): a network that outputs the true v has zero loss,
+    and ``eps`` turns its v back into the true ε, so every sampler runs on it unchanged."""
+    g = torch.Generator().manual_seed(0)
+    x0, eps = torch.rand(2, 1, 4, 4, 4, generator=g, dtype=torch.float64) * 2 - 1, torch.randn(2, 1, 4, 4, 4, generator=g, dtype=torch.float64)
+    t = torch.tensor([3, 249])
+    cfg = DiffusionConfig(prediction="v")
+    probe = GaussianDiffusion(lambda x, s: x, cfg)
+    v = probe.target(x0, t, eps)
+    assert torch.allclose(v, probe.sqrt_abar[t].view(-1, 1, 1, 1, 1) * eps
+                          - probe.sqrt_one_minus_abar[t].view(-1, 1, 1, 1, 1) * x0)
+    truth = GaussianDiffusion(Oracle(v), cfg)
+    x_t = truth.q_sample(x0, t, eps)
+    mask = torch.zeros(2, 2, 4, 4, 4, dtype=torch.float64)
+    assert truth.loss(x0, mask, t, eps).item() < 1e-12
+    assert torch.allclose(truth.eps(x_t, mask, t), eps, atol=1e-9)
+    assert torch.allclose(truth.predict_x0(x_t, t, truth.eps(x_t, mask, t)), x0, atol=1e-6)
+    # ε-prediction keeps the reference: target and network output are the noise itself
+    assert torch.equal(GaussianDiffusion(Oracle(eps), DiffusionConfig()).target(x0, t, eps), eps)
+    with pytest.raises(ValueError, match="prediction"):
+        DiffusionConfig(prediction="x0")
+
+
+def test_offset_noise_adds_one_shift_per_volume_and_zero_keeps_the_reference_draw():
+    like = torch.zeros(3, 1, 8, 8, 8)
+    plain = GaussianDiffusion(lambda x, s: x, DiffusionConfig())
+    base = plain.draw_noise(like, torch.Generator().manual_seed(7))
+    assert torch.equal(base, torch.randn(like.shape, generator=torch.Generator().manual_seed(7)))
+    shifted = GaussianDiffusion(lambda x, s: x, DiffusionConfig(offset_noise=0.5)).draw_noise(
+        like, torch.Generator().manual_seed(7))
+    diff = shifted - base  # the same i.i.d. draw first, then one number per volume and channel
+    assert torch.allclose(diff, diff[:, :, :1, :1, :1].expand_as(diff)) and diff.abs().max() > 0
+    with pytest.raises(ValueError, match="offset_noise"):
+        DiffusionConfig(offset_noise=-0.1)

@@ -102,6 +102,10 @@ def model_preset(name: str) -> ModelConfig:
     return MODEL_PRESETS[name]
 
 
+INTENSITIES = ("minmax", "percentile")  # DataConfig.intensity
+PREDICTIONS = ("eps", "v")  # DiffusionConfig.prediction
+
+
 @dataclass(frozen=True)
 class DiffusionConfig:
     """Gaussian diffusion as in Med-DDPM (paper §2.1)."""
@@ -110,14 +114,37 @@ class DiffusionConfig:
     cosine_s: float = 0.008  # offset s of the cosine schedule (Nichol & Dhariwal)
     max_beta: float = 0.999  # betas clipped here
     loss: Literal["l1", "l2"] = "l1"  # the reference trains with L1 on the noise
+    prediction: Literal["eps", "v"] = "eps"  # what the network predicts: the noise ε (reference, DDPM eq. 14) or v = √ᾱ ε − √(1−ᾱ) x₀ (Salimans & Ho 2022, §4); samplers convert v to ε, so every sampler runs either
+    offset_noise: float = 0.0  # training noise ε + s·ε', ε' one N(0, 1) number per volume and channel (Guttenberg 2023, "offset noise"): lets the model move a volume's mean, which i.i.d. noise barely perturbs; 0 = the reference
 
     def __post_init__(self) -> None:
         if self.timesteps < 1:
             raise ValueError(f"timesteps must be >= 1, got {self.timesteps}")
         if self.loss not in ("l1", "l2"):
             raise ValueError(f"loss must be 'l1' or 'l2', got {self.loss!r}")
+        if self.prediction not in PREDICTIONS:
+            raise ValueError(f"prediction must be one of {PREDICTIONS}, got {self.prediction!r}")
+        if not 0 <= self.offset_noise <= 1:
+            raise ValueError(f"offset_noise must be in [0, 1], got {self.offset_noise}")
         if not 0 < self.max_beta < 1:
             raise ValueError(f"max_beta must be in (0, 1), got {self.max_beta}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """How NIfTI files become the model's inputs; kept in the checkpoint, so ``sample`` and the
+    quality measures read masks and real scans the way training did."""
+
+    intensity: str = "minmax"  # each image to [-1, 1]: "minmax" (the reference: min → −1, max → 1) or "percentile" (the percentiles below → ±1, clipped), which one bright voxel cannot move
+    percentiles: tuple[float, float] = (0.5, 99.5)  # with intensity "percentile": the low and high percentiles of the volume's voxels mapped to −1 and 1
+    mask_labels: str = ""  # label map of the mask files onto the preset's channels (``medddpm.data.labels``, e.g. "brain=nonzero"); "" = the files carry the preset's own labels
+
+    def __post_init__(self) -> None:
+        if self.intensity not in INTENSITIES:
+            raise ValueError(f"intensity must be one of {INTENSITIES}, got {self.intensity!r}")
+        lo, hi = self.percentiles
+        if not 0 <= lo < hi <= 100:
+            raise ValueError(f"percentiles must satisfy 0 <= low < high <= 100, got {self.percentiles}")
 
 
 @dataclass(frozen=True)
@@ -150,6 +177,10 @@ class TrainConfig:
 
 DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) samples of the trained model lose
 # in-brain agreement with the real image at 50 and at 250 steps, η = 1 keeps DDPM's (quality/samplers.csv)
+
+FAST_FROM = 35  # `sample` without --config on a GPU runs `fast` from this many masks on, else eager bf16: on an H200
+# (issue 48, main 078595a, 128³, process start to files written) eager bf16 took about 5 s + 1.5 s a volume, fast 40 s
+# with cold compile caches (21–29 s warm) + under 0.5 s a volume, so fast's start-up pays off from about 35 volumes
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/data/pipeline.py)
@@ -435,7 +466,7 @@ def run_config(name: str, training: bool = False) -> Knobs:
 
 
 __all__ = [
-    "ModelConfig", "DiffusionConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
+    "ModelConfig", "DiffusionConfig", "DataConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
     "LADDER", "KERNEL_VARIANTS", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
     "model_preset", "run_config", "sampling_config", "SAMPLING_ALIASES", "from_dict", "asdict", "replace",
 ]

@@ -44,6 +44,7 @@ import torch
 
 from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, one_hot, resize, save_like,
                    squeeze_singleton, strip_nifti_suffix, to_file_space, unit_range)
+from ..core.config import DataConfig
 from ..core.errors import InputError
 
 
@@ -78,9 +79,14 @@ class BratsCase:
     mask: Path
     labels: str = "brats2021"  # a key of LABELS
 
-    def load(self, preset: str, channels: int, size: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def load(self, preset: str, channels: int, size: Sequence[int],
+             data: DataConfig = DataConfig()) -> tuple[torch.Tensor, torch.Tensor]:
         """(image (4, *size), one-hot mask (4, *size)): the module's preprocessing, then resized
-        to ``size`` when it is not the preset's window."""
+        to ``size`` when it is not the preset's window. BraTS has its own scaling and labels:
+        ``data`` must be the default."""
+        if data != DataConfig():
+            raise InputError("--intensity and --mask-labels apply to --images/--masks folders; a BraTS root "
+                             "uses its own preprocessing and labels")
         if channels != len(MODALITIES) or not self.modalities:
             raise InputError(f"{self.subject}: training needs the {len(MODALITIES)} modalities {', '.join(MODALITIES)}")
         image, labels, _ = prepare(self, window_of(preset))

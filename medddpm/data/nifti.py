@@ -5,8 +5,10 @@ Conventions
 -----------
 * Volumes are reoriented to canonical RAS (``nibabel.as_closest_canonical``) and become tensors of
   shape (C, I, J, K) in that voxel order; ``size`` is (I, J, K).
-* Images are scaled per volume to [-1, 1]; masks are integer label maps read from ``dataobj``,
-  one-hot encoded per preset (``MASK_LABELS``) and scaled to {-1, 1}, as the reference does.
+* Images are scaled per volume to [-1, 1] (``DataConfig.intensity``: min-max as the reference, or
+  between two percentiles); masks are integer label maps read from ``dataobj``, mapped onto the
+  preset's labels where ``DataConfig.mask_labels`` says so (``labels``), one-hot encoded per preset
+  (``MASK_LABELS``) and scaled to {-1, 1}, as the reference does.
 * Resizing is trilinear for images and nearest-neighbour for label maps.
 """
 from __future__ import annotations
@@ -22,22 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from ..core.config import DataConfig
 from ..core.errors import InputError
 from ..core.io import atomic_path
+from .labels import MASK_LABELS, parse
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
-
-# Label values → one-hot channel, per model preset.
-MASK_LABELS: dict[str, tuple[tuple[int, ...], ...]] = {
-    # whole-head: 1 = brain, 2 = lesion (Med-DDPM's BRAINAREA / TUMORAREA)
-    "whole-head": ((1,), (2,)),
-    # BraTS 2021 segmentations: 1 = necrotic core (NCR), 2 = peritumoral edema (ED),
-    # 4 = enhancing tumour (ET; 3 in BraTS 2023). BraTS labels no healthy tissue, so the fourth
-    # channel takes our own convention, label 5 = healthy brain (add it from a brain mask).
-    "brats": ((1,), (2,), (3, 4), (5,)),
-    "brats-tiny": ((1,), (2,), (3, 4), (5,)),
-    "tiny": ((1,), (2,)),
-}
 
 # Tokens that name a file's role rather than its subject; dropped when deriving subject IDs.
 ROLE_TOKENS = frozenset(
@@ -97,11 +89,12 @@ class Pair:
     image: Path
     mask: Path
 
-    def load(self, preset: str, channels: int, size: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def load(self, preset: str, channels: int, size: Sequence[int],
+             data: DataConfig = DataConfig()) -> tuple[torch.Tensor, torch.Tensor]:
         """(image (C, *size) in [-1, 1], one-hot mask (M, *size)), after checking one grid."""
         check_same_space(self.image, self.mask)
-        image = resize(torch.from_numpy(read_image(self.image, channels)), size, "trilinear")
-        return image, load_mask_tensor(self.mask, preset, size)
+        image = resize(torch.from_numpy(read_image(self.image, channels, data)), size, "trilinear")
+        return image, load_mask_tensor(self.mask, preset, size, data.mask_labels)
 
 
 def pair_files(images: str | Path, masks: str | Path, id_regex: str | None = None) -> list[Pair]:
@@ -146,8 +139,8 @@ def _check_volume(arr: np.ndarray, path: Path, channels: int) -> np.ndarray:
     raise InputError(f"{path.name}: expected {want}, got shape {arr.shape}")
 
 
-def read_image(path: Path, channels: int = 1) -> np.ndarray:
-    """Canonical image as float32 (C, I, J, K), each channel scaled to [-1, 1]."""
+def read_image(path: Path, channels: int = 1, data: DataConfig = DataConfig()) -> np.ndarray:
+    """Canonical image as float32 (C, I, J, K), each channel scaled to [-1, 1] (``data.intensity``)."""
     try:
         arr = np.asarray(canonical(load_nifti(path)).get_fdata(dtype=np.float32))
     except InputError:
@@ -157,6 +150,8 @@ def read_image(path: Path, channels: int = 1) -> np.ndarray:
     arr = _check_volume(arr, path, channels)
     if not np.isfinite(arr).all():
         raise InputError(f"{path.name}: image holds NaN or infinite values")
+    if data.intensity == "percentile":
+        return percentile_range(arr, path.name, data.percentiles)
     return unit_range(arr, path.name, axis=(1, 2, 3))
 
 
@@ -170,8 +165,21 @@ def unit_range(arr: np.ndarray, name: str, axis: tuple[int, ...] | None = None) 
     return ((arr - lo) / (hi - lo) * 2 - 1).astype(np.float32)
 
 
-def read_labels(path: Path, labels: tuple[tuple[int, ...], ...]) -> np.ndarray:
-    """Canonical integer label map (I, J, K) read from ``dataobj``; unknown labels are an error."""
+def percentile_range(arr: np.ndarray, name: str, percentiles: tuple[float, float]) -> np.ndarray:
+    """Each channel of (C, I, J, K) mapped from its [low, high] percentiles to [-1, 1] and clipped
+    there: one bright voxel (a vessel, an artefact) no longer sets the whole volume's scale."""
+    flat = arr.reshape(arr.shape[0], -1)
+    lo, hi = (np.percentile(flat, percentiles, axis=1).astype(np.float64)[:, :, None, None, None])
+    if np.any(hi <= lo):
+        raise InputError(f"{name}: the {percentiles[0]:g} and {percentiles[1]:g} percentiles are equal; "
+                         "cannot scale it to [-1, 1] (use --intensity minmax or other --percentiles)")
+    return np.clip((arr - lo) / (hi - lo) * 2 - 1, -1, 1).astype(np.float32)
+
+
+def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], mask_labels: str = "", preset: str = "") -> np.ndarray:
+    """Canonical integer label map (I, J, K) read from ``dataobj``, as the preset's label values:
+    mapped by ``mask_labels`` (``labels.parse`` for ``preset``) where given; a value the preset
+    does not know, or the map leaves out, is an error."""
     try:
         raw = np.asanyarray(canonical(load_nifti(path)).dataobj)
     except InputError:
@@ -185,10 +193,14 @@ def read_labels(path: Path, labels: tuple[tuple[int, ...], ...]) -> np.ndarray:
         if not np.isfinite(raw).all() or np.any(raw != np.round(raw)):
             raise InputError(f"{path.name}: label map has non-integer values")
     lab = raw.astype(np.int64)
-    allowed = {0, *(v for group in labels for v in group)}
-    unknown = sorted(set(np.unique(lab).tolist()) - allowed)
+    if mask_labels:
+        return parse(mask_labels, preset).apply(lab, path.name)
+    known = {0, *(v for group in labels for v in group)}
+    unknown = sorted(set(np.unique(lab).tolist()) - known)
     if unknown:
-        raise InputError(f"{path.name}: unknown label values {unknown}; this model knows {sorted(allowed)}")
+        shown = str(unknown[:8])[:-1] + (", …]" if len(unknown) > 8 else "]")
+        raise InputError(f"{path.name}: unknown label values {shown}; this model knows {sorted(known)} "
+                         "(map a parcellation's labels with --mask-labels, e.g. brain=nonzero)")
     return lab
 
 
@@ -206,8 +218,8 @@ def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor
     return F.interpolate(volume[None].float(), size=tuple(size), mode=mode, **kwargs)[0].to(volume.dtype)
 
 
-def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None) -> torch.Tensor:
-    labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset]))[None]
+def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None, mask_labels: str = "") -> torch.Tensor:
+    labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset], mask_labels, preset))[None]
     if size is not None:
         labels = resize(labels, size, "nearest")
     return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset]))
@@ -247,13 +259,14 @@ class VolumeDataset(Dataset):
     """
 
     def __init__(self, pairs: list[Pair], preset: str, image_channels: int, size: Sequence[int],
-                 keep: bool = False, source: str = "") -> None:
+                 keep: bool = False, source: str = "", data: DataConfig = DataConfig()) -> None:
         if not pairs:
             raise InputError("no image/mask pairs to train on")
         if preset not in MASK_LABELS:
             raise ValueError(f"no mask labels defined for preset {preset!r}")
         self.pairs, self.preset, self.channels, self.size = pairs, preset, image_channels, tuple(size)
         self.source = source  # what the data is (recorded in the checkpoint's config)
+        self.data_config = data  # how files become tensors (recorded in the checkpoint's config)
         self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = {} if keep else None
 
     def __len__(self) -> int:
@@ -268,7 +281,7 @@ class VolumeDataset(Dataset):
         return item
 
     def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.pairs[i].load(self.preset, self.channels, self.size)
+        return self.pairs[i].load(self.preset, self.channels, self.size, self.data_config)
 
     def validate(self) -> None:
         """Read every pair once so bad files fail before training starts."""
@@ -286,8 +299,8 @@ def to_file_space(volume: np.ndarray, like: nib.Nifti1Image) -> np.ndarray:
     return arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, 3)
 
 
-def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None:
-    """Write (C, I, J, K) canonical-space output as float32 NIfTI in the mask's own space.
+def like_mask(volume: np.ndarray, mask_path: Path) -> nib.Nifti1Image:
+    """(C, I, J, K) canonical-space output as a float32 NIfTI image in the mask's own space.
 
     The volume is resampled to the mask's canonical shape if the model ran at another size, then
     reoriented from RAS back to the mask's orientation; affine and header come from the mask.
@@ -295,17 +308,28 @@ def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None
     mask_img = load_nifti(mask_path)
     canon_shape = canonical(mask_img).shape[:3]
     vol = resize(torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32)), canon_shape, "trilinear")
-    save_like(to_file_space(vol.numpy(), mask_img), mask_img, out_path)
+    return image_like(to_file_space(vol.numpy(), mask_img), mask_img)
 
 
-def save_like(arr: np.ndarray, like: nib.Nifti1Image, path: Path) -> None:
-    """``arr`` (in ``like``'s voxel order) saved atomically as float32 NIfTI with ``like``'s affine
-    and header (its scaling reset)."""
+def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None:
+    """``like_mask``, saved atomically to ``out_path``."""
+    with atomic_path(out_path, suffix=".nii.gz") as tmp:
+        nib.save(like_mask(volume, mask_path), str(tmp))
+
+
+def image_like(arr: np.ndarray, like: nib.Nifti1Image) -> nib.Nifti1Image:
+    """``arr`` (in ``like``'s voxel order) as a float32 NIfTI image with ``like``'s affine and
+    header (its scaling reset)."""
     header = like.header.copy()
     header.set_data_dtype(np.float32)
     header["scl_slope"], header["scl_inter"] = 1.0, 0.0
+    return nib.Nifti1Image(arr.astype(np.float32), like.affine, header)
+
+
+def save_like(arr: np.ndarray, like: nib.Nifti1Image, path: Path) -> None:
+    """``image_like``, saved atomically to ``path``."""
     with atomic_path(path, suffix=".nii.gz") as tmp:
-        nib.save(nib.Nifti1Image(arr.astype(np.float32), like.affine, header), str(tmp))
+        nib.save(image_like(arr, like), str(tmp))
 
 
 # ---- offline data sets ------------------------------------------------------------------------
@@ -395,6 +419,20 @@ def write_phantoms(out: str | Path, n: int, size: int, seed: int = 0) -> list[st
     return names
 
 
+def cube_grid(shape: Sequence[int], size: int) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The pads that centre a volume of ``shape`` in a cube, and the voxel transform from a
+    ``size``³ grid over that cube to the volume's own voxels (its affine times this one is the
+    grid's affine): grid voxel i sits at padded voxel (i + 0.5)·side/size − 0.5."""
+    side = max(shape[:3])
+    pads = [((side - s) // 2, side - s - (side - s) // 2) for s in shape[:3]]
+    shift = np.eye(4)
+    shift[:3, 3] = [-p[0] for p in pads]
+    scale = side / size
+    to_padded = np.diag([scale] * 3 + [1.0])
+    to_padded[:3, 3] = 0.5 * scale - 0.5
+    return pads, shift @ to_padded
+
+
 def write_mni_demo(out: str | Path, n: int, size: int, seed: int = 0) -> list[str]:
     """Demo subjects from nilearn's MNI152 1 mm template (real anatomy, offline): the T1 and its
     brain mask resampled to a ``size``³ cube, with random lesions drawn inside the brain and
@@ -406,16 +444,10 @@ def write_mni_demo(out: str | Path, n: int, size: int, seed: int = 0) -> list[st
     t1 = datasets.load_mni152_template(resolution=1)
     brain = datasets.load_mni152_brain_mask(resolution=1)
     # pad to a cube (233 voxels), keep the template's affine consistent with the padding
-    side = max(t1.shape)
-    pads = [((side - s) // 2, side - s - (side - s) // 2) for s in t1.shape]
+    pads, to_voxels = cube_grid(t1.shape, size)
     t1_arr = np.pad(t1.get_fdata(dtype=np.float32), pads)
     br_arr = np.pad(np.asarray(brain.dataobj) > 0, pads)
-    shift = np.eye(4)
-    shift[:3, 3] = [-p[0] for p in pads]
-    scale = side / size  # small voxel i sits at padded voxel (i + 0.5) * scale - 0.5
-    to_padded = np.diag([scale] * 3 + [1.0])
-    to_padded[:3, 3] = 0.5 * scale - 0.5
-    affine = t1.affine @ shift @ to_padded
+    affine = t1.affine @ to_voxels
     t1_small = resize(torch.from_numpy(t1_arr)[None], (size,) * 3, "trilinear")[0].numpy()
     br_small = resize(torch.from_numpy(br_arr.astype(np.uint8))[None], (size,) * 3, "nearest")[0].numpy() > 0
     rng = np.random.default_rng(seed)

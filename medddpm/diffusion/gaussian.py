@@ -100,9 +100,37 @@ class GaussianDiffusion(nn.Module):
         mean = _gather(self.posterior_coef1, t, x_t) * x0 + _gather(self.posterior_coef2, t, x_t) * x_t
         return mean, _gather(self.posterior_variance, t, x_t), _gather(self.posterior_log_variance, t, x_t)
 
-    def eps(self, x_t: Tensor, mask: Tensor, t: Tensor) -> Tensor:
+    def net(self, x_t: Tensor, mask: Tensor, t: Tensor) -> Tensor:
+        """The network's own output on cat[x_t, mask]: ε, or v (``DiffusionConfig.prediction``)."""
         x = torch.cat([x_t, mask], dim=1)
         return self.model(x if self.input_format is None else x.contiguous(memory_format=self.input_format), t)
+
+    def as_eps(self, out: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
+        """ε from the network's output: itself, or from v as ε = √ᾱ_t v + √(1−ᾱ_t) x_t
+        (Salimans & Ho 2022, v = √ᾱ ε − √(1−ᾱ) x₀), so every sampler runs on either."""
+        if self.cfg.prediction == "eps":
+            return out
+        return _gather(self.sqrt_abar, t, x_t) * out + _gather(self.sqrt_one_minus_abar, t, x_t) * x_t
+
+    def eps(self, x_t: Tensor, mask: Tensor, t: Tensor) -> Tensor:
+        """ε_θ(x_t, mask, t)."""
+        return self.as_eps(self.net(x_t, mask, t), x_t, t)
+
+    def target(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
+        """What the network is trained to output for x_t = q_sample(x0, t, noise): ε, or v."""
+        if self.cfg.prediction == "eps":
+            return noise
+        return _gather(self.sqrt_abar, t, x0) * noise - _gather(self.sqrt_one_minus_abar, t, x0) * x0
+
+    def draw_noise(self, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Training noise ε ~ N(0, I) in ``like``'s shape and layout, plus the offset noise
+        s·ε' with one ε' per volume and channel (``DiffusionConfig.offset_noise``; Guttenberg 2023)."""
+        noise = torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+        if self.cfg.offset_noise:
+            offset = torch.randn((*like.shape[:2], *([1] * (like.ndim - 2))), generator=generator,
+                                 device=like.device, dtype=like.dtype)
+            noise = noise + self.cfg.offset_noise * offset
+        return noise
 
     def conditioned(self, mask: Tensor, channels: int, net: Denoiser | None = None) -> Callable[[Tensor, Tensor], Tensor]:
         """ε_θ(x_t, t) of one sampling chain on ``mask``: the mask is written once into the
@@ -116,20 +144,22 @@ class GaussianDiffusion(nn.Module):
 
         def eps(x_t: Tensor, t: Tensor) -> Tensor:
             buf[:, :channels] = x_t
-            return model(buf, t)
+            return self.as_eps(model(buf, t), x_t, t)
         return eps
 
     # ---- training ---------------------------------------------------------------------------
     def loss(self, x0: Tensor, mask: Tensor, t: Tensor | None = None, noise: Tensor | None = None) -> Tensor:
-        """‖ε − ε_θ(x_t, mask, t)‖ with t ~ U{0..T−1}: L1 in the reference (DDPM eq. 14 with L1)."""
+        """‖ε − ε_θ(x_t, mask, t)‖ with t ~ U{0..T−1}: L1 in the reference (DDPM eq. 14 with L1);
+        with v-prediction the same norm of v − v_θ."""
         if t is None:
             t = torch.randint(0, self.num_timesteps, (x0.shape[0],), device=x0.device)
         if noise is None:
-            noise = torch.randn_like(x0)
-        pred = self.eps(self.q_sample(x0, t, noise), mask, t)
+            noise = self.draw_noise(x0)
+        pred = self.net(self.q_sample(x0, t, noise), mask, t)
+        target = self.target(x0, t, noise)
         if self.cfg.loss == "l1":
-            return F.l1_loss(pred.float(), noise.float())
-        return F.mse_loss(pred.float(), noise.float())
+            return F.l1_loss(pred.float(), target.float())
+        return F.mse_loss(pred.float(), target.float())
 
     # ---- sampling ---------------------------------------------------------------------------
     def p_mean_variance(self, x_t: Tensor, t: Tensor, eps: Tensor, clip: bool = True) -> tuple[Tensor, Tensor]:

@@ -23,6 +23,7 @@ from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import Plan, run_plan
 from ..net.model import UNet3D, freeze_channel_padding
 from ..core.runtime import benchmark_limit, set_backend_flags, tf32_state
+from . import cache
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
 # DistributedDataParallel's gradient bucket size (MB): PyTorch's default, 25 MB, i.e. about seven
@@ -113,6 +114,8 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> U
 def compiled(model: nn.Module, knobs: Knobs) -> nn.Module | Callable:
     """``torch.compile(model, mode=knobs.compile_mode)`` when asked for, else the model itself; with
     ``grad_buckets`` > 1 the U-Net in that many segments, each compiled on its own (``Segmented``)."""
+    if knobs.compile:
+        cache.use()  # Inductor's and Triton's caches under MEDDDPM_CACHE, kept across processes
     compile_fn = (lambda f: torch.compile(f, mode=None if knobs.compile_mode == "default" else knobs.compile_mode)) \
         if knobs.compile else (lambda f: f)
     if knobs.grad_buckets > 1:

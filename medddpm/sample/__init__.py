@@ -2,4 +2,4 @@
 (``sampler``), samples against the real images (``quality``) and the few-step samplers' quality
 gate (``gate``). The names of ``sampler`` are re-exported here, where ``medddpm.sample`` held them
 before."""
-from .sampler import Job, MaskSampler, check_options, default_config, mask_seed, read_masks, sample_masks  # noqa: F401
+from .sampler import Job, Sampler, check_options, default_config, mask_seed, read_masks, sample_masks  # noqa: F401

@@ -81,15 +81,16 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
     kept; a partial one is sampled again), building each configuration's denoiser once."""
     import torch
 
-    from .sampler import MaskSampler, check_options, read_masks
-    from ..train.trainer import configs_from_checkpoint, load_checkpoint
+    from .sampler import Sampler, check_options, read_masks
+    from ..train.trainer import configs_from_checkpoint, data_config, load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
     _, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     for run in runs:
         check_options(run.sampler, run.steps, run.spacing or None, run.config, "ema", batch, 1.0, diff_cfg.timesteps)
     work = Path(work)
-    jobs = read_masks(masks, work, ckpt["config"]["model"]["name"], tuple(ckpt["config"]["size"]))
+    jobs = read_masks(masks, work, ckpt["config"]["model"]["name"], tuple(ckpt["config"]["size"]),
+                      mask_labels=data_config(ckpt).mask_labels)
     folders: dict[GateRun, Path] = {}
     for config in dict.fromkeys(r.config for r in runs):
         sampler = None
@@ -98,10 +99,10 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
             if folder.is_dir() and len(list(folder.glob("*.nii.gz"))) == len(jobs):
                 continue
             shutil.rmtree(folder, ignore_errors=True)
-            sampler = sampler or MaskSampler(ckpt, torch.device(device), config)
+            sampler = sampler or Sampler(ckpt, torch.device(device), config)
             tmp = work / f".{run.name}.tmp"  # written whole, then renamed: a cut-off run leaves no folder
             shutil.rmtree(tmp, ignore_errors=True)
-            sampler.write([j.to(tmp) for j in jobs], list(range(len(jobs))), run.sampler,
+            sampler.write_jobs([j.to(tmp) for j in jobs], list(range(len(jobs))), run.sampler,
                           run.steps if run.sampler != "ddpm" else None, 1.0, run.seed, min(batch, len(jobs)), True,
                           run.spacing or None)
             tmp.rename(folder)

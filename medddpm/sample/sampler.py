@@ -12,30 +12,34 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+import nibabel as nib
 import numpy as np
 import torch
 
-from ..core.config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, sampling_config
-from ..data.nifti import MASK_LABELS, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
+from ..core.config import CONFIGS, DEFAULT_ETA, FAST_FROM, SAMPLING_ALIASES, sampling_config
+from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
+from ..run import cache
 from ..run.engine import autocast, inference
 from ..core.errors import InputError
 from ..diffusion.solvers import RECOMMENDED, check_sampler, denoiser_calls
-from ..train.trainer import configs_from_checkpoint, load_checkpoint
+from ..data.labels import parse
+from ..train.trainer import configs_from_checkpoint, data_config, load_checkpoint
 
 
 @dataclass(frozen=True)
 class Job:
     """One volume to sample: the ``name`` that seeds its noise (``mask_seed``), its encoded mask
     ``cond`` (M, I, J, K), the ``target`` it is written to and ``save(volume, target)``, which
-    writes a (C, I, J, K) sample there in the mask's space."""
+    writes a (C, I, J, K) sample there in the mask's space (``mask``'s, for a mask file)."""
 
     name: str
     cond: torch.Tensor
     target: Path
     save: Callable[[np.ndarray, Path], None]
+    mask: Path | None = None  # the mask file whose space the sample takes (None: a BraTS case)
 
     def write(self, volume: np.ndarray) -> Path:
         self.save(volume, self.target)
@@ -46,10 +50,18 @@ class Job:
         return replace(self, target=Path(folder) / self.target.name)
 
 
-def default_config(device: torch.device) -> str:
-    """The fastest configuration that runs on ``device``: ``fast`` (``SAMPLING_ALIASES``) on a GPU,
-    FP32 on a CPU (where bf16 autocast is slower and compile and graphs fall back to eager anyway)."""
-    return "fast" if device.type == "cuda" else "baseline"
+def default_config(device: torch.device, volumes: int | None = None) -> tuple[str, str]:
+    """The configuration ``sample`` runs without ``--config``, and why: on a CPU FP32 (bf16 autocast
+    is slower there, and compile and graphs fall back to eager anyway); on a GPU ``fast`` for
+    ``FAST_FROM`` volumes or more (all ranks' together), else eager ``bf16``, done before ``fast``
+    would have compiled. The rule reads the command alone (not the cache's state, nor the ranks),
+    so the same command always runs the same configuration and writes the same files."""
+    if device.type != "cuda":
+        return "baseline", "a CPU runs FP32"
+    if volumes is None or volumes >= FAST_FROM:
+        return "fast", f"fast ({volumes if volumes is not None else 'many'} volumes: its compilation pays off)"
+    return "bf16", (f"bf16, eager: {volumes} volume(s) are done before fast would have compiled (fast from "
+                    f"{FAST_FROM} volumes on; --config fast forces it)")
 
 
 def mask_seed(seed: int, name: str) -> int:
@@ -57,25 +69,63 @@ def mask_seed(seed: int, name: str) -> int:
     return draw_seed(seed, zlib.crc32(name.encode()))
 
 
-class MaskSampler:
-    """A checkpoint's denoiser under one run configuration, built once (compiled, its graphs
-    captured on first use), that samples masks with any sampler: ``medddpm sample`` makes one
-    per call; the sampler gate (``sampler_gate``) one per configuration for all its runs."""
+class Sampler:
+    """A checkpoint's denoiser under one run configuration, loaded and built once, then called
+    many times (the shape of diffusers' pipelines): compiled, and its CUDA graphs captured, on
+    the first call of each shape; later calls replay them. ``medddpm sample`` makes one per
+    command; the sampler gate one per configuration for all its runs; a notebook keeps one::
+
+        s = Sampler.from_checkpoint("RUN/best.pt", config="fast")
+        images = s.sample("NEW_MASKS", seed=1)       # nibabel images in the masks' own space
+        s.write("NEW_MASKS", "SAMPLES")              # the files `medddpm sample` writes
+
+    Each mask's noise comes from a generator seeded by (seed, mask name), so a mask's sample does
+    not depend on the call, the batch or the rank it is drawn in."""
 
     def __init__(self, ckpt: dict, device: torch.device, config: str, weights: str = "ema") -> None:
         self.model_cfg, self.diff_cfg, _, _ = configs_from_checkpoint(ckpt)
-        self.device = device
+        self.data_cfg = data_config(ckpt)
+        self.size = tuple(ckpt["config"]["size"])
+        self.device, self.config = device, config
+        self.cache_key = cache.key(sampling_config(config).name, self.size, device) \
+            if device.type == "cuda" and sampling_config(config).compile else None
+        self.warm = self.cache_key is not None and cache.load(self.cache_key)  # before anything compiles
+        self._shapes: set[int] = set()  # batch sizes sampled: a new one compiles, then the cache is saved
         _, self.diffusion, self.knobs = inference(self.model_cfg, sampling_config(config), device, self.diff_cfg,
                                                   ckpt[weights])
 
-    def write(self, jobs: list[Job], mine: list[int], sampler: str, steps: int | None, eta: float, seed: int,
-              batch: int, clip: bool, spacing: str | None, progress: bool = False) -> list[Path]:
-        """Sample jobs ``mine`` (indices of ``jobs``) ``batch`` at a time, each from its own
-        generator (``mask_seed``), and write each (``Job.write``: atomically)."""
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, config: str | None = None, device: str | torch.device | None = None,
+                        weights: str = "ema") -> "Sampler":
+        """Load ``path`` (a ``checkpoint.pt`` or ``best.pt``) under ``config`` (default: ``fast`` on a
+        GPU, ``baseline`` on a CPU) on ``device`` (default: the GPU where there is one)."""
+        from ..core.runtime import resolve_device
+
+        device = resolve_device(None if device is None else str(device))
+        config = config or default_config(device)[0]  # an object kept for many calls: fast on a GPU
+        check_options(RECOMMENDED.sampler, None, None, config, weights, 1, DEFAULT_ETA)
+        return cls(load_checkpoint(path), device, config, weights)
+
+    def jobs(self, masks: str | Path, out: str | Path | None, batch: int = 1, labels: str = "auto",
+             one_file: bool = False, say: Callable[[str], None] | None = None,
+             mask_labels: str | None = None) -> list[Job]:
+        """``read_masks`` for this checkpoint: its model, size and (unless ``mask_labels``) label map;
+        ``out`` None: no files to write (``sample``)."""
+        if mask_labels is None:
+            mask_labels = self.data_cfg.mask_labels
+        elif mask_labels:
+            mask_labels = parse(mask_labels, self.model_cfg.name).spec  # a bad map fails before any mask is read
+        return read_masks(masks, out, self.model_cfg.name, self.size, batch, labels, one_file, say, mask_labels)
+
+    def volumes(self, jobs: list[Job], mine: list[int], sampler: str = RECOMMENDED.sampler, steps: int | None = None,
+                eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
+                spacing: str | None = None, progress: bool = False) -> Iterator[tuple[int, np.ndarray]]:
+        """(job index, (C, I, J, K) volume in the model's space) for jobs ``mine``, ``batch`` at a
+        time, each from its own generator (``mask_seed``)."""
         from tqdm.auto import tqdm
 
+        check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
         n_steps = denoiser_calls(sampler, steps, self.diff_cfg.timesteps)
-        written = []
         with tqdm(total=len(mine) * n_steps, disable=not progress, desc="sample", unit="step") as bar:
             for start in range(0, len(mine), batch):
                 chunk = mine[start:start + batch]
@@ -85,9 +135,48 @@ class MaskSampler:
                     x = self.diffusion.sample(cond, self.model_cfg.out_channels, sampler, steps, eta, gens, clip,
                                               on_step=lambda: bar.update(len(chunk)), spacing=spacing)
                 x = x.float().cpu().numpy()
-                for j, i in enumerate(chunk):
-                    written.append(jobs[i].write(x[j]))
-        return written
+                if self.cache_key is not None and len(chunk) not in self._shapes:
+                    self._shapes.add(len(chunk))
+                    cache.save(self.cache_key)  # this shape's compiled work, for the next process
+                yield from ((i, x[j]) for j, i in enumerate(chunk))
+
+    def write_jobs(self, jobs: list[Job], mine: list[int], sampler: str, steps: int | None, eta: float, seed: int,
+                   batch: int, clip: bool, spacing: str | None, progress: bool = False) -> list[Path]:
+        """Sample jobs ``mine`` (indices of ``jobs``) and write each (``Job.write``: atomically)."""
+        return [jobs[i].write(v) for i, v in self.volumes(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing,
+                                                           progress)]
+
+    def warmup(self, batch: int = 1, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
+               spacing: str | None = None) -> Path | None:
+        """Compile and capture everything one call of ``batch`` masks runs (on empty masks), so the
+        compile cache holds it (``run.cache``); returns the cache file, None where nothing compiles."""
+        empty = torch.full((self.model_cfg.mask_channels, *self.size), -1.0)  # no label anywhere
+        jobs = [Job(f"warmup-{k}", empty, Path("."), lambda volume, target: None) for k in range(batch)]
+        for _ in self.volumes(jobs, list(range(batch)), sampler, steps, DEFAULT_ETA, 0, batch, True, spacing):
+            pass
+        return cache.artifact(self.cache_key) if self.cache_key is not None else None
+
+    def sample(self, masks: str | Path, *, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
+               spacing: str | None = None, eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1,
+               clip: bool = True, mask_labels: str | None = None, progress: bool = False) -> dict[str, nib.Nifti1Image]:
+        """{mask name: sampled image} for a mask file or a folder of them, each image in its mask's
+        voxel grid, affine and orientation: what ``write`` would save, kept in memory."""
+        jobs = self.jobs(masks, None, batch, mask_labels=mask_labels)
+        if any(j.mask is None for j in jobs):
+            raise InputError(f"{masks} is a BraTS root: sample it with .write(masks, out)")
+        return {jobs[i].name: like_mask(v, jobs[i].mask) for i, v in
+                self.volumes(jobs, list(range(len(jobs))), sampler, steps, eta, seed, batch, clip, spacing, progress)}
+
+    def write(self, masks: str | Path, out: str | Path, *, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
+              spacing: str | None = None, eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
+              labels: str = "auto", one_file: bool = False, mask_labels: str | None = None, world: World = World(),
+              progress: bool = False, say: Callable[[str], None] | None = None) -> list[Path]:
+        """Sample every mask of ``masks`` (this rank's share: masks r, r + W, … of the sorted list)
+        into ``out``, as ``medddpm sample`` does; every mask is read and checked before any file is written."""
+        check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
+        jobs = self.jobs(masks, out, batch, labels, one_file, say, mask_labels)
+        mine = list(range(world.rank, len(jobs), world.size))
+        return self.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress)
 
 
 def check_options(sampler: str, steps: int | None, spacing: str | None, config: str, weights: str, batch: int,
@@ -110,40 +199,44 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
         raise InputError(str(exc)) from None
 
 
-def read_masks(masks: str | Path, out: str | Path, model: str, size: tuple[int, ...], batch: int = 1,
-               labels: str = "auto", one_file: bool = False, say: Callable[[str], None] | None = None) -> list[Job]:
+def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tuple[int, ...], batch: int = 1,
+               labels: str = "auto", one_file: bool = False, say: Callable[[str], None] | None = None,
+               mask_labels: str = "") -> list[Job]:
     """A job per mask of ``masks``, each mask read and encoded for the model, its target under
-    ``out``: a folder of mask files, or for a BraTS model a BraTS root (``brats.find_cases``; the
+    ``out`` (None: nothing to write): a mask file, a folder of them, or for a BraTS model a BraTS root (``brats.find_cases``; the
     subject's modalities, where there, give the healthy brain and the window; ``say`` hears which
-    label rule applied). Refuses a target that exists, an unknown model and any bad mask before
-    anything is written."""
+    label rule applied; ``mask_labels`` maps a folder's label values, ``labels.parse``). Refuses a
+    target that exists, an unknown model and any bad mask before anything is written."""
     from ..data import brats
 
     if model not in MASK_LABELS:
         raise InputError(f"the checkpoint's model {model!r} has no mask labels defined")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
+    out = Path(out) if out is not None else None
+    if out is not None and out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; give a folder for the samples (it is made if missing)")
     what = ""
     if model in brats.BRATS_MODELS and brats.is_brats_root(masks):
+        if mask_labels:
+            raise InputError("--mask-labels applies to a folder of mask files; a BraTS root has its own labels")
         cases, what = brats.find_cases(masks, labels, need_images=False)
         jobs = []
         for case in cases:  # every case read first: a bad one fails before any output is written
             _, label_map, window = brats.prepare(case, brats.window_of(model))
             save = lambda volume, target, w=window, seg=case.mask: brats.write_case(volume, w, seg, target)
-            jobs.append(Job(case.subject, brats.encode(label_map, size), brats.targets(out, case.subject, one_file), save))
+            jobs.append(Job(case.subject, brats.encode(label_map, size),
+                            brats.targets(out or Path("."), case.subject, one_file), save))
     else:
         if labels != "auto" or one_file:
             raise InputError(f"--labels and --one-file apply to BraTS roots; {masks} is a folder of mask files"
                              if model in brats.BRATS_MODELS else f"--labels and --one-file apply to BraTS models, "
                              f"not {model!r}")
-        files = list_nifti(masks, "masks")
-        jobs = [Job(strip_nifti_suffix(f.name), load_mask_tensor(f, model, size),
-                    out / f"{strip_nifti_suffix(f.name)}.nii.gz", lambda volume, target, f=f: write_like_mask(volume, f, target))
-                for f in files]
+        files = [Path(masks)] if Path(masks).is_file() else list_nifti(masks, "masks")
+        jobs = [Job(strip_nifti_suffix(f.name), load_mask_tensor(f, model, size, mask_labels),
+                    (out or Path(".")) / f"{strip_nifti_suffix(f.name)}.nii.gz",
+                    lambda volume, target, f=f: write_like_mask(volume, f, target), f) for f in files]
     if batch > len(jobs):
         raise InputError(f"--batch {batch} is larger than the {len(jobs)} mask(s) in {masks}")
-    existing = [j.target.name for j in jobs if j.target.exists()]
+    existing = [j.target.name for j in jobs if out is not None and j.target.exists()]
     if existing:
         raise InputError(f"{out} already holds {', '.join(existing)}; choose another --out")
     if what and say is not None:
@@ -155,19 +248,27 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
                  sampler: str = RECOMMENDED.sampler, steps: int | None = None, eta: float = DEFAULT_ETA, seed: int = 0,
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
                  world: World = World(), clip: bool = True, spacing: str | None = None, labels: str = "auto",
-                 one_file: bool = False, say: Callable[[str], None] | None = None) -> list[Path]:
+                 one_file: bool = False, say: Callable[[str], None] | None = None,
+                 mask_labels: str | None = None) -> list[Path]:
     """Generate one image per mask file (this rank's share); every input is checked before
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
     ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain; ``labels`` and
     ``one_file``: a BraTS root's label convention and output form (``read_masks``); ``say`` is
-    told what the masks are (a BraTS root: its layout and the label rule that applied)."""
-    config = config or default_config(device)
-    check_options(sampler, steps, spacing, config, weights, batch, eta)
+    told what the masks are (a BraTS root: its layout and the label rule that applied);
+    ``mask_labels`` maps the mask files' labels (``labels.parse``; None: the checkpoint's own map)."""
+    check_options(sampler, steps, spacing, config or "fast", weights, batch, eta)
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
-    check_options(sampler, steps, spacing, config, weights, batch, eta, diff_cfg.timesteps)
-    jobs = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels, one_file, say)
+    check_options(sampler, steps, spacing, config or "fast", weights, batch, eta, diff_cfg.timesteps)
+    labels_map = data_config(ckpt).mask_labels if mask_labels is None else (
+        parse(mask_labels, model_cfg.name).spec if mask_labels else "")
+    size = tuple(ckpt["config"]["size"])
+    jobs = read_masks(masks, out, model_cfg.name, size, batch, labels, one_file, say, labels_map)
     mine = list(range(world.rank, len(jobs), world.size))
-    return MaskSampler(ckpt, device, config, weights).write(jobs, mine, sampler, steps, eta, seed, batch, clip,
-                                                            spacing, progress)
+    if config is None:
+        config, why = default_config(device, len(jobs))  # every rank decides alike
+        if say is not None and device.type == "cuda":
+            say(f"config {why}")
+    return Sampler(ckpt, device, config, weights).write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip,
+                                                             spacing, progress)

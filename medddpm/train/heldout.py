@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..core.config import DiffusionConfig, Knobs, ModelConfig, run_config
+from ..core.config import DataConfig, DiffusionConfig, Knobs, ModelConfig, run_config
 from ..data.nifti import Pair, VolumeDataset
 from ..run.engine import autocast, inference, to_device
 from ..core.errors import InputError
@@ -31,13 +31,14 @@ def noised(x0: Tensor, t: Tensor, seed: int, diffusion_cfg: DiffusionConfig = Di
 @torch.no_grad()
 def predict_eps(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, state: dict[str, Tensor],
                 x_t: Tensor, mask: Tensor, t: Tensor, dtype: torch.dtype = torch.float32,
-                chunk: int | None = None) -> Tensor:
+                chunk: int | None = None, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> Tensor:
     """ε_θ(x_t, mask, t) under ``knobs`` on ``device`` (``dtype`` float64 for a CPU reference),
-    ``chunk`` inputs per forward (all at once by default), returned as float64 on the CPU. The
+    ``chunk`` inputs per forward (all at once by default), returned as float64 on the CPU (a
+    v-predicting model's output converted to ε, ``diffusion_cfg.prediction``). The
     process-wide backend flags are left as they were, so this can run inside another
     configuration's training."""
     with preserved_backend_flags():
-        model, diffusion, eff = inference(model_cfg, knobs, device, state=state)
+        model, diffusion, eff = inference(model_cfg, knobs, device, diffusion_cfg, state=state)
         if dtype != torch.float32:  # the float64 reference (a bf16_weights model keeps its bf16 weights)
             model.to(dtype)
         out = []
@@ -59,10 +60,11 @@ def split_held_out(pairs: Sequence[Pair], held_out: int) -> tuple[list[Pair], li
 
 def held_out_triples(pairs: Sequence[Pair], model_cfg: ModelConfig, size: tuple[int, int, int],
                      timesteps: Sequence[int] = HELDOUT_TIMESTEPS, seed: int = 4321,
-                     diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> tuple[pd.DataFrame, Tensor, Tensor, Tensor, Tensor]:
+                     diffusion_cfg: DiffusionConfig = DiffusionConfig(),
+                     data_cfg: DataConfig = DataConfig()) -> tuple[pd.DataFrame, Tensor, Tensor, Tensor, Tensor]:
     """Fixed (x_t, mask, t, ε) for every (held-out subject, t): the keys as a frame (subject, t)
     and the tensors in the same order. ε is seeded, so every configuration meets the same inputs."""
-    data = VolumeDataset(list(pairs), model_cfg.name, model_cfg.out_channels, size)
+    data = VolumeDataset(list(pairs), model_cfg.name, model_cfg.out_channels, size, data=data_cfg)
     keys, x0, masks = [], [], []
     for i, pair in enumerate(pairs):
         image, mask = data[i]
@@ -76,12 +78,13 @@ def held_out_triples(pairs: Sequence[Pair], model_cfg: ModelConfig, size: tuple[
 
 
 def held_out_loss(model_cfg: ModelConfig, state: dict[str, Tensor], triples, device: torch.device,
-                  chunk: int = 4) -> pd.DataFrame:
+                  chunk: int = 4, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> pd.DataFrame:
     """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1), always from
-    the FP32 baseline forward of the weights ``state``: every configuration is judged by the same
+    the FP32 baseline forward of the weights ``state`` (in ε for either parameterization): every configuration is judged by the same
     evaluator, so the loss measures the weights, not the evaluator's numerics."""
     keys, x_t, mask, t, noise = triples
-    eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t, mask, t, chunk=chunk)
+    eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t, mask, t, chunk=chunk,
+                      diffusion_cfg=diffusion_cfg)
     return keys.assign(loss=(eps - noise.double()).abs().flatten(1).mean(1).numpy())
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ..data import pipeline
-from ..core.config import PIPELINE_KNOBS, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
+from ..core.config import PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
 from ..run.distributed import World, draw_seed
 from ..run.engine import Engine
 from ..core.errors import DivergedError, InputError
@@ -91,6 +91,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return ckpt
 
 
+def data_config(ckpt: dict[str, Any]) -> DataConfig:
+    """How the checkpoint's training read its files (the reference's, for checkpoints before it was kept)."""
+    return from_dict(DataConfig, ckpt["config"].get("data_config", {}))
+
+
 def configs_from_checkpoint(ckpt: dict[str, Any]) -> tuple[ModelConfig, DiffusionConfig, TrainConfig, Knobs]:
     c = ckpt["config"]
     return (from_dict(ModelConfig, c["model"]), from_dict(DiffusionConfig, c["diffusion"]),
@@ -113,8 +118,9 @@ def _difference(key: str, stored: Any, mine: Any) -> str:
 def _normalized(config: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's config with today's defaults for fields it predates, JSON-comparable; the
     input-pipeline knobs are left out (they never change what is trained)."""
-    kinds = {"model": ModelConfig, "diffusion": DiffusionConfig, "train": TrainConfig, "knobs": Knobs}
-    out = {k: asdict(from_dict(cls, config[k])) for k, cls in kinds.items()}
+    kinds = {"model": ModelConfig, "diffusion": DiffusionConfig, "train": TrainConfig, "knobs": Knobs,
+             "data_config": DataConfig}
+    out = {k: asdict(from_dict(cls, config.get(k, {}))) for k, cls in kinds.items()}
     out["knobs"] = {k: v for k, v in out["knobs"].items() if k not in PIPELINE_KNOBS}
     return json.loads(json.dumps({**out, "size": list(config["size"])}))  # world_size: checked apart
 
@@ -180,6 +186,7 @@ class Trainer:
         return {"model": asdict(self.model_cfg), "diffusion": asdict(self.diffusion_cfg),
                 "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size),
                 "world_size": self.world.size, "global_batch": self.global_batch, "data": self.data.asdict(),
+                "data_config": asdict(getattr(self.dataset, "data_config", DataConfig())),
                 "source": getattr(self.dataset, "source", "")}
 
     def save(self) -> Path:
@@ -223,7 +230,7 @@ class Trainer:
             raise InputError(f"cannot resume {self.out} with {self.world.size} process(es): it was trained with "
                              f"{ranks}; resume with the same number of ranks")
         stored, mine = _normalized(ckpt["config"]), _normalized(self.config_dict())
-        for key in ("model", "diffusion", "train", "knobs", "size"):
+        for key in ("model", "diffusion", "train", "knobs", "data_config", "size"):
             if stored[key] != mine[key]:
                 raise InputError(f"cannot resume {self.out}: {_difference(key, stored[key], mine[key])}")
         self.model.load_state_dict(ckpt["model"])
@@ -263,12 +270,12 @@ class Trainer:
             self._feed = None
 
     def noise(self, draw: int, image: Tensor) -> tuple[Tensor, Tensor]:
-        """Diffusion time t ~ U{0..T−1} and noise ε ~ N(0, I) of draw ``draw``, from a generator
+        """Diffusion time t ~ U{0..T−1} and noise ε (``GaussianDiffusion.draw_noise``) of draw ``draw``, from a generator
         seeded by (seed, draw) on the device: no host synchronisation, no dependence on ranks."""
         self._gen.manual_seed(draw_seed(self.train_cfg.seed, draw))
         t = torch.randint(0, self.engine.diffusion.num_timesteps, (image.shape[0],), generator=self._gen,
                           device=self.device)
-        eps = torch.randn(image.shape, generator=self._gen, device=self.device, dtype=image.dtype)
+        eps = self.engine.diffusion.draw_noise(image, self._gen)  # with the offset noise, if any
         return t, self.engine.to_device(eps)  # in the images' layout
 
     def train_step(self) -> Tensor:
@@ -312,9 +319,10 @@ class Trainer:
         inputs and FP32 evaluator at every step, so the curve measures the weights alone. Rank 0
         evaluates; the rows are kept for the checkpoint and ``heldout.csv``."""
         if self._triples is None:
-            self._triples = held_out_triples(self.held_out, self.model_cfg, self.size,
-                                             diffusion_cfg=self.diffusion_cfg)
-        frames = [held_out_loss(self.model_cfg, cpu_state(m), self._triples, self.device).assign(weights=w)
+            self._triples = held_out_triples(self.held_out, self.model_cfg, self.size, diffusion_cfg=self.diffusion_cfg,
+                                             data_cfg=getattr(self.dataset, "data_config", DataConfig()))
+        frames = [held_out_loss(self.model_cfg, cpu_state(m), self._triples, self.device,
+                                diffusion_cfg=self.diffusion_cfg).assign(weights=w)
                   for w, m in (("model", self.model), ("ema", self.ema))]
         df = pd.concat(frames, ignore_index=True).assign(step=self.step)[HELDOUT_COLUMNS]
         self.heldout.extend(df.to_dict("records"))

@@ -1,0 +1,284 @@
+"""Chapter 14, real anatomy (issue 47): IXI runs of ``scripts/anatomy_measure.sh`` (tables under
+``<gpu>/anatomy/``), the recipes of the intensity question side by side, the external test set, the
+sampler gate on real scans and training parity of the TF32 reference, as tables, figures and facts.
+
+A store may hold these results on any GPU, or on none: every function returns its full shape then,
+and every fact reads "—" with what is missing.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ..core.config import DiffusionConfig, SAMPLING_ALIASES
+from ..diffusion.gaussian import GaussianDiffusion
+from ..diffusion.solvers import RECOMMENDED
+from ..sample.anatomy import REAL, TEMPLATE
+from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
+from .present import gpu_name
+from .wording import missing, number, roles
+
+TABLES = ("anatomy_samples", "anatomy_diversity", "anatomy_summary")
+NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*)$")
+DEFAULT_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}-{RECOMMENDED.spacing}:fast"  # the 12-step default
+DDPM_RUN = "ddpm250:bf16"  # DDPM 250 beside it, on every run
+RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentile scaling", "offset": "offset noise 0.1",
+           "v": "v-prediction"}
+STORE_FREE = ("an_gain", "an_terminal_abar")  # facts of the schedule, whatever the store holds
+TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
+
+
+def anatomy_gpu(root: Path, gpus: list[str]) -> str | None:
+    """The GPU whose store holds the IXI results (the committed H200 first, then the H100, then any)."""
+    return roles([g for g in gpus if (Path(root) / g / "anatomy" / "anatomy_summary.csv").exists()])["ref"]
+
+
+def load(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
+    """One of ``TABLES`` (the newest row of duplicates), with the training run's recipe, seed and
+    configuration parsed from its name; empty where the store has none."""
+    path = Path(root) / str(gpu) / "anatomy" / f"{table}.csv"
+    if gpu is None or not path.exists():
+        return pd.DataFrame(columns=["name", "recipe", "train_seed", "config", "split", "run"])
+    df = pd.read_csv(path)
+    keys = [c for c in ("name", "split", "run", "seed", "subject", "seed_a", "seed_b") if c in df]
+    df = df.drop_duplicates(keys, keep="last").reset_index(drop=True)
+    parts = df["name"].str.extract(NAME)
+    return df.assign(recipe=parts["recipe"], config=parts["config"])
+
+
+def recipes(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
+    """Per (recipe, training configuration, sampler run) on ``split``: the training runs and their
+    steps, every measure's mean over the runs, and the template's, as the chapter's table shows them."""
+    s = load(root, gpu, "anatomy_summary")
+    cols = ["recipe", "trained with", "sampler", "runs", "steps", "background", "real background", "gap",
+            "spread between seeds", "largest spread", "W1", "template W1", "in-brain r", "template r",
+            "region r", "SSIM", "SSIM between seeds"]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    s = s[s["split"] == split]
+    base = s[s["run"] == TEMPLATE].groupby("name")[["hist_w1", "brain_corr"]].first()
+    runs = s[~s["run"].isin([REAL, TEMPLATE])]
+    rows = []
+    for (recipe, config, run), g in runs.groupby(["recipe", "config", "run"], sort=False):
+        rows.append({"recipe": recipe, "trained with": config, "sampler": run, "runs": g["name"].nunique(),
+                     "steps": ", ".join(f"{int(v):,}" for v in sorted(g["step"].unique())),
+                     "background": g["background_mean"].mean(), "real background": g["real_background_mean"].mean(),
+                     "gap": g["background_gap"].mean(), "spread between seeds": g["background_seed_spread"].mean(),
+                     "largest spread": g["background_seed_spread_max"].max(), "W1": g["hist_w1"].mean(),
+                     "template W1": base.loc[g["name"], "hist_w1"].mean(), "in-brain r": g["brain_corr"].mean(),
+                     "template r": base.loc[g["name"], "brain_corr"].mean(), "region r": g["region_corr"].mean(),
+                     "SSIM": g["ssim"].mean(), "SSIM between seeds": g["ssim_between_seeds"].mean()})
+    order = {r: i for i, r in enumerate(RECIPES)}
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values(["recipe", "trained with", "sampler"], key=lambda c: c.map(order).fillna(99)
+                           if c.name == "recipe" else c, kind="stable").reset_index(drop=True)
+
+
+def gate(root: Path, gpu: str | None) -> pd.DataFrame:
+    """The sampler gate (``sample.gate.verdicts``) on the training run whose samples hold FP32
+    DDPM 250 over several seeds: per (sampler run, held-out subject), with the run's name."""
+    samples, div = load(root, gpu, "anatomy_samples"), load(root, gpu, "anatomy_diversity")
+    ref = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"
+    if samples.empty or not (samples["run"] == ref).any():
+        return pd.DataFrame(columns=["name", *RUN_COLUMNS, "subject", "verdict"])
+    name = samples.loc[samples["run"] == ref, "name"].iloc[-1]
+
+    def runs(df: pd.DataFrame) -> pd.DataFrame:
+        df = df[(df["name"] == name) & ~df["run"].isin([REAL, TEMPLATE])].copy()
+        parsed = [GateRun.parse(*r.split(":")) for r in df["run"]]
+        for col in RUN_COLUMNS:
+            df[col] = [getattr(p, col) for p in parsed]
+        return df
+
+    out = verdicts(runs(samples), runs(div))
+    return out.assign(name=name)
+
+
+def gate_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per judged run: its verdict and the means of its measures over the subjects."""
+    cols = ["sampler run", "verdict", "in-brain r", "background", "W1", "SSIM between seeds", "seeds"]
+    if table.empty:
+        return pd.DataFrame(columns=cols)
+    g = table.groupby([*RUN_COLUMNS, "verdict"], as_index=False, sort=False)[
+        ["brain_corr", "background_mean", "hist_w1", "ssim_between_seeds", "seeds"]].mean()
+    g["sampler run"] = [f"{r.sampler} {r.steps}{' ' + r.spacing if r.spacing else ''} · "
+                        f"{ {v: k for k, v in SAMPLING_ALIASES.items()}.get(r.config, r.config)}" for r in g.itertuples()]
+    return g.rename(columns={"brain_corr": "in-brain r", "background_mean": "background", "hist_w1": "W1",
+                             "ssim_between_seeds": "SSIM between seeds"})[cols]
+
+
+def curves(root: Path, gpu: str | None) -> pd.DataFrame:
+    """The held-out loss (EMA weights, mean over the validation subjects and timesteps) of every
+    training run against its steps: name, recipe, config, step, loss."""
+    folder = Path(root) / str(gpu) / "anatomy" / "train"
+    rows = []
+    for run in sorted(folder.glob("*/heldout.csv")) if gpu is not None else []:
+        h = pd.read_csv(run)
+        ema = h[h["weights"] == "ema"].groupby("step", as_index=False)["loss"].mean()
+        m = NAME.match(run.parent.name)
+        rows.append(ema.assign(name=run.parent.name, recipe=m["recipe"] if m else "", config=m["config"] if m else ""))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "loss", "name", "recipe", "config"])
+
+
+def parity(c: pd.DataFrame, recipe: str = "v", reference: str = "opt1", fast: str = "fast") -> pd.DataFrame:
+    """At each step both evaluated (after step 0): the ``reference`` configuration's held-out loss
+    against the band (lowest, highest) of ``fast``'s seeds of the same recipe, and whether it lies inside."""
+    cols = ["step", "reference", "band low", "band high", "fast seeds", "inside"]
+    mine = c[(c["recipe"] == recipe) & (c["step"] > 0)]
+    ref, band = mine[mine["config"] == reference], mine[mine["config"] == fast]
+    if ref.empty or band["name"].nunique() < 2:
+        return pd.DataFrame(columns=cols)
+    b = band.groupby("step")["loss"].agg(["min", "max", "count"])
+    out = ref.groupby("step")["loss"].mean().to_frame("reference").join(b, how="inner").reset_index()
+    out = out[out["count"] >= 2].rename(columns={"min": "band low", "max": "band high", "count": "fast seeds"})
+    out["inside"] = out["reference"].between(out["band low"], out["band high"])
+    return out[cols]
+
+
+def curves_figure(c: pd.DataFrame):
+    """The held-out loss curves, one line per training run, coloured by recipe."""
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    colors = dict(zip(RECIPES, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for name, g in c[c["step"] > 0].groupby("name"):
+        ax.plot(g["step"], g["loss"], marker=".", lw=1.1, color=colors.get(g["recipe"].iloc[0], "0.4"),
+                ls="--" if g["config"].iloc[0] != "fast" else "-", label=name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out L1 loss on ε (EMA)")
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def slices(root: Path, gpu: str | None, names: list[str]) -> tuple[pd.DataFrame, dict[str, str]] | None:
+    """The slices of the first validation subject from each of ``names`` (training runs), with
+    the real scan and the template: (tidy slices, source → column title), or None."""
+    frames, sources = [], {"mask": "mask", REAL: "real scan", TEMPLATE: "template"}
+    for name in names:
+        path = Path(root) / str(gpu) / "anatomy" / f"slices-{name}-val.parquet"
+        if gpu is None or not path.exists():
+            continue
+        sl = pd.read_parquet(path)
+        sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
+        keep = sl[sl["source"] == DEFAULT_RUN].assign(source=name)
+        frames += [sl[sl["source"].isin(["mask", REAL, TEMPLATE])] if not frames else sl.iloc[:0], keep]
+        sources[name] = f"{NAME.match(name)['recipe'] if NAME.match(name) else name}, 12 steps"
+    if not frames:
+        return None
+    out = pd.concat(frames, ignore_index=True)
+    out["value"] = out["value"].astype("float32")
+    return out, sources
+
+
+def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
+    """``run``'s per-subject mean over seeds minus FP32 DDPM 250's, averaged over the subjects:
+    in-brain r and background mean (the gate's table, ``gate``)."""
+    spec, config = run.split(":")
+    mine = GateRun.parse(spec, config)
+    key = lambda df, k: df[(df["sampler"] == k[0]) & (df["steps"] == k[1]) & (df["config"] == k[3])]  # noqa: E731
+    a, b = key(table, mine.key()), key(table, REFERENCE)
+    if a.empty or b.empty:
+        return {}
+    d = a.set_index("subject")[["brain_corr", "background_mean"]] - b.set_index("subject")[["brain_corr", "background_mean"]]
+    return d.mean().to_dict()
+
+
+def reference_self_check(root: Path, gpu: str | None) -> tuple[int, int, int] | None:
+    """FP32 DDPM 250 judged by the gate's rule against itself: for each split of its seeds into two
+    halves, the subjects where the mean of one half lies inside the band (min–max) of the other on
+    the correlation, background and W1. Returns (fewest, most, subjects), or None."""
+    samples = load(root, gpu, "anatomy_samples")
+    if samples.empty:
+        return None
+    ref = samples[samples["run"] == f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"]
+    seeds = sorted(ref["seed"].unique())
+    if len(seeds) < 4:
+        return None
+    counts = []
+    for half in (set(c) for c in itertools.combinations(seeds, len(seeds) // 2)):
+        band = ref[ref["seed"].isin(half)].groupby("subject")[["brain_corr", "background_mean", "hist_w1"]]
+        lo, hi = band.min(), band.max()
+        m = ref[~ref["seed"].isin(half)].groupby("subject")[["brain_corr", "background_mean", "hist_w1"]].mean()
+        ok = (m["brain_corr"] >= lo["brain_corr"]) & m["background_mean"].between(lo["background_mean"], hi["background_mean"]) \
+            & (m["hist_w1"] <= hi["hist_w1"])
+        counts.append(int(ok.sum()))
+    return min(counts), max(counts), int(ref["subject"].nunique())
+
+
+def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
+    """A training run's steady-state ms per step (median of its read-back intervals after the first)."""
+    path = Path(root) / str(gpu) / "anatomy" / "train" / name / "timing.csv"
+    if gpu is None or not path.exists():
+        return None
+    t = pd.read_csv(path)["ms_per_step"].iloc[1:]
+    return float(t.median()) if len(t) else None
+
+
+def first_step_gain() -> float:
+    """√((1 − ᾱ_t)/ᾱ_t) at the 12-step chain's first timestep: how much an error in the predicted
+    ε's volume mean grows in x̂₀ = (x_t − √(1 − ᾱ_t) ε̂)/√ᾱ_t."""
+    d = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
+    t = d.plan(RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing).steps[0].t
+    a = d.abar_host[t]
+    return math.sqrt((1 - a) / a)
+
+
+def facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """The chapter's glued facts (prefix ``an_``)."""
+    gpu = anatomy_gpu(root, gpus)
+    what = "IXI results (anatomy/)"
+    val, test = recipes(root, gpu, "val"), recipes(root, gpu, "test")
+
+    def cell(df: pd.DataFrame, recipe: str, column: str, spec: str = ".2f", run: str = DEFAULT_RUN,
+             config: str = "fast") -> str:
+        row = df[(df["recipe"] == recipe) & (df["sampler"] == run) & (df["trained with"] == config)]
+        return number(float(row[column].iloc[0]) if len(row) else None, spec, what)
+
+    out = {"an_gpu": gpu_name(gpu) if gpu else missing(what), "an_gain": f"{first_step_gain():,.0f}"}
+    for r in RECIPES:
+        for key, col, spec in (("gap", "gap", "+.2f"), ("spread", "spread between seeds", ".3f"),
+                               ("maxspread", "largest spread", ".2f"), ("w1", "W1", ".3f"), ("r", "in-brain r", ".2f"),
+                               ("runs", "runs", "d"), ("steps", "steps", "")):
+            out[f"an_{r}_{key}"] = cell(val, r, col, spec) if col not in ("runs", "steps") else (
+                _text(val, r, col) or missing(what))
+        out[f"an_{r}_ddpm_gap"] = cell(val, r, "gap", "+.2f", DDPM_RUN)
+    out["an_real_bg"] = cell(val, "ref", "real background")
+    out["an_template_w1"] = cell(val, "ref", "template W1", ".3f")
+    out["an_template_r"] = cell(val, "ref", "template r")
+    out["an_v_region_r"] = cell(val, "v", "region r")
+    for key, col, spec in (("gap", "gap", "+.3f"), ("spread", "spread between seeds", ".3f"),
+                           ("maxspread", "largest spread", ".3f"), ("w1", "W1", ".3f"), ("template_w1", "template W1", ".3f"),
+                           ("r", "in-brain r", ".2f"), ("template_r", "template r", ".2f"), ("real_bg", "real background", ".2f")):
+        out[f"an_test_{key}"] = cell(test, "v", col, spec)
+    subjects = load(root, gpu, "anatomy_samples")
+    for split in ("val", "test"):
+        n = subjects.loc[subjects.get("split", pd.Series(dtype=str)) == split, "subject"].nunique() if len(subjects) else 0
+        out[f"an_{split}_n"] = str(n) if n else missing(what)
+    table = gate(root, gpu)
+    g = gate_runs(table)
+    judged = g[g["verdict"] != "reference"]
+    out["an_gate"] = (", ".join(f"{r['sampler run']}: {r['verdict']}" for _, r in judged.iterrows())
+                      if len(judged) else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
+    out["an_gate_seeds"] = str(int(g["seeds"].min())) if len(g) else missing("sampler gate on IXI")
+    shift = gate_shift(table)
+    out["an_gate_dr"] = number(shift.get("brain_corr"), "+.3f", "sampler gate on IXI")
+    out["an_gate_dbg"] = number(shift.get("background_mean"), "+.4f", "sampler gate on IXI")
+    check = reference_self_check(root, gpu)
+    out["an_self_check"] = (f"{check[0]}–{check[1]} of {check[2]}" if check else missing("FP32 DDPM 250 over 4 seeds on IXI"))
+    fast_ms, opt1_ms = step_ms(root, gpu, "v-s0-fast"), step_ms(root, gpu, "v-s0-opt1")
+    out["an_opt1_ratio"] = number(opt1_ms / fast_ms if fast_ms and opt1_ms else None, ".1f", "IXI timings of fast and opt1")
+    d = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
+    mantissa, exponent = f"{d.abar_host[-1]:.0e}".split("e")
+    out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    p = parity(curves(root, gpu))
+    out["an_parity"] = (f"inside the band at {int(p['inside'].sum())} of {len(p)} common steps "
+                        f"({', '.join(f'{int(s):,}' for s in p['step'])})" if len(p) else missing("TF32 parity run on IXI"))
+    return out
+
+
+def _text(df: pd.DataFrame, recipe: str, column: str) -> str:
+    row = df[(df["recipe"] == recipe) & (df["sampler"] == DEFAULT_RUN) & (df["trained with"] == "fast")]
+    return str(row[column].iloc[0]) if len(row) else ""

@@ -1,0 +1,72 @@
+"""Compiled work kept across processes (issue 48): one folder, ``MEDDDPM_CACHE`` (default
+``~/.cache/medddpm``), holds Inductor's and Triton's on-disk caches and one Mega-Cache file
+(``torch.compiler.save_cache_artifacts``) per key: torch, Triton, CUDA, the GPU, the run
+configuration and the volume size. Anything that invalidates compiled code changes the key.
+
+``medddpm warmup`` fills it; ``Sampler`` loads a key's file before its first compile and saves it
+after each new batch size it compiled.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+from ..core.io import atomic_path
+
+CACHE_ENV = "MEDDDPM_CACHE"
+DEFAULT_CACHE = Path("~/.cache/medddpm")
+
+
+def root() -> Path:
+    """The cache folder: ``$MEDDDPM_CACHE``, else ``~/.cache/medddpm``."""
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
+
+
+def use() -> Path:
+    """Point Inductor's and Triton's caches into the folder (unless the user set them) and return it."""
+    folder = root()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+    return folder
+
+
+def key(config: str, size: tuple[int, ...], device: torch.device) -> str:
+    """A readable, filesystem-safe key of everything compiled code depends on."""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    parts = [torch.__version__, triton_version, str(torch.version.cuda), gpu, config, "x".join(map(str, size))]
+    digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+    return f"{config}-{'x'.join(map(str, size))}-{digest}"
+
+
+def artifact(k: str) -> Path:
+    return root() / "mega" / f"{k}.bin"
+
+
+def load(k: str) -> bool:
+    """Load the key's Mega-Cache into this process's compile caches; whether there was one."""
+    path = artifact(k)
+    if not path.is_file():
+        return False
+    torch.compiler.load_cache_artifacts(path.read_bytes())
+    return True
+
+
+def save(k: str) -> Path | None:
+    """Write what this process compiled (and loaded) as the key's Mega-Cache, atomically; None
+    when nothing was compiled (a CPU, an eager configuration)."""
+    got = torch.compiler.save_cache_artifacts()
+    if not got or not got[0]:
+        return None
+    path = artifact(k)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(got[0])
+    return path

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Quality on real anatomy (issue 47): one IXI checkpoint's samples of held-out masks, measured
+against the real scans and the training-mean template (``medddpm.sample.anatomy``).
+
+    anatomy.py --data IXI --checkpoint CKPT --out OUT --name NAME [--split val] \\
+               [--runs dpm2m-sde12-logsnr:fast,ddpm250:baseline] [--seeds 0,1,2] [--work W]
+
+IXI is a ``medddpm prepare-ixi`` folder: the template averages dev/'s training subjects (dev less
+val), the masks sampled are SPLIT/'s (val; test only for the one final evaluation). Rows append to
+OUT/anatomy/{anatomy_samples,anatomy_diversity,anatomy_summary}.csv, each with NAME, the checkpoint's
+step and the knobs it was trained with; the first seed's orthogonal slices of 3 subjects go to
+OUT/anatomy/slices-NAME.parquet.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from medddpm.core.errors import InputError
+from medddpm.core.io import append_csv, atomic_path
+from medddpm.core.runtime import env_info, resolve_device
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="a medddpm prepare-ixi folder")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--out", required=True, help="results folder of this GPU")
+    p.add_argument("--name", required=True, help="the training run's name in the tables")
+    p.add_argument("--split", default="val", choices=("val", "test"))
+    p.add_argument("--runs", default="dpm2m-sde12-logsnr:fast,ddpm250:baseline", help="sampler runs, spec:config")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--work", default="anatomy-work")
+    p.add_argument("--device", default=None)
+    p.add_argument("--workers", type=int, default=4, help="processes measuring the subjects")
+    p.add_argument("--batch", type=int, default=4, help="masks sampled together")
+    a = p.parse_args(argv)
+    try:
+        run(a)
+    except InputError as exc:
+        print(f"anatomy.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(a: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from medddpm.data.nifti import pair_files, read_image, strip_nifti_suffix
+    from medddpm.sample.anatomy import REAL, TEMPLATE, anatomy_tables, region_labels, summary, template
+    from medddpm.sample.gate import GateRun, sample_runs
+    from medddpm.sample.quality import orthogonal_slices, read_sample
+    from medddpm.train.trainer import configs_from_checkpoint, data_config, load_checkpoint
+
+    data = Path(a.data)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    runs = [GateRun.parse(spec, config, seed) for spec, config in (r.split(":") for r in a.runs.split(","))
+            for seed in seeds]
+    ckpt = load_checkpoint(a.checkpoint)
+    model_cfg, diff_cfg, train_cfg, knobs = configs_from_checkpoint(ckpt)
+    dcfg = data_config(ckpt)
+    held = pair_files(data / a.split / "images", data / a.split / "masks")
+    val = {p.subject for p in pair_files(data / "val" / "images", data / "val" / "masks")}
+    train = [p for p in pair_files(data / "dev" / "images", data / "dev" / "masks") if p.subject not in val]
+    device = resolve_device(a.device)
+    folders = sample_runs(a.checkpoint, data / a.split / "masks", Path(a.work) / a.name / a.split, runs, device,
+                          a.batch)
+    keyed = {(f"{r.spec}:{r.config}", r.seed): f for r, f in folders.items()}
+    mean = template(train, dcfg)
+    samples, diversity = anatomy_tables(keyed, held, dcfg, model_cfg.name, mean, a.workers)
+    tag = {"name": a.name, "split": a.split, "step": int(ckpt["step"]), "train_config": knobs.name,
+           "intensity": dcfg.intensity, "prediction": diff_cfg.prediction, "offset_noise": diff_cfg.offset_noise,
+           "train_seed": train_cfg.seed, "lr": train_cfg.lr}
+    env = {**env_info(device), "checkpoint": str(a.checkpoint), "data_config": asdict(dcfg),
+           "train_subjects": len(train), "held_subjects": [p.subject for p in held]}
+    out = Path(a.out) / "anatomy"
+    table = summary(samples, diversity)
+    for name, df in (("anatomy_samples", samples), ("anatomy_diversity", diversity), ("anatomy_summary", table)):
+        append_csv(out / f"{name}.csv", df.assign(**tag), env)
+    shown = held[:3]  # the first seed's slices of every run, beside the real scan and the template
+    vols = {REAL: {p.subject: read_image(p.image, 1, dcfg)[0] for p in shown}, TEMPLATE: {p.subject: mean for p in shown}}
+    vols |= {run: {p.subject: read_sample(folder / f"{strip_nifti_suffix(p.mask.name)}.nii.gz") for p in shown}
+             for (run, seed), folder in keyed.items() if seed == seeds[0]}
+    labels = {p.subject: (region_labels(p.mask) > 0).astype("int64") for p in shown}
+    with atomic_path(out / f"slices-{a.name}-{a.split}.parquet") as tmp:
+        orthogonal_slices(vols, labels).to_parquet(tmp, index=False)
+    pd.set_option("display.width", 200)
+    print(table.round(3).to_string())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

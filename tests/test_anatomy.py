@@ -1,0 +1,50 @@
+"""Quality on real anatomy (medddpm.sample.anatomy, scripts/anatomy.py): measures against the
+subject's scan and the template, per sample, per pair of seeds and per run."""
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+
+from medddpm.sample.anatomy import measures, region_means, summary
+
+from book_stores import REPO
+
+
+def test_measures_of_the_scan_itself_and_of_a_shifted_background():
+    rng = np.random.default_rng(0)
+    regions = np.zeros((16, 16, 16), np.int64)
+    regions[4:12, 4:12, 4:8], regions[4:12, 4:12, 8:12] = 4, 11
+    real = np.where(regions > 0, rng.uniform(0, 1, regions.shape), -0.9).astype(np.float32)
+    brain = regions > 0
+    same = measures(real, real, brain, regions)
+    assert same["brain_corr"] == 1 and same["hist_w1"] == 0 and same["ssim"] == 1 and same["psnr_db"] == np.inf
+    assert abs(same["background_mean"] + 0.9) < 1e-6 and abs(same["region_corr"] - 1) < 1e-12
+    brighter = measures(real, np.where(brain, real, -0.5).astype(np.float32), brain, regions)
+    assert abs(brighter["background_mean"] + 0.5) < 1e-6 and brighter["brain_corr"] == 1 and brighter["hist_w1"] == 0
+    assert region_means(real, regions).shape == (2,)
+
+
+def test_summary_reports_the_gap_and_the_spread_between_seeds():
+    rows = [{"run": "real", "seed": 0, "subject": s, "background_mean": -0.9} for s in "ab"]
+    rows += [{"run": "x", "seed": k, "subject": s, "background_mean": b}
+             for s, bs in (("a", (-0.5, -0.7)), ("b", (-0.8, -0.8))) for k, b in enumerate(bs)]
+    df = pd.DataFrame(rows).assign(**{m: 0.0 for m in ("brain_corr", "ssim", "psnr_db", "background_std", "hist_w1",
+                                                       "region_corr")})
+    out = summary(df, pd.DataFrame(columns=["run", "ssim_between_seeds"])).set_index("run")
+    assert abs(out.loc["x", "background_gap"] - 0.2) < 1e-9  # mean −0.7 against −0.9
+    assert abs(out.loc["x", "background_seed_spread"] - 0.1) < 1e-9 and abs(out.loc["x", "background_seed_spread_max"] - 0.2) < 1e-9
+
+
+def test_the_script_samples_and_measures_the_validation_masks(ixi16, ixi_checkpoint, tmp_path):
+    res = subprocess.run([sys.executable, "scripts/anatomy.py", "--data", str(ixi16), "--checkpoint", str(ixi_checkpoint),
+                          "--out", str(tmp_path / "out"), "--name", "v-s0-tiny", "--runs", "ddim2:baseline",
+                          "--seeds", "0,1", "--work", str(tmp_path / "w"), "--device", "cpu", "--workers", "1"],
+                         cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out" / "anatomy"
+    s = pd.read_csv(out / "anatomy_summary.csv")
+    assert list(s["run"]) == ["real", "template", "ddim2:baseline"] and (s["prediction"] == "v").all()
+    assert s.set_index("run").loc["ddim2:baseline", "seeds"] == 2 and (s["split"] == "val").all()
+    assert len(pd.read_csv(out / "anatomy_diversity.csv")) == 1  # one subject, one pair of seeds
+    assert (out / "slices-v-s0-tiny-val.parquet").is_file()

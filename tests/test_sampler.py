@@ -1,0 +1,72 @@
+"""The Sampler object (medddpm.sample.sampler): loaded once, called many times, in memory or to files."""
+import nibabel as nib
+import numpy as np
+import pytest
+
+from medddpm.core.errors import InputError
+from medddpm.sample import Sampler
+
+
+def test_one_sampler_samples_files_folders_and_writes_the_same_numbers(ixi16, ixi_checkpoint, tmp_path):
+    s = Sampler.from_checkpoint(ixi_checkpoint, device="cpu")
+    assert s.config == "baseline" and s.data_cfg.mask_labels == "brain=nonzero"  # the checkpoint's map
+    mask = ixi16 / "dev" / "masks" / "IXI013.nii.gz"
+    folder = s.sample(ixi16 / "dev" / "masks", steps=2, seed=3, batch=2)
+    one = s.sample(mask, steps=2, seed=3)
+    assert sorted(folder) == ["IXI012", "IXI013", "IXI014", "IXI015"] and list(one) == ["IXI013"]
+    img = one["IXI013"]
+    ref = nib.load(str(mask))
+    assert img.shape == ref.shape and np.allclose(img.affine, ref.affine) and img.get_data_dtype() == np.float32
+    assert np.array_equal(img.get_fdata(), folder["IXI013"].get_fdata())  # a mask's sample: not its batch's
+    written = s.write(mask, tmp_path / "out", steps=2, seed=3)
+    assert np.array_equal(nib.load(str(written[0])).get_fdata(), img.get_fdata())
+    assert not np.array_equal(s.sample(mask, steps=2, seed=4)["IXI013"].get_fdata(), img.get_fdata())
+    with pytest.raises(InputError, match="already holds IXI013"):
+        s.write(mask, tmp_path / "out", steps=2, seed=3)
+    with pytest.raises(InputError, match="unmapped"):
+        s.sample(mask, steps=2, mask_labels="brain=4")
+    with pytest.raises(InputError, match="--steps"):
+        s.sample(mask, sampler="ddim", steps=0)
+
+
+def test_without_config_a_gpu_runs_fast_only_where_its_compilation_pays_off():
+    import torch
+
+    from medddpm.core.config import FAST_FROM
+    from medddpm.sample.sampler import default_config
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    assert default_config(cpu, 500)[0] == "baseline"
+    assert default_config(gpu, 1)[0] == "bf16" and "--config fast" in default_config(gpu, 1)[1]
+    assert default_config(gpu, FAST_FROM - 1)[0] == "bf16" and default_config(gpu, FAST_FROM)[0] == "fast"
+    assert default_config(gpu)[0] == "fast"  # an object kept for many calls
+
+
+def test_the_compile_cache_lives_under_medddpm_cache_and_is_keyed(monkeypatch, tmp_path):
+    import torch
+
+    from medddpm.run import cache
+
+    monkeypatch.setenv("MEDDDPM_CACHE", str(tmp_path / "c"))
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    assert cache.use() == tmp_path / "c"
+    import os
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c" / "inductor")
+    cpu = torch.device("cpu")
+    k = cache.key("fast", (128, 128, 128), cpu)
+    assert k.startswith("fast-128x128x128-") and k == cache.key("fast", (128, 128, 128), cpu)
+    assert len({k, cache.key("fast", (64, 64, 64), cpu), cache.key("bf16", (128, 128, 128), cpu)}) == 3
+    assert cache.artifact(k).parent == tmp_path / "c" / "mega" and not cache.load(k)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/mine")
+    cache.use()
+    assert os.environ["TRITON_CACHE_DIR"] == "/mine"  # the user's own setting wins
+
+
+def test_warmup_runs_once_and_says_what_it_cached(capsys, ixi_checkpoint):
+    from medddpm.cli import main
+
+    assert main(["warmup", "--checkpoint", str(ixi_checkpoint), "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    assert "warmup: compiling baseline for 16×16×16, batch 1" in err and "nothing to cache" in out
+    assert main(["warmup", "--checkpoint", str(ixi_checkpoint), "--batch", "0"]) == 2
