@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BOOK_STAMP := $(VENV)/.book-installed
 DEMO   ?= _demo
+# pytest-xdist processes of `make test`, a test file each at a time (CI: 2 cores)
+TEST_WORKERS ?= 2
 
 .PHONY: setup setup-book chromium render book book-check nbmake test demo gpu-measure gpu-book clean
 
@@ -50,11 +52,11 @@ nbmake: setup-book
 	  $(BIN)/jupytext --quiet --to ipynb -o build/nbmake/$$(basename $${f%.py}).ipynb $$f || exit 1; done
 	$(BIN)/python -m pytest --nbmake build/nbmake -p no:cacheprovider
 
-## pytest, then nbmake and the book side by side (each executes every chapter in one kernel at a
+## pytest (TEST_WORKERS processes, one CPU thread each), then nbmake and the book side by side (each executes every chapter in one kernel at a
 ## time, mostly on one core: on two cores together they take about the time of the longer one),
 ## then the rendered-book check.
 test: setup-book chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) -j2 --output-sync=target nbmake book
 	$(MAKE) book-check
 

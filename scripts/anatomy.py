@@ -56,6 +56,8 @@ def run(a: argparse.Namespace) -> None:
 
     data = Path(a.data)
     seeds = [int(s) for s in a.seeds.split(",")]
+    if any(r.count(":") != 1 for r in a.runs.split(",")):
+        raise InputError(f"--runs {a.runs!r}: each run is SPEC:CONFIG, e.g. dpm2m-sde12-logsnr:fast")
     runs = [GateRun.parse(spec, config, seed) for spec, config in (r.split(":") for r in a.runs.split(","))
             for seed in seeds]
     ckpt = load_checkpoint(a.checkpoint)

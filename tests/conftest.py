@@ -10,7 +10,8 @@ if not torch.cuda.is_available():  # Triton's interpreter runs medddpm.net.kerne
 from medddpm.core.config import MODEL_PRESETS
 from medddpm.data.nifti import write_phantoms
 
-torch.set_num_threads(2)
+# two cores: a worker each under pytest-xdist (`make test` runs `pytest -n 2`), both for one process
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,17 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 NDHWC = torch.channels_last_3d
 
 
+
+@pytest.fixture(autouse=True)
+def two_threads():
+    """The model comparisons at 2 CPU threads, as on CI's two cores: with one, oneDNN's 3D
+    convolutions return some small outputs NCDHW, and those blocks take the reference path
+    (``kernels.runs_on``) instead of the Triton kernels being compared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
 @pytest.fixture
 def gpu_tiles(monkeypatch):
     """The GPU's launch shapes, where the interpreter's defaults would run one program."""

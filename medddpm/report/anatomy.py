@@ -163,8 +163,9 @@ def slices(root: Path, gpu: str | None, names: list[str]) -> tuple[pd.DataFrame,
             continue
         sl = pd.read_parquet(path)
         sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
-        keep = sl[sl["source"] == DEFAULT_RUN].assign(source=name)
-        frames += [sl[sl["source"].isin(["mask", REAL, TEMPLATE])] if not frames else sl.iloc[:0], keep]
+        if not frames:  # the mask, the scan and the template once, from the first run's file
+            frames.append(sl[sl["source"].isin(["mask", REAL, TEMPLATE])])
+        frames.append(sl[sl["source"] == DEFAULT_RUN].assign(source=name))
         sources[name] = f"{NAME.match(name)['recipe'] if NAME.match(name) else name}, 12 steps"
     if not frames:
         return None
@@ -273,7 +274,14 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     d = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
     mantissa, exponent = f"{d.abar_host[-1]:.0e}".split("e")
     out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
-    p = parity(curves(root, gpu))
+    c = curves(root, gpu)
+    last_is_lowest = [g.sort_values("step")["loss"].iloc[-1] <= g["loss"].min() for _, g in c.groupby("name")]
+    out["an_still_falling"] = (f"{sum(last_is_lowest)} of {len(last_is_lowest)}" if last_is_lowest
+                               else missing("IXI training curves (anatomy/train/)"))
+    passed = int((judged["verdict"] == "pass").sum())
+    out["an_gate_count"] = (f"{passed} of the {len(judged)} candidates pass" if len(judged)
+                            else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
+    p = parity(c)
     out["an_parity"] = (f"inside the band at {int(p['inside'].sum())} of {len(p)} common steps "
                         f"({', '.join(f'{int(s):,}' for s in p['step'])})" if len(p) else missing("TF32 parity run on IXI"))
     return out

@@ -1,0 +1,102 @@
+"""What a user waits for (issue 48): a ``medddpm`` command's wall time from process start to its
+files written (``time_to_result.csv``), and whether two runs wrote the same files
+(``same_files.csv``). ``scripts/time_to_result.sh`` runs the commands of the issue on a GPU.
+
+    python -m medddpm.profiling.waiting run --out CSV --cache cold --volumes 8 -- sample --checkpoint …
+    python -m medddpm.profiling.waiting compare A B --out CSV --what "fast twice"
+
+A ``run`` row's ``config`` is the command's ``--config`` (``default`` without one: ``sample`` then
+picks by the number of masks, ``core.config.FAST_FROM``).
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..core.errors import InputError
+from ..core.io import append_csv
+from ..core.runtime import env_info
+
+COLUMNS = ["gpu", "command", "config", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
+SAME_COLUMNS = ["gpu", "what", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
+
+
+def timed(argv: Sequence[str]) -> tuple[float, int, str]:
+    """(wall seconds, exit code, last lines of stderr) of ``python -m medddpm ARGV`` in a new process."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "medddpm", *argv], capture_output=True, text=True)
+    return time.perf_counter() - t0, p.returncode, "\n".join(p.stderr.strip().splitlines()[-3:])
+
+
+def option(argv: Sequence[str], name: str, default: str) -> str:
+    """The value of ``name`` in ``argv`` (``--config fast``), else ``default``."""
+    argv = list(argv)
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else default
+
+
+def same_files(a: str | Path, b: str | Path) -> dict[str, float]:
+    """How two folders of NIfTI files of the same names agree: files, bit-identical ones, and the
+    largest and mean absolute difference over all voxels."""
+    import nibabel as nib
+
+    a, b = Path(a), Path(b)
+    names = sorted(p.name for p in a.glob("*.nii*"))
+    if not names or names != sorted(p.name for p in b.glob("*.nii*")):
+        raise InputError(f"{a} and {b} do not hold the same NIfTI files")
+    same, worst, total, count = 0, 0.0, 0.0, 0
+    for n in names:
+        x, y = (np.asarray(nib.load(str(d / n)).dataobj) for d in (a, b))
+        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+        same += int(x.shape == y.shape and np.array_equal(x, y))
+        worst, total, count = max(worst, float(diff.max())), total + float(diff.sum()), count + diff.size
+    return {"files": len(names), "identical": same, "max_abs_diff": worst, "mean_abs_diff": total / max(count, 1)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m medddpm.profiling.waiting", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="step", required=True)
+    r = sub.add_parser("run", help="time one medddpm command (the arguments after --)")
+    r.add_argument("--out", required=True, help="time_to_result.csv to append to")
+    r.add_argument("--cache", required=True, choices=("cold", "warm"), help="the compile cache's state before it")
+    r.add_argument("--volumes", type=int, required=True, help="volumes the command writes (train: steps)")
+    r.add_argument("command", nargs=argparse.REMAINDER, help="-- then the medddpm arguments")
+    c = sub.add_parser("compare", help="whether two folders hold the same files")
+    c.add_argument("a")
+    c.add_argument("b")
+    c.add_argument("--out", required=True, help="same_files.csv to append to")
+    c.add_argument("--what", required=True, help="what the two runs were")
+    a = p.parse_args(argv)
+    env = env_info()
+    gpu = env.get("gpu") or "cpu"
+    try:
+        if a.step == "run":
+            cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+            if not cmd:
+                raise InputError("give the medddpm command after --")
+            wall, rc, tail = timed(cmd)
+            row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"),
+                   "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
+                   "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat()}
+            append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)
+            print(f"{wall:.1f} s, rc {rc}: medddpm {' '.join(cmd)}" + (f"\n{tail}" if rc else ""))
+            return 0 if rc == 0 else 1
+        row = {"gpu": gpu, "what": a.what, **same_files(a.a, a.b), "date": date.today().isoformat()}
+        append_csv(a.out, pd.DataFrame([row], columns=SAME_COLUMNS), env)
+        print(f"{a.what}: {row['identical']} of {row['files']} files identical, max |Δ| {row['max_abs_diff']:.3g}")
+        return 0
+    except InputError as exc:
+        print(f"waiting: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
