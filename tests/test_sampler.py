@@ -70,3 +70,20 @@ def test_warmup_runs_once_and_says_what_it_cached(capsys, ixi_checkpoint):
     out, err = capsys.readouterr()
     assert "warmup: compiling baseline for 16×16×16, batch 1" in err and "nothing to cache" in out
     assert main(["warmup", "--checkpoint", str(ixi_checkpoint), "--batch", "0"]) == 2
+
+
+def test_a_cache_that_cannot_be_read_or_written_costs_only_a_warning(monkeypatch, tmp_path):
+    import torch
+
+    from medddpm.run import cache
+
+    monkeypatch.setenv("MEDDDPM_CACHE", str(tmp_path))
+    k = cache.key("fast", (16, 16, 16), torch.device("cpu"))
+    cache.artifact(k).parent.mkdir(parents=True)
+    cache.artifact(k).write_bytes(b"not a cache")
+    with pytest.warns(UserWarning, match="not loaded"):
+        assert not cache.load(k)
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"x", None))
+    monkeypatch.setattr(cache, "atomic_path", lambda p: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.warns(UserWarning, match="not written"):
+        assert cache.save(k) is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -51,22 +52,32 @@ def artifact(k: str) -> Path:
 
 
 def load(k: str) -> bool:
-    """Load the key's Mega-Cache into this process's compile caches; whether there was one."""
+    """Load the key's Mega-Cache into this process's compile caches; whether it did. A cache that
+    cannot be read only costs the compilation it would have saved (one warning)."""
     path = artifact(k)
     if not path.is_file():
         return False
-    torch.compiler.load_cache_artifacts(path.read_bytes())
+    try:
+        torch.compiler.load_cache_artifacts(path.read_bytes())
+    except Exception as exc:  # a stale or damaged file: compile as if cold
+        warnings.warn(f"compile cache {path} not loaded ({type(exc).__name__}: {exc}); compiling anew", stacklevel=2)
+        return False
     return True
 
 
 def save(k: str) -> Path | None:
     """Write what this process compiled (and loaded) as the key's Mega-Cache, atomically; None
-    when nothing was compiled (a CPU, an eager configuration)."""
-    got = torch.compiler.save_cache_artifacts()
-    if not got or not got[0]:
-        return None
+    when nothing was compiled (a CPU, an eager configuration) or it could not be written (one
+    warning: the samples are what matters)."""
     path = artifact(k)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(got[0])
+    try:
+        got = torch.compiler.save_cache_artifacts()
+        if not got or not got[0]:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(got[0])
+    except Exception as exc:
+        warnings.warn(f"compile cache {path} not written ({type(exc).__name__}: {exc})", stacklevel=2)
+        return None
     return path
