@@ -81,6 +81,8 @@ def test_a_cache_that_cannot_be_read_or_written_costs_only_a_warning(monkeypatch
     k = cache.key("fast", (16, 16, 16), torch.device("cpu"))
     cache.artifact(k).parent.mkdir(parents=True)
     cache.artifact(k).write_bytes(b"not a cache")
+    assert not cache.load(k)  # torch finds nothing usable in it
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda b: (_ for _ in ()).throw(RuntimeError("stale")))
     with pytest.warns(UserWarning, match="not loaded"):
         assert not cache.load(k)
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"x", None))

@@ -58,11 +58,10 @@ def load(k: str) -> bool:
     if not path.is_file():
         return False
     try:
-        torch.compiler.load_cache_artifacts(path.read_bytes())
+        return torch.compiler.load_cache_artifacts(path.read_bytes()) is not None  # None: nothing in it was usable
     except Exception as exc:  # a stale or damaged file: compile as if cold
         warnings.warn(f"compile cache {path} not loaded ({type(exc).__name__}: {exc}); compiling anew", stacklevel=2)
         return False
-    return True
 
 
 def save(k: str) -> Path | None:
