@@ -133,6 +133,19 @@ show_table(anatomy.recipes(root, AG, "test"), "IXI test-set results", "scripts/a
            digits=3)
 
 # %% [markdown]
+# ## Segmentation utility
+#
+# The Med-DDPM paper judges synthetic scans by what they are good for. A small 3D segmenter of the
+# brain (`medddpm/sample/utility.py`) is trained on synthetic scans sampled from the training masks,
+# and the same segmenter on the real training scans. Both are tested on the real validation scans.
+# Mean Dice, v recipe: {glue:text}`an_util_synthetic` trained on synthetic scans, against
+# {glue:text}`an_util_real` trained on real ones (`scripts/anatomy_measure.sh` with `UTILITY_STEPS`).
+
+# %% tags=["hide-input"]
+show_table(anatomy.utility(root, AG), "segmentation utility (anatomy/anatomy_utility.csv)",
+           "UTILITY_STEPS=400 scripts/anatomy_measure.sh", digits=3)
+
+# %% [markdown]
 # ## The sampler gate on real anatomy
 #
 # The gate of {doc}`11_few_step` on a v checkpoint: FP32 DDPM 250 over {glue:text}`an_gate_seeds`

@@ -9,7 +9,8 @@ IXI is a ``medddpm prepare-ixi`` folder: the template averages dev/'s training s
 val), the masks sampled are SPLIT/'s (val; test only for the one final evaluation). Rows append to
 OUT/anatomy/{anatomy_samples,anatomy_diversity,anatomy_summary}.csv, each with NAME, the checkpoint's
 step and the knobs it was trained with; the first seed's orthogonal slices of 3 subjects go to
-OUT/anatomy/slices-NAME.parquet.
+OUT/anatomy/slices-NAME.parquet. With --utility-steps, the segmentation utility of the training
+masks' synthetic scans (``medddpm.sample.utility``) goes to OUT/anatomy/anatomy_utility.csv.
 """
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--workers", type=int, default=4, help="processes measuring the subjects")
     p.add_argument("--batch", type=int, default=4, help="masks sampled together")
+    p.add_argument("--utility-steps", type=int, default=0, help="segmentation utility: train a small segmenter "
+                   "this many steps on synthetic scans of the training masks (the first run's sampler, seed 0) and "
+                   "on the real ones, test both on SPLIT's real scans (0 = skip)")
+    p.add_argument("--utility-seeds", default="0", help="seeds of the segmenters")
     a = p.parse_args(argv)
     try:
         run(a)
@@ -90,6 +95,44 @@ def run(a: argparse.Namespace) -> None:
         orthogonal_slices(vols, labels).to_parquet(tmp, index=False)
     pd.set_option("display.width", 200)
     print(table.round(3).to_string())
+    if a.utility_steps > 0:
+        util = segmentation_utility(a, ckpt, train, held, runs[0], device, out.parent / "anatomy_utility_work")
+        append_csv(out / "anatomy_utility.csv", util.assign(**tag), env)
+        print(util.groupby("source")["dice"].agg(["mean", "min", "count"]).round(3).to_string())
+
+
+def segmentation_utility(a: argparse.Namespace, ckpt: dict, train: list, held: list, run, device, scratch: Path):
+    """Sample every training mask with ``run``'s sampler (seed 0), then ``utility.utility``: Dice on
+    the held-out real scans of a segmenter trained on those synthetic scans, and of one trained on
+    the real training scans, each against the brain the masks give."""
+    import os
+
+    from medddpm.data.labels import parse
+    from medddpm.data.nifti import read_image, strip_nifti_suffix
+    from medddpm.sample.anatomy import region_labels
+    from medddpm.sample.gate import GateRun, sample_runs
+    from medddpm.sample.quality import read_sample
+    from medddpm.sample.utility import stack, utility
+    from medddpm.train.trainer import data_config
+
+    dcfg = data_config(ckpt)
+    masks = scratch / "train_masks"  # the training masks alone (dev/ also holds val's)
+    masks.mkdir(parents=True, exist_ok=True)
+    for p in train:
+        if not (masks / p.mask.name).exists():
+            os.symlink(p.mask.resolve(), masks / p.mask.name)
+    first = GateRun(run.sampler, run.steps, run.spacing, run.config, 0)
+    folder = sample_runs(a.checkpoint, masks, Path(a.work) / a.name / "train", [first], device, a.batch)[first]
+    model = ckpt["config"]["model"]["name"]
+    brain = lambda p: (parse(dcfg.mask_labels, model).apply(region_labels(p.mask), p.mask.name)  # noqa: E731
+                       if dcfg.mask_labels else region_labels(p.mask)) > 0
+    real = stack([read_image(p.image, 1, dcfg)[0] for p in train])
+    synthetic = stack([read_sample(folder / f"{strip_nifti_suffix(p.mask.name)}.nii.gz") for p in train])
+    labels = stack([brain(p) for p in train]).bool()
+    test, test_labels = stack([read_image(p.image, 1, dcfg)[0] for p in held]), stack([brain(p) for p in held]).bool()
+    seeds = [int(s) for s in a.utility_seeds.split(",")]
+    return utility(real, synthetic, labels, test, test_labels, [p.subject for p in held], a.utility_steps, device,
+                   seeds).assign(sampler=f"{first.spec}:{first.config}")
 
 
 if __name__ == "__main__":

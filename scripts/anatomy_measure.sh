@@ -16,7 +16,9 @@
 # names the knobs of the intensity question, each alone or together:
 #   ref (the reference) · pct (--intensity percentile) · offset (--offset-noise 0.1) · v (--prediction v)
 #   and any of them joined by '+' (pct+offset+v).
-# Tables: OUT/anatomy/anatomy_{samples,diversity,summary}.csv (rows appended), OUT/anatomy/slices-*.parquet,
+# UTILITY_STEPS > 0 adds the segmentation utility (scripts/anatomy.py --utility-steps: segmenters trained
+# on the training masks' synthetic scans and on the real ones, Dice on the real held-out scans).
+# Tables: OUT/anatomy/anatomy_{samples,diversity,summary,utility}.csv (rows appended), OUT/anatomy/slices-*.parquet,
 # and each run's log, held-out and timing CSVs under OUT/anatomy/train/NAME/. Logs: OUT/log.txt.
 set -uo pipefail
 OUT=${1:?usage: anatomy_measure.sh OUT IXI WORK RUN...}; IXI=${2:?}; WORK=${3:?}; shift 3
@@ -59,7 +61,7 @@ one() {  # RECIPE SEED CONFIG GPU [gate]
   for t in log heldout timing; do cp "$run_dir/$t.csv" "$OUT/anatomy/train/$name/" 2>/dev/null; done
   run "$measure_s" $PY scripts/anatomy.py --data "$IXI" --split "$split" \
     --checkpoint "$run_dir/best.pt" --out "$OUT/anatomy/parts/$name" --name "$name" --runs "$runs" \
-    --seeds "$seeds" --work "$WORK/samples" --device cuda
+    --seeds "$seeds" --work "$WORK/samples" --device cuda --utility-steps "${UTILITY_STEPS:-0}"
 }
 
 gpu=0

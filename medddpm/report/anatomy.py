@@ -112,6 +112,19 @@ def gate_runs(table: pd.DataFrame) -> pd.DataFrame:
                              "ssim_between_seeds": "SSIM between seeds"})[cols]
 
 
+def utility(root: Path, gpu: str | None) -> pd.DataFrame:
+    """Segmentation utility per training run and source of the segmenter's training scans: the
+    mean and lowest Dice on the real held-out scans, over subjects and segmenter seeds."""
+    u = load(root, gpu, "anatomy_utility")
+    cols = ["recipe", "trained with", "run", "segmenter trained on", "Dice", "lowest Dice", "subjects", "steps"]
+    if u.empty:
+        return pd.DataFrame(columns=cols)
+    g = u.groupby(["recipe", "config", "name", "source"], as_index=False, sort=False).agg(
+        Dice=("dice", "mean"), lowest=("dice", "min"), subjects=("subject", "nunique"), steps=("steps", "first"))
+    return g.rename(columns={"config": "trained with", "name": "run", "source": "segmenter trained on",
+                             "lowest": "lowest Dice"})[cols]
+
+
 def curves(root: Path, gpu: str | None) -> pd.DataFrame:
     """The held-out loss (EMA weights, mean over the validation subjects and timesteps) of every
     training run against its steps: name, recipe, config, step, loss."""
@@ -274,6 +287,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     d = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
     mantissa, exponent = f"{d.abar_host[-1]:.0e}".split("e")
     out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    u = utility(root, gpu)
+    for source in ("real", "synthetic"):
+        rows = u[(u["segmenter trained on"] == source) & (u["recipe"] == "v")]
+        out[f"an_util_{source}"] = number(float(rows["Dice"].mean()) if len(rows) else None, ".3f",
+                                          "segmentation utility (anatomy/anatomy_utility.csv)")
     c = curves(root, gpu)
     last_is_lowest = [g.sort_values("step")["loss"].iloc[-1] <= g["loss"].min() for _, g in c.groupby("name")]
     out["an_still_falling"] = (f"{sum(last_is_lowest)} of {len(last_is_lowest)}" if last_is_lowest
