@@ -64,6 +64,14 @@ def default_config(device: torch.device, volumes: int | None = None) -> tuple[st
                     f"{FAST_FROM} volumes on; --config fast forces it)")
 
 
+def label_map(given: str | None, stored: str, model: str) -> str:
+    """The ``--mask-labels`` map masks are read with: ``given`` (checked; "" = the preset's own
+    labels), else the checkpoint's ``stored`` one."""
+    if given is None:
+        return stored
+    return parse(given, model).spec if given else ""
+
+
 def mask_seed(seed: int, name: str) -> int:
     """The generator seed of one mask: (run seed, its name: the mask file's, less the suffix)."""
     return draw_seed(seed, zlib.crc32(name.encode()))
@@ -111,11 +119,8 @@ class Sampler:
              mask_labels: str | None = None) -> list[Job]:
         """``read_masks`` for this checkpoint: its model, size and (unless ``mask_labels``) label map;
         ``out`` None: no files to write (``sample``)."""
-        if mask_labels is None:
-            mask_labels = self.data_cfg.mask_labels
-        elif mask_labels:
-            mask_labels = parse(mask_labels, self.model_cfg.name).spec  # a bad map fails before any mask is read
-        return read_masks(masks, out, self.model_cfg.name, self.size, batch, labels, one_file, say, mask_labels)
+        return read_masks(masks, out, self.model_cfg.name, self.size, batch, labels, one_file, say,
+                          label_map(mask_labels, self.data_cfg.mask_labels, self.model_cfg.name))
 
     def volumes(self, jobs: list[Job], mine: list[int], sampler: str = RECOMMENDED.sampler, steps: int | None = None,
                 eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
@@ -261,10 +266,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     check_options(sampler, steps, spacing, config or "fast", weights, batch, eta, diff_cfg.timesteps)
-    labels_map = data_config(ckpt).mask_labels if mask_labels is None else (
-        parse(mask_labels, model_cfg.name).spec if mask_labels else "")
-    size = tuple(ckpt["config"]["size"])
-    jobs = read_masks(masks, out, model_cfg.name, size, batch, labels, one_file, say, labels_map)
+    jobs = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels, one_file, say,
+                      label_map(mask_labels, data_config(ckpt).mask_labels, model_cfg.name))
     mine = list(range(world.rank, len(jobs), world.size))
     if config is None:
         config, why = default_config(device, len(jobs))  # every rank decides alike
