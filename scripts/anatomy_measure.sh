@@ -26,7 +26,7 @@ PY=${PYTHON:-python3}
 TRAIN_S=${TRAIN_S:-330}; LR=${LR:-1e-4}; EVAL_EVERY=${EVAL_EVERY:-2000}
 RUNS=${RUNS:-dpm2m-sde12-logsnr:fast,ddpm250:bf16}; SEEDS=${SEEDS:-0,1,2}
 GATE_RUNS=${GATE_RUNS:-ddpm250:baseline,dpm2m-sde12-logsnr:fast,dpm2m-sde12-logsnr:fast-fp8,dpm2m-sde10-logsnr:fast}
-GATE_SEEDS=${GATE_SEEDS:-0,1,2,3}; GATE_TRAIN_S=${GATE_TRAIN_S:-220}; GATE_MEASURE_S=${GATE_MEASURE_S:-300}
+GATE_SEEDS=${GATE_SEEDS:-0,1,2,3}; GATE_TRAIN_S=${GATE_TRAIN_S:-220}; GATE_MEASURE_S=${GATE_MEASURE_S:-420}  # FP32 DDPM 250 × 4 seeds: minutes
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT/anatomy/parts" "$WORK"
 RUN_TAIL=4; source "$(dirname "$0")/_run.sh"
@@ -48,8 +48,9 @@ flags() {  # the train flags of a recipe
 
 one() {  # RECIPE SEED CONFIG GPU [gate]
   local recipe=$1 seed=$2 cfg=$3 name="$1-s$2-$3" f train_s=$TRAIN_S runs=$RUNS seeds=$SEEDS measure_s=${MEASURE_S:-300} split=val
-  [ "${5:-}" = test ] && split=test
-  [ "${5:-}" = gate ] && { train_s=$GATE_TRAIN_S; runs=$GATE_RUNS; seeds=$GATE_SEEDS; measure_s=$GATE_MEASURE_S; }
+  local batch=4
+  [ "${5:-}" = test ] && { split=test; measure_s=${TEST_MEASURE_S:-420}; }  # 51 masks, 3× val's
+  [ "${5:-}" = gate ] && { train_s=$GATE_TRAIN_S; runs=$GATE_RUNS; seeds=$GATE_SEEDS; measure_s=$GATE_MEASURE_S; batch=8; }
   f=$(flags "$recipe") || return 2
   local run_dir=$WORK/$name
   export CUDA_VISIBLE_DEVICES=$4  # this run's GPU (the function runs in a background subshell)
@@ -61,7 +62,7 @@ one() {  # RECIPE SEED CONFIG GPU [gate]
   for t in log heldout timing; do cp "$run_dir/$t.csv" "$OUT/anatomy/train/$name/" 2>/dev/null; done
   run "$measure_s" $PY scripts/anatomy.py --data "$IXI" --split "$split" \
     --checkpoint "$run_dir/best.pt" --out "$OUT/anatomy/parts/$name" --name "$name" --runs "$runs" \
-    --seeds "$seeds" --work "$WORK/samples" --device cuda --utility-steps "${UTILITY_STEPS:-0}"
+    --seeds "$seeds" --work "$WORK/samples" --device cuda --batch "$batch" --utility-steps "${UTILITY_STEPS:-0}"
 }
 
 gpu=0
