@@ -6,7 +6,8 @@
 # OUT: results folder of this GPU (time_to_result.csv, same_files.csv) · WORK: scratch (phantom masks,
 # a 128³ checkpoint, samples, a fresh compile cache) · NPROC: ranks of the sharded runs (default: every GPU).
 # Rows: `sample` of 1, 8 and 100 masks by default (the configuration sample picks), under fast and under
-# eager bf16, each with a cold compile cache (a fresh MEDDDPM_CACHE) and again warm; `--nproc NPROC` of
+# eager bf16, each with a cold compile cache (a fresh MEDDDPM_CACHE) and again warm; fast's sampler with
+# cuDNN's heuristics (the -pinned rung) twice, and its bench-sample rows beside fast's; `--nproc NPROC` of
 # 256 masks against one GPU; `train --config fast`'s first 100 steps, cold and warm. Files: fast twice,
 # and fast on NPROC ranks against one process, compared bit for bit (same_files.csv).
 set -uo pipefail
@@ -45,6 +46,14 @@ done
 # the same files: fast twice (warm), fast on NPROC ranks against one process
 $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
 $T compare "$WORK/s-bf16-8-cold" "$WORK/s-bf16-8-warm" --out "$SAME" --what "sample --config bf16, 8 masks, twice"
+PINNED=fast-w16-tnorm-tconv-fold-up-update-chain-pinned  # fast's sampler, cuDNN's heuristics instead of its autotuner
+for k in 1 2; do
+  rm -rf "$WORK/s-pinned-$k"
+  $T run --out "$CSV" --cache warm --volumes 8 -- $S --masks "$WORK/masks8" --out "$WORK/s-pinned-$k" --config $PINNED
+done
+$T compare "$WORK/s-pinned-1" "$WORK/s-pinned-2" --out "$SAME" --what "sample --config $PINNED, 8 masks, twice"
+$PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
+  --out "$OUT/sample_bench.csv"  # what pinning costs (issue 48: deterministic where it costs < 5 %)
 fresh_cache nproc
 for p in 1 "$NPROC"; do
   for state in cold warm; do

@@ -386,8 +386,11 @@ _FP8_SKIP = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-fp8skip", fp
 _FP8_ALL = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-fp8", fp8_convs="all")  # + every ≤ 64-channel 3³ convolution in FP8
 _CHAIN = _rung(_W16_UPDATE, "fast-w16-tnorm-tconv-fold-up-update-chain", chain_graph=True)  # + a few-step chain as one CUDA graph
 _CHAIN_FP8 = _rung(_FP8_SKIP, "fast-w16-tnorm-tconv-fold-up-update-fp8skip-chain", chain_graph=True)  # the same with fp8skip's convolutions
+# Issue 48: fast's sampler with cuDNN's heuristics instead of its autotuner, which times the algorithms
+# anew in every process and may pick others (other sums): the candidate for the same files run after run
+_PINNED = _rung(_CHAIN, "fast-w16-tnorm-tconv-fold-up-update-chain-pinned", cudnn_benchmark=False)
 SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE,
-                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8)
+                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8, _PINNED)
 SAMPLING_ONLY_KNOBS = ("bf16_weights", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
