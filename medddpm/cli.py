@@ -131,9 +131,6 @@ def _train_inputs(a: argparse.Namespace):
                             "from a filesystem they share" if several else ""))
     data_cfg, diffusion_cfg = _quality_configs(a, cfg.name)
     pairs, source = _training_data(a, cfg.name)
-    if a.data is not None and data_cfg != DataConfig():
-        raise InputError("--intensity, --percentiles and --mask-labels apply to --images/--masks folders; a BraTS "
-                         "root uses its own preprocessing and labels")
     train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
     return cfg, knobs, size, train_cfg, out, train, tuple(held), source, data_cfg, diffusion_cfg
 

@@ -107,9 +107,8 @@ def segmentation_utility(a: argparse.Namespace, ckpt: dict, train: list, held: l
     the real training scans, each against the brain the masks give."""
     import os
 
-    from medddpm.data.labels import parse
     from medddpm.data.nifti import read_image, strip_nifti_suffix
-    from medddpm.sample.anatomy import region_labels
+    from medddpm.sample.anatomy import brain_mask
     from medddpm.sample.gate import GateRun, sample_runs
     from medddpm.sample.quality import read_sample
     from medddpm.sample.utility import stack, utility
@@ -124,8 +123,7 @@ def segmentation_utility(a: argparse.Namespace, ckpt: dict, train: list, held: l
     first = GateRun(run.sampler, run.steps, run.spacing, run.config, 0)
     folder = sample_runs(a.checkpoint, masks, Path(a.work) / a.name / "train", [first], device, a.batch)[first]
     model = ckpt["config"]["model"]["name"]
-    brain = lambda p: (parse(dcfg.mask_labels, model).apply(region_labels(p.mask), p.mask.name)  # noqa: E731
-                       if dcfg.mask_labels else region_labels(p.mask)) > 0
+    brain = lambda p: brain_mask(p, dcfg, model)  # noqa: E731
     real = stack([read_image(p.image, 1, dcfg)[0] for p in train])
     synthetic = stack([read_sample(folder / f"{strip_nifti_suffix(p.mask.name)}.nii.gz") for p in train])
     labels = stack([brain(p) for p in train]).bool()

@@ -42,7 +42,7 @@ def test_files_are_read_through_the_map_or_refused_with_a_hint(tmp_path):
     nib.save(nib.Nifti1Image(labels, np.eye(4)), str(path))
     with pytest.raises(InputError, match="--mask-labels"):
         read_labels(path, MASK_LABELS["whole-head"])
-    mapped = read_labels(path, MASK_LABELS["whole-head"], "brain=nonzero,lesion=250", "whole-head")
+    mapped = read_labels(path, MASK_LABELS["whole-head"], parse("brain=nonzero,lesion=250", "whole-head"))
     assert (mapped == 1).sum() == 63 and (mapped == 2).sum() == 1
     onehot = load_mask_tensor(path, "whole-head", (8, 8, 8), "brain=nonzero,lesion=250")
     assert onehot.shape == (2, 8, 8, 8) and int((onehot[0] > 0).sum()) == 63 and int((onehot[1] > 0).sum()) == 1

@@ -120,7 +120,3 @@ def parse(spec: str, preset: str) -> LabelMap:
     canonical = ",".join(f"{n}={v}" for n, v in seen.items())
     return LabelMap(canonical, tuple(ranges), rest)
 
-
-def allowed(preset: str) -> set[int]:
-    """The label values ``preset``'s own masks may hold."""
-    return {0, *(v for group in MASK_LABELS[preset] for v in group)}

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 from ..core.config import DataConfig
 from ..core.errors import InputError
 from ..core.io import atomic_path
-from .labels import MASK_LABELS, parse
+from .labels import MASK_LABELS, LabelMap, parse
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
@@ -176,10 +176,10 @@ def percentile_range(arr: np.ndarray, name: str, percentiles: tuple[float, float
     return np.clip((arr - lo) / (hi - lo) * 2 - 1, -1, 1).astype(np.float32)
 
 
-def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], mask_labels: str = "", preset: str = "") -> np.ndarray:
-    """Canonical integer label map (I, J, K) read from ``dataobj``, as the preset's label values:
-    mapped by ``mask_labels`` (``labels.parse`` for ``preset``) where given; a value the preset
-    does not know, or the map leaves out, is an error."""
+def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], label_map: LabelMap | None = None) -> np.ndarray:
+    """Canonical integer label map (I, J, K) read from ``dataobj``, as the preset's label values
+    (``labels``): mapped by ``label_map`` (a parsed ``--mask-labels``) where given; a value the
+    preset does not know, or the map leaves out, is an error."""
     try:
         raw = np.asanyarray(canonical(load_nifti(path)).dataobj)
     except InputError:
@@ -193,8 +193,8 @@ def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], mask_labels: st
         if not np.isfinite(raw).all() or np.any(raw != np.round(raw)):
             raise InputError(f"{path.name}: label map has non-integer values")
     lab = raw.astype(np.int64)
-    if mask_labels:
-        return parse(mask_labels, preset).apply(lab, path.name)
+    if label_map is not None:
+        return label_map.apply(lab, path.name)
     known = {0, *(v for group in labels for v in group)}
     unknown = sorted(set(np.unique(lab).tolist()) - known)
     if unknown:
@@ -219,7 +219,8 @@ def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor
 
 
 def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None, mask_labels: str = "") -> torch.Tensor:
-    labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset], mask_labels, preset))[None]
+    label_map = parse(mask_labels, preset) if mask_labels else None
+    labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset], label_map))[None]
     if size is not None:
         labels = resize(labels, size, "nearest")
     return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset]))

@@ -231,13 +231,17 @@ def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     return float(t.median()) if len(t) else None
 
 
-def first_step_gain() -> float:
+def first_step_gain(d: GaussianDiffusion) -> float:
     """√((1 − ᾱ_t)/ᾱ_t) at the 12-step chain's first timestep: how much an error in the predicted
     ε's volume mean grows in x̂₀ = (x_t − √(1 − ᾱ_t) ε̂)/√ᾱ_t."""
-    d = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
     t = d.plan(RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing).steps[0].t
     a = d.abar_host[t]
     return math.sqrt((1 - a) / a)
+
+
+def _row(df: pd.DataFrame, recipe: str, run: str = DEFAULT_RUN, config: str = "fast") -> pd.DataFrame:
+    """The ``recipes`` row of one recipe, sampler run and training configuration (or none)."""
+    return df[(df["recipe"] == recipe) & (df["sampler"] == run) & (df["trained with"] == config)]
 
 
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -248,16 +252,18 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
 
     def cell(df: pd.DataFrame, recipe: str, column: str, spec: str = ".2f", run: str = DEFAULT_RUN,
              config: str = "fast") -> str:
-        row = df[(df["recipe"] == recipe) & (df["sampler"] == run) & (df["trained with"] == config)]
+        row = _row(df, recipe, run, config)
         return number(float(row[column].iloc[0]) if len(row) else None, spec, what)
 
-    out = {"an_gpu": gpu_name(gpu) if gpu else missing(what), "an_gain": f"{first_step_gain():,.0f}"}
+    schedule = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
+    out = {"an_gpu": gpu_name(gpu) if gpu else missing(what), "an_gain": f"{first_step_gain(schedule):,.0f}"}
     for r in RECIPES:
         for key, col, spec in (("gap", "gap", "+.2f"), ("spread", "spread between seeds", ".3f"),
                                ("maxspread", "largest spread", ".2f"), ("w1", "W1", ".3f"), ("r", "in-brain r", ".2f"),
                                ("runs", "runs", "d"), ("steps", "steps", "")):
+            row = _row(val, r)
             out[f"an_{r}_{key}"] = cell(val, r, col, spec) if col not in ("runs", "steps") else (
-                _text(val, r, col) or missing(what))
+                str(row[col].iloc[0]) if len(row) else missing(what))
         out[f"an_{r}_ddpm_gap"] = cell(val, r, "gap", "+.2f", DDPM_RUN)
     out["an_real_bg"] = cell(val, "ref", "real background")
     out["an_template_w1"] = cell(val, "ref", "template W1", ".3f")
@@ -284,8 +290,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     out["an_self_check"] = (f"{check[0]}–{check[1]} of {check[2]}" if check else missing("FP32 DDPM 250 over 4 seeds on IXI"))
     fast_ms, opt1_ms = step_ms(root, gpu, "v-s0-fast"), step_ms(root, gpu, "v-s0-opt1")
     out["an_opt1_ratio"] = number(opt1_ms / fast_ms if fast_ms and opt1_ms else None, ".1f", "IXI timings of fast and opt1")
-    d = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
-    mantissa, exponent = f"{d.abar_host[-1]:.0e}".split("e")
+    mantissa, exponent = f"{schedule.abar_host[-1]:.0e}".split("e")
     out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
     u = utility(root, gpu)
     for source in ("real", "synthetic"):
@@ -304,7 +309,3 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                         f"({', '.join(f'{int(s):,}' for s in p['step'])})" if len(p) else missing("TF32 parity run on IXI"))
     return out
 
-
-def _text(df: pd.DataFrame, recipe: str, column: str) -> str:
-    row = df[(df["recipe"] == recipe) & (df["sampler"] == DEFAULT_RUN) & (df["trained with"] == "fast")]
-    return str(row[column].iloc[0]) if len(row) else ""

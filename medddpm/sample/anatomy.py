@@ -48,6 +48,12 @@ def region_means(x: np.ndarray, regions: np.ndarray) -> np.ndarray:
     return sums[present] / counts[present]
 
 
+def brain_mask(pair: Pair, data: DataConfig, preset: str) -> np.ndarray:
+    """The brain (boolean) of ``pair``'s mask file: its labels mapped as training read them."""
+    regions = region_labels(pair.mask)
+    return (parse(data.mask_labels, preset).apply(regions, pair.mask.name) if data.mask_labels else regions) > 0
+
+
 def measures(real: np.ndarray, x: np.ndarray, brain: np.ndarray, regions: np.ndarray) -> dict[str, float]:
     """``MEASURES`` of one volume ``x`` against its subject's ``real`` scan."""
     from scipy.stats import wasserstein_distance
@@ -78,8 +84,7 @@ def _subject_rows(job: tuple) -> tuple[list[dict], list[dict]]:
 
     p, folders, data, preset, mean_scan = job
     real = read_image(p.image, 1, data)[0]
-    regions = region_labels(p.mask)
-    brain = (parse(data.mask_labels, preset).apply(regions, p.mask.name) if data.mask_labels else regions) > 0
+    regions, brain = region_labels(p.mask), brain_mask(p, data, preset)
     if mean_scan.shape != real.shape:
         raise InputError(f"the template has shape {mean_scan.shape}, {p.subject}'s scan {real.shape}")
     volumes = {}

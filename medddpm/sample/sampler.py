@@ -97,7 +97,8 @@ class Sampler:
         self.device, self.config = device, config
         self.cache_key = cache.key(sampling_config(config).name, self.size, device) \
             if device.type == "cuda" and sampling_config(config).compile else None
-        self.warm = self.cache_key is not None and cache.load(self.cache_key)  # before anything compiles
+        if self.cache_key is not None:
+            cache.load(self.cache_key)  # before anything compiles
         self._shapes: set[int] = set()  # batch sizes sampled: a new one compiles, then the cache is saved
         _, self.diffusion, self.knobs = inference(self.model_cfg, sampling_config(config), device, self.diff_cfg,
                                                   ckpt[weights])

@@ -144,6 +144,7 @@ class Trainer:
         if len(held_out) != train_cfg.held_out:
             raise ValueError(f"train_cfg.held_out is {train_cfg.held_out} but {len(held_out)} held-out pairs were given")
         self.dataset, self.device, self.out, self.world = dataset, device, Path(out), world
+        self.data_cfg = getattr(dataset, "data_config", DataConfig())  # how its files became tensors
         self.held_out, self._triples = tuple(held_out), None
         self.heldout: list[dict[str, Any]] = []  # evaluate()'s rows, kept in the checkpoint
         self.stopped_early = False  # fit() stopped at its time limit before its last step
@@ -186,7 +187,7 @@ class Trainer:
         return {"model": asdict(self.model_cfg), "diffusion": asdict(self.diffusion_cfg),
                 "train": asdict(self.train_cfg), "knobs": asdict(self.knobs), "size": list(self.size),
                 "world_size": self.world.size, "global_batch": self.global_batch, "data": self.data.asdict(),
-                "data_config": asdict(getattr(self.dataset, "data_config", DataConfig())),
+                "data_config": asdict(self.data_cfg),
                 "source": getattr(self.dataset, "source", "")}
 
     def save(self) -> Path:
@@ -320,7 +321,7 @@ class Trainer:
         evaluates; the rows are kept for the checkpoint and ``heldout.csv``."""
         if self._triples is None:
             self._triples = held_out_triples(self.held_out, self.model_cfg, self.size, diffusion_cfg=self.diffusion_cfg,
-                                             data_cfg=getattr(self.dataset, "data_config", DataConfig()))
+                                             data_cfg=self.data_cfg)
         frames = [held_out_loss(self.model_cfg, cpu_state(m), self._triples, self.device,
                                 diffusion_cfg=self.diffusion_cfg).assign(weights=w)
                   for w, m in (("model", self.model), ("ema", self.ema))]
