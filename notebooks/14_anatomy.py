@@ -99,9 +99,9 @@ show_table(anatomy.recipes(root, AG), "IXI results (anatomy/anatomy_summary.csv)
                    "W1": 3, "template W1": 3, "in-brain r": 3, "template r": 3, "region r": 3, "SSIM": 3,
                    "SSIM between seeds": 3})
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-anatomy-slices", "caption": "One validation subject (64³, {glue:text}`an_gpu`): its mask, real scan, the training-mean template, and the 12-step default's first seed from each recipe; compare each background with the scan's."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-anatomy-slices", "caption": "One validation subject's samples (64³, {glue:text}`an_gpu`): the 12-step default's first seed from each recipe, the same mask and noise; the scans are IXI's and are not committed. Outside the head a scan is near −1 (black)."}}
 SL = anatomy.slices(root, AG, ["ref-s0-fast", "pct-s0-fast", "offset-s0-fast", "v-s0-fast"])
-plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1], mask_max=1) if SL
+plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1]) if SL
              else plots.no_data("IXI slices (anatomy/slices-*.parquet)", "anatomy"))
 
 # %% [markdown]

@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(a: argparse.Namespace) -> None:
     import pandas as pd
 
-    from medddpm.data.nifti import pair_files, read_image, strip_nifti_suffix
-    from medddpm.sample.anatomy import REAL, TEMPLATE, anatomy_tables, region_labels, summary, template
+    from medddpm.data.nifti import pair_files, strip_nifti_suffix
+    from medddpm.sample.anatomy import anatomy_tables, region_labels, summary, template
     from medddpm.sample.gate import GateRun, sample_runs
     from medddpm.sample.quality import orthogonal_slices, read_sample
     from medddpm.train.trainer import configs_from_checkpoint, data_config, load_checkpoint
@@ -86,13 +86,15 @@ def run(a: argparse.Namespace) -> None:
     table = summary(samples, diversity)
     for name, df in (("anatomy_samples", samples), ("anatomy_diversity", diversity), ("anatomy_summary", table)):
         append_csv(out / f"{name}.csv", df.assign(**tag), env)
-    shown = held[:3]  # the first seed's slices of every run, beside the real scan and the template
-    vols = {REAL: {p.subject: read_image(p.image, 1, dcfg)[0] for p in shown}, TEMPLATE: {p.subject: mean for p in shown}}
-    vols |= {run: {p.subject: read_sample(folder / f"{strip_nifti_suffix(p.mask.name)}.nii.gz") for p in shown}
-             for (run, seed), folder in keyed.items() if seed == seeds[0]}
-    labels = {p.subject: (region_labels(p.mask) > 0).astype("int64") for p in shown}
+    # the first seed's slices of every run: the samples alone, because the scans, their mean and the
+    # masks are the data set's (IXI's, NiChart's), never written into a results store that may be committed
+    shown = held[:3]
+    vols = {run: {p.subject: read_sample(folder / f"{strip_nifti_suffix(p.mask.name)}.nii.gz") for p in shown}
+            for (run, seed), folder in keyed.items() if seed == seeds[0]}
+    labels = {p.subject: (region_labels(p.mask) > 0).astype("int64") for p in shown}  # where the slices cut
+    sl = orthogonal_slices(vols, labels)
     with atomic_path(out / f"slices-{a.name}-{a.split}.parquet") as tmp:
-        orthogonal_slices(vols, labels).to_parquet(tmp, index=False)
+        sl[sl["source"] != "mask"].to_parquet(tmp, index=False)
     pd.set_option("display.width", 200)
     print(table.round(3).to_string())
     if a.utility_steps > 0:

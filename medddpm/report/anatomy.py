@@ -167,17 +167,16 @@ def curves_figure(c: pd.DataFrame):
 
 
 def slices(root: Path, gpu: str | None, names: list[str]) -> tuple[pd.DataFrame, dict[str, str]] | None:
-    """The slices of the first validation subject from each of ``names`` (training runs), with
-    the real scan and the template: (tidy slices, source → column title), or None."""
-    frames, sources = [], {"mask": "mask", REAL: "real scan", TEMPLATE: "template"}
+    """The 12-step default's slices of the first validation subject from each of ``names``
+    (training runs; the scans themselves are not in a results store): (tidy slices, source →
+    column title), or None."""
+    frames, sources = [], {}
     for name in names:
         path = Path(root) / str(gpu) / "anatomy" / f"slices-{name}-val.parquet"
         if gpu is None or not path.exists():
             continue
         sl = pd.read_parquet(path)
         sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
-        if not frames:  # the mask, the scan and the template once, from the first run's file
-            frames.append(sl[sl["source"].isin(["mask", REAL, TEMPLATE])])
         frames.append(sl[sl["source"] == DEFAULT_RUN].assign(source=name))
         sources[name] = f"{NAME.match(name)['recipe'] if NAME.match(name) else name}, 12 steps"
     if not frames:
