@@ -5,11 +5,12 @@
 #
 # OUT: results folder of this GPU (time_to_result.csv, same_files.csv) · WORK: scratch (phantom masks,
 # a 128³ checkpoint, samples, a fresh compile cache) · NPROC: ranks of the sharded runs (default: every GPU).
-# Rows: `sample` of 1, 8 and 100 masks by default (the configuration sample picks), under fast and under
-# eager bf16, each with a cold compile cache (a fresh MEDDDPM_CACHE) and again warm; fast's sampler with
-# cuDNN's heuristics (the -pinned rung) twice, and its bench-sample rows beside fast's; `--nproc NPROC` of
-# 256 masks against one GPU; `train --config fast`'s first 100 steps, cold and warm. Files: fast twice,
-# and fast on NPROC ranks against one process, compared bit for bit (same_files.csv).
+# Rows (below, in the order of the issue's targets): `sample` by default (the configuration sample picks by
+# the number of masks) and under fast, with a cold compile cache (a fresh MEDDDPM_CACHE) and again warm; fast's
+# sampler with cuDNN's heuristics (the -pinned rung) twice, and its bench-sample rows beside fast's;
+# `--nproc NPROC` of 256 masks against one GPU; `train --config fast`'s first 100 steps, cold and warm. Files
+# written twice, and on NPROC ranks against one process, compared bit for bit (same_files.csv). END=SECONDS
+# stops starting stages that would not finish in time.
 set -uo pipefail
 OUT=${1:?usage: time_to_result.sh OUT WORK [NPROC]}; WORK=${2:?}; NPROC=${3:-$(nvidia-smi -L | wc -l)}
 PY=${PYTHON:-python3}
@@ -32,39 +33,38 @@ for n in 1 8 100 256; do  # mask folders: the phantoms' masks, copied under new 
 done
 S="sample --checkpoint $WORK/ckpt/checkpoint.pt --quiet"
 
-for cfg in default fast bf16; do
-  fresh_cache "$cfg"
-  opt=$([ "$cfg" = default ] || echo "--config $cfg")
-  for n in 1 8 100; do
-    for state in cold warm; do
-      [ "$state" = cold ] && fresh_cache "$cfg"
-      out=$WORK/s-$cfg-$n-$state; rm -rf "$out"
-      $T run --out "$CSV" --cache $state --volumes $n -- $S --masks "$WORK/masks$n" --out "$out" $opt
-    done
-  done
+left() { [ $((${END:-100000} - SECONDS)) -gt "$1" ]; }  # END: seconds this script may take (a device call's limit)
+row() {  # row NAME CACHE VOLUMES MASKS [sample options...]: one timed `sample` into WORK/s-NAME
+  local name=$1 state=$2 n=$3 masks=$4; shift 4
+  rm -rf "$WORK/s-$name"
+  $T run --out "$CSV" --cache "$state" --volumes "$n" -- $S --masks "$masks" --out "$WORK/s-$name" "$@"
+}
+# In the order of the issue's targets, each stage only while END leaves it time: 1 mask by default (cold,
+# warm); fast's 8 masks cold and warm (the same files twice?); 100 masks by default with fast's cache warm;
+# eager bf16's 8 (the default below FAST_FROM) twice; 256 masks on NPROC ranks against one process (warm);
+# the pinned rung twice; train's first 100 steps cold and warm; bench-sample of fast against pinned.
+fresh_cache default
+left 60 && row default-1-cold cold 1 "$WORK/masks1" && row default-1-warm warm 1 "$WORK/masks1"
+fresh_cache fast
+left 120 && row fast-8-cold cold 8 "$WORK/masks8" --config fast && row fast-8-warm warm 8 "$WORK/masks8" --config fast &&
+  $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
+left 80 && row default-100-warm warm 100 "$WORK/masks100"  # fast from FAST_FROM masks: its cache is warm now
+left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
+  $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
+for p in "$NPROC" 1; do
+  left 120 && row nproc$p-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$p"
 done
-# the same files: fast twice (warm), fast on NPROC ranks against one process
-$T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
-$T compare "$WORK/s-bf16-8-cold" "$WORK/s-bf16-8-warm" --out "$SAME" --what "sample --config bf16, 8 masks, twice"
+[ -d "$WORK/s-nproc1-256-warm" ] && $T compare "$WORK/s-nproc1-256-warm" "$WORK/s-nproc$NPROC-256-warm" --out "$SAME" \
+  --what "sample --config fast, 256 masks, --nproc $NPROC vs 1"
 PINNED=fast-w16-tnorm-tconv-fold-up-update-chain-pinned  # fast's sampler, cuDNN's heuristics instead of its autotuner
-for k in 1 2; do
-  rm -rf "$WORK/s-pinned-$k"
-  $T run --out "$CSV" --cache warm --volumes 8 -- $S --masks "$WORK/masks8" --out "$WORK/s-pinned-$k" --config $PINNED
-done
-$T compare "$WORK/s-pinned-1" "$WORK/s-pinned-2" --out "$SAME" --what "sample --config $PINNED, 8 masks, twice"
-$PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
-  --out "$OUT/sample_bench.csv"  # what pinning costs (issue 48: deterministic where it costs < 5 %)
-fresh_cache nproc
-for p in 1 "$NPROC"; do
-  for state in cold warm; do
-    out=$WORK/s-nproc$p-$state; rm -rf "$out"
-    $T run --out "$CSV" --cache $state --volumes 256 -- $S --masks "$WORK/masks256" --out "$out" --config fast --nproc "$p"
-  done
-done
-$T compare "$WORK/s-nproc1-warm" "$WORK/s-nproc$NPROC-warm" --out "$SAME" --what "sample --config fast, 256 masks, --nproc $NPROC vs 1"
+left 80 && row pinned-8-1 warm 8 "$WORK/masks8" --config $PINNED && row pinned-8-2 warm 8 "$WORK/masks8" --config $PINNED &&
+  $T compare "$WORK/s-pinned-8-1" "$WORK/s-pinned-8-2" --out "$SAME" --what "sample --config $PINNED, 8 masks, twice"
 fresh_cache train
 for state in cold warm; do
+  left 100 || break
   rm -rf "$WORK/t-$state"
   $T run --out "$CSV" --cache $state --volumes 100 -- train --images "$WORK/ph/images" --masks "$WORK/ph/masks" \
     --config fast --steps 100 --size 128 --quiet --out "$WORK/t-$state"
 done
+left 60 && $PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
+  --out "$OUT/sample_bench.csv"  # what pinning costs (issue 48: deterministic where it costs < 5 %)

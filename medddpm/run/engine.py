@@ -62,9 +62,9 @@ def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> 
     """The knobs that run on ``device``: on a CPU, compile, CUDA graphs (a sampler's chain graph too), the fused Adam and a
     device-side data cache fall back to eager PyTorch, the reference path. With several ranks and
     ``grad_sync`` "ddp" the step is not captured as a CUDA graph (DDP's all-reduces stay eager);
-    with "flat" the one all-reduce is captured with the step (and the gradients stay in its flat
-    buffer: ``graph_owned_grads`` is for one process); one process runs the network whole
-    (``grad_buckets`` 1)."""
+    with "flat" the all-reduces are captured with the step (``FlatGrads`` gathers the gradients
+    autograd writes, one process's ``graph_owned_grads`` by other means: the knob itself is for one
+    process); one process runs the network whole (``grad_buckets`` 1)."""
     if world_size == 1:
         knobs = replace(knobs, grad_buckets=1)  # nothing to overlap: the network compiles whole
     if device.type == "cuda":
@@ -289,21 +289,26 @@ def _dense(t: Tensor) -> bool:
 
 
 class FlatGrads:
-    """``Knobs.grad_sync`` "flat": every parameter's ``.grad`` is a view, in the parameter's own
-    strides (NDHWC too), into one flat fp32 buffer, so that averaging the gradients over the ranks
-    is a division and an all-reduce of that buffer — the same arithmetic as DDP (pre-divide by the
-    world size, then sum), and capturable in the step's CUDA graph. Autograd accumulates into the
-    views in place; ``zero`` clears them, never ``None``.
+    """``Knobs.grad_sync`` "flat": the gradients averaged over the ranks through one flat fp32 buffer,
+    the same arithmetic as DDP (pre-divide by the world size, then sum), capturable in the step's
+    CUDA graph.
 
-    ``buckets`` (lists of parameters, in the order backward completes them) lay the buffer out as
-    consecutive slices. Between ``arm`` and ``finish`` (the last micro-batch's backward), a hook on
-    each parameter counts its bucket's accumulated gradients, and the bucket's division and
-    all-reduce are started as soon as the last one lands (asynchronously: NCCL's stream waits for
-    the backward so far, and the rest of the backward runs beside it); ``finish`` starts any bucket
-    still waiting and makes the caller's stream wait for every all-reduce. One bucket: one
-    all-reduce of the whole buffer at ``finish``."""
+    Autograd writes each parameter's gradient where it likes, as one process does with
+    ``graph_owned_grads`` (no zeroed static ``.grad`` to add into: no zeroing and no add kernel per
+    parameter). ``buckets`` (lists of parameters, in the order backward completes them) lay the
+    buffer out as consecutive slices. Between ``arm`` and ``finish`` (the last micro-batch's
+    backward), a hook on each parameter counts its bucket's accumulated gradients; when the last one
+    lands, one multi-tensor copy gathers the bucket's gradients into its slice and the slice's
+    all-reduce starts (asynchronously: NCCL's stream waits for the backward so far, and the rest of
+    the backward runs beside it). NCCL averages in the all-reduce (``ReduceOp.AVG``: the division
+    inside it, bit-equal for a world of a power of two); a backend without it (gloo) divides first.
+    ``finish`` starts any bucket still waiting, makes the caller's stream wait for every all-reduce
+    and points each ``.grad`` at its averaged slice, for the optimizer; ``release`` (after it) drops
+    them, so the next backward writes fresh ones."""
 
     def __init__(self, buckets: Sequence[Sequence[nn.Parameter]], world_size: int) -> None:
+        import torch.distributed as dist
+
         buckets = [[p for p in b if p.requires_grad] for b in buckets]
         buckets = [b for b in buckets if b]
         params = [p for b in buckets for p in b]
@@ -313,16 +318,19 @@ class FlatGrads:
         if len({id(p) for p in params}) != len(params):
             raise ValueError("a parameter is in two gradient buckets")
         self.world_size = world_size
+        self.average = dist.get_backend() == "nccl"  # NCCL has ReduceOp.AVG; gloo does not
         self.buffer = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=params[0].dtype)
+        self.params, self.views, self.members = params, [], []
         self.slices: list[Tensor] = []
         offset = 0
         for b, bucket in enumerate(buckets):
-            start = offset
+            start, members = offset, []
             for p in bucket:
-                p.grad = self.buffer.as_strided(p.shape, p.stride(), offset)
+                self.views.append(self.buffer.as_strided(p.shape, p.stride(), offset))
+                members.append((p, self.views[-1], self.buffer[offset:offset + p.numel()]))
                 offset += p.numel()
-                if len(buckets) > 1:
-                    p.register_post_accumulate_grad_hook(lambda _p, b=b: self._landed(b))
+                p.register_post_accumulate_grad_hook(lambda _p, b=b: self._landed(b))
+            self.members.append(members)
             self.slices.append(self.buffer[start:offset])
         self.sizes = [len(bucket) for bucket in buckets]
         self._reset(armed=False)
@@ -341,24 +349,49 @@ class FlatGrads:
             if self.landed[b] == self.sizes[b]:
                 self._start(b)
 
+    def _gather(self, b: int) -> None:
+        """Bucket ``b``'s gradients into its slice: one multi-tensor copy of the gradients in their
+        parameters' strides (autograd's layout contract), each as its dense run of memory."""
+        dst, src = [], []
+        for p, view, flat in self.members[b]:
+            g = p.grad
+            if g is None:  # a parameter this step did not use
+                flat.zero_()
+            elif g.stride() == p.stride():
+                dst.append(flat)
+                src.append(g.as_strided((g.numel(),), (1,)))
+            else:
+                view.copy_(g)
+        if dst:
+            torch._foreach_copy_(dst, src)
+
     def _start(self, b: int) -> None:
         import torch.distributed as dist
 
         self.started[b] = True
-        self.slices[b].div_(self.world_size)
-        self.works.append(dist.all_reduce(self.slices[b], async_op=True))
+        self._gather(b)
+        if self.average:
+            self.works.append(dist.all_reduce(self.slices[b], op=dist.ReduceOp.AVG, async_op=True))
+        else:
+            self.slices[b].div_(self.world_size)
+            self.works.append(dist.all_reduce(self.slices[b], async_op=True))
 
     def finish(self) -> None:
-        """Start the buckets not started yet (in order), then wait for every all-reduce."""
+        """Start the buckets not started yet (in order), wait for every all-reduce, and point each
+        ``.grad`` at its averaged slice."""
         for b, started in enumerate(self.started):
             if not started:
                 self._start(b)
         for work in self.works:
             work.wait()
+        for p, view in zip(self.params, self.views):
+            p.grad = view
         self._reset(armed=False)
 
-    def zero(self) -> None:
-        self.buffer.zero_()
+    def release(self) -> None:
+        """Drop the averaged ``.grad`` views: the next backward writes its own gradients."""
+        for p in self.params:
+            p.grad = None
 
 
 @torch.no_grad()
@@ -473,7 +506,8 @@ class TrainStep:
         with nvtx("optimizer"):
             self.optimizer.step()
             if self.grads is not None:
-                self.grads.zero()  # the .grad views into the flat buffer stay
+                if not capturing:  # as graph_owned_grads: each replay writes them anew
+                    self.grads.release()
             elif self.knobs.graph_owned_grads:
                 if not capturing:  # None before the capture; inside it, each replay writes them anew
                     self.optimizer.zero_grad(set_to_none=True)
@@ -512,7 +546,9 @@ class TrainStep:
             self.graph.reset()
             self.graph, self.static, self.static_loss = None, [], None
             self.calls = 0
-            if self.knobs.graph_owned_grads:  # the last replay's gradients: the next eager step starts clean
+            if self.grads is not None:  # the averaged views: the next eager step's backward writes its own
+                self.grads.release()
+            elif self.knobs.graph_owned_grads:  # the last replay's gradients: the next eager step starts clean
                 self.optimizer.zero_grad(set_to_none=True)
 
     def _warmup(self, images, masks, draws, mark, marks) -> Tensor:
