@@ -181,8 +181,8 @@ else:
 # `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`)
 # keeps every GPU's micro-batch (weak scaling); the scaling efficiency is T(1 GPU) / T(N GPUs) of
 # the same configuration, micro-batch and grad-accum. Gradients are averaged as the knob
-# `grad_sync` says: by default (`flat`) every parameter's gradient is a view into one flat buffer,
-# divided by the world size and all-reduced once after the last micro-batch's backward pass — the
+# `grad_sync` says: by default (`flat`) the gradients autograd writes are gathered into one flat
+# buffer and averaged by all-reduces of it after the last micro-batch's backward pass — the
 # same sums as `DistributedDataParallel`, tested bit-exact on CPU — so `bf16-graphs` keeps its whole step,
 # all-reduce included, as one CUDA graph on several GPUs. `opt1-ddp` and `bf16-graphs-ddp` keep PyTorch's
 # DDP buckets. Measured with the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
@@ -219,22 +219,27 @@ if not SC_EARLIER.empty:
 #
 # On several ranks `fast` runs the network as {glue:text}`config_fast_buckets` compiled segments (knob
 # `grad_buckets`; one process compiles it whole): the decoder first, then the encoder cut after
-# its downsamplings. Its flat buffer is laid out in as many buckets, and a hook starts each
-# bucket's all-reduce on NCCL's stream as soon as backward has accumulated its segment's
-# gradients: all but the last run beside the encoder's backward, inside the step's CUDA graph.
-# `fast-flat` keeps one all-reduce after the backward. `fast`: {glue:text}`buckets_scaling`;
-# `fast-flat`: {glue:text}`flat_scaling`. One run each: {glue:text}`overlap_verdict`. Rows of
-# the two on several GPUs that reach 97 %: {glue:text}`overlap_within`.
+# its downsamplings. Its flat buffer is laid out in as many buckets. When backward has accumulated
+# a segment's gradients, a hook gathers them into their bucket with one multi-tensor copy and
+# starts the bucket's all-reduce on NCCL's stream (NCCL averages inside it): all but the last run
+# beside the encoder's backward, inside the step's CUDA graph. Autograd writes each gradient where
+# it likes, as one process does with `graph_owned_grads`: no zeroed buffer to add into, and no add
+# kernel per parameter. `fast` now: {glue:text}`buckets_scaling`. Rows on several GPUs that reach
+# 97 %: {glue:text}`overlap_within`.
+#
+# The earlier run ({glue:text}`added_run`) added every gradient into the zeroed flat buffer instead:
+# `fast` {glue:text}`added_scaling`, and `fast-flat` (one all-reduce after the backward)
+# {glue:text}`flat_scaling`. One run each: {glue:text}`overlap_verdict`.
 #
 # The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two
-# GPUs takes {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). Inside `fast`'s step on
-# two ranks, the NCCL kernels last {glue:text}`rank_nccl_ms` ms a step on ranks 0 and 1, of which
-# {glue:text}`rank_exposed_ms` ms overlap no other kernel: the slower rank's NCCL kernels spend
-# about {glue:text}`rank_wait_ms` ms more than the transfer needs, waiting for the other rank to
-# reach the same bucket. Both ranks' other kernels take {glue:text}`rank_compute_ms` ms a step,
-# against {glue:text}`fast_one_gpu_ms` ms for the whole step on one GPU: each gradient added into
-# the flat buffer (one process lets the graph own them), and compute kernels sharing the GPU with
-# NCCL kernels that wait there. Wall time per step: {glue:text}`rank_step_ms` ms.
+# GPUs takes {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). The per-rank profile of
+# `fast` on two ranks is {glue:text}`rank_run`. There the NCCL kernels last {glue:text}`rank_nccl_ms`
+# ms a step on ranks 0 and 1, of which {glue:text}`rank_exposed_ms` ms overlap no other kernel: the
+# slower rank's NCCL kernels spend about {glue:text}`rank_wait_ms` ms more than the transfer needs,
+# waiting for the other rank to reach the same bucket. Both ranks' other kernels take
+# {glue:text}`rank_compute_ms` ms a step, against {glue:text}`fast_one_gpu_ms` ms for the whole step on
+# one GPU now, and compute kernels share the GPU with NCCL kernels that wait there. Wall time per
+# step: {glue:text}`rank_step_ms` ms.
 
 # %% tags=["hide-input"]
 RP = fast_tables.rank_profiles(root)

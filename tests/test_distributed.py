@@ -140,6 +140,26 @@ def test_sampling_is_sharded_and_writes_the_files_of_one_process(phantoms, runs,
         assert np.array_equal(one, two) and np.array_equal(one, again)
 
 
+def test_each_rank_reads_its_share_and_a_bad_mask_stops_all_before_any_write(phantoms, runs, tmp_path):
+    """Under --nproc each rank reads only its own masks (r, r + W, …); a bad one in rank 1's share
+    stops both ranks with one line, before rank 0 has written anything."""
+    import shutil
+
+    from medddpm.sample.sampler import read_masks
+
+    masks = tmp_path / "masks"
+    shutil.copytree(phantoms / "masks", masks)
+    jobs = read_masks(masks, None, "tiny", (16, 16, 16), share=(1, 2))
+    assert [j.cond is not None for j in jobs] == [False, True, False] and jobs[1].cond.dtype == torch.int8
+    assert set(jobs[1].cond.unique().tolist()) == {-1, 1}
+    (masks / "phantom_001.nii.gz").write_bytes(b"garbage")  # rank 1's share of three
+    p = medddpm("sample", "--checkpoint", runs / "one" / CHECKPOINT, "--masks", masks, "--sampler", "ddim", "--steps",
+                "2", "--quiet", "--out", tmp_path / "out", "--nproc", "2", check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "phantom_001" in lines[0], p.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def _agree_worker(rank, port, mode, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
     world = World.from_env()
@@ -225,6 +245,8 @@ def test_scaling_rows_from_a_measurement_log(tmp_path):
 
 
 def test_overlap_facts_with_and_without_data():
+    """fast's rows now, the latest earlier run holding fast and fast-flat, and the newest per-rank
+    profile (the current one before an earlier run's), each named; no data: no-data lines."""
     import pandas as pd
 
     from medddpm.report.fast_facts import overlap_facts
@@ -232,17 +254,25 @@ def test_overlap_facts_with_and_without_data():
 
     empty = overlap_facts(pd.DataFrame(), pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame())
     assert all(v.startswith("—") for k, v in empty.items() if k != "config_fast_buckets")
-    sc = pd.DataFrame({"machine": "m", "config": ["fast", "fast", "fast-flat", "fast-flat"], "grad_accum": 1,
-                       "world_size": [1, 2, 1, 2], "step_ms_median": [50.0, 52.0, 50.0, 51.5],
-                       "scaling_efficiency": [1.0, 50 / 52, 1.0, 50 / 51.5]})
-    ranks = pd.DataFrame({"machine": "m", "config": "fast", "world_size": 2, "rank": [1, 0], "step_ms": [52.0, 52.1],
-                          "allreduce_ms_per_step": [1.0, 3.0], "exposed_ms_per_step": [0.1, 0.9],
-                          "compute_ms_per_step": [51.0, 51.5]})
+    sc = pd.DataFrame({"machine": "m", "config": "fast", "grad_accum": 1, "world_size": [1, 2, 4],
+                       "step_ms_median": [50.0, 51.0, 53.0], "scaling_efficiency": [1.0, 50 / 51, 50 / 53]})
+    old = pd.DataFrame({"machine": "m", "run": "old", "config": ["fast", "fast", "fast-flat", "fast-flat"],
+                        "grad_accum": 1, "world_size": [1, 2, 1, 2], "step_ms_median": [50.0, 52.0, 50.0, 51.5],
+                        "scaling_efficiency": [1.0, 50 / 52, 1.0, 50 / 51.5]})
+    older = old.assign(run="a-older", step_ms_median=99.0)  # not the latest run: never quoted
+    rank = {"machine": "m", "config": "fast", "world_size": 2, "rank": [1, 0], "step_ms": [52.0, 52.1],
+            "exposed_ms_per_step": [0.1, 0.9], "compute_ms_per_step": [51.0, 51.5]}
+    ranks = pd.concat([pd.DataFrame({**rank, "run": "old", "allreduce_ms_per_step": [1.0, 3.0]}),
+                       pd.DataFrame({**rank, "run": "", "allreduce_ms_per_step": [1.0, 2.0]})])
     probes = pd.DataFrame({"machine": ["m"], "world_size": [2], "mb": [161], "ms": [0.6], "bus_gb_s": [270.0]})
-    f = overlap_facts(sc, ranks, probes)
-    assert f["buckets_scaling"] == "50.0 → 52.0 ms/step on 1 → 2 GPUs (96.2 %, m)"
+    f = overlap_facts(sc, ranks, probes, pd.concat([older, old]))
+    assert f["buckets_scaling"] == "50.0 → 51.0 / 53.0 ms/step on 1 → 2 / 4 GPUs (98.0 % / 94.3 %, m)"
+    assert f["added_scaling"].startswith("50.0 → 52.0 ms/step") and f["added_run"] == "`m/old/`"
     assert f["overlap_verdict"].startswith("on two GPUs the buckets cost 0.5 ms") and f["overlap_within"] == "1 of 2"
-    assert f["rank_nccl_ms"] == "3.00 and 1.00" and f["rank_wait_ms"] == "2.4" and f["probe_mb"] == "161"
+    assert f["rank_nccl_ms"] == "2.00 and 1.00" and f["rank_wait_ms"] == "1.4" and f["probe_mb"] == "161"
+    assert f["rank_run"].startswith("the current code's")
+    f = overlap_facts(sc, ranks[ranks["run"] == "old"], probes, old)
+    assert f["rank_nccl_ms"] == "3.00 and 1.00" and f["rank_run"].startswith("measured before") and "m/old/" in f["rank_run"]
 
 
 @pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])

@@ -24,3 +24,29 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
                  "--out", str(tmp_path / "s1")]) == 1
     assert pd.read_csv(csv)["rc"].iloc[-1] == 2
     assert option(["sample", "--config", "fast"], "--config", "default") == "fast"
+
+
+def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path):
+    """report.waiting: the rows of a store's GPU, the issue's targets met or missed, the sharded row
+    against one GPU's; a store without the measurement reads '—' everywhere but the package's rule."""
+    from medddpm.report import waiting
+
+    folder = tmp_path / "gpu-a" / waiting.FOLDER
+    folder.mkdir(parents=True)
+    rows = [("sample --masks m1 --out a", "default", 1, "cold", 9.0), ("sample --masks m1 --out b", "default", 1, "warm", 4.5),
+            ("sample --masks m100 --out c", "default", 100, "warm", 30.0),
+            ("sample --masks m8 --out d --config fast", "fast", 8, "warm", 16.0),
+            ("sample --masks m256 --out e --config fast --nproc 4", "fast", 256, "warm", 40.0),
+            ("sample --masks m256 --out f --config fast --nproc 1", "fast", 256, "warm", 140.0)]
+    pd.DataFrame([{"gpu": "G", "command": c, "config": cfg, "volumes": n, "cache": cache, "wall_s": w, "rc": 0,
+                   "torch": "t", "cuda": "c", "date": "d"} for c, cfg, n, cache, w in rows]).to_csv(
+        folder / "time_to_result.csv", index=False)
+    f = waiting.facts(tmp_path, ["gpu-a"])
+    assert f["tr_targets"] == ("1 mask warm, ≤ 5 s: met (4.5 s); 1 mask cold, ≤ 15 s: met (9.0 s); "
+                               "100 masks warm, ≤ 25 s: missed (30.0 s)")
+    assert f["tr_per_volume"] == "0.15 s" and f["tr_nproc"] == "256 masks on 4 ranks took 40.0 s, one GPU 140.0 s (3.5×)"
+    assert f["tr_same"].startswith("—") and f["tr_fast8_cold"].startswith("—")
+    t = waiting.table(tmp_path, ["gpu-a"])
+    assert len(t) == 6 and sorted(t["ranks"].unique()) == [1, 4]
+    empty = waiting.facts(tmp_path, ["gpu-b"])
+    assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)

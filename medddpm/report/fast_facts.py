@@ -200,38 +200,55 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     _parity_facts(root, gpus, f)
     sc, _ = fast_tables.scaling(root)
     f.update(loop_facts(fast_tables.loop_vs_bench(root, gpus), sc, fast_tables.scaling_earlier(root)))
-    f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root)))
+    f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root),
+                           fast_tables.scaling_earlier(root)))
     return f
 
 
-def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame) -> dict[str, str]:
-    """The prose facts of 'Overlapping the all-reduce': fast (gradient buckets) and fast-flat on 1 → N
-    GPUs, and where fast's time goes on two ranks (its per-rank profile against the all-reduce alone)."""
-    f: dict[str, str] = {}
-    for cfg, key in (("fast", "buckets"), ("fast-flat", "flat")):
-        rows = sc[(sc["config"] == cfg) & (sc["grad_accum"] == 1)].sort_values("world_size") if not sc.empty else sc
-        multi = rows[rows["world_size"] > 1] if len(rows) else rows
-        f[f"{key}_scaling"] = (f"{rows['step_ms_median'].iloc[0]:.1f} → "
-                               + " / ".join(f"{ms:.1f}" for ms in multi["step_ms_median"]) + " ms/step on 1 → "
-                               + " / ".join(str(n) for n in multi["world_size"]) + " GPUs ("
-                               + " / ".join(f"{100 * e:.1f} %" for e in multi["scaling_efficiency"]) + f", {gpu_name(rows['machine'].iloc[0])})"
-                               if len(multi) and (rows["world_size"] == 1).any() else missing(f"{cfg} rows in scaling.csv"))
+def _scaling_line(rows: pd.DataFrame, what: str) -> str:
+    """"52.2 → 55.0 / 55.8 ms/step on 1 → 2 / 4 GPUs (94.9 % / 93.5 %, machine)" of one configuration's
+    grad-accum-1 rows (1 GPU and more), or a no-data line naming ``what``."""
+    rows = rows[rows["grad_accum"] == 1].sort_values("world_size") if len(rows) else rows
+    multi = rows[rows["world_size"] > 1] if len(rows) else rows
+    if not len(multi) or not (rows["world_size"] == 1).any():
+        return missing(what)
+    return (f"{rows['step_ms_median'].iloc[0]:.1f} → " + " / ".join(f"{ms:.1f}" for ms in multi["step_ms_median"])
+            + " ms/step on 1 → " + " / ".join(str(n) for n in multi["world_size"]) + " GPUs ("
+            + " / ".join(f"{100 * e:.1f} %" for e in multi["scaling_efficiency"]) + f", {gpu_name(rows['machine'].iloc[0])})")
+
+
+def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
+                  earlier: pd.DataFrame = pd.DataFrame()) -> dict[str, str]:
+    """The prose facts of 'Overlapping the all-reduce': fast on 1 → N GPUs now (gradients gathered
+    into the flat buffer), the latest earlier run that holds fast and fast-flat (gradient buckets
+    added into a zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
+    profile, against the all-reduce alone)."""
+    f: dict[str, str] = {"buckets_scaling": _scaling_line(sc[sc["config"] == "fast"] if len(sc) else sc,
+                                                          "fast rows in scaling.csv")}
+    runs = sorted(earlier.loc[earlier["config"] == "fast-flat", "run"].unique()) if len(earlier) else []
+    old = earlier[earlier["run"] == runs[-1]] if runs else pd.DataFrame()
+    f["added_run"] = f"`{old['machine'].iloc[0]}/{runs[-1]}/`" if runs else missing("an earlier run of fast-flat")
+    for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
+        f[key] = _scaling_line(old[old["config"] == cfg] if len(old) else old, f"earlier {cfg} rows")
     f["config_fast_buckets"] = str(CONFIGS["fast"].grad_buckets)
-    pair = sc[(sc["config"].isin(["fast", "fast-flat"])) & (sc["grad_accum"] == 1) & (sc["world_size"] == 2)] \
-        if not sc.empty else sc
+    pair = old[old["config"].isin(["fast", "fast-flat"]) & (old["grad_accum"] == 1) & (old["world_size"] == 2)] \
+        if len(old) else old
     ms = pair.groupby("config")["step_ms_median"].first() if len(pair) else pd.Series(dtype=float)
     if {"fast", "fast-flat"} <= set(ms.index):
         gain = ms["fast-flat"] - ms["fast"]
-        f["overlap_verdict"] = (f"on two GPUs the buckets {'gain' if gain > 0 else 'cost'} {abs(gain):.1f} ms a step "
+        f["overlap_verdict"] = (f"on two GPUs the buckets {'gained' if gain > 0 else 'cost'} {abs(gain):.1f} ms a step "
                                 f"against one all-reduce after the backward")
     else:
-        f["overlap_verdict"] = missing("fast and fast-flat rows on 2 GPUs")
-    fam = sc[sc["config"].isin(["fast", "fast-flat"]) & (sc["world_size"] > 1)] if not sc.empty else sc
+        f["overlap_verdict"] = missing("earlier fast and fast-flat rows on 2 GPUs")
+    fam = sc[(sc["config"] == "fast") & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
     f["overlap_within"] = f"{int((fam['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(fam)}" if len(fam) \
         else missing("fast rows on several GPUs")
-    one = sc[(sc["config"] == "fast") & (sc["world_size"] == 1) & (sc["grad_accum"] == 1)] if not sc.empty else sc
+    one = sc[(sc["config"] == "fast") & (sc["world_size"] == 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
     f["fast_one_gpu_ms"] = f"{one['step_ms_median'].iloc[0]:.1f}" if len(one) else missing("fast on 1 GPU")
-    two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)].sort_values("rank") if not ranks.empty else ranks
+    two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)] if not ranks.empty else ranks
+    if len(two):
+        newest = sorted(two["run"].unique(), key=lambda r: (r != "", r))[0] if "run" in two else None
+        two = (two[two["run"] == newest] if newest is not None else two).sort_values("rank")
     probe = probes[probes["world_size"] == 2] if not probes.empty else probes
     if len(two) and len(probe):
         per_rank = lambda col, fmt=".2f": " and ".join(format(v, fmt) for v in two[col])  # noqa: E731
@@ -239,9 +256,12 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame) -
         f["rank_compute_ms"], f["rank_step_ms"] = per_rank("compute_ms_per_step", ".1f"), per_rank("step_ms", ".1f")
         f["probe_ms"], f["probe_mb"] = f"{probe['ms'].iloc[0]:.2f}", str(probe["mb"].iloc[0])
         f["rank_wait_ms"] = f"{two['allreduce_ms_per_step'].max() - probe['ms'].iloc[0]:.1f}"
+        run = two["run"].iloc[0] if "run" in two else ""
+        f["rank_run"] = (f"the current code's (`{two['machine'].iloc[0]}/`)" if not run
+                         else f"measured before the gradients were gathered (`{two['machine'].iloc[0]}/{run}/`)")
     else:
         for k in ("rank_nccl_ms", "rank_exposed_ms", "rank_compute_ms", "rank_step_ms", "probe_ms", "probe_mb",
-                  "rank_wait_ms"):
+                  "rank_wait_ms", "rank_run"):
             f[k] = missing("a per-rank profile of fast on 2 GPUs and the all-reduce probe")
     return f
 

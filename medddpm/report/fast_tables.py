@@ -104,16 +104,18 @@ def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             load_profiles(sorted(Path(root).glob("*/profile-*-*.json"))))
 
 
-RANK_COLUMNS = ["machine", "config", "world_size", "rank", "step_ms", "allreduce_ms_per_step", "exposed_ms_per_step",
-                "compute_ms_per_step"]
+RANK_COLUMNS = ["machine", "run", "config", "world_size", "rank", "step_ms", "allreduce_ms_per_step",
+                "exposed_ms_per_step", "compute_ms_per_step"]
 
 
 def rank_profiles(root: Path) -> pd.DataFrame:
     """Every rank's numbers of the all-reduce profiles that record them (``profile-<config>-<N>.json``'s
-    ``ranks``: wall ms per step, NCCL kernel time, its part no other kernel hides, the other kernels)."""
-    rows = [{"machine": p.parent.name, "config": d["config"], "world_size": d["world_size"], **r}
-            for p in sorted(Path(root).glob("*/profile-*-*.json")) for d in [json.loads(p.read_text())]
-            for r in d.get("ranks", [])]
+    ``ranks``: wall ms per step, NCCL kernel time, its part no other kernel hides, the other kernels),
+    a machine's current ones (``run`` "") and those of its earlier runs (``<machine>/<run>/``)."""
+    paths = [(p, p.parent.name, "") for p in sorted(Path(root).glob("*/profile-*-*.json"))]
+    paths += [(p, p.parent.parent.name, p.parent.name) for p in sorted(Path(root).glob("*/*/profile-*-*.json"))]
+    rows = [{"machine": machine, "run": run, "config": d["config"], "world_size": d["world_size"], **r}
+            for p, machine, run in paths for d in [json.loads(p.read_text())] for r in d.get("ranks", [])]
     return pd.DataFrame(rows, columns=RANK_COLUMNS)
 
 

@@ -9,7 +9,10 @@ r, r + W, … of the sorted list and writes only those.
 """
 from __future__ import annotations
 
+import collections
+import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -29,14 +32,20 @@ from ..data.labels import parse
 from ..train.trainer import configs_from_checkpoint, data_config, load_checkpoint
 
 
+# Threads that read and encode masks, and that write samples while the GPU samples the next ones
+# (decompressing and compressing .nii.gz, resampling: work that releases the GIL).
+IO_THREADS = min(4, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True)
 class Job:
     """One volume to sample: the ``name`` that seeds its noise (``mask_seed``), its encoded mask
-    ``cond`` (M, I, J, K), the ``target`` it is written to and ``save(volume, target)``, which
-    writes a (C, I, J, K) sample there in the mask's space (``mask``'s, for a mask file)."""
+    ``cond`` (M, I, J, K, int8 in {−1, 1}; None where this rank does not sample it), the ``target``
+    it is written to and ``save(volume, target)``, which writes a (C, I, J, K) sample there in the
+    mask's space (``mask``'s, for a mask file)."""
 
     name: str
-    cond: torch.Tensor
+    cond: torch.Tensor | None
     target: Path
     save: Callable[[np.ndarray, Path], None]
     mask: Path | None = None  # the mask file whose space the sample takes (None: a BraTS case)
@@ -117,11 +126,11 @@ class Sampler:
 
     def jobs(self, masks: str | Path, out: str | Path | None, batch: int = 1, labels: str = "auto",
              one_file: bool = False, say: Callable[[str], None] | None = None,
-             mask_labels: str | None = None) -> list[Job]:
+             mask_labels: str | None = None, share: tuple[int, int] = (0, 1)) -> list[Job]:
         """``read_masks`` for this checkpoint: its model, size and (unless ``mask_labels``) label map;
-        ``out`` None: no files to write (``sample``)."""
+        ``out`` None: no files to write (``sample``); ``share``: (rank, world size) of the masks to read."""
         return read_masks(masks, out, self.model_cfg.name, self.size, batch, labels, one_file, say,
-                          label_map(mask_labels, self.data_cfg.mask_labels, self.model_cfg.name))
+                          label_map(mask_labels, self.data_cfg.mask_labels, self.model_cfg.name), share)
 
     def volumes(self, jobs: list[Job], mine: list[int], sampler: str = RECOMMENDED.sampler, steps: int | None = None,
                 eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
@@ -136,7 +145,7 @@ class Sampler:
             for start in range(0, len(mine), batch):
                 chunk = mine[start:start + batch]
                 gens = [torch.Generator(self.device).manual_seed(mask_seed(seed, jobs[i].name)) for i in chunk]
-                cond = torch.stack([jobs[i].cond for i in chunk]).to(self.device)
+                cond = torch.stack([jobs[i].cond for i in chunk]).to(self.device).float()  # int8 ±1: exact
                 with torch.inference_mode(), autocast(self.knobs, self.device):
                     x = self.diffusion.sample(cond, self.model_cfg.out_channels, sampler, steps, eta, gens, clip,
                                               on_step=lambda: bar.update(len(chunk)), spacing=spacing)
@@ -148,9 +157,18 @@ class Sampler:
 
     def write_jobs(self, jobs: list[Job], mine: list[int], sampler: str, steps: int | None, eta: float, seed: int,
                    batch: int, clip: bool, spacing: str | None, progress: bool = False) -> list[Path]:
-        """Sample jobs ``mine`` (indices of ``jobs``) and write each (``Job.write``: atomically)."""
-        return [jobs[i].write(v) for i, v in self.volumes(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing,
-                                                           progress)]
+        """Sample jobs ``mine`` (indices of ``jobs``) and write each (``Job.write``: atomically), by
+        ``IO_THREADS`` writers while the GPU samples the next ones; at most two volumes per writer
+        wait in memory. A failed write stops the run once the writes already started are done."""
+        written: list[Path] = []
+        with ThreadPoolExecutor(IO_THREADS) as pool:
+            pending: collections.deque = collections.deque()
+            for i, v in self.volumes(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress):
+                pending.append(pool.submit(jobs[i].write, v))
+                if len(pending) > 2 * IO_THREADS:
+                    written.append(pending.popleft().result())
+            written += [f.result() for f in pending]
+        return written
 
     def warmup(self, batch: int = 1, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
                spacing: str | None = None) -> Path | None:
@@ -180,7 +198,8 @@ class Sampler:
         """Sample every mask of ``masks`` (this rank's share: masks r, r + W, … of the sorted list)
         into ``out``, as ``medddpm sample`` does; every mask is read and checked before any file is written."""
         check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
-        jobs = self.jobs(masks, out, batch, labels, one_file, say, mask_labels)
+        jobs = world.checked(lambda: self.jobs(masks, out, batch, labels, one_file, say, mask_labels,
+                                               (world.rank, world.size)))  # every rank's share read: all agree first
         mine = list(range(world.rank, len(jobs), world.size))
         return self.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress)
 
@@ -207,12 +226,14 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
 
 def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tuple[int, ...], batch: int = 1,
                labels: str = "auto", one_file: bool = False, say: Callable[[str], None] | None = None,
-               mask_labels: str = "") -> list[Job]:
-    """A job per mask of ``masks``, each mask read and encoded for the model, its target under
-    ``out`` (None: nothing to write): a mask file, a folder of them, or for a BraTS model a BraTS root (``brats.find_cases``; the
-    subject's modalities, where there, give the healthy brain and the window; ``say`` hears which
-    label rule applied; ``mask_labels`` maps a folder's label values, ``labels.parse``). Refuses a
-    target that exists, an unknown model and any bad mask before anything is written."""
+               mask_labels: str = "", share: tuple[int, int] = (0, 1)) -> list[Job]:
+    """A job per mask of ``masks``, its target under ``out`` (None: nothing to write): a mask file, a
+    folder of them, or for a BraTS model a BraTS root (``brats.find_cases``; the subject's
+    modalities, where there, give the healthy brain and the window; ``say`` hears which label rule
+    applied; ``mask_labels`` maps a folder's label values, ``labels.parse``). ``share`` (rank r,
+    world size W): the masks r, r + W, … of the sorted list are read and encoded, ``IO_THREADS`` at
+    a time; the others' ``cond`` stays None. Refuses a target that exists, an unknown model and any
+    bad mask read before anything is written."""
     from ..data import brats
 
     if model not in MASK_LABELS:
@@ -225,21 +246,28 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
         if mask_labels:
             raise InputError("--mask-labels applies to a folder of mask files; a BraTS root has its own labels")
         cases, what = brats.find_cases(masks, labels, need_images=False)
+        read = set(range(share[0], len(cases), share[1]))
         jobs = []
-        for case in cases:  # every case read first: a bad one fails before any output is written
+        for k, case in enumerate(cases):  # every case read first: a bad one fails before any output is written
+            target = brats.targets(out or Path("."), case.subject, one_file)
+            if k not in read:
+                jobs.append(Job(case.subject, None, target, lambda volume, target: None))
+                continue
             _, label_map, window = brats.prepare(case, brats.window_of(model))
             save = lambda volume, target, w=window, seg=case.mask: brats.write_case(volume, w, seg, target)
-            jobs.append(Job(case.subject, brats.encode(label_map, size),
-                            brats.targets(out or Path("."), case.subject, one_file), save))
+            jobs.append(Job(case.subject, brats.encode(label_map, size).to(torch.int8), target, save))
     else:
         if labels != "auto" or one_file:
             raise InputError(f"--labels and --one-file apply to BraTS roots; {masks} is a folder of mask files"
                              if model in brats.BRATS_MODELS else f"--labels and --one-file apply to BraTS models, "
                              f"not {model!r}")
         files = [Path(masks)] if Path(masks).is_file() else list_nifti(masks, "masks")
-        jobs = [Job(strip_nifti_suffix(f.name), load_mask_tensor(f, model, size, mask_labels),
-                    (out or Path(".")) / f"{strip_nifti_suffix(f.name)}.nii.gz",
-                    lambda volume, target, f=f: write_like_mask(volume, f, target), f) for f in files]
+        read = list(range(share[0], len(files), share[1]))
+        with ThreadPoolExecutor(IO_THREADS) as pool:  # the first bad mask (in order) raises
+            conds = dict(zip(read, pool.map(lambda k: load_mask_tensor(files[k], model, size, mask_labels)
+                                            .to(torch.int8), read)))
+        jobs = [Job(strip_nifti_suffix(f.name), conds.get(k), (out or Path(".")) / f"{strip_nifti_suffix(f.name)}.nii.gz",
+                    lambda volume, target, f=f: write_like_mask(volume, f, target), f) for k, f in enumerate(files)]
     if batch > len(jobs):
         raise InputError(f"--batch {batch} is larger than the {len(jobs)} mask(s) in {masks}")
     existing = [j.target.name for j in jobs if out is not None and j.target.exists()]
@@ -267,8 +295,9 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     check_options(sampler, steps, spacing, config or "fast", weights, batch, eta, diff_cfg.timesteps)
-    jobs = read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels, one_file, say,
-                      label_map(mask_labels, data_config(ckpt).mask_labels, model_cfg.name))
+    labels_map = label_map(mask_labels, data_config(ckpt).mask_labels, model_cfg.name)
+    jobs = world.checked(lambda: read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels,
+                                            one_file, say, labels_map, (world.rank, world.size)))  # all agree first
     mine = list(range(world.rank, len(jobs), world.size))
     if config is None:
         config, why = default_config(device, len(jobs))  # every rank decides alike

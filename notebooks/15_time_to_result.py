@@ -1,0 +1,76 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Time to result: what a user waits for
+#
+# The benchmarks of the earlier chapters time the steady state: a step or a chain replayed many
+# times after everything has been compiled, captured and autotuned. A user who types
+# `medddpm sample` waits for something else: Python and PyTorch starting, the checkpoint loading,
+# every mask read, the compilation or its cache, the sampling, and every file written. This
+# chapter times that, from process start to the last file written
+# (`scripts/time_to_result.sh`, `medddpm/profiling/waiting.py`), on the {glue:text}`tr_gpu`.
+#
+# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from
+# {glue:text}`tr_fast_from` masks on, where its compilation pays for itself, and eager `bf16` below
+# that. The rule reads the command alone, never the state of a cache, so the same command always
+# runs the same configuration and writes the same files. The compiled work is kept under
+# `MEDDDPM_CACHE` (default `~/.cache/medddpm`), keyed by torch, Triton, CUDA, the GPU, the
+# configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
+# A *cold* row starts from an empty cache; a *warm* row runs the same command again.
+
+# %% tags=["parameters", "remove-cell"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # no measurement of its own (scripts/time_to_result.sh); True says so, then renders
+size = 128  # not used: this chapter measures nothing (its runs are 128³: scripts/time_to_result.sh)
+configs = "fast"  # not used: this chapter measures nothing
+
+# %% tags=["remove-cell"]
+from medddpm.report import waiting
+from medddpm.report.measure import render_only
+from medddpm.report.notebook import glue_facts
+from medddpm.report.plots import show_table
+
+root, G = render_only(results_dir, gpus, measure, "scripts/time_to_result.sh OUT WORK [NPROC]")
+glue_facts(waiting.facts(root, G))
+
+# %% tags=["hide-input"]
+show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_result.csv)",
+           "scripts/time_to_result.sh", digits={"wall s": 1})
+
+# %% [markdown]
+# ## One mask, eight, a hundred
+#
+# - **One mask** by default (eager `bf16`): {glue:text}`tr_one_cold` with a cold cache,
+#   {glue:text}`tr_one_warm` warm. Eager work compiles nothing, so the cache does not matter.
+# - **Eight masks**: by default (eager) {glue:text}`tr_default8_cold` and {glue:text}`tr_default8_warm`;
+#   under `--config fast` {glue:text}`tr_fast8_cold` cold and {glue:text}`tr_fast8_warm` warm.
+#   Below {glue:text}`tr_fast_from` masks the rule's eager choice is the faster one even against a
+#   warm cache.
+# - **A hundred masks** by default (`fast`), cache warm: {glue:text}`tr_hundred_warm`. Against the
+#   eight-mask run, each further volume costs {glue:text}`tr_per_volume`, while the 12-step chain
+#   itself takes a fraction of that on the GPU ({doc}`11_few_step`). The rest of each volume is work
+#   on the CPU, done in turn with the GPU's: reading and encoding its mask, resampling the sample
+#   into the mask's space, and compressing it into a `.nii.gz` file.
+# - **Several GPUs**: {glue:text}`tr_nproc`.
+#
+# Against issue 48's targets: {glue:text}`tr_targets`.
+#
+# ## The same command, the same files
+#
+# {glue:text}`tr_same`. Issue 48 had found `fast`'s files differing between two runs on an H200
+# (main 078595a): cuDNN's autotuner may pick other convolution algorithms in another process. The
+# `-pinned` rung of `fast`'s sampler (cuDNN's heuristics instead of the autotuner) is the fallback
+# where that happens; the rows above did not reach it.
