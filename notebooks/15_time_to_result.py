@@ -66,11 +66,11 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   into the mask's space, and compressing it into a `.nii.gz` file.
 # - **Several GPUs**: {glue:text}`tr_nproc`.
 #
-# Against issue 48's targets: {glue:text}`tr_targets`.
+# Against the targets set for this work: {glue:text}`tr_targets`.
 #
 # ## The same command, the same files
 #
-# {glue:text}`tr_same`. Issue 48 had found `fast`'s files differing between two runs on an H200
-# (main 078595a): cuDNN's autotuner may pick other convolution algorithms in another process. The
+# {glue:text}`tr_same`. An earlier measurement on an H200 (main 078595a) found `fast`'s files
+# differing between two runs: cuDNN's autotuner may pick other convolution algorithms in another process. The
 # `-pinned` rung of `fast`'s sampler (cuDNN's heuristics instead of the autotuner) is the fallback
 # where that happens; the rows above did not reach it.
