@@ -196,9 +196,9 @@ if not SC.empty:
                       "scaling_efficiency", "nccl"]], 3))
 
 # %% [markdown]
-# {glue:text}`scaling_within` two-GPU rows reach 97 % ({glue:text}`scaling_range`): `bf16-graphs`
+# {glue:text}`scaling_within` rows on several GPUs reach 97 % ({glue:text}`scaling_range`). On {glue:text}`bf16-graphs_machine`, `bf16-graphs`
 # {glue:text}`bf16-graphs_a1_eff` ({glue:text}`bf16-graphs_a1_ms` ms/step) and {glue:text}`bf16-graphs_a2_eff` with two
-# micro-batches; `opt1` {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and
+# micro-batches; on {glue:text}`opt1_machine`, `opt1` {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and
 # {glue:text}`opt1_a2_eff`. The earlier run used DDP's buckets, no CUDA graph on two ranks, and
 # (for `opt1`) NIfTI decoding on the critical path; it kept {glue:text}`opt1_earlier_eff` for
 # `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs` ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its

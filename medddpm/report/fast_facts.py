@@ -398,11 +398,17 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
         f["scaling_within"] = f"{int((eff >= SCALING_TARGET).sum())} of {len(multi)}"
         f["scaling_range"] = f"{100 * eff.min():.1f}–{100 * eff.max():.1f} %"
     for cfg in ("opt1", "bf16-graphs"):
+        # the machine of the earlier run where there is one (the prose sets the two side by side)
+        ran = earlier.loc[earlier["config"] == cfg, "machine"] if not earlier.empty else pd.Series(dtype=str)
+        here = sc[sc["machine"] == ran.iloc[0]] if len(ran) and not sc.empty and (sc["machine"] == ran.iloc[0]).any() else sc
+        f[f"{cfg}_machine"] = gpu_name(here["machine"].iloc[0]) if len(here) else missing("scaling.csv")
         for accum in (1, 2):
             key = f"{cfg}_a{accum}"
-            row = multi[(multi["config"] == cfg) & (multi["grad_accum"] == accum)] if not multi.empty else multi
+            at = here[here["world_size"] > 1] if not here.empty else here
+            row = at[(at["config"] == cfg) & (at["grad_accum"] == accum)] if not at.empty else at
             f[f"{key}_eff"] = f"{100 * row['scaling_efficiency'].iloc[0]:.1f} %" if len(row) else missing("row")
-            one = sc[(sc["config"] == cfg) & (sc["grad_accum"] == accum) & (sc["world_size"] == 1)] if not sc.empty else sc
+            one = here[(here["config"] == cfg) & (here["grad_accum"] == accum) & (here["world_size"] == 1)] \
+                if not here.empty else here
             f[f"{key}_ms"] = (f"{one['step_ms_median'].iloc[0]:.1f} → {row['step_ms_median'].iloc[0]:.1f}"
                               if len(row) and len(one) else missing("row"))
         old = earlier[(earlier["config"] == cfg) & (earlier["world_size"] > 1)] if not earlier.empty else earlier
