@@ -51,9 +51,8 @@ left 120 && row fast-8-cold cold 8 "$WORK/masks8" --config fast && row fast-8-wa
 left 80 && row default-100-warm warm 100 "$WORK/masks100"  # fast from FAST_FROM masks: its cache is warm now
 left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
   $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
-for p in "$NPROC" 1; do
-  left 120 && row nproc$p-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$p"
-done
+left 120 && row nproc$NPROC-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$NPROC"
+left 120 && row nproc1-256-warm warm 256 "$WORK/masks256" --config fast  # one process, no torchrun
 [ -d "$WORK/s-nproc1-256-warm" ] && $T compare "$WORK/s-nproc1-256-warm" "$WORK/s-nproc$NPROC-256-warm" --out "$SAME" \
   --what "sample --config fast, 256 masks, --nproc $NPROC vs 1"
 PINNED=fast-w16-tnorm-tconv-fold-up-update-chain-pinned  # fast's sampler, cuDNN's heuristics instead of its autotuner

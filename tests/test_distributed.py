@@ -149,7 +149,7 @@ def test_each_rank_reads_its_share_and_a_bad_mask_stops_all_before_any_write(pha
 
     masks = tmp_path / "masks"
     shutil.copytree(phantoms / "masks", masks)
-    jobs = read_masks(masks, None, "tiny", (16, 16, 16), share=(1, 2))
+    jobs = read_masks(masks, None, "tiny", (16, 16, 16), world=World(1, 2, 1))
     assert [j.cond is not None for j in jobs] == [False, True, False] and jobs[1].cond.dtype == torch.int8
     assert set(jobs[1].cond.unique().tolist()) == {-1, 1}
     (masks / "phantom_001.nii.gz").write_bytes(b"garbage")  # rank 1's share of three

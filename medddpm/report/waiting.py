@@ -14,6 +14,7 @@ import pandas as pd
 from ..core.config import FAST_FROM
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .present import gpu_name
+from .tables import results_csv
 from .wording import missing
 
 FOLDER = "time_to_result"
@@ -22,17 +23,12 @@ STORE_FREE = ("tr_fast_from",)  # the package's rule, whatever the store holds
 TARGETS = {("default", 1, "warm"): 5.0, ("default", 1, "cold"): 15.0, ("default", 100, "warm"): 25.0}
 
 
-def _read(root: Path, gpus: list[str], name: str, columns: list[str]) -> pd.DataFrame:
-    frames = [pd.read_csv(p).assign(gpu_slug=g) for g in gpus
-              for p in [Path(root) / g / FOLDER / name] if p.exists()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*columns, "gpu_slug"])
-
-
 def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Every timed command of the store's GPUs, with ``what`` (sample or train), ``nproc`` (ranks) and
     the newest row of duplicates."""
-    df = _read(root, gpus, "time_to_result.csv", COLUMNS)
+    df = results_csv(Path(root), gpus, f"{FOLDER}/time_to_result")
     if df.empty:
+        df = pd.DataFrame(columns=[*COLUMNS, "gpu_slug"])
         return df.assign(what=pd.Series(dtype=str), nproc=pd.Series(dtype=int))
     nproc = pd.to_numeric(df["command"].str.extract(r"--nproc (\d+)")[0]).fillna(1).astype(int)
     df = df.assign(what=df["command"].str.split().str[0], nproc=nproc)
@@ -42,7 +38,8 @@ def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 def same_files(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Every bit-for-bit comparison of two runs' files the store holds."""
-    return _read(root, gpus, "same_files.csv", SAME_COLUMNS)
+    df = results_csv(Path(root), gpus, f"{FOLDER}/same_files")
+    return df if len(df) else pd.DataFrame(columns=[*SAME_COLUMNS, "gpu_slug"])
 
 
 def table(root: Path, gpus: list[str]) -> pd.DataFrame:

@@ -98,6 +98,10 @@ class World:
         except Exception as exc:
             raise RankError(f"rank {self.rank}: lost contact with the other ranks ({exc})") from None
 
+    def share(self, n: int) -> list[int]:
+        """This rank's items of ``n`` in a sorted list: r, r + W, … (sampling's masks)."""
+        return list(range(self.rank, n, self.size))
+
     def draw(self, step: int, accum: int, k: int) -> int:
         """Index in the seeded draw sequence of micro-batch ``k`` of ``step`` on this rank."""
         return (step * accum + k) * self.size + self.rank

@@ -126,11 +126,11 @@ class Sampler:
 
     def jobs(self, masks: str | Path, out: str | Path | None, batch: int = 1, labels: str = "auto",
              one_file: bool = False, say: Callable[[str], None] | None = None,
-             mask_labels: str | None = None, share: tuple[int, int] = (0, 1)) -> list[Job]:
+             mask_labels: str | None = None, world: World = World()) -> list[Job]:
         """``read_masks`` for this checkpoint: its model, size and (unless ``mask_labels``) label map;
-        ``out`` None: no files to write (``sample``); ``share``: (rank, world size) of the masks to read."""
+        ``out`` None: no files to write (``sample``); ``world``: whose share of the masks to read."""
         return read_masks(masks, out, self.model_cfg.name, self.size, batch, labels, one_file, say,
-                          label_map(mask_labels, self.data_cfg.mask_labels, self.model_cfg.name), share)
+                          label_map(mask_labels, self.data_cfg.mask_labels, self.model_cfg.name), world)
 
     def volumes(self, jobs: list[Job], mine: list[int], sampler: str = RECOMMENDED.sampler, steps: int | None = None,
                 eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
@@ -198,9 +198,8 @@ class Sampler:
         """Sample every mask of ``masks`` (this rank's share: masks r, r + W, … of the sorted list)
         into ``out``, as ``medddpm sample`` does; every mask is read and checked before any file is written."""
         check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
-        jobs = world.checked(lambda: self.jobs(masks, out, batch, labels, one_file, say, mask_labels,
-                                               (world.rank, world.size)))  # every rank's share read: all agree first
-        mine = list(range(world.rank, len(jobs), world.size))
+        jobs = world.checked(lambda: self.jobs(masks, out, batch, labels, one_file, say, mask_labels, world))
+        mine = world.share(len(jobs))  # every rank read its share, and all agreed, before any write
         return self.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress)
 
 
@@ -226,13 +225,13 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
 
 def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tuple[int, ...], batch: int = 1,
                labels: str = "auto", one_file: bool = False, say: Callable[[str], None] | None = None,
-               mask_labels: str = "", share: tuple[int, int] = (0, 1)) -> list[Job]:
+               mask_labels: str = "", world: World = World()) -> list[Job]:
     """A job per mask of ``masks``, its target under ``out`` (None: nothing to write): a mask file, a
     folder of them, or for a BraTS model a BraTS root (``brats.find_cases``; the subject's
     modalities, where there, give the healthy brain and the window; ``say`` hears which label rule
-    applied; ``mask_labels`` maps a folder's label values, ``labels.parse``). ``share`` (rank r,
-    world size W): the masks r, r + W, … of the sorted list are read and encoded, ``IO_THREADS`` at
-    a time; the others' ``cond`` stays None. Refuses a target that exists, an unknown model and any
+    applied; ``mask_labels`` maps a folder's label values, ``labels.parse``). ``world``'s share of
+    the sorted list (``World.share``) is read and encoded, ``IO_THREADS`` masks at a time; the
+    others' ``cond`` stays None. Refuses a target that exists, an unknown model and any
     bad mask read before anything is written."""
     from ..data import brats
 
@@ -246,7 +245,7 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
         if mask_labels:
             raise InputError("--mask-labels applies to a folder of mask files; a BraTS root has its own labels")
         cases, what = brats.find_cases(masks, labels, need_images=False)
-        read = set(range(share[0], len(cases), share[1]))
+        read = set(world.share(len(cases)))
         jobs = []
         for k, case in enumerate(cases):  # every case read first: a bad one fails before any output is written
             target = brats.targets(out or Path("."), case.subject, one_file)
@@ -262,7 +261,7 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
                              if model in brats.BRATS_MODELS else f"--labels and --one-file apply to BraTS models, "
                              f"not {model!r}")
         files = [Path(masks)] if Path(masks).is_file() else list_nifti(masks, "masks")
-        read = list(range(share[0], len(files), share[1]))
+        read = world.share(len(files))
         with ThreadPoolExecutor(IO_THREADS) as pool:  # the first bad mask (in order) raises
             conds = dict(zip(read, pool.map(lambda k: load_mask_tensor(files[k], model, size, mask_labels)
                                             .to(torch.int8), read)))
@@ -297,8 +296,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     check_options(sampler, steps, spacing, config or "fast", weights, batch, eta, diff_cfg.timesteps)
     labels_map = label_map(mask_labels, data_config(ckpt).mask_labels, model_cfg.name)
     jobs = world.checked(lambda: read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels,
-                                            one_file, say, labels_map, (world.rank, world.size)))  # all agree first
-    mine = list(range(world.rank, len(jobs), world.size))
+                                            one_file, say, labels_map, world))
+    mine = world.share(len(jobs))  # every rank read its share, and all agreed, before any write
     if config is None:
         config, why = default_config(device, len(jobs))  # every rank decides alike
         if say is not None and device.type == "cuda":
