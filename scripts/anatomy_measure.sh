@@ -5,7 +5,7 @@
 #
 # OUT: results folder of this GPU (tables under OUT/anatomy/) · IXI: a `medddpm prepare-ixi` folder
 # (dev/ and val/; test/ only for a run of MODE test) · WORK: checkpoints and samples (not results).
-# RUN is RECIPE:SEED[:CONFIG[:MODE]]; run k goes to GPU k (CUDA_VISIBLE_DEVICES). Each trains CONFIG (fast)
+# RUN is RECIPE:SEED[:CONFIG[:MODE]]; run k goes to GPU FIRST_GPU + k (CUDA_VISIBLE_DEVICES; FIRST_GPU default 0). Each trains CONFIG (fast)
 # on dev/ at 64³ with the val subjects held out (their loss every EVAL_EVERY steps; best.pt keeps the
 # EMA weights of the lowest), lr LR, grad-accum 1, for TRAIN_S seconds from process start (compilation
 # included; stopped checkpointed), then scripts/anatomy.py samples val's masks from best.pt with
@@ -65,7 +65,7 @@ one() {  # RECIPE SEED CONFIG GPU [gate]
     --seeds "$seeds" --work "$WORK/samples" --device cuda --batch "$batch" --utility-steps "${UTILITY_STEPS:-0}"
 }
 
-gpu=0
+gpu=${FIRST_GPU:-0}
 for spec in "$@"; do
   IFS=: read -r recipe seed cfg gate <<<"$spec"
   one "$recipe" "${seed:-0}" "${cfg:-fast}" $gpu "${gate:-}" &

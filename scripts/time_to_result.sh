@@ -10,7 +10,13 @@
 # sampler with cuDNN's heuristics (the -pinned rung) twice, and its bench-sample rows beside fast's;
 # `--nproc NPROC` of 256 masks against one GPU; `train --config fast`'s first 100 steps, cold and warm. Files
 # written twice, and on NPROC ranks against one process, compared bit for bit (same_files.csv). END=SECONDS
-# stops starting stages that would not finish in time.
+# stops starting stages that would not finish in time. STAGES picks and orders them (default: all but profile):
+#   profile   cProfile of the 1-mask default, cold and warm: the costliest calls (OUT/profile-sample-1-*.txt)
+#   one       1 mask by default, cold and warm        fast8   --config fast, 8 masks, cold and warm, compared
+#   default100  100 masks by default (fast), warm     default8  8 masks by default (eager bf16), twice, compared
+#   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC) and on one process, compared
+#   pinned    the -pinned rung twice, compared        train   train --config fast's first 100 steps, cold and warm
+#   bench     bench-sample of fast against -pinned
 set -uo pipefail
 OUT=${1:?usage: time_to_result.sh OUT WORK [NPROC]}; WORK=${2:?}; NPROC=${3:-$(nvidia-smi -L | wc -l)}
 PY=${PYTHON:-python3}
@@ -39,31 +45,70 @@ row() {  # row NAME CACHE VOLUMES MASKS [sample options...]: one timed `sample` 
   rm -rf "$WORK/s-$name"
   $T run --out "$CSV" --cache "$state" --volumes "$n" -- $S --masks "$masks" --out "$WORK/s-$name" "$@"
 }
-# In the order of the issue's targets, each stage only while END leaves it time: 1 mask by default (cold,
-# warm); fast's 8 masks cold and warm (the same files twice?); 100 masks by default with fast's cache warm;
-# eager bf16's 8 (the default below FAST_FROM) twice; 256 masks on NPROC ranks against one process (warm);
-# the pinned rung twice; train's first 100 steps cold and warm; bench-sample of fast against pinned.
-fresh_cache default
-left 60 && row default-1-cold cold 1 "$WORK/masks1" && row default-1-warm warm 1 "$WORK/masks1"
-fresh_cache fast
-left 120 && row fast-8-cold cold 8 "$WORK/masks8" --config fast && row fast-8-warm warm 8 "$WORK/masks8" --config fast &&
-  $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
-left 80 && row default-100-warm warm 100 "$WORK/masks100"  # fast from FAST_FROM masks: its cache is warm now
-left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
-  $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
-left 120 && row nproc$NPROC-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$NPROC"
-left 120 && row nproc1-256-warm warm 256 "$WORK/masks256" --config fast  # one process, no torchrun
-[ -d "$WORK/s-nproc1-256-warm" ] && $T compare "$WORK/s-nproc1-256-warm" "$WORK/s-nproc$NPROC-256-warm" --out "$SAME" \
-  --what "sample --config fast, 256 masks, --nproc $NPROC vs 1"
+# In the order of the issue's targets (STAGES), each stage only while END leaves it time.
 PINNED=fast-w16-tnorm-tconv-fold-up-update-chain-pinned  # fast's sampler, cuDNN's heuristics instead of its autotuner
-left 80 && row pinned-8-1 warm 8 "$WORK/masks8" --config $PINNED && row pinned-8-2 warm 8 "$WORK/masks8" --config $PINNED &&
-  $T compare "$WORK/s-pinned-8-1" "$WORK/s-pinned-8-2" --out "$SAME" --what "sample --config $PINNED, 8 masks, twice"
-fresh_cache train
-for state in cold warm; do
-  left 100 || break
-  rm -rf "$WORK/t-$state"
-  $T run --out "$CSV" --cache $state --volumes 100 -- train --images "$WORK/ph/images" --masks "$WORK/ph/masks" \
-    --config fast --steps 100 --size 128 --quiet --out "$WORK/t-$state"
+stage_profile() {
+  fresh_cache profile
+  local state
+  for state in cold warm; do
+    left 40 || return
+    rm -rf "$WORK/s-profile-$state"
+    $PY -m cProfile -o "$WORK/profile-$state.pstats" -m medddpm $S --masks "$WORK/masks1" --out "$WORK/s-profile-$state" &&
+      $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(45); s.sort_stats('tottime').print_stats(20)" \
+        "$WORK/profile-$state.pstats" >"$OUT/profile-sample-1-$state.txt"
+  done
+}
+stage_one() {
+  fresh_cache default
+  left 60 && row default-1-cold cold 1 "$WORK/masks1" && row default-1-warm warm 1 "$WORK/masks1"
+}
+stage_fast8() {
+  fresh_cache fast
+  left 120 && row fast-8-cold cold 8 "$WORK/masks8" --config fast && row fast-8-warm warm 8 "$WORK/masks8" --config fast &&
+    $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
+}
+stage_default100() {  # fast from FAST_FROM masks: its cache is warm after stage fast8
+  export MEDDDPM_CACHE=$WORK/cache-fast TORCHINDUCTOR_CACHE_DIR=$WORK/cache-fast/inductor TRITON_CACHE_DIR=$WORK/cache-fast/triton
+  left 80 && row default-100-warm warm 100 "$WORK/masks100"
+}
+stage_default8() {
+  export MEDDDPM_CACHE=$WORK/cache-default TORCHINDUCTOR_CACHE_DIR=$WORK/cache-default/inductor TRITON_CACHE_DIR=$WORK/cache-default/triton
+  left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
+    $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
+}
+stage_nproc() {  # the sharded runs first (a one-GPU run of 256 masks is the longest)
+  export MEDDDPM_CACHE=$WORK/cache-fast TORCHINDUCTOR_CACHE_DIR=$WORK/cache-fast/inductor TRITON_CACHE_DIR=$WORK/cache-fast/triton
+  local n
+  for n in ${NPROCS:-$NPROC}; do
+    left 120 && row nproc$n-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$n"
+  done
+  left 120 && row nproc1-256-warm warm 256 "$WORK/masks256" --config fast  # one process, no torchrun
+  for n in ${NPROCS:-$NPROC}; do
+    [ -d "$WORK/s-nproc1-256-warm" ] && [ -d "$WORK/s-nproc$n-256-warm" ] && left 40 &&
+      $T compare "$WORK/s-nproc1-256-warm" "$WORK/s-nproc$n-256-warm" --out "$SAME" \
+        --what "sample --config fast, 256 masks, --nproc $n vs 1"
+  done
+}
+stage_pinned() {
+  left 80 && row pinned-8-1 warm 8 "$WORK/masks8" --config $PINNED && row pinned-8-2 warm 8 "$WORK/masks8" --config $PINNED &&
+    $T compare "$WORK/s-pinned-8-1" "$WORK/s-pinned-8-2" --out "$SAME" --what "sample --config $PINNED, 8 masks, twice"
+}
+stage_train() {
+  fresh_cache train
+  local state
+  for state in cold warm; do
+    left 100 || break
+    rm -rf "$WORK/t-$state"
+    $T run --out "$CSV" --cache $state --volumes 100 -- train --images "$WORK/ph/images" --masks "$WORK/ph/masks" \
+      --config fast --steps 100 --size 128 --quiet --out "$WORK/t-$state"
+  done
+}
+stage_bench() {  # what pinning costs (issue 48: deterministic where it costs < 5 %)
+  left 60 && $PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
+    --out "$OUT/sample_bench.csv"
+}
+for stage in ${STAGES:-one fast8 default100 default8 nproc pinned train bench}; do
+  echo "stage $stage at ${SECONDS} s"
+  "stage_$stage"
 done
-left 60 && $PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
-  --out "$OUT/sample_bench.csv"  # what pinning costs (issue 48: deterministic where it costs < 5 %)
+echo "done at ${SECONDS} s"

@@ -45,6 +45,8 @@ def runs(phantoms, tmp_path_factory):
     # fast's three gradient buckets, each all-reduced from a hook inside the backward pass
     train(phantoms, root / "buckets", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")
     train(phantoms, root / "buckets-one", "--steps", "3", "--grad-accum", "2", "--config", "fast")
+    # the same three buckets all-reduced in bf16
+    train(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast-rbf16")
     # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
     two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1")
     return root
@@ -87,6 +89,21 @@ def test_two_ranks_equal_one_process_with_two_micro_batches(runs, run):
     assert two["config"]["knobs"]["grad_buckets"] == (3 if run == "buckets" else 1)
     log = (runs / run / "log.csv").read_text().splitlines()
     assert log[0] == "step,loss,global_batch,data" and log[-1].endswith(",2,host") and len(log) == 4
+
+
+def _moments(ckpt):
+    return torch.cat([s["exp_avg"].flatten() for s in ckpt["optimizer"]["state"].values()])
+
+
+def test_a_bf16_reduction_averages_the_rounded_gradients(runs):
+    """grad_reduce "bf16": the ranks' gradients rounded to bf16 and averaged (Adam's first moments
+    within bf16's rounding of the fp32 reduction's, not equal to them), the weights in fp32."""
+    narrow, wide = load_checkpoint(runs / "rbf16" / CHECKPOINT), load_checkpoint(runs / "buckets" / CHECKPOINT)
+    assert narrow["config"]["knobs"]["grad_reduce"] == "bf16" and wide["config"]["knobs"]["grad_reduce"] == "fp32"
+    np.testing.assert_allclose(narrow["losses"], wide["losses"], rtol=1e-3)
+    a, b = _moments(narrow), _moments(wide)
+    assert 0 < (a - b).norm() <= 1e-2 * b.norm()
+    assert all(v.dtype == torch.float32 for v in narrow["model"].values())
 
 
 def test_rank_zero_alone_writes(runs):
@@ -244,6 +261,21 @@ def test_scaling_rows_from_a_measurement_log(tmp_path):
     assert df["volumes_per_s"].iloc[1] == round(2 / 0.052, 3) and set(df["size"]) == {"128x128x128"}
 
 
+def test_a_rank_variant_scales_against_its_one_gpu_twin():
+    """fast-rbf16 on one GPU is fast (how ranks reduce means nothing there): its efficiency is fast's
+    one-GPU time over its own; a configuration that also changes what one GPU runs has no twin."""
+    from medddpm.profiling.scaling import _with_efficiency, one_gpu_twin
+
+    assert [one_gpu_twin(c) for c in ("fast-rbf16", "fast-flat", "opt1-ddp", "fast", "fast-skipgrad", "mine")] == \
+        ["fast", "fast", "opt1", "fast", "fast-skipgrad", "mine"]
+    row = dict(gpu="g", size="128x128x128", micro_batch=1, grad_accum=1)
+    df = _with_efficiency([{**row, "world_size": 1, "config": "fast", "step_ms_median": 50.0},
+                           {**row, "world_size": 2, "config": "fast-rbf16", "step_ms_median": 51.0},
+                           {**row, "world_size": 2, "config": "fast-skipgrad", "step_ms_median": 51.0}])
+    eff = dict(zip(df["config"], df["scaling_efficiency"]))
+    assert eff["fast-rbf16"] == round(50 / 51, 4) and eff["fast"] == 1.0 and np.isnan(eff["fast-skipgrad"])
+
+
 def test_overlap_facts_with_and_without_data():
     """fast's rows now, the latest earlier run holding fast and fast-flat, and the newest per-rank
     profile (the current one before an earlier run's), each named; no data: no-data lines."""
@@ -285,11 +317,12 @@ def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path):
+@pytest.mark.parametrize("config", ["fast", "fast-rbf16"])
+def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path, config):
     """fast on 2 ranks (three gradient buckets all-reduced inside the backward, captured in the step's
-    CUDA graph) trains what one GPU trains with two micro-batches, within bf16's tolerance, over the
-    eager warm-up steps, the capture and the replays; without the all-reduce the optimizer's first
-    moments would differ by the other rank's gradient."""
+    CUDA graph; in fp32, or in bf16) trains what one GPU trains with two micro-batches, within bf16's
+    tolerance, over the eager warm-up steps, the capture and the replays; without the all-reduce the
+    optimizer's first moments would differ by the other rank's gradient."""
     from medddpm.data.nifti import write_phantoms
     from medddpm.run.engine import GRAPH_WARMUP
 
@@ -297,7 +330,7 @@ def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path):
     steps = GRAPH_WARMUP + 5
     common = ["train", "--images", tmp_path / "data" / "images", "--masks", tmp_path / "data" / "masks", "--model",
               "tiny", "--size", "32", "--quiet", "--ema-start", "1", "--lr", "1e-3", "--steps", steps, "--log-every",
-              "1", "--config", "fast", "--device", "cuda"]
+              "1", "--config", config, "--device", "cuda"]
     env = {**os.environ, **{"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}}
     for out, extra in (("two", ["--nproc", "2", "--grad-accum", "1"]), ("one", ["--grad-accum", "2"])):
         p = subprocess.run([sys.executable, "-m", "medddpm", *map(str, common), "--out", str(tmp_path / out), *extra],

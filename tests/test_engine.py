@@ -101,6 +101,17 @@ def test_gradient_buckets_start_during_the_backward(tiny, tmp_path):
         assert len(started) == 6  # armed again: three more
         grads.finish()
         assert not grads.armed
+        # Knobs.grad_reduce "bf16": the same sums in a bf16 buffer, handed to the optimizer as fp32
+        model.zero_grad(set_to_none=True)
+        narrow = FlatGrads(model.segment_params(3), world_size=1, reduce_dtype=torch.bfloat16)
+        assert narrow.buffer.dtype == torch.bfloat16 and narrow.averaged.dtype == torch.float32
+        narrow.arm()
+        Segmented(model, 3, lambda f: f)(x, t).square().sum().backward()
+        narrow.finish()
+        for p, r in zip(model.parameters(), ref):
+            assert p.grad.dtype == torch.float32
+            torch.testing.assert_close(p.grad, r.bfloat16().float(), rtol=0, atol=0)
+        assert any((p.grad != r).any() for p, r in zip(model.parameters(), ref))  # it did round
     finally:
         dist.destroy_process_group()
 
@@ -134,6 +145,8 @@ def test_autotuned_configurations_change_only_their_tuning_knob():
     ({"data_cache": "ram"}, "data_cache"),
     ({"loader_workers": -1}, "loader_workers"),
     ({"grad_sync": "ring"}, "grad_sync"),
+    ({"grad_reduce": "fp16"}, "grad_reduce"),
+    ({"grad_reduce": "bf16", "grad_sync": "ddp"}, "needs grad_sync 'flat'"),
     ({"cuda_graphs": True, "checkpoint_attention": False, "compile": True, "compile_mode": "reduce-overhead"},
      "captures graphs too"),
     ({"cuda_graphs": True}, "checkpoint_attention"),

@@ -185,6 +185,7 @@ FAST_FROM = 35  # `sample` without --config on a GPU runs `fast` from this many 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/data/pipeline.py)
 GRAD_SYNCS = ("ddp", "flat")
+GRAD_REDUCES = ("fp32", "bf16")  # Knobs.grad_reduce: the dtype the flat gradients cross the GPUs in
 FP8_CONV_SETS = ("none", "skip", "all")  # Knobs.fp8_convs: which convolutions run in FP8 (UNet3D.use_fp8_convs)
 
 
@@ -228,6 +229,7 @@ class Knobs:
     fused_skip_grads: bool = False  # training: each decoder ResBlock concatenates its skip input inside the Triton norm's autograd (kernels.group_norm_silu_cat), whose backward dx kernel adds the 1×1 skip convolution's input gradient and writes the two concatenated inputs' gradients apart, dense NDHWC, instead of Inductor's kernels summing the two gradients of the concatenation and slicing them (issue 40 lever 3); needs triton_norm and channels_last
     grad_sync: str = "flat"  # several ranks: "flat" = the gradients autograd writes gathered by one multi-tensor copy into one flat buffer (engine.FlatGrads: no zeroing, no add per parameter) and averaged by all-reduces of it, captured in the step's CUDA graph; "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
     grad_buckets: int = 1  # several ranks, grad_sync "flat": the network runs (and compiles) as this many segments (UNet3D.segment_bounds: the decoder, then the encoder cut after its downsamplings) and the flat buffer as as many buckets, each all-reduced on NCCL's stream as soon as backward has accumulated its segment's gradients, overlapping the rest of the backward inside the step's CUDA graph; 1 = the whole network compiled as one graph and one all-reduce after the backward; one process runs 1
+    grad_reduce: str = "fp32"  # several ranks, grad_sync "flat": the dtype the gradients are all-reduced in; "fp32" = as autograd writes them; "bf16" = gathered (rounded) into a bf16 buffer and summed by NCCL in bf16 (half the bytes over NVLink, and half as long that NCCL's kernels share the SMs and memory with the backward), then copied into the fp32 gradients the optimizer reads, whose moments and weights stay fp32; one of GRAD_REDUCES; one process has nothing to reduce
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -254,6 +256,11 @@ class Knobs:
             raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
         if isinstance(self.grad_buckets, bool) or not isinstance(self.grad_buckets, int) or self.grad_buckets < 1:
             raise ValueError(f"grad_buckets must be an integer >= 1, got {self.grad_buckets!r}")
+        if self.grad_reduce not in GRAD_REDUCES:
+            raise ValueError(f"grad_reduce must be one of {GRAD_REDUCES}, got {self.grad_reduce!r}")
+        if self.grad_reduce != "fp32" and self.grad_sync != "flat":
+            raise ValueError("grad_reduce sets the flat gradient buffer's dtype: it needs grad_sync 'flat' "
+                             "(DistributedDataParallel reduces in the gradients' dtype)")
         if self.grad_buckets > 1 and self.grad_sync != "flat":
             raise ValueError("grad_buckets splits the flat gradient buffer: it needs grad_sync 'flat' "
                              "(DistributedDataParallel has buckets of its own)")
@@ -365,8 +372,10 @@ _FP8_SKIPGRAD = _rung(_FP8_FWD, "fast-fp8fwd-skipgrad", fused_skip_grads=True)
 _SKIPGRAD_UP = _rung(_SKIPGRAD, "fast-skipgrad-up", triton_upsample=True)
 _FP8_SKIPGRAD_UP = _rung(_FP8_SKIPGRAD, "fast-fp8fwd-skipgrad-up", triton_upsample=True)
 # Issue 49: `fast` on several GPUs all-reduces three gradient buckets during the backward pass (grad_buckets=3);
-# against it, the one flat all-reduce after the backward (fast until 2026-11-26) and two buckets.
-SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-flat", grad_buckets=1), _rung(_FAST, "fast-b2", grad_buckets=2))
+# against it, the one flat all-reduce after the backward (fast until 2026-11-26) and two buckets; and the
+# same three buckets all-reduced in bf16 (half the bytes; its training parity is measured beside fast's).
+SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-flat", grad_buckets=1), _rung(_FAST, "fast-b2", grad_buckets=2),
+                                    _rung(_FAST, "fast-rbf16", grad_reduce="bf16"))
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)))
 KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
                                       _DENSE, _TRITON_DENSE, _FOLD, _FAST, _FP8_FWD, _SKIPGRAD, _FP8_SKIPGRAD,
@@ -470,6 +479,6 @@ def run_config(name: str, training: bool = False) -> Knobs:
 
 __all__ = [
     "ModelConfig", "DiffusionConfig", "DataConfig", "TrainConfig", "Knobs", "MODEL_PRESETS", "CONFIGS", "PAPER_CONFIGS",
-    "LADDER", "KERNEL_VARIANTS", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "PIPELINE_KNOBS",
+    "LADDER", "KERNEL_VARIANTS", "SAMPLING_VARIANTS", "ALL_CONFIGS", "COMPILE_MODES", "DATA_CACHES", "GRAD_SYNCS", "GRAD_REDUCES", "PIPELINE_KNOBS",
     "model_preset", "run_config", "sampling_config", "SAMPLING_ALIASES", "from_dict", "asdict", "replace",
 ]

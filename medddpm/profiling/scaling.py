@@ -146,12 +146,30 @@ def table(runs: Sequence[str | Path], gpu: str, profiles: Sequence[str | Path] =
     return _with_efficiency(rows)
 
 
+RANK_KNOBS = ("grad_sync", "grad_buckets", "grad_reduce")  # how several ranks reduce: nothing one process runs
+
+
+def one_gpu_twin(config: str) -> str:
+    """The configuration whose run on one GPU is ``config``'s: the first in ``CONFIGS`` that differs
+    from it only in ``RANK_KNOBS`` (``fast-rbf16`` → ``fast``); an unknown name is its own."""
+    from dataclasses import asdict
+
+    from ..core.config import CONFIGS
+
+    if config not in CONFIGS:
+        return config
+    alone = lambda k: {f: v for f, v in asdict(k).items() if f not in ("name", *RANK_KNOBS)}  # noqa: E731
+    return next(name for name, k in CONFIGS.items() if alone(k) == alone(CONFIGS[config]))
+
+
 def _with_efficiency(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The scaling table of ``rows`` (every column but the efficiency): efficiency = T(1 GPU) / T(N GPUs)
-    of the same configuration, size, micro-batch and grad-accum (weak scaling)."""
+    of the same configuration (or its ``one_gpu_twin``), size, micro-batch and grad-accum (weak scaling)."""
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "scaling_efficiency"])
-    one = df[df["world_size"] == 1].set_index(["config", "size", "micro_batch", "grad_accum"])["step_ms_median"]
-    key = list(zip(df["config"], df["size"], df["micro_batch"], df["grad_accum"]))
+    twins = df["config"].map(one_gpu_twin)
+    ones = df.assign(config=twins)[df["world_size"] == 1]
+    one = ones.groupby(["config", "size", "micro_batch", "grad_accum"])["step_ms_median"].first()
+    key = list(zip(twins, df["size"], df["micro_batch"], df["grad_accum"]))
     df["scaling_efficiency"] = [round(one.get(k, float("nan")) / ms, 4) for k, ms in zip(key, df["step_ms_median"])]
     return df[COLUMNS].sort_values(["config", "world_size"]).reset_index(drop=True)
 

@@ -64,9 +64,10 @@ def effective_knobs(knobs: Knobs, device: torch.device, world_size: int = 1) -> 
     ``grad_sync`` "ddp" the step is not captured as a CUDA graph (DDP's all-reduces stay eager);
     with "flat" the all-reduces are captured with the step (``FlatGrads`` gathers the gradients
     autograd writes, one process's ``graph_owned_grads`` by other means: the knob itself is for one
-    process); one process runs the network whole (``grad_buckets`` 1)."""
+    process); one process runs the network whole (``grad_buckets`` 1) and reduces nothing
+    (``grad_reduce`` "fp32")."""
     if world_size == 1:
-        knobs = replace(knobs, grad_buckets=1)  # nothing to overlap: the network compiles whole
+        knobs = replace(knobs, grad_buckets=1, grad_reduce="fp32")  # nothing to overlap or reduce
     if device.type == "cuda":
         if world_size == 1:
             return knobs
@@ -288,6 +289,9 @@ def _dense(t: Tensor) -> bool:
     return True
 
 
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # Knobs.grad_reduce → the all-reduced dtype
+
+
 class FlatGrads:
     """``Knobs.grad_sync`` "flat": the gradients averaged over the ranks through one flat fp32 buffer,
     the same arithmetic as DDP (pre-divide by the world size, then sum), capturable in the step's
@@ -304,9 +308,12 @@ class FlatGrads:
     inside it, bit-equal for a world of a power of two); a backend without it (gloo) divides first.
     ``finish`` starts any bucket still waiting, makes the caller's stream wait for every all-reduce
     and points each ``.grad`` at its averaged slice, for the optimizer; ``release`` (after it) drops
-    them, so the next backward writes fresh ones."""
+    them, so the next backward writes fresh ones. With ``reduce_dtype`` narrower than the
+    parameters' (``Knobs.grad_reduce`` "bf16") the gather rounds into a buffer of that dtype, NCCL
+    sums in it, and ``finish`` copies the result into the parameters' dtype, in one kernel."""
 
-    def __init__(self, buckets: Sequence[Sequence[nn.Parameter]], world_size: int) -> None:
+    def __init__(self, buckets: Sequence[Sequence[nn.Parameter]], world_size: int,
+                 reduce_dtype: torch.dtype | None = None) -> None:
         import torch.distributed as dist
 
         buckets = [[p for p in b if p.requires_grad] for b in buckets]
@@ -319,15 +326,19 @@ class FlatGrads:
             raise ValueError("a parameter is in two gradient buckets")
         self.world_size = world_size
         self.average = dist.get_backend() == "nccl"  # NCCL has ReduceOp.AVG; gloo does not
-        self.buffer = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=params[0].dtype)
+        numel, device, dtype = sum(p.numel() for p in params), params[0].device, params[0].dtype
+        self.averaged = torch.zeros(numel, device=device, dtype=dtype)  # the gradients the optimizer reads
+        self.buffer = (self.averaged if reduce_dtype in (None, dtype)  # what the all-reduces sum
+                       else torch.zeros(numel, device=device, dtype=reduce_dtype))
         self.params, self.views, self.members = params, [], []
         self.slices: list[Tensor] = []
         offset = 0
         for b, bucket in enumerate(buckets):
             start, members = offset, []
             for p in bucket:
-                self.views.append(self.buffer.as_strided(p.shape, p.stride(), offset))
-                members.append((p, self.views[-1], self.buffer[offset:offset + p.numel()]))
+                self.views.append(self.averaged.as_strided(p.shape, p.stride(), offset))
+                members.append((p, self.buffer.as_strided(p.shape, p.stride(), offset),
+                                self.buffer[offset:offset + p.numel()]))
                 offset += p.numel()
                 p.register_post_accumulate_grad_hook(lambda _p, b=b: self._landed(b))
             self.members.append(members)
@@ -384,6 +395,8 @@ class FlatGrads:
                 self._start(b)
         for work in self.works:
             work.wait()
+        if self.buffer is not self.averaged:
+            self.averaged.copy_(self.buffer)
         for p, view in zip(self.params, self.views):
             p.grad = view
         self._reset(armed=False)
@@ -428,7 +441,8 @@ class Engine:
         self.model = build_model(model_cfg, self.knobs, device)
         flat = world_size > 1 and self.knobs.grad_sync == "flat"
         self.ddp = data_parallel(self.model, device, self.knobs) if world_size > 1 and not flat else None
-        self.grads = FlatGrads(self.model.segment_params(self.knobs.grad_buckets), world_size) if flat else None
+        self.grads = FlatGrads(self.model.segment_params(self.knobs.grad_buckets), world_size,
+                               REDUCE_DTYPES[self.knobs.grad_reduce]) if flat else None
         if flat:
             broadcast_from_rank0([*self.model.parameters(), *self.model.buffers()])  # as DDP does
         if self.ddp is not None and self.knobs.compile and self.knobs.channels_last:

@@ -82,7 +82,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise InputError(f"checkpoint {str(path)!r} does not exist")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        # mapped, not read: a tensor's bytes come from the file when used (sampling reads the EMA
+        # weights, not the optimizer's moments: a third of the file)
+        ckpt = torch.load(path, map_location=map_location, weights_only=False, mmap=True)
     except Exception as exc:
         raise InputError(f"cannot read checkpoint {path}: {exc}") from None
     missing = {"step", "model", "ema", "optimizer", "config", "rng"} - set(ckpt)
