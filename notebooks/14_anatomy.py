@@ -108,8 +108,9 @@ plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1]) if SL
 # ## Convergence and training parity
 #
 # The held-out loss of every run (EMA weights, in ε for either parameterization). In
-# {glue:text}`an_still_falling` runs the last evaluation is the lowest: within the time each run had,
-# those had not reached their plateau. The TF32
+# {glue:text}`an_still_falling` runs it still fell by 1 % or more between the last two evaluations:
+# within the time each run had, those had not reached their plateau. Levelled off (less than 1 %):
+# {glue:text}`an_levelled`. The TF32
 # reference (`opt1`, dashed) trains the v recipe beside `fast`'s seeds, {glue:text}`an_opt1_ratio`× slower a step. Its held-out
 # loss is {glue:text}`an_parity` of `fast`'s seeds.
 
@@ -139,11 +140,12 @@ show_table(anatomy.recipes(root, AG, "test"), "IXI test-set results", "scripts/a
 # brain (`medddpm/sample/utility.py`) is trained on synthetic scans sampled from the training masks,
 # and the same segmenter on the real training scans. Both are tested on the real validation scans.
 # Mean Dice, v recipe: {glue:text}`an_util_synthetic` trained on synthetic scans, against
-# {glue:text}`an_util_real` trained on real ones (`scripts/anatomy_measure.sh` with `UTILITY_STEPS`).
+# {glue:text}`an_util_real` trained on real ones (`scripts/anatomy_measure.sh` with `UTILITY_STEPS`):
+# {glue:text}`an_util_ratio`.
 
 # %% tags=["hide-input"]
 show_table(anatomy.utility(root, AG), "segmentation utility (anatomy/anatomy_utility.csv)",
-           "UTILITY_STEPS=400 scripts/anatomy_measure.sh", digits=3)
+           "UTILITY_STEPS=<steps> scripts/anatomy_measure.sh", digits=3)
 
 # %% [markdown]
 # ## The sampler gate on real anatomy

@@ -52,3 +52,9 @@ def test_the_script_samples_and_measures_the_validation_masks(ixi16, ixi_checkpo
     util = pd.read_csv(out / "anatomy_utility.csv")  # segmenters trained on the 3 training scans, real and synthetic
     assert sorted(util["source"]) == ["real", "synthetic"] and util["dice"].between(0, 1).all()
     assert (util["subject"] == "IXI015").all() and (util["sampler"] == "ddim2:baseline").all()
+    # the report keeps both sources of one subject and seed (they are not duplicates of each other)
+    from medddpm.report.anatomy import utility
+
+    gpu = tmp_path / "out"
+    table = utility(tmp_path, gpu.name)
+    assert sorted(table["segmenter trained on"]) == ["real", "synthetic"] and (table["subjects"] == 1).all()

@@ -31,6 +31,8 @@ RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentil
            "v": "v-prediction"}
 STORE_FREE = ("an_gain", "an_terminal_abar")  # facts of the schedule, whatever the store holds
 TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
+TARGET_UTILITY = 0.95  # issue 47: the synthetic-trained segmenter's Dice ≥ 95 % of the real-trained one's
+PLATEAU = 0.01  # a run has levelled off when its held-out loss fell by less than this share between its last two evaluations
 
 
 def anatomy_gpu(root: Path, gpus: list[str]) -> str | None:
@@ -45,7 +47,7 @@ def load(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
     if gpu is None or not path.exists():
         return pd.DataFrame(columns=["name", "recipe", "train_seed", "config", "split", "run"])
     df = pd.read_csv(path)
-    keys = [c for c in ("name", "split", "run", "seed", "subject", "seed_a", "seed_b") if c in df]
+    keys = [c for c in ("name", "split", "run", "source", "seed", "subject", "seed_a", "seed_b") if c in df]
     df = df.drop_duplicates(keys, keep="last").reset_index(drop=True)
     parts = df["name"].str.extract(NAME)
     return df.assign(recipe=parts["recipe"], config=parts["config"])
@@ -151,6 +153,20 @@ def parity(c: pd.DataFrame, recipe: str = "v", reference: str = "opt1", fast: st
     out = out[out["count"] >= 2].rename(columns={"min": "band low", "max": "band high", "count": "fast seeds"})
     out["inside"] = out["reference"].between(out["band low"], out["band high"])
     return out[cols]
+
+
+def plateaus(c: pd.DataFrame) -> pd.DataFrame:
+    """Per training run: its last evaluated step, the share its held-out loss fell by between its last
+    two evaluations (``drop``) and whether that is under ``PLATEAU`` (``levelled``)."""
+    rows = []
+    for name, g in c[c["step"] > 0].groupby("name"):
+        g = g.sort_values("step")
+        if len(g) >= 2:
+            before, last = g["loss"].iloc[-2], g["loss"].iloc[-1]
+            rows.append({"name": name, "step": int(g["step"].iloc[-1]), "interval": int(g["step"].diff().iloc[-1]),
+                         "drop": (before - last) / before})
+    out = pd.DataFrame(rows, columns=["name", "step", "interval", "drop"])
+    return out.assign(levelled=out["drop"] < PLATEAU)
 
 
 def curves_figure(c: pd.DataFrame):
@@ -292,14 +308,25 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     mantissa, exponent = f"{schedule.abar_host[-1]:.0e}".split("e")
     out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
     u = utility(root, gpu)
+    dice = {}
     for source in ("real", "synthetic"):
         rows = u[(u["segmenter trained on"] == source) & (u["recipe"] == "v")]
-        out[f"an_util_{source}"] = number(float(rows["Dice"].mean()) if len(rows) else None, ".3f",
-                                          "segmentation utility (anatomy/anatomy_utility.csv)")
+        dice[source] = float(rows["Dice"].mean()) if len(rows) else None
+        out[f"an_util_{source}"] = number(dice[source], ".3f", "segmentation utility (anatomy/anatomy_utility.csv)")
+    if dice["real"] and dice["synthetic"] is not None:
+        ratio = dice["synthetic"] / dice["real"]
+        out["an_util_ratio"] = (f"{ratio:.1%} of the real-trained Dice (target ≥ {TARGET_UTILITY:.0%}: "
+                                f"{'met' if ratio >= TARGET_UTILITY else 'missed'})")
+    else:
+        out["an_util_ratio"] = missing("segmentation utility of both sources")
     c = curves(root, gpu)
-    last_is_lowest = [g.sort_values("step")["loss"].iloc[-1] <= g["loss"].min() for _, g in c.groupby("name")]
-    out["an_still_falling"] = (f"{sum(last_is_lowest)} of {len(last_is_lowest)}" if last_is_lowest
+    lv = plateaus(c)
+    out["an_still_falling"] = (f"{int((~lv['levelled']).sum())} of {len(lv)}" if len(lv)
                                else missing("IXI training curves (anatomy/train/)"))
+    flat = lv[lv["levelled"]]
+    out["an_levelled"] = (", ".join(f"`{r['name']}` ({r['drop']:.2%} over its last {r['interval']:,} steps, to step "
+                                    f"{r['step']:,})" for _, r in flat.iterrows()) if len(flat)
+                          else "none" if len(lv) else missing("IXI training curves (anatomy/train/)"))
     passed = int((judged["verdict"] == "pass").sum())
     out["an_gate_count"] = (f"{passed} of the {len(judged)} candidates pass" if len(judged)
                             else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
