@@ -245,3 +245,13 @@ if not SC_EARLIER.empty:
 RP = fast_tables.rank_profiles(root)
 if not RP.empty:
     display(table(RP, 2))
+
+# %% [markdown]
+# ### Half the bytes
+#
+# `fast-rbf16` all-reduces the same buckets in bf16 (knob `grad_reduce`): the gradients are rounded
+# into a bf16 buffer, NCCL sums in it, and the sums are copied back into the fp32 gradients the
+# optimizer reads (its moments and the weights stay fp32). One run ({glue:text}`rbf16_run`):
+# {glue:text}`rbf16_rows`; {glue:text}`rbf16_verdict`. Its rows on several GPUs that reach 97 %:
+# {glue:text}`rbf16_within`. The losses of the two 2-rank runs {glue:text}`rbf16_loss`. Where half
+# the bytes gain nothing, the time `fast` loses is not the transfer itself but what surrounds it.

@@ -60,14 +60,23 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   Below {glue:text}`tr_fast_from` masks the rule's eager choice is the faster one even against a
 #   warm cache.
 # - **A hundred masks** by default (`fast`), cache warm: {glue:text}`tr_hundred_warm`. Against the
-#   eight-mask run, each further volume costs {glue:text}`tr_per_volume`, while the 12-step chain
-#   itself takes a fraction of that on the GPU ({doc}`11_few_step`). The rest of each volume is work
-#   on the CPU, done in turn with the GPU's: reading and encoding its mask, resampling the sample
-#   into the mask's space, and compressing it into a `.nii.gz` file.
-# - **Several GPUs**: {glue:text}`tr_nproc`.
+#   eight-mask run, each further volume costs {glue:text}`tr_per_volume`; the 12-step chain itself
+#   takes {glue:text}`tr_chain` a volume on the GPU (`bench-sample`, {doc}`11_few_step`). Threads read
+#   and encode the masks, and others resample and compress the samples into `.nii.gz` files while
+#   the GPU samples the next ones (`IO_THREADS` in `medddpm/sample/sampler.py`). What stays is the
+#   start-up: the eight-mask warm run less eight chains leaves {glue:text}`tr_fast_fixed` of fixed cost.
+# - **Several GPUs** (each rank reads its own share of the masks): {glue:text}`tr_nproc`. Every rank
+#   pays the start-up again, so a few hundred masks do not fill four GPUs.
 #
 # Against the targets set for this work: {glue:text}`tr_targets`.
 #
+# ## Where the one-mask seconds go
+#
+# `python -m cProfile -m medddpm sample` of the one-mask default, cache warm (`STAGES=profile`;
+# {glue:text}`tr_profile_total` under the profiler): {glue:text}`tr_profile_parts`. The first two are
+# the software stack's own start-up on that machine: its Python files had no usable bytecode cache,
+# and the torch build there registered {glue:text}`tr_profile_ops` custom operators as it started.
+
 # ## The same command, the same files
 #
 # {glue:text}`tr_same`. An earlier measurement on an H200 (main 078595a) found `fast`'s files

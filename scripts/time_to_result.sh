@@ -22,6 +22,9 @@ OUT=${1:?usage: time_to_result.sh OUT WORK [NPROC]}; WORK=${2:?}; NPROC=${3:-$(n
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
+# bytecode kept across the timed processes, as an installed environment keeps it next to its files (a read-only
+# site-packages otherwise compiles torch's sources in every process); the first process writes it
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$WORK/pycache}
 T="$PY -m medddpm.profiling.waiting"
 CSV=$OUT/time_to_result.csv; SAME=$OUT/same_files.csv
 

@@ -276,6 +276,29 @@ def test_a_rank_variant_scales_against_its_one_gpu_twin():
     assert eff["fast-rbf16"] == round(50 / 51, 4) and eff["fast"] == 1.0 and np.isnan(eff["fast-skipgrad"])
 
 
+def test_reduce_facts_set_the_bf16_reduction_beside_fast(tmp_path):
+    """fast-rbf16 against fast of the same earlier run: step times, the 2-GPU difference, the rows at
+    97 % and the two 2-rank runs' losses; nothing of the kind reads '—'."""
+    import pandas as pd
+
+    from medddpm.report.fast_facts import reduce_facts
+
+    run = tmp_path / "m-x4" / "r1"
+    run.mkdir(parents=True)
+    rows = [("fast", 1, 50.0, 1.0), ("fast", 2, 52.0, 50 / 52), ("fast-rbf16", 2, 51.0, 50 / 51),
+            ("fast-rbf16", 4, 52.5, 50 / 52.5)]
+    earlier = pd.DataFrame([{"machine": "m-x4", "run": "r1", "config": c, "world_size": n, "grad_accum": 1,
+                             "step_ms_median": ms, "scaling_efficiency": e} for c, n, ms, e in rows])
+    for cfg, losses in (("fast", [1.0, 0.5]), ("fast-rbf16", [1.0, 0.501])):
+        pd.DataFrame({"step": [1, 2], "loss": losses}).to_csv(run / f"log-{cfg}-2.csv", index=False)
+    f = reduce_facts(tmp_path, earlier)
+    assert f["rbf16_run"] == "`m-x4/r1/`" and f["rbf16_within"] == "1 of 2"
+    assert f["rbf16_verdict"] == "half the bytes changed the 2-GPU step by -1.00 ms"
+    assert f["rbf16_rows"].startswith("1 GPU: `fast` 50.0 ms; 2 GPUs: `fast` 52.0 ms (96.2 %), `fast-rbf16` 51.0 ms (98.0 %)")
+    assert f["rbf16_loss"] == "differ by at most 0.20 % over their 2 common steps"
+    assert all(v.startswith("—") for v in reduce_facts(tmp_path, pd.DataFrame()).values())
+
+
 def test_overlap_facts_with_and_without_data():
     """fast's rows now, the latest earlier run holding fast and fast-flat, and the newest per-rank
     profile (the current one before an earlier run's), each named; no data: no-data lines."""

@@ -332,3 +332,21 @@ def test_the_sampler_freezes_its_timestep_table_under_its_own_autocast(tiny):
     assert table.dtype == torch.bfloat16 and table.shape[0] == DiffusionConfig().timesteps
     torch.testing.assert_close(outs["fast-w16-tnorm-tconv-fold-up-table"], outs["fast-w16-tnorm-tconv-fold-up"],
                                rtol=0, atol=0)
+
+
+def test_a_model_for_given_weights_is_built_without_initialising_them(tiny):
+    """inference(state=…) builds the U-Net on the meta device and loads every parameter and buffer:
+    the same weights and outputs as a model initialised first, and nothing left on the meta device."""
+    from medddpm.run.engine import build_model, inference
+
+    knobs = run_config("bf16")
+    torch.manual_seed(0)
+    ref = build_model(tiny, knobs, CPU).eval()
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    model, _, _ = inference(tiny, knobs, CPU, state=state)
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    x, t = torch.randn(1, tiny.in_channels, 8, 8, 8), torch.tensor([3])
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x, t), ref(x, t), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        inference(tiny, knobs, CPU, state={k: v for k, v in state.items() if not k.startswith("out")})

@@ -37,6 +37,7 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
             ("sample --masks m100 --out c", "default", 100, "warm", 30.0),
             ("sample --masks m8 --out d --config fast", "fast", 8, "warm", 16.0),
             ("sample --masks m256 --out e --config fast --nproc 4", "fast", 256, "warm", 40.0),
+            ("sample --masks m256 --out g --config fast --nproc 2", "fast", 256, "warm", 80.0),
             ("sample --masks m256 --out f --config fast --nproc 1", "fast", 256, "warm", 140.0)]
     pd.DataFrame([{"gpu": "G", "command": c, "config": cfg, "volumes": n, "cache": cache, "wall_s": w, "rc": 0,
                    "torch": "t", "cuda": "c", "date": "d"} for c, cfg, n, cache, w in rows]).to_csv(
@@ -44,9 +45,25 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     f = waiting.facts(tmp_path, ["gpu-a"])
     assert f["tr_targets"] == ("1 mask warm, ≤ 5 s: met (4.5 s); 1 mask cold, ≤ 15 s: met (9.0 s); "
                                "100 masks warm, ≤ 25 s: missed (30.0 s)")
-    assert f["tr_per_volume"] == "0.15 s" and f["tr_nproc"] == "256 masks on 4 ranks took 40.0 s, one GPU 140.0 s (3.5×)"
-    assert f["tr_same"].startswith("—") and f["tr_fast8_cold"].startswith("—")
+    assert f["tr_per_volume"] == "0.15 s"
+    assert f["tr_nproc"] == ("256 masks under `fast`, warm cache: one GPU 140.0 s (1.8 volumes/s); "
+                             "2 ranks 80.0 s (3.2 volumes/s, 1.8×); 4 ranks 40.0 s (6.4 volumes/s, 3.5×)")
+    assert f["tr_same"].startswith("—") and f["tr_fast8_cold"].startswith("—") and f["tr_profile_parts"].startswith("—")
     t = waiting.table(tmp_path, ["gpu-a"])
-    assert len(t) == 6 and sorted(t["ranks"].unique()) == [1, 4]
+    assert len(t) == 7 and sorted(t["ranks"].unique()) == [1, 2, 4]
+    # the same comparison twice: the newest counts; a cProfile print of the 1-mask default, split
+    same = pd.DataFrame([{"gpu": "G", "what": "fast twice", "files": 8, "identical": k, "max_abs_diff": 0.0,
+                          "mean_abs_diff": 0.0, "date": "d"} for k in (3, 8)])
+    same.to_csv(folder / "same_files.csv", index=False)
+    (folder / "profile-sample-1-warm.txt").write_text(
+        "         2117521 function calls (2062339 primitive calls) in 13.592 seconds\n"
+        "   ncalls  tottime  percall  cumtime  percall filename:lineno(function)\n"
+        "     1175    2.976    0.003    2.976    0.003 {built-in method builtins.compile}\n"
+        "      121    2.876    0.024    2.880    0.024 /x/torch/_library/custom_ops.py:607(_register_to_dispatcher)\n"
+        "        1    0.000    0.000    1.441    1.441 /w/medddpm/diffusion/gaussian.py:262(sample)\n")
+    f = waiting.facts(tmp_path, ["gpu-a"])
+    assert f["tr_same"] == "fast twice: 8 of 8 files identical" and f["tr_profile_total"] == "13.6 s"
+    assert f["tr_profile_parts"] == ("Python compiling source to bytecode 3.0 s; registering custom operators 2.9 s; "
+                                     "the 12-step chain 1.4 s") and f["tr_profile_ops"] == "121"
     empty = waiting.facts(tmp_path, ["gpu-b"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)

@@ -202,6 +202,42 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(loop_facts(fast_tables.loop_vs_bench(root, gpus), sc, fast_tables.scaling_earlier(root)))
     f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root),
                            fast_tables.scaling_earlier(root)))
+    f.update(reduce_facts(root, fast_tables.scaling_earlier(root)))
+    return f
+
+
+NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)
+
+
+def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
+    """'Half the bytes': the latest earlier run holding ``NARROW`` beside ``fast`` (step times and
+    efficiencies at each world size, the 2-GPU difference) and the two 2-rank runs' losses step by
+    step (``log-<config>-2.csv`` in the run's folder)."""
+    runs = sorted(earlier.loc[earlier["config"] == NARROW, "run"].unique()) if len(earlier) else []
+    old = earlier[(earlier["run"] == runs[-1]) & (earlier["grad_accum"] == 1)] if runs else pd.DataFrame()
+    what = f"earlier run of {NARROW} beside fast"
+    if not len(old):
+        return {k: missing(what) for k in ("rbf16_run", "rbf16_rows", "rbf16_verdict", "rbf16_within", "rbf16_loss")}
+    machine = old["machine"].iloc[0]
+    f = {"rbf16_run": f"`{machine}/{runs[-1]}/`"}
+    rows = old.sort_values(["world_size", "config"])
+    f["rbf16_rows"] = "; ".join(
+        f"{n} GPU{'s' if n > 1 else ''}: " + ", ".join(
+            f"`{r['config']}` {r['step_ms_median']:.1f} ms" + (f" ({100 * r['scaling_efficiency']:.1f} %)" if n > 1 else "")
+            for _, r in g.iterrows()) for n, g in rows.groupby("world_size"))
+    mine = rows[(rows["config"] == NARROW) & (rows["world_size"] > 1)]
+    f["rbf16_within"] = f"{int((mine['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(mine)}"
+    two = rows[rows["world_size"] == 2].set_index("config")["step_ms_median"]
+    f["rbf16_verdict"] = (f"half the bytes changed the 2-GPU step by {two[NARROW] - two['fast']:+.2f} ms"
+                          if {"fast", NARROW} <= set(two.index) else missing(f"fast and {NARROW} on 2 GPUs in one run"))
+    logs = [Path(root) / machine / runs[-1] / f"log-{cfg}-2.csv" for cfg in ("fast", NARROW)]
+    if all(p.is_file() for p in logs):
+        a, b = (pd.read_csv(p)[["step", "loss"]] for p in logs)
+        m = a.merge(b, on="step", suffixes=("_fp32", "_bf16"))
+        rel = ((m["loss_bf16"] - m["loss_fp32"]).abs() / m["loss_fp32"]).max()
+        f["rbf16_loss"] = f"differ by at most {100 * rel:.2f} % over their {len(m)} common steps"
+    else:
+        f["rbf16_loss"] = missing(f"the 2-rank loss logs of fast and {NARROW}")
     return f
 
 
@@ -227,7 +263,7 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
                                                           "fast rows in scaling.csv")}
     runs = sorted(earlier.loc[earlier["config"] == "fast-flat", "run"].unique()) if len(earlier) else []
     old = earlier[earlier["run"] == runs[-1]] if runs else pd.DataFrame()
-    f["added_run"] = f"`{old['machine'].iloc[0]}/{runs[-1]}/`" if runs else missing("an earlier run of fast-flat")
+    f["added_run"] = f"`{old['machine'].iloc[0]}/{runs[-1]}/`" if runs else missing("earlier run of fast-flat")
     for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
         f[key] = _scaling_line(old[old["config"] == cfg] if len(old) else old, f"earlier {cfg} rows")
     f["config_fast_buckets"] = str(CONFIGS["fast"].grad_buckets)

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.config import FAST_FROM
+import re
+
+from ..core.config import FAST_FROM, SAMPLING_ALIASES
+from ..diffusion.solvers import RECOMMENDED
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .present import gpu_name
 from .tables import results_csv
-from .wording import missing
+from .wording import missing, number
 
 FOLDER = "time_to_result"
 STORE_FREE = ("tr_fast_from",)  # the package's rule, whatever the store holds
@@ -37,9 +40,11 @@ def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def same_files(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Every bit-for-bit comparison of two runs' files the store holds."""
+    """Every bit-for-bit comparison of two runs' files the store holds (the newest of each)."""
     df = results_csv(Path(root), gpus, f"{FOLDER}/same_files")
-    return df if len(df) else pd.DataFrame(columns=[*SAME_COLUMNS, "gpu_slug"])
+    if df.empty:
+        return pd.DataFrame(columns=[*SAME_COLUMNS, "gpu_slug"])
+    return df.drop_duplicates(["gpu_slug", "what"], keep="last").reset_index(drop=True)  # the newest of each
 
 
 def table(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -55,6 +60,44 @@ def _wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 
     hit = df[(df["what"] == "sample") & (df["config"] == config) & (df["volumes"] == volumes) & (df["cache"] == cache)
              & (df["nproc"] == nproc) & (df["rc"] == 0)] if len(df) else df
     return float(hit["wall_s"].iloc[-1]) if len(hit) else None
+
+
+# what cProfile's lines of `medddpm sample` name (scripts/time_to_result.sh STAGES=profile): part → (pattern, column)
+PROFILE_PARTS = {
+    "Python compiling source to bytecode": (r"\{built-in method builtins\.compile\}", "tottime"),
+    "registering custom operators": (r"custom_ops\.py:\d+\(_register_to_dispatcher\)", "tottime"),
+    "the CUDA driver's start": (r"\{built-in method torch\._C\._cuda_getDeviceCount\}", "tottime"),
+    "the 12-step chain": (r"gaussian\.py:\d+\(sample\)", "cumtime"),
+}
+
+
+def profile_parts(path: Path) -> dict[str, float]:
+    """Seconds of ``PROFILE_PARTS`` (and ``total``), and each part's calls ("<part> calls"), in a
+    ``pstats`` print of a `sample` run; a part the print does not list is left out."""
+    text = Path(path).read_text()
+    out: dict[str, float] = {}
+    total = re.search(r"function calls .* in ([0-9.]+) seconds", text)
+    if total:
+        out["total"] = float(total[1])
+    for part, (pattern, column) in PROFILE_PARTS.items():
+        for line in text.splitlines():
+            cells = line.split()
+            if re.search(pattern, line) and len(cells) >= 6:
+                out[part] = float(cells[1] if column == "tottime" else cells[3])
+                out[f"{part} calls"] = float(cells[0].split("/")[0])
+                break
+    return out
+
+
+def _chain_s(root: Path, gpu: str) -> float | None:
+    """The default 12-step chain's seconds a volume (batch 1, 128³) in the GPU's ``sample_bench.csv``."""
+    df = results_csv(Path(root), [gpu], "sample_bench")
+    if df.empty:
+        return None
+    hit = df[(df["config"] == SAMPLING_ALIASES["fast"]) & (df["sampler"] == RECOMMENDED.sampler)
+             & (df["steps"] == RECOMMENDED.steps) & (df["spacing"] == RECOMMENDED.spacing) & (df["batch"] == 1)
+             & (df["size"] == "128x128x128")]
+    return float(hit["s_per_volume_median"].iloc[-1]) if len(hit) else None
 
 
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -77,15 +120,35 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     w100 = wall("tr_hundred_warm", "default", 100, "warm")
     f["tr_per_volume"] = (f"{(w100 - w8) / 92:.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
-    nproc = df[(df["what"] == "sample") & (df["nproc"] > 1)] if len(df) else df
+    chain = _chain_s(root, have[0]) if have else None
+    f["tr_chain"] = number(chain, ".3f", "bench-sample row of the 12-step chain (sample_bench.csv)") + \
+        (" s" if chain is not None else "")
+    f["tr_fast_fixed"] = (f"{w8 - 8 * chain:.1f} s" if w8 is not None and chain is not None
+                          else missing("fast's 8-mask warm row and the chain's bench-sample row"))
+    nproc = df[(df["what"] == "sample") & (df["nproc"] > 1) & (df["rc"] == 0)] if len(df) else df
     if len(nproc):
-        r = nproc.iloc[-1]
-        one = _wall(df, r["config"], int(r["volumes"]), r["cache"])
-        f["tr_nproc"] = (f"{r['volumes']} masks on {r['nproc']} ranks took {r['wall_s']:.1f} s"
-                         + (f", one GPU {one:.1f} s ({one / r['wall_s']:.1f}×)" if one is not None
-                            else "; the store has no one-GPU row of the same masks"))
+        last = nproc.iloc[-1]
+        config, volumes, state = last["config"], int(last["volumes"]), last["cache"]
+        one = _wall(df, config, volumes, state)
+        ranks = sorted(nproc[(nproc["config"] == config) & (nproc["volumes"] == volumes)
+                             & (nproc["cache"] == state)]["nproc"].unique())
+        parts = [f"one GPU {one:.1f} s ({volumes / one:.1f} volumes/s)" if one is not None else "no one-GPU row"]
+        for n in ranks:
+            w = _wall(df, config, volumes, state, int(n))
+            parts.append(f"{n} ranks {w:.1f} s ({volumes / w:.1f} volumes/s"
+                         + (f", {one / w:.1f}×)" if one is not None else ")"))
+        f["tr_nproc"] = f"{volumes} masks under `{config}`, {state} cache: " + "; ".join(parts)
     else:
         f["tr_nproc"] = missing("`sample --nproc` row")
+    prof = Path(root) / have[0] / FOLDER / "profile-sample-1-warm.txt" if have else None
+    split = profile_parts(prof) if prof is not None and prof.is_file() else {}
+    f["tr_profile_total"] = (f"{split['total']:.1f} s" if "total" in split
+                             else missing("cProfile of the 1-mask default (profile-sample-1-warm.txt)"))
+    ops = split.get("registering custom operators calls")
+    f["tr_profile_ops"] = (f"{ops:.0f}" if ops is not None
+                           else missing("custom-operator registrations in the cProfile of the 1-mask default"))
+    f["tr_profile_parts"] = ("; ".join(f"{part} {split[part]:.1f} s" for part in PROFILE_PARTS if part in split)
+                             if split else missing("cProfile of the 1-mask default (profile-sample-1-warm.txt)"))
     met = []
     for (config, volumes, cache), limit in TARGETS.items():
         w = _wall(df, config, volumes, cache)

@@ -98,13 +98,18 @@ def autocast(knobs: Knobs, device: torch.device) -> contextlib.AbstractContextMa
     return contextlib.nullcontext()
 
 
-def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device) -> UNet3D:
-    """The U-Net with the knobs' operator choices, on ``device`` in the knobs' layout."""
-    model = UNet3D(model_cfg, checkpoint_attention=knobs.checkpoint_attention, fused_ops=knobs.fused_ops,
-                   sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels,
-                   triton_conv=knobs.triton_conv, dense_skip_grads=knobs.dense_skip_grads,
-                   fold_conv_bias=knobs.fold_conv_bias, triton_upsample=knobs.triton_upsample,
-                   fused_skip_grads=knobs.fused_skip_grads)
+def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, init: bool = True) -> UNet3D:
+    """The U-Net with the knobs' operator choices, on ``device`` in the knobs' layout; ``init`` False
+    leaves its parameters and buffers uninitialised (built on the meta device, then given storage on
+    ``device``: no initialisation kernels and no host copy), for a caller that loads every one of them."""
+    with torch.device("meta") if not init else contextlib.nullcontext():
+        model = UNet3D(model_cfg, checkpoint_attention=knobs.checkpoint_attention, fused_ops=knobs.fused_ops,
+                       sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels,
+                       triton_conv=knobs.triton_conv, dense_skip_grads=knobs.dense_skip_grads,
+                       fold_conv_bias=knobs.fold_conv_bias, triton_upsample=knobs.triton_upsample,
+                       fused_skip_grads=knobs.fused_skip_grads)
+    if not init:
+        model = model.to_empty(device=device)
     if knobs.fp8_train_convs:
         if why := fp8.available(device):
             raise ValueError(f"configuration {knobs.name!r} (fp8_train_convs): {why}")
@@ -248,9 +253,9 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if knobs.fp8_convs != "none" and (why := fp8.available(device)):
         raise ValueError(f"configuration {knobs.name!r} (fp8_convs={knobs.fp8_convs!r}): {why}")
     set_backend_flags(knobs.tf32, knobs.cudnn_benchmark, knobs.cudnn_benchmark_limit)
-    model = build_model(model_cfg, knobs, device)
+    model = build_model(model_cfg, knobs, device, init=state is None)
     if state is not None:
-        model.load_state_dict(state)
+        model.load_state_dict(state)  # strict: every parameter and buffer the model was built without
     model.eval().requires_grad_(False)
     if knobs.bf16_weights:
         cast_autocast_weights(model)
