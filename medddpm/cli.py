@@ -105,7 +105,7 @@ def _train_inputs(a: argparse.Namespace):
     held-out pairs, what the data is)."""
     from .core.config import TrainConfig, model_preset, run_config
     from .train.parity import split_held_out
-    from .train.trainer import CHECKPOINT
+    from .train.checkpoint import CHECKPOINT
 
     cfg, knobs = model_preset(a.model), run_config(a.config, training=True)
     size = _size(a.size, cfg.native_size)
@@ -240,7 +240,8 @@ def cmd_train(a: argparse.Namespace) -> None:
     from .run.engine import effective_knobs
     import pandas as pd
 
-    from .train.trainer import BEST, CHECKPOINT, HELDOUT, Trainer, steady_intervals
+    from .train.checkpoint import BEST, CHECKPOINT
+    from .train.trainer import HELDOUT, Trainer, steady_intervals
 
     if _launching(a):
         return _launch(a, a.argv)

@@ -147,13 +147,10 @@ if not LP.empty:
 # %% [markdown]
 # ## The real training loop
 #
-# `medddpm train` feeds each step through its input pipeline (`medddpm/data/pipeline.py`, the knob
-# `data_cache`): decoded volumes stacked on the GPU, in pinned host memory with the next
-# micro-batch copied on a side stream, or decoded ahead by loader worker processes; `auto` (every
-# configuration's default) takes the fastest whose memory rule holds, and the checkpoint and
-# `log.csv` record the choice. Below, the loop on 128³ phantom NIfTI files (steady state between
-# its read-backs, per micro-batch) against `medddpm bench --grad-accum` of the same configuration in
-# the same device run (`scripts/loop_measure.sh`, table `loop/loop_vs_bench.csv`).
+# `medddpm train` feeds each step through its input pipeline (`medddpm/data/pipeline.py`, knob `data_cache`):
+# volumes on the GPU, in pinned host memory (the next one copied on a side stream), or decoded ahead by loader
+# workers; `auto` takes the fastest whose memory rule holds. Below, the loop on 128³ phantom NIfTI files (steady
+# state per micro-batch) against `medddpm bench --grad-accum` in the same device run (`scripts/loop_measure.sh`).
 
 # %% tags=["remove-cell"]
 LB = fast_tables.loop_vs_bench(root, G)
@@ -178,14 +175,12 @@ else:
 # %% [markdown]
 # ## Several GPUs: torchrun, one all-reduce, one CUDA graph
 #
-# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`)
-# keeps every GPU's micro-batch (weak scaling); the scaling efficiency is T(1 GPU) / T(N GPUs) of
-# the same configuration, micro-batch and grad-accum. Gradients are averaged as the knob
-# `grad_sync` says: by default (`flat`) the gradients autograd writes are gathered into one flat
-# buffer and averaged by all-reduces of it after the last micro-batch's backward pass — the
-# same sums as `DistributedDataParallel`, tested bit-exact on CPU — so `bf16-graphs` keeps its whole step,
-# all-reduce included, as one CUDA graph on several GPUs. `opt1-ddp` and `bf16-graphs-ddp` keep PyTorch's
-# DDP buckets. Measured with the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
+# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`) keeps every
+# GPU's micro-batch (weak scaling); the efficiency is T(1 GPU) / T(N GPUs) of the same configuration,
+# micro-batch and grad-accum. By default (`grad_sync` `flat`) the gradients autograd writes are gathered
+# into one flat buffer and averaged by all-reduces of it (DDP's sums, tested bit-exact on CPU), inside
+# the step's one CUDA graph; `opt1-ddp` and `bf16-graphs-ddp` keep PyTorch's DDP buckets. Measured with
+# the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one GPU and on several (torchrun, weak scaling), per machine, configuration and micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
@@ -249,9 +244,7 @@ if not RP.empty:
 # %% [markdown]
 # ### Half the bytes
 #
-# `fast-rbf16` all-reduces the same buckets in bf16 (knob `grad_reduce`): the gradients are rounded
-# into a bf16 buffer, NCCL sums in it, and the sums are copied back into the fp32 gradients the
-# optimizer reads (its moments and the weights stay fp32). One run ({glue:text}`rbf16_run`):
-# {glue:text}`rbf16_rows`; {glue:text}`rbf16_verdict`. Its rows on several GPUs that reach 97 %:
-# {glue:text}`rbf16_within`. The losses of the two 2-rank runs {glue:text}`rbf16_loss`. Where half
-# the bytes gain nothing, the time `fast` loses is not the transfer itself but what surrounds it.
+# `fast-rbf16` all-reduces the same buckets in bf16 (knob `grad_reduce`; the sums are copied back into the fp32
+# gradients the optimizer reads). One run ({glue:text}`rbf16_run`): {glue:text}`rbf16_rows`; {glue:text}`rbf16_verdict`,
+# and {glue:text}`rbf16_within` of its rows reach 97 %. The two 2-rank runs' losses {glue:text}`rbf16_loss`. Where half
+# the bytes gain nothing, the lost time is not the transfer.

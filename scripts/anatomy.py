@@ -57,7 +57,7 @@ def run(a: argparse.Namespace) -> None:
     from medddpm.sample.anatomy import anatomy_tables, region_labels, summary, template
     from medddpm.sample.gate import GateRun, sample_runs
     from medddpm.sample.quality import orthogonal_slices, read_sample
-    from medddpm.train.trainer import configs_from_checkpoint, data_config, load_checkpoint
+    from medddpm.train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 
     data = Path(a.data)
     seeds = [int(s) for s in a.seeds.split(",")]
@@ -114,7 +114,7 @@ def segmentation_utility(a: argparse.Namespace, ckpt: dict, train: list, held: l
     from medddpm.sample.gate import GateRun, sample_runs
     from medddpm.sample.quality import read_sample
     from medddpm.sample.utility import stack, utility
-    from medddpm.train.trainer import data_config
+    from medddpm.train.checkpoint import data_config
 
     dcfg = data_config(ckpt)
     masks = scratch / "train_masks"  # the training masks alone (dev/ also holds val's)

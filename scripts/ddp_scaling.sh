@@ -8,6 +8,8 @@
 # is set) a torch.profiler run of n ranks for n in PROFILE_NPROCS (default N): the all-reduce time,
 # how much of it the backward pass hides, and every rank's step and kernel time. Writes OUT/scaling.csv,
 # OUT/profile-<config>-<N>.json, the runs' timing/log CSVs, OUT/commands.log and OUT/log.txt.
+# PER_GPU=1 first runs each config's 1-GPU run on every GPU at once (OUT/per_gpu.csv, with gpu_index): a
+# step of N ranks waits for the slowest GPU, and the efficiency's 1-GPU row comes from GPU 0 alone.
 # NVLink multicast stays off in every process.
 set -uo pipefail
 OUT=${1:?usage: ddp_scaling.sh OUT GPU_LABEL [CONFIG...]}; GPU=${2:?GPU label}; shift 2
@@ -26,6 +28,29 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.m
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
 [ -d "$DATA/data/masks" ] || run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
 for cfg in $CONFIGS; do
+  if [ -n "${PER_GPU:-}" ]; then  # the same 1-GPU run on every GPU at once
+    steps=${STEPS:-60}; case $cfg in fast*) steps=${FAST_STEPS:-200} ;; esac
+    for i in $(seq 0 $((N - 1))); do
+      rm -rf "$DATA/gpu$i-$cfg"
+      CUDA_VISIBLE_DEVICES=$i run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" \
+        --masks "$DATA/data/masks" --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum 1 \
+        --log-every 20 --save-every 100000 --device cuda --out "$DATA/gpu$i-$cfg" --quiet &
+    done
+    wait
+    $PY - "$OUT/per_gpu.csv" "$GPU" "$DATA"/gpu*-"$cfg" <<'PYEOF'
+import sys
+from pathlib import Path
+import pandas as pd
+from medddpm.core.io import append_csv
+from medddpm.core.runtime import env_info
+from medddpm.profiling.scaling import table
+out, gpu, runs = sys.argv[1], sys.argv[2], [Path(r) for r in sys.argv[3:] if (Path(r) / "timing.csv").is_file()]
+if runs:
+    rows = pd.concat([table([r], gpu).assign(gpu_index=int(r.name[3:].split("-")[0])) for r in runs], ignore_index=True)
+    append_csv(Path(out), rows, env_info())
+    print(rows[["gpu_index", "config", "step_ms_median"]].to_string(index=False))
+PYEOF
+  fi
   for accum in ${ACCUMS:-1}; do
     steps=${STEPS:-60}; every=10
     case $cfg in fast*) steps=${FAST_STEPS:-200}; every=20 ;; esac

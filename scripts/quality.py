@@ -58,7 +58,7 @@ def agree(a: argparse.Namespace, out: Path) -> None:
         append_csv(out / "agreement.csv", df, env_info())
     else:
         from medddpm.train.parity import eps_agreement, held_out_triples
-        from medddpm.train.trainer import configs_from_checkpoint, load_checkpoint
+        from medddpm.train.checkpoint import configs_from_checkpoint, load_checkpoint
 
         ckpt = load_checkpoint(a.checkpoint)
         model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)

@@ -11,7 +11,8 @@
 # `--nproc NPROC` of 256 masks against one GPU; `train --config fast`'s first 100 steps, cold and warm. Files
 # written twice, and on NPROC ranks against one process, compared bit for bit (same_files.csv). END=SECONDS
 # stops starting stages that would not finish in time. STAGES picks and orders them (default: all but profile):
-#   profile   cProfile of the 1-mask default, cold and warm: the costliest calls (OUT/profile-sample-1-*.txt)
+#   profile   cProfile of the 1-mask default, cold and warm: the costliest calls (OUT/profile-sample-1-*.txt),
+#             and -X importtime of it (OUT/importtime-sample-1.txt)
 #   one       1 mask by default, cold and warm        fast8   --config fast, 8 masks, cold and warm, compared
 #   default100  100 masks by default (fast), warm     default8  8 masks by default (eager bf16), twice, compared
 #   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC) and on one process, compared
@@ -60,6 +61,10 @@ stage_profile() {
       $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(45); s.sort_stats('tottime').print_stats(20)" \
         "$WORK/profile-$state.pstats" >"$OUT/profile-sample-1-$state.txt"
   done
+  # which modules the start-up imports, and what each costs (cumulative µs, the 60 dearest)
+  left 30 && rm -rf "$WORK/s-importtime" && $PY -X importtime -m medddpm $S --masks "$WORK/masks1" \
+    --out "$WORK/s-importtime" 2>&1 >/dev/null | grep "^import time:" | sort -t'|' -k2 -n | tail -60 \
+    >"$OUT/importtime-sample-1.txt"
 }
 stage_one() {
   fresh_cache default

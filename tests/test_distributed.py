@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 from medddpm.run.distributed import RankError, World, draw_seed, torchrun_args
 from medddpm.core.errors import InputError
-from medddpm.train.trainer import CHECKPOINT, load_checkpoint
+from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
 
 
 def cpu_env():

@@ -8,7 +8,8 @@ from medddpm.core.config import (CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS
                             TrainConfig, run_config)
 from medddpm.data.nifti import VolumeDataset, pair_files
 from medddpm.run.engine import Engine, effective_knobs, make_optimizer
-from medddpm.train.trainer import CHECKPOINT, Trainer, load_checkpoint
+from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
+from medddpm.train.trainer import Trainer
 from medddpm.profiling.workload import Workload
 
 CPU = torch.device("cpu")

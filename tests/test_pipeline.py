@@ -12,7 +12,8 @@ from medddpm.data import pipeline
 from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
 from medddpm.data.nifti import VolumeDataset, pair_files
 from medddpm.core.errors import InputError
-from medddpm.train.trainer import CHECKPOINT, Trainer, load_checkpoint
+from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
+from medddpm.train.trainer import Trainer
 
 CPU = torch.device("cpu")
 SIZE = (16, 16, 16)

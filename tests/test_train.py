@@ -6,7 +6,8 @@ import torch
 from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
 from medddpm.data.nifti import VolumeDataset, pair_files
 from medddpm.core.errors import DivergedError, InputError
-from medddpm.train.trainer import CHECKPOINT, Trainer, load_checkpoint, sample_order
+from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
+from medddpm.train.trainer import Trainer, sample_order
 
 CPU = torch.device("cpu")
 
@@ -96,7 +97,8 @@ def test_held_out_loss_is_evaluated_kept_and_resumed_exactly(phantoms, tmp_path)
     import pandas as pd
 
     from medddpm.train.parity import HELDOUT_TIMESTEPS
-    from medddpm.train.trainer import BEST, HELDOUT
+    from medddpm.train.checkpoint import BEST
+    from medddpm.train.trainer import HELDOUT
 
     straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2)
     straight.fit(5, progress=False)

@@ -21,11 +21,15 @@ import io
 import re
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from ..core.errors import InputError
 from .categories import abbreviation, category, short_name
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: the CLI's parser reads this module's names
+    import pandas as pd
 
 ID, NAME = "ID", "Kernel Name"
 NVTX_PREFIX = "thread Domain:Push/Pop_Range"
@@ -166,6 +170,8 @@ def metric_name(column: str) -> str:
 def parse_raw(path: str | Path) -> pd.DataFrame:
     """One row per kernel: id, kernel, short_name, category, abbr, nvtx, launch config, our named
     metrics (``METRICS``; NaN where not collected) and every other numeric metric by its name."""
+    import pandas as pd
+
     rows = read_csv_rows(path)
     if len(rows) < 2:
         raise InputError(f"{path}: no header/units rows")
@@ -214,6 +220,8 @@ def parse_raw(path: str | Path) -> pd.DataFrame:
 
 def parse_details_rules(path: str | Path) -> pd.DataFrame:
     """Rule rows of a ``--page details`` export: id, section, rule, type, speedup_type, speedup_pct."""
+    import pandas as pd
+
     rows = read_csv_rows(path)
     header, data = rows[0], rows[1:]
     need = {ID, "Section Name", "Rule Name", "Rule Type", "Estimated Speedup Type", "Estimated Speedup"}
@@ -241,6 +249,8 @@ _CLASS = re.compile(r"([A-Za-z][A-Za-z /_-]*?):\s*([\d,\.]+)")
 
 def parse_instances(path: str | Path) -> pd.DataFrame:
     """Long table of instruction classes: id, class, count, share (of the kernel's instructions)."""
+    import pandas as pd
+
     rows = read_csv_rows(path)
     header, data = rows[0], rows[1:]
     col = next((c for c in header if metric_name(c) == INSTANCE_METRIC), None)

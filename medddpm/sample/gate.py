@@ -82,7 +82,7 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
     import torch
 
     from .sampler import Sampler, check_options, read_masks
-    from ..train.trainer import configs_from_checkpoint, data_config, load_checkpoint
+    from ..train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
     _, diff_cfg, _, _ = configs_from_checkpoint(ckpt)

@@ -29,7 +29,7 @@ from ..run.engine import autocast, inference
 from ..core.errors import InputError
 from ..diffusion.solvers import RECOMMENDED, check_sampler, denoiser_calls
 from ..data.labels import parse
-from ..train.trainer import configs_from_checkpoint, data_config, load_checkpoint
+from ..train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 
 
 # Threads that read and encode masks, and that write samples while the GPU samples the next ones

@@ -36,11 +36,10 @@ from ..run.engine import Engine
 from ..core.errors import DivergedError, InputError
 from ..data.nifti import Pair
 from ..core.io import atomic_path, write_text_atomic
+from .checkpoint import BEST, CHECKPOINT, configs_from_checkpoint, data_config, load_checkpoint
 from .heldout import cpu_state, held_out_loss, held_out_triples
 
-CHECKPOINT = "checkpoint.pt"
 HELDOUT = "heldout.csv"  # held-out loss per (step, weights, subject, t), beside log.csv
-BEST = "best.pt"  # the checkpoint whose EMA weights had the lowest held-out loss so far
 HELDOUT_COLUMNS = ["step", "weights", "subject", "t", "loss"]
 
 
@@ -75,33 +74,6 @@ def steady_intervals(timing: pd.DataFrame) -> pd.Series:
     """ms/step of a run's read-back intervals (``Trainer.timing`` / ``timing.csv``) after the
     first, which holds compilation and warm-up: the steady state."""
     return timing["ms_per_step"].iloc[1:]
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"checkpoint {str(path)!r} does not exist")
-    try:
-        # mapped, not read: a tensor's bytes come from the file when used (sampling reads the EMA
-        # weights, not the optimizer's moments: a third of the file)
-        ckpt = torch.load(path, map_location=map_location, weights_only=False, mmap=True)
-    except Exception as exc:
-        raise InputError(f"cannot read checkpoint {path}: {exc}") from None
-    missing = {"step", "model", "ema", "optimizer", "config", "rng"} - set(ckpt)
-    if missing:
-        raise InputError(f"{path} is not a medddpm checkpoint (missing {sorted(missing)})")
-    return ckpt
-
-
-def data_config(ckpt: dict[str, Any]) -> DataConfig:
-    """How the checkpoint's training read its files (the reference's, for checkpoints before it was kept)."""
-    return from_dict(DataConfig, ckpt["config"].get("data_config", {}))
-
-
-def configs_from_checkpoint(ckpt: dict[str, Any]) -> tuple[ModelConfig, DiffusionConfig, TrainConfig, Knobs]:
-    c = ckpt["config"]
-    return (from_dict(ModelConfig, c["model"]), from_dict(DiffusionConfig, c["diffusion"]),
-            from_dict(TrainConfig, c["train"]), from_dict(Knobs, c["knobs"]))
 
 
 def _difference(key: str, stored: Any, mine: Any) -> str:
