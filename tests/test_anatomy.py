@@ -58,3 +58,24 @@ def test_the_script_samples_and_measures_the_validation_masks(ixi16, ixi_checkpo
     gpu = tmp_path / "out"
     table = utility(tmp_path, gpu.name)
     assert sorted(table["segmenter trained on"]) == ["real", "synthetic"] and (table["subjects"] == 1).all()
+
+
+def test_the_gate_shift_comes_with_its_standard_error_and_the_references_spread(tmp_path):
+    """gate_shift: the candidate's subject means less FP32 DDPM 250's, averaged, with the standard
+    error over the subjects; reference_span: how far the reference's seeds lie apart in that mean."""
+    from medddpm.report.anatomy import DEFAULT_RUN, gate_shift, reference_span
+    from medddpm.sample.gate import REFERENCE, GateRun
+
+    mine = GateRun.parse(*DEFAULT_RUN.split(":"))
+    diffs = [-0.01, -0.012, -0.008, -0.01]
+    rows = [{"sampler": k[0], "steps": k[1], "config": k[3], "subject": f"s{i}", "brain_corr": 0.7 + (d if k != REFERENCE else 0),
+             "background_mean": -0.9} for k in (REFERENCE, mine.key()) for i, d in enumerate(diffs)]
+    shift = gate_shift(pd.DataFrame(rows))
+    assert abs(shift["brain_corr"] + 0.01) < 1e-12 and abs(shift["background_mean"]) < 1e-12
+    assert abs(shift["brain_corr_se"] - np.std(diffs, ddof=1) / 2) < 1e-12
+    folder = tmp_path / "gpu" / "anatomy"
+    folder.mkdir(parents=True)
+    ref = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"
+    pd.DataFrame([{"name": "v-s0-fast", "run": ref, "seed": seed, "subject": s, "brain_corr": 0.7 + 0.001 * seed}
+                  for seed in range(4) for s in ("a", "b")]).to_csv(folder / "anatomy_samples.csv", index=False)
+    assert abs(reference_span(tmp_path, "gpu") - 0.003) < 1e-9 and reference_span(tmp_path, "none") is None

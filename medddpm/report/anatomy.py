@@ -212,7 +212,20 @@ def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
     if a.empty or b.empty:
         return {}
     d = a.set_index("subject")[["brain_corr", "background_mean"]] - b.set_index("subject")[["brain_corr", "background_mean"]]
-    return d.mean().to_dict()
+    se = d.std(ddof=1) / math.sqrt(len(d))  # NaN for one subject
+    return {**d.mean().to_dict(), **{f"{k}_se": v for k, v in se.to_dict().items()}}
+
+
+def reference_span(root: Path, gpu: str | None, metric: str = "brain_corr") -> float | None:
+    """How far FP32 DDPM 250's seeds of the gate's run lie apart in ``metric`` averaged over the
+    subjects (highest seed mean less the lowest): the spread a shift of that mean is set against."""
+    samples = load(root, gpu, "anatomy_samples")
+    ref = samples[samples["run"] == f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"] if len(samples) else samples
+    if ref.empty:
+        return None
+    ref = ref[ref["name"] == ref["name"].iloc[-1]]
+    means = ref.groupby("seed")[metric].mean()
+    return float(means.max() - means.min()) if len(means) > 1 else None
 
 
 def reference_self_check(root: Path, gpu: str | None) -> tuple[int, int, int] | None:
@@ -301,6 +314,14 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     shift = gate_shift(table)
     out["an_gate_dr"] = number(shift.get("brain_corr"), "+.3f", "sampler gate on IXI")
     out["an_gate_dbg"] = number(shift.get("background_mean"), "+.4f", "sampler gate on IXI")
+    out["an_gate_dr_se"] = number(shift.get("brain_corr_se"), ".4f", "sampler gate on IXI over several subjects")
+    span = reference_span(root, gpu)
+    out["an_gate_ref_span"] = number(span, ".4f", "FP32 DDPM 250 over several seeds on IXI")
+    dr, se = shift.get("brain_corr"), shift.get("brain_corr_se")
+    out["an_gate_dr_verdict"] = (missing("sampler gate on IXI over several subjects and seeds")
+                                 if dr is None or se is None or span is None or not math.isfinite(se) else
+                                 f"{abs(dr) / se:.0f} standard errors, and {'more' if abs(dr) > span else 'less'} than "
+                                 f"the reference's seeds lie apart: {'a shift, not noise' if abs(dr) > max(3 * se, span) else 'within the noise'}")
     check = reference_self_check(root, gpu)
     out["an_self_check"] = (f"{check[0]}–{check[1]} of {check[2]}" if check else missing("FP32 DDPM 250 over 4 seeds on IXI"))
     fast_ms, opt1_ms = step_ms(root, gpu, "v-s0-fast"), step_ms(root, gpu, "v-s0-opt1")
