@@ -27,14 +27,17 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.m
   --format=csv >"$OUT/nvidia-smi.csv"
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
 [ -d "$DATA/data/masks" ] || run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
+train() {  # train OUT NPROC STEPS ACCUM EVERY: one timed training run of $cfg on the phantoms
+  rm -rf "$1"
+  run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
+    --model whole-head --config "$cfg" --size "$SIZE" --steps "$3" --grad-accum "$4" --log-every "$5" \
+    --save-every 100000 --device cuda --nproc "$2" --out "$1" --quiet
+}
 for cfg in $CONFIGS; do
   if [ -n "${PER_GPU:-}" ]; then  # the same 1-GPU run on every GPU at once
     steps=${STEPS:-60}; case $cfg in fast*) steps=${FAST_STEPS:-200} ;; esac
     for i in $(seq 0 $((N - 1))); do
-      rm -rf "$DATA/gpu$i-$cfg"
-      CUDA_VISIBLE_DEVICES=$i run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" \
-        --masks "$DATA/data/masks" --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum 1 \
-        --log-every 20 --save-every 100000 --device cuda --out "$DATA/gpu$i-$cfg" --quiet &
+      CUDA_VISIBLE_DEVICES=$i train "$DATA/gpu$i-$cfg" 1 "$steps" 1 20 &
     done
     wait
     $PY - "$OUT/per_gpu.csv" "$GPU" "$DATA"/gpu*-"$cfg" <<'PYEOF'
@@ -57,10 +60,7 @@ PYEOF
     steps=$((steps / accum)); every=$((every / accum))
     for n in ${NPROCS:-1 $N}; do
       name=$cfg-$n; [ "$accum" = 1 ] || name=$cfg-$n-a$accum
-      rm -rf "$DATA/run-$name"
-      run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
-        --model whole-head --config "$cfg" --size "$SIZE" --steps "$steps" --grad-accum "$accum" --log-every $every \
-        --save-every 100000 --device cuda --nproc "$n" --out "$DATA/run-$name" --quiet
+      train "$DATA/run-$name" "$n" "$steps" "$accum" "$every"
       cp "$DATA/run-$name/timing.csv" "$OUT/timing-$name.csv" 2>/dev/null
       cp "$DATA/run-$name/log.csv" "$OUT/log-$name.csv" 2>/dev/null
     done

@@ -29,8 +29,11 @@ export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$WORK/pycache}
 T="$PY -m medddpm.profiling.waiting"
 CSV=$OUT/time_to_result.csv; SAME=$OUT/same_files.csv
 
-fresh_cache() {  # a cold cache: nothing compiled by an earlier process
+use_cache() {  # the compile caches of WORK/cache-NAME from here on
   export MEDDDPM_CACHE=$WORK/cache-$1 TORCHINDUCTOR_CACHE_DIR=$WORK/cache-$1/inductor TRITON_CACHE_DIR=$WORK/cache-$1/triton
+}
+fresh_cache() {  # a cold cache: nothing compiled by an earlier process
+  use_cache "$1"
   rm -rf "$MEDDDPM_CACHE"
 }
 
@@ -76,16 +79,16 @@ stage_fast8() {
     $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
 }
 stage_default100() {  # fast from FAST_FROM masks: its cache is warm after stage fast8
-  export MEDDDPM_CACHE=$WORK/cache-fast TORCHINDUCTOR_CACHE_DIR=$WORK/cache-fast/inductor TRITON_CACHE_DIR=$WORK/cache-fast/triton
+  use_cache fast
   left 80 && row default-100-warm warm 100 "$WORK/masks100"
 }
 stage_default8() {
-  export MEDDDPM_CACHE=$WORK/cache-default TORCHINDUCTOR_CACHE_DIR=$WORK/cache-default/inductor TRITON_CACHE_DIR=$WORK/cache-default/triton
+  use_cache default
   left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
     $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
 }
 stage_nproc() {  # the sharded runs first (a one-GPU run of 256 masks is the longest)
-  export MEDDDPM_CACHE=$WORK/cache-fast TORCHINDUCTOR_CACHE_DIR=$WORK/cache-fast/inductor TRITON_CACHE_DIR=$WORK/cache-fast/triton
+  use_cache fast
   local n
   for n in ${NPROCS:-$NPROC}; do
     left 120 && row nproc$n-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$n"

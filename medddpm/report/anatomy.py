@@ -81,14 +81,29 @@ def recipes(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
                            if c.name == "recipe" else c, kind="stable").reset_index(drop=True)
 
 
+REF_RUN = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"  # FP32 DDPM 250 as a samples table names it
+
+
+def _gate_run(samples: pd.DataFrame) -> str | None:
+    """The training run the gate judges: the newest whose samples hold FP32 DDPM 250."""
+    ref = samples.loc[samples["run"] == REF_RUN, "name"] if len(samples) else pd.Series(dtype=str)
+    return ref.iloc[-1] if len(ref) else None
+
+
+def _reference_samples(root: Path, gpu: str | None) -> pd.DataFrame:
+    """FP32 DDPM 250's samples (every seed and subject) of the gate's training run; empty without one."""
+    samples = load(root, gpu, "anatomy_samples")
+    name = _gate_run(samples)
+    return samples[(samples["run"] == REF_RUN) & (samples["name"] == name)] if name else samples.iloc[:0]
+
+
 def gate(root: Path, gpu: str | None) -> pd.DataFrame:
     """The sampler gate (``sample.gate.verdicts``) on the training run whose samples hold FP32
     DDPM 250 over several seeds: per (sampler run, held-out subject), with the run's name."""
     samples, div = load(root, gpu, "anatomy_samples"), load(root, gpu, "anatomy_diversity")
-    ref = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"
-    if samples.empty or not (samples["run"] == ref).any():
+    name = _gate_run(samples)
+    if name is None:
         return pd.DataFrame(columns=["name", *RUN_COLUMNS, "subject", "verdict"])
-    name = samples.loc[samples["run"] == ref, "name"].iloc[-1]
 
     def runs(df: pd.DataFrame) -> pd.DataFrame:
         df = df[(df["name"] == name) & ~df["run"].isin([REAL, TEMPLATE])].copy()
@@ -219,12 +234,8 @@ def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
 def reference_span(root: Path, gpu: str | None, metric: str = "brain_corr") -> float | None:
     """How far FP32 DDPM 250's seeds of the gate's run lie apart in ``metric`` averaged over the
     subjects (highest seed mean less the lowest): the spread a shift of that mean is set against."""
-    samples = load(root, gpu, "anatomy_samples")
-    ref = samples[samples["run"] == f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"] if len(samples) else samples
-    if ref.empty:
-        return None
-    ref = ref[ref["name"] == ref["name"].iloc[-1]]
-    means = ref.groupby("seed")[metric].mean()
+    ref = _reference_samples(root, gpu)
+    means = ref.groupby("seed")[metric].mean() if len(ref) else ()
     return float(means.max() - means.min()) if len(means) > 1 else None
 
 
@@ -232,11 +243,8 @@ def reference_self_check(root: Path, gpu: str | None) -> tuple[int, int, int] | 
     """FP32 DDPM 250 judged by the gate's rule against itself: for each split of its seeds into two
     halves, the subjects where the mean of one half lies inside the band (min–max) of the other on
     the correlation, background and W1. Returns (fewest, most, subjects), or None."""
-    samples = load(root, gpu, "anatomy_samples")
-    if samples.empty:
-        return None
-    ref = samples[samples["run"] == f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"]
-    seeds = sorted(ref["seed"].unique())
+    ref = _reference_samples(root, gpu)
+    seeds = sorted(ref["seed"].unique()) if len(ref) else []
     if len(seeds) < 4:
         return None
     counts = []

@@ -213,13 +213,13 @@ def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
     """'Half the bytes': the latest earlier run holding ``NARROW`` beside ``fast`` (step times and
     efficiencies at each world size, the 2-GPU difference) and the two 2-rank runs' losses step by
     step (``log-<config>-2.csv`` in the run's folder)."""
-    runs = sorted(earlier.loc[earlier["config"] == NARROW, "run"].unique()) if len(earlier) else []
-    old = earlier[(earlier["run"] == runs[-1]) & (earlier["grad_accum"] == 1)] if runs else pd.DataFrame()
+    run, old = _latest_run(earlier, NARROW)
+    old = old[old["grad_accum"] == 1] if len(old) else old
     what = f"earlier run of {NARROW} beside fast"
     if not len(old):
         return {k: missing(what) for k in ("rbf16_run", "rbf16_rows", "rbf16_verdict", "rbf16_within", "rbf16_loss")}
     machine = old["machine"].iloc[0]
-    f = {"rbf16_run": f"`{machine}/{runs[-1]}/`"}
+    f = {"rbf16_run": f"`{machine}/{run}/`"}
     rows = old.sort_values(["world_size", "config"])
     f["rbf16_rows"] = "; ".join(
         f"{n} GPU{'s' if n > 1 else ''}: " + ", ".join(
@@ -230,7 +230,7 @@ def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
     two = rows[rows["world_size"] == 2].set_index("config")["step_ms_median"]
     f["rbf16_verdict"] = (f"half the bytes changed the 2-GPU step by {two[NARROW] - two['fast']:+.2f} ms"
                           if {"fast", NARROW} <= set(two.index) else missing(f"fast and {NARROW} on 2 GPUs in one run"))
-    logs = [Path(root) / machine / runs[-1] / f"log-{cfg}-2.csv" for cfg in ("fast", NARROW)]
+    logs = [Path(root) / machine / run / f"log-{cfg}-2.csv" for cfg in ("fast", NARROW)]
     if all(p.is_file() for p in logs):
         a, b = (pd.read_csv(p)[["step", "loss"]] for p in logs)
         m = a.merge(b, on="step", suffixes=("_fp32", "_bf16"))
@@ -239,6 +239,13 @@ def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
     else:
         f["rbf16_loss"] = missing(f"the 2-rank loss logs of fast and {NARROW}")
     return f
+
+
+def _latest_run(earlier: pd.DataFrame, config: str) -> tuple[str, pd.DataFrame]:
+    """The newest earlier run (``fast_tables.scaling_earlier``) that holds ``config``: its name and
+    rows, or ("", no rows)."""
+    runs = sorted(earlier.loc[earlier["config"] == config, "run"].unique()) if len(earlier) else []
+    return (runs[-1], earlier[earlier["run"] == runs[-1]]) if runs else ("", pd.DataFrame())
 
 
 def _scaling_line(rows: pd.DataFrame, what: str) -> str:
@@ -261,9 +268,8 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
     profile, against the all-reduce alone)."""
     f: dict[str, str] = {"buckets_scaling": _scaling_line(sc[sc["config"] == "fast"] if len(sc) else sc,
                                                           "fast rows in scaling.csv")}
-    runs = sorted(earlier.loc[earlier["config"] == "fast-flat", "run"].unique()) if len(earlier) else []
-    old = earlier[earlier["run"] == runs[-1]] if runs else pd.DataFrame()
-    f["added_run"] = f"`{old['machine'].iloc[0]}/{runs[-1]}/`" if runs else missing("earlier run of fast-flat")
+    run, old = _latest_run(earlier, "fast-flat")
+    f["added_run"] = f"`{old['machine'].iloc[0]}/{run}/`" if run else missing("earlier run of fast-flat")
     for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
         f[key] = _scaling_line(old[old["config"] == cfg] if len(old) else old, f"earlier {cfg} rows")
     f["config_fast_buckets"] = str(CONFIGS["fast"].grad_buckets)

@@ -9,7 +9,7 @@ import pandas as pd
 from . import paper
 from .few_step import fastest_passing
 from .tables import SCOPES, bench, normalized_scopes
-from .waiting import rows as waiting_rows
+from .waiting import rows as waiting_rows, wall
 
 
 def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -63,12 +63,11 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
             fp["vs_opt1_ddpm250"].to_dict())
         add("  × faster than DDPM 250 in FP32", scope, "Quality and sampling", "not reported",
             fp["vs_fp32_ddpm250"].to_dict())
-    tr = waiting_rows(root, gpus)
-    one = tr[(tr["what"] == "sample") & (tr["config"] == "default") & (tr["volumes"] == 1) & (tr["nproc"] == 1)
-             & (tr["rc"] == 0)] if len(tr) else tr
-    if len(one):  # what the user waits for, beside the steady state above
-        walls = {g: " / ".join(f"{d.loc[d['cache'] == c, 'wall_s'].iloc[-1]:.1f}" if (d["cache"] == c).any() else "—"
-                               for c in ("cold", "warm")) for g, d in one.groupby("gpu_slug")}
+    walls = {g: [wall(d, "default", 1, c) for c in ("cold", "warm")]
+             for g, d in waiting_rows(root, gpus).groupby("gpu_slug")}
+    walls = {g: " / ".join("—" if w is None else f"{w:.1f}" for w in ws)
+             for g, ws in walls.items() if any(w is not None for w in ws)}
+    if walls:  # what the user waits for, beside the steady state above
         add("`medddpm sample` of one mask, defaults: process start to file written (s)",
             "cold / warm compile cache, 128³", "Time to result", "not reported", walls)
     return pd.DataFrame(rows, columns=["result", "scope", "GPU", "ours", "paper (H100)", "chapter"])

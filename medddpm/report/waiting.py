@@ -56,7 +56,9 @@ def table(root: Path, gpus: list[str]) -> pd.DataFrame:
     return out.sort_values(["GPU", "command", "--config", "volumes", "ranks", "compile cache"]).reset_index(drop=True)
 
 
-def _wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
+def wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
+    """The newest successful `sample` row's seconds of ``rows``' table for that configuration,
+    number of masks, cache state and ranks, or None."""
     hit = df[(df["what"] == "sample") & (df["config"] == config) & (df["volumes"] == volumes) & (df["cache"] == cache)
              & (df["nproc"] == nproc) & (df["rc"] == 0)] if len(df) else df
     return float(hit["wall_s"].iloc[-1]) if len(hit) else None
@@ -106,18 +108,18 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     df = rows(root, have[:1])
     f = {"tr_fast_from": str(FAST_FROM), "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
 
-    def wall(key: str, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
-        w = _wall(df, config, volumes, cache, nproc)
+    def quote(key: str, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
+        w = wall(df, config, volumes, cache, nproc)
         f[key] = f"{w:.1f} s" if w is not None else missing(f"`sample` row of {volumes} masks ({config}, {cache})")
         return w
 
-    wall("tr_one_cold", "default", 1, "cold")
-    wall("tr_one_warm", "default", 1, "warm")
-    wall("tr_default8_cold", "default", 8, "cold")
-    wall("tr_default8_warm", "default", 8, "warm")
-    wall("tr_fast8_cold", "fast", 8, "cold")
-    w8 = wall("tr_fast8_warm", "fast", 8, "warm")
-    w100 = wall("tr_hundred_warm", "default", 100, "warm")
+    quote("tr_one_cold", "default", 1, "cold")
+    quote("tr_one_warm", "default", 1, "warm")
+    quote("tr_default8_cold", "default", 8, "cold")
+    quote("tr_default8_warm", "default", 8, "warm")
+    quote("tr_fast8_cold", "fast", 8, "cold")
+    w8 = quote("tr_fast8_warm", "fast", 8, "warm")
+    w100 = quote("tr_hundred_warm", "default", 100, "warm")
     f["tr_per_volume"] = (f"{(w100 - w8) / 92:.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
     chain = _chain_s(root, have[0]) if have else None
@@ -129,12 +131,12 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     if len(nproc):
         last = nproc.iloc[-1]
         config, volumes, state = last["config"], int(last["volumes"]), last["cache"]
-        one = _wall(df, config, volumes, state)
+        one = wall(df, config, volumes, state)
         ranks = sorted(nproc[(nproc["config"] == config) & (nproc["volumes"] == volumes)
                              & (nproc["cache"] == state)]["nproc"].unique())
         parts = [f"one GPU {one:.1f} s ({volumes / one:.1f} volumes/s)" if one is not None else "no one-GPU row"]
         for n in ranks:
-            w = _wall(df, config, volumes, state, int(n))
+            w = wall(df, config, volumes, state, int(n))
             parts.append(f"{n} ranks {w:.1f} s ({volumes / w:.1f} volumes/s"
                          + (f", {one / w:.1f}×)" if one is not None else ")"))
         f["tr_nproc"] = f"{volumes} masks under `{config}`, {state} cache: " + "; ".join(parts)
@@ -151,7 +153,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                              if split else missing("cProfile of the 1-mask default (profile-sample-1-warm.txt)"))
     met = []
     for (config, volumes, cache), limit in TARGETS.items():
-        w = _wall(df, config, volumes, cache)
+        w = wall(df, config, volumes, cache)
         if w is not None:
             met.append(f"{volumes} mask{'s' if volumes > 1 else ''} {cache}, ≤ {limit:g} s: "
                        f"{'met' if w <= limit else 'missed'} ({w:.1f} s)")

@@ -298,7 +298,7 @@ REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # Knobs.grad_re
 
 
 class FlatGrads:
-    """``Knobs.grad_sync`` "flat": the gradients averaged over the ranks through one flat fp32 buffer,
+    """``Knobs.grad_sync`` "flat": the gradients averaged over the ranks through one flat buffer,
     the same arithmetic as DDP (pre-divide by the world size, then sum), capturable in the step's
     CUDA graph.
 
@@ -312,8 +312,8 @@ class FlatGrads:
     the backward runs beside it). NCCL averages in the all-reduce (``ReduceOp.AVG``: the division
     inside it, bit-equal for a world of a power of two); a backend without it (gloo) divides first.
     ``finish`` starts any bucket still waiting, makes the caller's stream wait for every all-reduce
-    and points each ``.grad`` at its averaged slice, for the optimizer; ``release`` (after it) drops
-    them, so the next backward writes fresh ones. With ``reduce_dtype`` narrower than the
+    and points each ``.grad`` at its averaged slice, for the optimizer; after it the caller sets them
+    to None (``zero_grad(set_to_none=True)``), so the next backward writes fresh ones. With ``reduce_dtype`` narrower than the
     parameters' (``Knobs.grad_reduce`` "bf16") the gather rounds into a buffer of that dtype, NCCL
     sums in it, and ``finish`` copies the result into the parameters' dtype, in one kernel."""
 
@@ -406,11 +406,6 @@ class FlatGrads:
             p.grad = view
         self._reset(armed=False)
 
-    def release(self) -> None:
-        """Drop the averaged ``.grad`` views: the next backward writes its own gradients."""
-        for p in self.params:
-            p.grad = None
-
 
 @torch.no_grad()
 def broadcast_from_rank0(tensors: Sequence[Tensor]) -> None:
@@ -496,6 +491,9 @@ class TrainStep:
         self.diffusion, self.optimizer, self.knobs, self.device = diffusion, optimizer, knobs, device
         self.no_sync, self.grads = no_sync, grads
         self.graphed = knobs.cuda_graphs and device.type == "cuda"
+        # each backward writes gradients of its own (FlatGrads on several ranks, graph_owned_grads on
+        # one): .grad is None between steps, never a static buffer added into
+        self.fresh_grads = grads is not None or knobs.graph_owned_grads
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[Tensor] = []
@@ -524,10 +522,7 @@ class TrainStep:
                 self.grads.finish()
         with nvtx("optimizer"):
             self.optimizer.step()
-            if self.grads is not None:
-                if not capturing:  # as graph_owned_grads: each replay writes them anew
-                    self.grads.release()
-            elif self.knobs.graph_owned_grads:
+            if self.fresh_grads:
                 if not capturing:  # None before the capture; inside it, each replay writes them anew
                     self.optimizer.zero_grad(set_to_none=True)
             else:
@@ -565,9 +560,7 @@ class TrainStep:
             self.graph.reset()
             self.graph, self.static, self.static_loss = None, [], None
             self.calls = 0
-            if self.grads is not None:  # the averaged views: the next eager step's backward writes its own
-                self.grads.release()
-            elif self.knobs.graph_owned_grads:  # the last replay's gradients: the next eager step starts clean
+            if self.fresh_grads:  # the last replay's gradients: the next eager step starts clean
                 self.optimizer.zero_grad(set_to_none=True)
 
     def _warmup(self, images, masks, draws, mark, marks) -> Tensor:
