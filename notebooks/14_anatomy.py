@@ -108,8 +108,8 @@ plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1]) if SL
 # ## Convergence and training parity
 #
 # The held-out loss of every run (EMA weights, in ε for either parameterization). In
-# {glue:text}`an_still_falling` runs it still fell by 1 % or more between the last two evaluations:
-# within the time each run had, those had not reached their plateau. Levelled off (less than 1 %):
+# {glue:text}`an_still_falling` runs it still fell by {glue:text}`an_plateau` or more between the last two
+# evaluations: within the time each run had, those had not reached their plateau. Levelled off (less):
 # {glue:text}`an_levelled`. The TF32
 # reference (`opt1`, dashed) trains the v recipe beside `fast`'s seeds, {glue:text}`an_opt1_ratio`× slower a step. Its held-out
 # loss is {glue:text}`an_parity` of `fast`'s seeds.

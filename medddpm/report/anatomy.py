@@ -29,7 +29,7 @@ DEFAULT_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}-{RECOMMENDED.spacing}:f
 DDPM_RUN = "ddpm250:bf16"  # DDPM 250 beside it, on every run
 RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentile scaling", "offset": "offset noise 0.1",
            "v": "v-prediction"}
-STORE_FREE = ("an_gain", "an_terminal_abar")  # facts of the schedule, whatever the store holds
+STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau")  # facts of the schedule and rules, whatever the store holds
 TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
 TARGET_UTILITY = 0.95  # issue 47: the synthetic-trained segmenter's Dice ≥ 95 % of the real-trained one's
 PLATEAU = 0.01  # a run has levelled off when its held-out loss fell by less than this share between its last two evaluations
@@ -344,16 +344,17 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         out[f"an_util_{source}"] = number(dice[source], ".3f", "segmentation utility (anatomy/anatomy_utility.csv)")
     if dice["real"] and dice["synthetic"] is not None:
         ratio = dice["synthetic"] / dice["real"]
-        out["an_util_ratio"] = (f"{ratio:.1%} of the real-trained Dice (target ≥ {TARGET_UTILITY:.0%}: "
+        out["an_util_ratio"] = (f"{100 * ratio:.1f} % of the real-trained Dice (target ≥ {100 * TARGET_UTILITY:g} %: "
                                 f"{'met' if ratio >= TARGET_UTILITY else 'missed'})")
     else:
         out["an_util_ratio"] = missing("segmentation utility of both sources")
     c = curves(root, gpu)
     lv = plateaus(c)
+    out["an_plateau"] = f"{100 * PLATEAU:g} %"
     out["an_still_falling"] = (f"{int((~lv['levelled']).sum())} of {len(lv)}" if len(lv)
                                else missing("IXI training curves (anatomy/train/)"))
     flat = lv[lv["levelled"]]
-    out["an_levelled"] = (", ".join(f"`{r['name']}` ({r['drop']:.2%} over its last {r['interval']:,} steps, to step "
+    out["an_levelled"] = (", ".join(f"`{r['name']}` ({100 * r['drop']:.2f} % over its last {r['interval']:,} steps, to step "
                                     f"{r['step']:,})" for _, r in flat.iterrows()) if len(flat)
                           else "none" if len(lv) else missing("IXI training curves (anatomy/train/)"))
     passed = int((judged["verdict"] == "pass").sum())
