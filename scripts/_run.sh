@@ -7,3 +7,14 @@ run() {
   timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | grep -v -e '^\s*$' | tail -${RUN_TAIL:-3}
   echo "  [rc=${PIPESTATUS[0]}, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
 }
+# clocks_on FILE … clocks_off: every GPU's clocks, power, temperature, utilisation and clock-event reasons
+# four times a second into FILE (medddpm.profiling.clocks reads it) while the commands between them run.
+clocks_on() {
+  nvidia-smi --query-gpu="$(${PY:-python3} -c 'from medddpm.profiling.clocks import QUERY; print(QUERY)')" \
+    --format=csv,nounits -lms 250 >"$1" 2>/dev/null &
+  CLOCKS_PID=$!
+}
+clocks_off() {
+  [ -n "${CLOCKS_PID:-}" ] || return 0
+  kill "$CLOCKS_PID" 2>/dev/null; wait "$CLOCKS_PID" 2>/dev/null; CLOCKS_PID=
+}

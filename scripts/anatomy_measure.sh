@@ -18,6 +18,7 @@
 #   and any of them joined by '+' (pct+offset+v).
 # UTILITY_STEPS > 0 adds the segmentation utility (scripts/anatomy.py --utility-steps: segmenters trained
 # on the training masks' synthetic scans and on the real ones, Dice on the real held-out scans).
+# MEASURE_S=0 (GATE_MEASURE_S=0 for a gate run) trains only: best.pt stays under WORK/NAME for a later call.
 # Tables: OUT/anatomy/anatomy_{samples,diversity,summary,utility}.csv (rows appended), OUT/anatomy/slices-*.parquet,
 # and each run's log, held-out and timing CSVs under OUT/anatomy/train/NAME/. Logs: OUT/log.txt.
 set -uo pipefail
@@ -60,6 +61,7 @@ one() {  # RECIPE SEED CONFIG GPU [gate]
     --seed "$seed" --quiet --out "$run_dir" $f $([ -f "$run_dir/checkpoint.pt" ] && echo --resume)
   mkdir -p "$OUT/anatomy/train/$name"
   for t in log heldout timing; do cp "$run_dir/$t.csv" "$OUT/anatomy/train/$name/" 2>/dev/null; done
+  [ "$measure_s" = 0 ] && return 0  # train only (MEASURE_S=0): the checkpoint stays in WORK for a later call
   run "$measure_s" $PY scripts/anatomy.py --data "$IXI" --split "$split" \
     --checkpoint "$run_dir/best.pt" --out "$OUT/anatomy/parts/$name" --name "$name" --runs "$runs" \
     --seeds "$seeds" --work "$WORK/samples" --device cuda --batch "$batch" --utility-steps "${UTILITY_STEPS:-0}"

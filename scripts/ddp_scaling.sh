@@ -10,6 +10,9 @@
 # OUT/profile-<config>-<N>.json, the runs' timing/log CSVs, OUT/commands.log and OUT/log.txt.
 # PER_GPU=1 first runs each config's 1-GPU run on every GPU at once (OUT/per_gpu.csv, with gpu_index): a
 # step of N ranks waits for the slowest GPU, and the efficiency's 1-GPU row comes from GPU 0 alone.
+# NOCOMM=1 adds, after each run of n > 1 ranks, the same run with every gradient all-reduce a no-op
+# (scripts/train_without_allreduce.py; OUT/timing-<config>-<n>-nocomm.csv): the loss split into the
+# communication and the rest. Every run's GPU clocks go to OUT/clocks-<run>.csv, summed up in OUT/clocks.csv.
 # NVLink multicast stays off in every process.
 set -uo pipefail
 OUT=${1:?usage: ddp_scaling.sh OUT GPU_LABEL [CONFIG...]}; GPU=${2:?GPU label}; shift 2
@@ -27,11 +30,18 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.m
   --format=csv >"$OUT/nvidia-smi.csv"
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
 [ -d "$DATA/data/masks" ] || run 120 $PY -m medddpm phantom --out "$DATA/data" --n 8 --size "$SIZE"
-train() {  # train OUT NPROC STEPS ACCUM EVERY: one timed training run of $cfg on the phantoms
+train() {  # train OUT NPROC STEPS ACCUM EVERY [nocomm]: one timed training run of $cfg on the phantoms
   rm -rf "$1"
-  run "${TRAIN_LIMIT:-240}" $PY -m medddpm train --images "$DATA/data/images" --masks "$DATA/data/masks" \
-    --model whole-head --config "$cfg" --size "$SIZE" --steps "$3" --grad-accum "$4" --log-every "$5" \
-    --save-every 100000 --device cuda --nproc "$2" --out "$1" --quiet
+  local args=(train --images "$DATA/data/images" --masks "$DATA/data/masks" --model whole-head --config "$cfg"
+    --size "$SIZE" --steps "$3" --grad-accum "$4" --log-every "$5" --save-every 100000 --device cuda --out "$1" --quiet)
+  clocks_on "$OUT/clocks-$(basename "$1").csv"
+  if [ "${6:-}" = nocomm ]; then
+    run "${TRAIN_LIMIT:-240}" $PY -m torch.distributed.run --standalone --nproc-per-node "$2" \
+      "$(dirname "$0")/train_without_allreduce.py" "${args[@]}"
+  else
+    run "${TRAIN_LIMIT:-240}" $PY -m medddpm "${args[@]}" --nproc "$2"
+  fi
+  clocks_off
 }
 for cfg in $CONFIGS; do
   if [ -n "${PER_GPU:-}" ]; then  # the same 1-GPU run on every GPU at once
@@ -63,6 +73,10 @@ PYEOF
       train "$DATA/run-$name" "$n" "$steps" "$accum" "$every"
       cp "$DATA/run-$name/timing.csv" "$OUT/timing-$name.csv" 2>/dev/null
       cp "$DATA/run-$name/log.csv" "$OUT/log-$name.csv" 2>/dev/null
+      if [ -n "${NOCOMM:-}" ] && [ "$n" -gt 1 ]; then
+        train "$DATA/nocomm-$name" "$n" "$steps" "$accum" "$every" nocomm
+        cp "$DATA/nocomm-$name/timing.csv" "$OUT/timing-$name-nocomm.csv" 2>/dev/null
+      fi
     done
   done
   [ -n "${NO_PROFILE:-}" ] || for n in ${PROFILE_NPROCS:-$N}; do
@@ -75,3 +89,5 @@ shopt -s nullglob  # no profiles (NO_PROFILE, or none finished): the table witho
 profiles=("$OUT"/profile-*.json)
 run 60 $PY -m medddpm.profiling.scaling table "$DATA"/run-* --gpu "$GPU" --profiles "${profiles[@]}" --out "$OUT/scaling.csv"
 cat "$OUT/scaling.csv"
+clocks=("$OUT"/clocks-*.csv)
+[ ${#clocks[@]} = 0 ] || run 60 $PY -m medddpm.profiling.clocks "${clocks[@]}" --out "$OUT/clocks.csv"

@@ -13,6 +13,7 @@
 # stops starting stages that would not finish in time. STAGES picks and orders them (default: all but profile):
 #   profile   cProfile of the 1-mask default, cold and warm: the costliest calls (OUT/profile-sample-1-*.txt),
 #             and -X importtime of it (OUT/importtime-sample-1.txt)
+#   profilefast  cProfile of --config fast on 8 masks, warm (after fast8): OUT/profile-sample-fast-8-warm.txt
 #   one       1 mask by default, cold and warm        fast8   --config fast, 8 masks, cold and warm, compared
 #   default100  100 masks by default (fast), warm     default8  8 masks by default (eager bf16), twice, compared
 #   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC) and on one process, compared
@@ -54,20 +55,27 @@ row() {  # row NAME CACHE VOLUMES MASKS [sample options...]: one timed `sample` 
 }
 # In the order of the targets (STAGES), each stage only while END leaves it time.
 PINNED=fast-w16-tnorm-tconv-fold-up-update-chain-pinned  # fast's sampler, cuDNN's heuristics instead of its autotuner
+profile() {  # profile NAME MASKS [sample options...]: cProfile of one `sample` (OUT/profile-NAME.txt)
+  local name=$1 masks=$2; shift 2
+  rm -rf "$WORK/s-profile-$name"
+  $PY -m cProfile -o "$WORK/profile-$name.pstats" -m medddpm $S --masks "$masks" --out "$WORK/s-profile-$name" "$@" &&
+    $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(60); s.sort_stats('tottime').print_stats(25)" \
+      "$WORK/profile-$name.pstats" >"$OUT/profile-$name.txt"
+}
 stage_profile() {
   fresh_cache profile
   local state
   for state in cold warm; do
-    left 40 || return
-    rm -rf "$WORK/s-profile-$state"
-    $PY -m cProfile -o "$WORK/profile-$state.pstats" -m medddpm $S --masks "$WORK/masks1" --out "$WORK/s-profile-$state" &&
-      $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(45); s.sort_stats('tottime').print_stats(20)" \
-        "$WORK/profile-$state.pstats" >"$OUT/profile-sample-1-$state.txt"
+    left 40 && profile "sample-1-$state" "$WORK/masks1"
   done
   # which modules the start-up imports, and what each costs (cumulative µs, the 60 dearest)
   left 30 && rm -rf "$WORK/s-importtime" && $PY -X importtime -m medddpm $S --masks "$WORK/masks1" \
     --out "$WORK/s-importtime" 2>&1 >/dev/null | grep "^import time:" | sort -t'|' -k2 -n | tail -60 \
     >"$OUT/importtime-sample-1.txt"
+}
+stage_profilefast() {  # where fast's warm start-up goes: its cache is warm after stage fast8
+  use_cache fast
+  left 60 && profile sample-fast-8-warm "$WORK/masks8" --config fast
 }
 stage_one() {
   fresh_cache default

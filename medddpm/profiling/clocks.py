@@ -1,0 +1,73 @@
+"""GPU clocks while a run ran (issue 49): an N-rank step waits for the slowest of N GPUs, and a GPU
+that boosts less under load is slower without any fault of the code. ``scripts/_run.sh``'s
+``clocks_on`` logs every GPU's SM clock, power, temperature, utilisation and clock-event reasons
+(``nvidia-smi --query-gpu … -lms``); ``clock_table`` reduces such logs to one row per (run, GPU)
+over the samples where that GPU was busy.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+QUERY = "timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active"
+BUSY = 90  # % utilisation from which a sample counts as the run's work (not start-up, not compilation)
+COLUMNS = ["run", "gpu_index", "busy_samples", "sm_mhz_median", "sm_mhz_p10", "mem_mhz_median", "power_w_median",
+           "temp_c_max", "event_reasons"]
+
+
+def read_log(path: str | Path) -> pd.DataFrame:
+    """One nvidia-smi CSV log (with or without units) as numbers: index, sm, mem, power, temp, util,
+    reasons (the active clock-event bit mask, an int)."""
+    df = pd.read_csv(path, skipinitialspace=True)
+    df.columns = [re.sub(r"\s*\[.*\]$", "", c.strip()) for c in df.columns]
+    names = {"index": "index", "clocks.current.sm": "sm", "clocks.sm": "sm", "clocks.current.memory": "mem",
+             "clocks.mem": "mem", "power.draw": "power", "temperature.gpu": "temp", "utilization.gpu": "util",
+             "clocks_event_reasons.active": "reasons"}
+    df = df.rename(columns={c: names[c] for c in df.columns if c in names})
+    out = pd.DataFrame({"index": pd.to_numeric(df["index"], errors="coerce")})
+    for c in ("sm", "mem", "power", "temp", "util"):
+        out[c] = pd.to_numeric(df[c].astype(str).str.extract(r"([0-9.]+)")[0], errors="coerce") if c in df else float("nan")
+    out["reasons"] = (df["reasons"].astype(str).map(lambda s: int(s, 16) if s.startswith("0x") else 0)
+                      if "reasons" in df else 0)
+    return out.dropna(subset=["index"])
+
+
+def clock_table(logs: dict[str, str | Path], busy: int = BUSY) -> pd.DataFrame:
+    """{run name: log} → one row per (run, GPU) that was busy (utilisation ≥ ``busy`` %) in it:
+    the median and 10th percentile SM clock, the median memory clock and power, the hottest
+    temperature and the clock-event reasons seen (bit mask OR-ed over the busy samples)."""
+    rows = []
+    for run, path in logs.items():
+        df = read_log(path)
+        for gpu, g in df[df["util"] >= busy].groupby("index"):
+            reasons = 0
+            for r in g["reasons"]:
+                reasons |= int(r)
+            rows.append({"run": run, "gpu_index": int(gpu), "busy_samples": len(g),
+                         "sm_mhz_median": float(g["sm"].median()), "sm_mhz_p10": float(g["sm"].quantile(0.1)),
+                         "mem_mhz_median": float(g["mem"].median()), "power_w_median": float(g["power"].median()),
+                         "temp_c_max": float(g["temp"].max()), "event_reasons": f"{reasons:#x}"})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m medddpm.profiling.clocks",
+                                description="clocks.csv from nvidia-smi logs named clocks-RUN.csv")
+    p.add_argument("logs", nargs="+", help="clocks-RUN.csv logs (scripts/_run.sh clocks_on)")
+    p.add_argument("--out", required=True, help="CSV to write")
+    a = p.parse_args(argv)
+    logs = {Path(f).stem.removeprefix("clocks-"): f for f in a.logs if Path(f).stat().st_size > 0}
+    table = clock_table(logs)
+    table.to_csv(a.out, index=False, lineterminator="\n")
+    print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
