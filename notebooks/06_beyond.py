@@ -175,12 +175,12 @@ else:
 # %% [markdown]
 # ## Several GPUs: torchrun, one all-reduce, one CUDA graph
 #
-# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`) keeps every
-# GPU's micro-batch (weak scaling); the efficiency is T(1 GPU) / T(N GPUs) of the same configuration,
-# micro-batch and grad-accum. By default (`grad_sync` `flat`) the gradients autograd writes are gathered
-# into one flat buffer and averaged by all-reduces of it (DDP's sums, tested bit-exact on CPU), inside
-# the step's one CUDA graph; `opt1-ddp` and `bf16-graphs-ddp` keep PyTorch's DDP buckets. Measured with
-# the real loop on 128³ phantom NIfTI files (`scripts/ddp_scaling.sh`).
+# `medddpm train --nproc N` (or `torchrun --standalone --nproc-per-node N -m medddpm train …`) keeps every GPU's
+# micro-batch (weak scaling); the efficiency is T(1 GPU) / T(N GPUs) of the same configuration, micro-batch and
+# grad-accum. By default (`grad_sync` `flat`) the gradients autograd writes are gathered into one flat buffer and
+# averaged by all-reduces of it (DDP's sums, tested bit-exact on CPU), inside the step's one CUDA graph; `opt1-ddp`
+# and `bf16-graphs-ddp` keep PyTorch's DDP buckets. Measured with the real loop on 128³ phantom NIfTI files
+# (`scripts/ddp_scaling.sh`).
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one GPU and on several (torchrun, weak scaling), per machine, configuration and micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
@@ -191,18 +191,18 @@ if not SC.empty:
                       "scaling_efficiency", "nccl"]], 3))
 
 # %% [markdown]
-# {glue:text}`scaling_within` rows on several GPUs reach 97 % ({glue:text}`scaling_range`). On {glue:text}`bf16-graphs_machine`, `bf16-graphs`
-# {glue:text}`bf16-graphs_a1_eff` ({glue:text}`bf16-graphs_a1_ms` ms/step) and {glue:text}`bf16-graphs_a2_eff` with two
-# micro-batches; on {glue:text}`opt1_machine`, `opt1` {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and
-# {glue:text}`opt1_a2_eff`. The earlier run used DDP's buckets, no CUDA graph on two ranks, and
-# (for `opt1`) NIfTI decoding on the critical path; it kept {glue:text}`opt1_earlier_eff` for
-# `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs` ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its
-# `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a step, while the same all-reduce
-# alone takes under a millisecond on this NVLink pair (`ddp-2026-11-22/allreduce_probe.txt`). Our
-# reading, which the new runs bear out but no trace of both ranks proves: the NCCL kernels waited
-# for the other rank's decoding, whose length varies from file to file. With the volumes on the GPU
-# both ranks run the same kernels in step. What `bf16-graphs` still pays on two GPUs is its all-reduce, which the flat scheme runs after the
-# backward pass instead of overlapping it (the price of keeping the step one CUDA graph).
+# {glue:text}`scaling_within` rows on several GPUs reach 97 % ({glue:text}`scaling_range`). On
+# {glue:text}`bf16-graphs_machine`, `bf16-graphs` {glue:text}`bf16-graphs_a1_eff` ({glue:text}`bf16-graphs_a1_ms`
+# ms/step) and {glue:text}`bf16-graphs_a2_eff` with two micro-batches; on {glue:text}`opt1_machine`, `opt1`
+# {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and {glue:text}`opt1_a2_eff`. The earlier run used DDP's
+# buckets, no CUDA graph on two ranks, and (for `opt1`) NIfTI decoding on the critical path; it kept
+# {glue:text}`opt1_earlier_eff` for `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs`
+# ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a
+# step, while the same all-reduce alone takes under a millisecond on this NVLink pair
+# (`ddp-2026-11-22/allreduce_probe.txt`). Our reading, which the new runs bear out but no trace of both ranks proves:
+# the NCCL kernels waited for the other rank's decoding, whose length varies from file to file. With the volumes on
+# the GPU both ranks run the same kernels in step. What `bf16-graphs` still pays on two GPUs is its all-reduce, which
+# the flat scheme runs after the backward pass instead of overlapping it (the price of one CUDA graph a step).
 
 # %% tags=["hide-input"]
 if not SC_EARLIER.empty:
@@ -212,29 +212,25 @@ if not SC_EARLIER.empty:
 # %% [markdown]
 # ### Overlapping the all-reduce, and where the rest goes
 #
-# On several ranks `fast` runs the network as {glue:text}`config_fast_buckets` compiled segments (knob
-# `grad_buckets`; one process compiles it whole): the decoder first, then the encoder cut after
-# its downsamplings. Its flat buffer is laid out in as many buckets. When backward has accumulated
-# a segment's gradients, a hook gathers them into their bucket with one multi-tensor copy and
-# starts the bucket's all-reduce on NCCL's stream (NCCL averages inside it): all but the last run
-# beside the encoder's backward, inside the step's CUDA graph. Autograd writes each gradient where
-# it likes, as one process does with `graph_owned_grads`: no zeroed buffer to add into, and no add
-# kernel per parameter. `fast` now: {glue:text}`buckets_scaling`. Rows on several GPUs that reach
-# 97 %: {glue:text}`overlap_within`.
+# On several ranks `fast` runs the network as {glue:text}`config_fast_buckets` compiled segments (knob `grad_buckets`;
+# one process compiles it whole): the decoder first, then the encoder cut after its downsamplings. Its flat buffer is
+# laid out in as many buckets. When backward has accumulated a segment's gradients, a hook gathers them into their
+# bucket with one multi-tensor copy and starts the bucket's all-reduce on NCCL's stream (NCCL averages inside it): all
+# but the last run beside the encoder's backward, inside the step's CUDA graph. Autograd writes each gradient where it
+# likes, as one process does with `graph_owned_grads`: no zeroed buffer to add into, and no add kernel per parameter.
+# `fast` now: {glue:text}`buckets_scaling`. Rows on several GPUs that reach 97 %: {glue:text}`overlap_within`.
 #
-# The earlier run ({glue:text}`added_run`) added every gradient into the zeroed flat buffer instead:
-# `fast` {glue:text}`added_scaling`, and `fast-flat` (one all-reduce after the backward)
-# {glue:text}`flat_scaling`. One run each: {glue:text}`overlap_verdict`.
+# The earlier run ({glue:text}`added_run`) added every gradient into the zeroed flat buffer instead: `fast`
+# {glue:text}`added_scaling`, and `fast-flat` (one all-reduce after the backward) {glue:text}`flat_scaling`. One run
+# each: {glue:text}`overlap_verdict`.
 #
-# The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two
-# GPUs takes {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). The per-rank profile of
-# `fast` on two ranks is {glue:text}`rank_run`. There the NCCL kernels last {glue:text}`rank_nccl_ms`
-# ms a step on ranks 0 and 1, of which {glue:text}`rank_exposed_ms` ms overlap no other kernel: the
-# slower rank's NCCL kernels spend about {glue:text}`rank_wait_ms` ms more than the transfer needs,
-# waiting for the other rank to reach the same bucket. Both ranks' other kernels take
-# {glue:text}`rank_compute_ms` ms a step, against {glue:text}`fast_one_gpu_ms` ms for the whole step on
-# one GPU now, and compute kernels share the GPU with NCCL kernels that wait there. Wall time per
-# step: {glue:text}`rank_step_ms` ms.
+# The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two GPUs takes
+# {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). The per-rank profile of `fast` on two ranks is
+# {glue:text}`rank_run`. There the NCCL kernels last {glue:text}`rank_nccl_ms` ms a step on ranks 0 and 1, of which
+# {glue:text}`rank_exposed_ms` ms overlap no other kernel: the slower rank's NCCL kernels spend about
+# {glue:text}`rank_wait_ms` ms more than the transfer needs, waiting for the other rank to reach the same bucket. Both
+# ranks' other kernels take {glue:text}`rank_compute_ms` ms a step, against {glue:text}`fast_one_gpu_ms` ms for the
+# whole step on one GPU now, and compute kernels share the GPU with NCCL kernels that wait there (step: {glue:text}`rank_step_ms` ms).
 
 # %% tags=["hide-input"]
 RP = fast_tables.rank_profiles(root)
@@ -242,9 +238,13 @@ if not RP.empty:
     display(table(RP, 2))
 
 # %% [markdown]
-# ### Half the bytes
+# ### Half the bytes, and where the rest goes
 #
 # `fast-rbf16` all-reduces the same buckets in bf16 (knob `grad_reduce`; the sums are copied back into the fp32
 # gradients the optimizer reads). One run ({glue:text}`rbf16_run`): {glue:text}`rbf16_rows`; {glue:text}`rbf16_verdict`,
 # and {glue:text}`rbf16_within` of its rows reach 97 %. The two 2-rank runs' losses {glue:text}`rbf16_loss`. Where half
-# the bytes gain nothing, the lost time is not the transfer.
+# the bytes gain nothing, the lost time is not the transfer. Another run ({glue:text}`split_run`) has two ranks whose
+# all-reduces are no-ops (`scripts/train_without_allreduce.py`: the 2-rank code path, no byte moved, no rank waiting):
+# {glue:text}`split_rows`. So {glue:text}`split_comm` ms come with NCCL and {glue:text}`split_path` ms with the code
+# path. The busy GPUs' median SM clock: {glue:text}`split_clocks`, at {glue:text}`split_power`
+# ({glue:text}`split_reasons`). Our reading: at the power cap, NCCL's kernels beside the backward take SMs and watts.

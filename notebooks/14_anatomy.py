@@ -160,9 +160,10 @@ show_table(anatomy.utility(root, AG), "segmentation utility (anatomy/anatomy_uti
 # {glue:text}`an_gate_dbg`. Against the 0.05 target and the template's r such a shift is small; against
 # the noise it is {glue:text}`an_gate_dr_verdict`. The per-subject rule is also strict at this many subjects: FP32 DDPM 250
 # judged against itself (the mean of half its seeds inside the band of the other half) passes on
-# only {glue:text}`an_self_check` subjects. Where no faster candidate passes, the default stays the
-# 12-step chain, and the verdict is not a quality claim for it. To tell bf16 numerics from the
-# sampler, run DDPM 250 under `fast`, and more steps, over more seeds on the same checkpoint.
+# only {glue:text}`an_self_check` subjects. The gate's own rows tell the numerics from the sampler:
+# {glue:text}`an_gate_cause`. Where no faster candidate passes, the default stays the 12-step chain (a
+# reference-quality sample takes `--sampler ddpm`, 250 denoiser calls), and the verdict is not a
+# quality claim for it.
 
 # %% tags=["hide-input"]
 show_table(anatomy.gate_runs(anatomy.gate(root, AG)), "the sampler gate on IXI (FP32 DDPM 250 in anatomy/)",

@@ -8,7 +8,8 @@ run() {
   echo "  [rc=${PIPESTATUS[0]}, $((SECONDS - t0)) s] $*" | tee -a "$OUT/log.txt"
 }
 # clocks_on FILE … clocks_off: every GPU's clocks, power, temperature, utilisation and clock-event reasons
-# four times a second into FILE (medddpm.profiling.clocks reads it) while the commands between them run.
+# four times a second into FILE (medddpm.profiling.clocks reads it) while the commands between them run. The logger
+# is a background job of this shell: between the two, wait for your own jobs by PID, since a bare `wait` never returns.
 clocks_on() {
   nvidia-smi --query-gpu="$(${PY:-python3} -c 'from medddpm.profiling.clocks import QUERY; print(QUERY)')" \
     --format=csv,nounits -lms 250 >"$1" 2>/dev/null &

@@ -24,9 +24,12 @@ OUT=${1:?usage: time_to_result.sh OUT WORK [NPROC]}; WORK=${2:?}; NPROC=${3:-$(n
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
-# bytecode kept across the timed processes, as an installed environment keeps it next to its files (a read-only
-# site-packages otherwise compiles torch's sources in every process); the first process writes it
+# bytecode kept across the timed processes, as an installed environment keeps it next to its files: the first process
+# writes it. An image that sets PYTHONDONTWRITEBYTECODE and ships no .pyc (the device's, 2026-11) otherwise compiles
+# torch's sources in every process: 5.5 s of a 1-mask sample and 12 s of fast's start-up there (cProfile, builtins.compile)
+unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$WORK/pycache}
+$PY -c "import sys; print(f'bytecode: written {not sys.dont_write_bytecode}, prefix {sys.pycache_prefix}')" >"$OUT/bytecode.txt"
 T="$PY -m medddpm.profiling.waiting"
 CSV=$OUT/time_to_result.csv; SAME=$OUT/same_files.csv
 
@@ -59,7 +62,7 @@ profile() {  # profile NAME MASKS [sample options...]: cProfile of one `sample` 
   local name=$1 masks=$2; shift 2
   rm -rf "$WORK/s-profile-$name"
   $PY -m cProfile -o "$WORK/profile-$name.pstats" -m medddpm $S --masks "$masks" --out "$WORK/s-profile-$name" "$@" &&
-    $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(60); s.sort_stats('tottime').print_stats(25)" \
+    $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(60); s.sort_stats('tottime').print_stats(25); s.print_callers('_register_to_dispatcher')" \
       "$WORK/profile-$name.pstats" >"$OUT/profile-$name.txt"
 }
 stage_profile() {

@@ -79,3 +79,25 @@ def test_the_gate_shift_comes_with_its_standard_error_and_the_references_spread(
     pd.DataFrame([{"name": "v-s0-fast", "run": ref, "seed": seed, "subject": s, "brain_corr": 0.7 + 0.001 * seed}
                   for seed in range(4) for s in ("a", "b")]).to_csv(folder / "anatomy_samples.csv", index=False)
     assert abs(reference_span(tmp_path, "gpu") - 0.003) < 1e-9 and reference_span(tmp_path, "none") is None
+
+
+def test_the_gate_cause_reads_the_numerics_and_the_steps_from_the_gates_rows():
+    """gate_cause: DDPM 250 under fast against FP32 gives the numerics' share; the default solver's
+    chains of every length judged give the steps' share."""
+    from medddpm.report.anatomy import gate_cause
+
+    def table(ddpm_fast: str, chains: dict[int, str]) -> pd.DataFrame:
+        rows = [("ddpm", 250, "", "baseline", "reference"), ("ddpm", 250, "", "fast", ddpm_fast),
+                *(("dpm2m-sde", n, "logsnr", "fast", v) for n, v in chains.items()),
+                ("dpm2m-sde", 12, "logsnr", "fast-fp8", "fail: corr")]  # another configuration: not counted
+        return pd.DataFrame([dict(zip(["sampler", "steps", "spacing", "config", "verdict"], r), subject=s)
+                             for r in rows for s in ("a", "b")])
+
+    solver = gate_cause(table("pass", {10: "fail: corr", 12: "fail: corr", 24: "fail: w1"}))
+    assert "fails at 3 of its 3 lengths (10, 12, 24 steps)" in solver and "few-step solver" in solver
+    numerics = gate_cause(table("fail: corr", {12: "fail: corr"}))
+    assert "numerics already move" in numerics
+    mixed = gate_cause(table("pass", {12: "fail: corr", 24: "pass"}))
+    assert "fails at 1 of its 2 lengths" in mixed and "solver" not in mixed.split(":")[-1]
+    assert gate_cause(table("pass", {}).query("sampler == 'ddpm'")).startswith("—")
+    assert gate_cause(pd.DataFrame()).startswith("—")

@@ -30,3 +30,11 @@ def test_units_in_values_and_a_gpu_never_busy(tmp_path):
     df = read_log(path)
     assert df["sm"].tolist() == [1500, 345] and df["util"].tolist() == [100, 0]
     assert clock_table({"r": path})["gpu_index"].tolist() == [0]
+
+
+def test_reason_names():
+    from medddpm.profiling.clocks import reason_names
+
+    assert reason_names("0x4") == ["software power cap"]
+    assert reason_names(0x24) == ["software power cap", "software thermal slowdown"]
+    assert reason_names("0x0") == [] and reason_names("0x1000") == ["0x1000"]

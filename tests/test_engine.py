@@ -335,15 +335,17 @@ def test_the_sampler_freezes_its_timestep_table_under_its_own_autocast(tiny):
                                rtol=0, atol=0)
 
 
-def test_a_model_for_given_weights_is_built_without_initialising_them(tiny):
-    """inference(state=…) builds the U-Net on the meta device and loads every parameter and buffer:
-    the same weights and outputs as a model initialised first, and nothing left on the meta device."""
+def test_a_model_for_given_weights_is_built_on_its_device_and_loaded(tiny, monkeypatch):
+    """inference(state=…) builds the U-Net on its own device (never through the meta device, whose
+    storage step runs PyTorch's Python reference ops) and loads every parameter and buffer: the
+    same weights and outputs as the model they came from; a state missing a key is refused."""
     from medddpm.run.engine import build_model, inference
 
     knobs = run_config("bf16")
     torch.manual_seed(0)
     ref = build_model(tiny, knobs, CPU).eval()
     state = {k: v.clone() for k, v in ref.state_dict().items()}
+    monkeypatch.setattr(torch.nn.Module, "to_empty", lambda *a, **k: pytest.fail("built on the meta device"))
     model, _, _ = inference(tiny, knobs, CPU, state=state)
     assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
     x, t = torch.randn(1, tiny.in_channels, 8, 8, 8), torch.tensor([3])

@@ -56,8 +56,9 @@ class Recommendation:
 
 
 RECOMMENDED = Recommendation("dpm2m-sde", 12, "logsnr", "the fewest steps inside FP32 DDPM 250's quality band under "
-                             "the fast configuration (quality/sampler_verdicts.csv); at 10 its histogram distance "
-                             "falls just outside on one subject")
+                             "the fast configuration on the MNI demo set (quality/sampler_verdicts.csv); on real "
+                             "IXI brains no few-step chain has passed yet (book chapter 14): --sampler ddpm for the "
+                             "reference's samples")
 DEFAULT_SPACING = RECOMMENDED.spacing  # a solver's spacing unless one is given
 DEFAULT_STEPS = RECOMMENDED.steps  # a solver's denoiser calls unless told
 

@@ -15,8 +15,18 @@ import pandas as pd
 
 QUERY = "timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active"
 BUSY = 90  # % utilisation from which a sample counts as the run's work (not start-up, not compilation)
+# NVML's clock-event reason bits (nvidia-smi --help-query-gpu, clocks_event_reasons.*)
+REASONS = {0x1: "idle", 0x2: "application clocks", 0x4: "software power cap", 0x8: "hardware slowdown",
+           0x10: "sync boost", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+           0x80: "hardware power brake", 0x100: "display clock"}
 COLUMNS = ["run", "gpu_index", "busy_samples", "sm_mhz_median", "sm_mhz_p10", "mem_mhz_median", "power_w_median",
            "temp_c_max", "event_reasons"]
+
+
+def reason_names(mask: str | int) -> list[str]:
+    """The names of the bits set in a clock-event reason mask ('0x4' → ['software power cap'])."""
+    bits = int(mask, 16) if isinstance(mask, str) else int(mask)
+    return [name for bit, name in REASONS.items() if bits & bit] + ([f"{bits & ~sum(REASONS):#x}"] if bits & ~sum(REASONS) else [])
 
 
 def read_log(path: str | Path) -> pd.DataFrame:

@@ -231,6 +231,27 @@ def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
     return {**d.mean().to_dict(), **{f"{k}_se": v for k, v in se.to_dict().items()}}
 
 
+def gate_cause(table: pd.DataFrame, sampler: str = RECOMMENDED.sampler, config: str = "fast") -> str:
+    """What the gate's own rows say of a failing chain's cause: DDPM 250 under ``config`` against FP32
+    (the numerics' share) and ``sampler``'s chains of every length judged (the steps' share)."""
+    if table.empty:
+        return missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)")
+    verdict = table.groupby([*RUN_COLUMNS], sort=False)["verdict"].first()
+    numerics = verdict.get(("ddpm", REFERENCE[1], "", config))
+    chains = verdict[[k[0] == sampler and k[3] == config for k in verdict.index]]
+    if numerics is None or chains.empty:
+        return missing(f"DDPM {REFERENCE[1]} under {config} and {sampler} chains in the IXI gate")
+    steps = sorted(k[1] for k in chains.index)
+    failed = [k[1] for k, v in chains.items() if v != "pass"]
+    said = (f"DDPM {REFERENCE[1]} under `{config}` {'passes' if numerics == 'pass' else 'fails'}; `{sampler}` fails at "
+            f"{len(failed)} of its {len(steps)} lengths ({', '.join(map(str, steps))} steps)")
+    if numerics == "pass" and len(failed) == len(steps):
+        return said + ": not the bf16 numerics, and more steps do not close the gap: its cause lies in the few-step solver"
+    if numerics != "pass":
+        return said + f": `{config}`'s numerics already move DDPM {REFERENCE[1]}"
+    return said
+
+
 def reference_span(root: Path, gpu: str | None, metric: str = "brain_corr") -> float | None:
     """How far FP32 DDPM 250's seeds of the gate's run lie apart in ``metric`` averaged over the
     subjects (highest seed mean less the lowest): the spread a shift of that mean is set against."""
@@ -360,6 +381,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     passed = int((judged["verdict"] == "pass").sum())
     out["an_gate_count"] = (f"{passed} of the {len(judged)} candidates pass" if len(judged)
                             else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
+    out["an_gate_cause"] = gate_cause(table)
     p = parity(c)
     out["an_parity"] = (f"inside the band at {int(p['inside'].sum())} of {len(p)} common steps "
                         f"({', '.join(f'{int(s):,}' for s in p['step'])})" if len(p) else missing("TF32 parity run on IXI"))

@@ -203,7 +203,61 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root),
                            fast_tables.scaling_earlier(root)))
     f.update(reduce_facts(root, fast_tables.scaling_earlier(root)))
+    f.update(split_facts(root))
     return f
+
+
+SPLIT_KEYS = ("split_run", "split_rows", "split_comm", "split_path", "split_clocks", "split_power", "split_reasons")
+
+
+def split_facts(root: Path) -> dict[str, str]:
+    """Where the 2-GPU loss goes: the newest run folder holding ``steps.csv`` (one GPU, two ranks
+    whose all-reduces are no-ops, two ranks: ``scripts/train_without_allreduce.py``) and its
+    ``clocks.csv`` (``profiling.clocks``): the loss split into what comes with NCCL and what the
+    2-rank code path costs, and each run's busy SM clocks, power and clock-event reasons."""
+    from ..profiling.clocks import reason_names
+
+    found = sorted(Path(root).glob("*/*/steps.csv"), key=lambda p: p.parent.name)
+    if not found:
+        return {k: missing("run of fast with no-op all-reduces (steps.csv)") for k in SPLIT_KEYS}
+    folder = found[-1].parent
+    steps = pd.read_csv(found[-1])
+    ms = {(r.world_size, r.all_reduce.split()[0]): r.step_ms_median for r in steps.itertuples()}
+    one, noop, nccl = ms.get((1, "none")), ms.get((2, "none")), ms.get((2, "NCCL"))
+    f = {"split_run": f"`{folder.parent.name}/{folder.name}/`"}
+    label = {1: "one GPU", 2: "two ranks"}
+    f["split_rows"] = "; ".join(
+        f"{label.get(r.world_size, f'{r.world_size} ranks')}{', all-reduce a no-op' if r.world_size > 1 and r.all_reduce.startswith('none') else ''} "
+        f"{r.step_ms_median:.2f} ms" for r in steps.itertuples())
+    f["split_comm"] = number(nccl - noop if nccl and noop else None, ".2f", "two-rank rows with and without the all-reduce")
+    f["split_path"] = number(noop - one if noop and one else None, ".2f", "the one-GPU and no-op rows")
+    clocks = folder / "clocks.csv"
+    if clocks.is_file():
+        c = pd.read_csv(clocks)
+        names = dict(zip(steps["run"], [f"{label.get(w, w)}{' (no-op)' if a.startswith('none') and w > 1 else ''}"
+                                        for w, a in zip(steps["world_size"], steps["all_reduce"])]))
+        c = c[c["run"].isin(names)]
+        f["split_clocks"] = "; ".join(f"{names[run]} {' / '.join(f'{v:.0f}' for v in g.sort_values('gpu_index')['sm_mhz_median'])} MHz"
+                                      for run, g in c.groupby("run", sort=False))
+        limit = _power_limit(folder)
+        f["split_power"] = (f"{c['power_w_median'].min():.0f}–{c['power_w_median'].max():.0f} W"
+                            + (f" of the {limit:.0f} W limit" if limit else ""))
+        seen = sorted({n for m in c["event_reasons"] for n in reason_names(m)})
+        f["split_reasons"] = ", ".join(seen) if seen else "none"
+    else:
+        f.update({k: missing(f"{folder.name}/clocks.csv") for k in ("split_clocks", "split_power", "split_reasons")})
+    return f
+
+
+def _power_limit(folder: Path) -> float | None:
+    """The GPUs' power limit (W) in the run's ``nvidia-smi.csv``, where it says."""
+    path = folder / "nvidia-smi.csv"
+    if not path.is_file():
+        return None
+    df = pd.read_csv(path, skipinitialspace=True)
+    col = next((c for c in df.columns if c.startswith("power.limit")), None)
+    vals = pd.to_numeric(df[col].astype(str).str.extract(r"([0-9.]+)")[0], errors="coerce") if col else pd.Series(dtype=float)
+    return float(vals.max()) if vals.notna().any() else None
 
 
 NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)
