@@ -7,6 +7,8 @@ over the samples where that GPU was busy.
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import re
 from pathlib import Path
 from typing import Sequence
@@ -29,21 +31,40 @@ def reason_names(mask: str | int) -> list[str]:
     return [name for bit, name in REASONS.items() if bits & bit] + ([f"{bits & ~sum(REASONS):#x}"] if bits & ~sum(REASONS) else [])
 
 
+def _numbers(values: pd.Series) -> pd.Series:
+    """nvidia-smi's cells as numbers, with or without their units ('1830 MHz', '689.59')."""
+    return pd.to_numeric(values.astype(str).str.extract(r"([0-9.]+)")[0], errors="coerce")
+
+
+def _columns(df: pd.DataFrame) -> pd.DataFrame:
+    """nvidia-smi's header names without their units ('power.limit [W]' → 'power.limit')."""
+    return df.set_axis([re.sub(r"\s*\[.*\]$", "", c.strip()) for c in df.columns], axis=1)
+
+
 def read_log(path: str | Path) -> pd.DataFrame:
     """One nvidia-smi CSV log (with or without units) as numbers: index, sm, mem, power, temp, util,
     reasons (the active clock-event bit mask, an int)."""
-    df = pd.read_csv(path, skipinitialspace=True)
-    df.columns = [re.sub(r"\s*\[.*\]$", "", c.strip()) for c in df.columns]
+    df = _columns(pd.read_csv(path, skipinitialspace=True))
     names = {"index": "index", "clocks.current.sm": "sm", "clocks.sm": "sm", "clocks.current.memory": "mem",
              "clocks.mem": "mem", "power.draw": "power", "temperature.gpu": "temp", "utilization.gpu": "util",
              "clocks_event_reasons.active": "reasons"}
     df = df.rename(columns={c: names[c] for c in df.columns if c in names})
     out = pd.DataFrame({"index": pd.to_numeric(df["index"], errors="coerce")})
     for c in ("sm", "mem", "power", "temp", "util"):
-        out[c] = pd.to_numeric(df[c].astype(str).str.extract(r"([0-9.]+)")[0], errors="coerce") if c in df else float("nan")
+        out[c] = _numbers(df[c]) if c in df else float("nan")
     out["reasons"] = (df["reasons"].astype(str).map(lambda s: int(s, 16) if s.startswith("0x") else 0)
                       if "reasons" in df else 0)
     return out.dropna(subset=["index"])
+
+
+def power_limit(path: str | Path) -> float | None:
+    """The highest power limit (W) in an ``nvidia-smi --query-gpu=…,power.limit`` CSV; None where
+    the file or the column is missing."""
+    if not Path(path).is_file():
+        return None
+    df = _columns(pd.read_csv(path, skipinitialspace=True))
+    vals = _numbers(df["power.limit"]) if "power.limit" in df else pd.Series(dtype=float)
+    return float(vals.max()) if vals.notna().any() else None
 
 
 def clock_table(logs: dict[str, str | Path], busy: int = BUSY) -> pd.DataFrame:
@@ -54,9 +75,7 @@ def clock_table(logs: dict[str, str | Path], busy: int = BUSY) -> pd.DataFrame:
     for run, path in logs.items():
         df = read_log(path)
         for gpu, g in df[df["util"] >= busy].groupby("index"):
-            reasons = 0
-            for r in g["reasons"]:
-                reasons |= int(r)
+            reasons = functools.reduce(operator.or_, (int(r) for r in g["reasons"]), 0)
             rows.append({"run": run, "gpu_index": int(gpu), "busy_samples": len(g),
                          "sm_mhz_median": float(g["sm"].median()), "sm_mhz_p10": float(g["sm"].quantile(0.1)),
                          "mem_mhz_median": float(g["mem"].median()), "power_w_median": float(g["power"].median()),

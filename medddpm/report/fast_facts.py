@@ -199,65 +199,57 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
                                     "torch.profiler step table of fast")
     _parity_facts(root, gpus, f)
     sc, _ = fast_tables.scaling(root)
-    f.update(loop_facts(fast_tables.loop_vs_bench(root, gpus), sc, fast_tables.scaling_earlier(root)))
-    f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root),
-                           fast_tables.scaling_earlier(root)))
-    f.update(reduce_facts(root, fast_tables.scaling_earlier(root)))
+    earlier = fast_tables.scaling_earlier(root)
+    f.update(loop_facts(fast_tables.loop_vs_bench(root, gpus), sc, earlier))
+    f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root), earlier))
+    f.update(reduce_facts(root, earlier))
     f.update(split_facts(root))
     return f
 
 
 SPLIT_KEYS = ("split_run", "split_rows", "split_comm", "split_path", "split_clocks", "split_power", "split_reasons")
+_NOCOMM = re.compile(r"timing-(?P<config>.+)-(?P<n>\d+)-nocomm\.csv")
 
 
 def split_facts(root: Path) -> dict[str, str]:
-    """Where the 2-GPU loss goes: the newest run folder holding ``steps.csv`` (one GPU, two ranks
-    whose all-reduces are no-ops, two ranks: ``scripts/train_without_allreduce.py``) and its
-    ``clocks.csv`` (``profiling.clocks``): the loss split into what comes with NCCL and what the
-    2-rank code path costs, and each run's busy SM clocks, power and clock-event reasons."""
-    from ..profiling.clocks import reason_names
+    """Where the N-GPU loss goes, from the run folder that ``NOCOMM=1 scripts/ddp_scaling.sh`` wrote
+    (a machine's current one, else its newest earlier one): the steady step (``steady_intervals``' median) of ``timing-<config>-1.csv``, of
+    ``timing-<config>-<N>-nocomm.csv`` (N ranks whose all-reduces are no-ops) and of
+    ``timing-<config>-<N>.csv``, split into what comes with NCCL and what the N-rank code path
+    costs; and each run's busy SM clocks, power and clock-event reasons (``clocks.csv``)."""
+    from ..profiling.clocks import power_limit, reason_names
+    from ..train.trainer import steady_intervals
 
-    found = sorted(Path(root).glob("*/*/steps.csv"), key=lambda p: p.parent.name)
-    if not found:
-        return {k: missing("run of fast with no-op all-reduces (steps.csv)") for k in SPLIT_KEYS}
-    folder = found[-1].parent
-    steps = pd.read_csv(found[-1])
-    ms = {(r.world_size, r.all_reduce.split()[0]): r.step_ms_median for r in steps.itertuples()}
-    one, noop, nccl = ms.get((1, "none")), ms.get((2, "none")), ms.get((2, "NCCL"))
-    f = {"split_run": f"`{folder.parent.name}/{folder.name}/`"}
-    label = {1: "one GPU", 2: "two ranks"}
-    f["split_rows"] = "; ".join(
-        f"{label.get(r.world_size, f'{r.world_size} ranks')}{', all-reduce a no-op' if r.world_size > 1 and r.all_reduce.startswith('none') else ''} "
-        f"{r.step_ms_median:.2f} ms" for r in steps.itertuples())
-    f["split_comm"] = number(nccl - noop if nccl and noop else None, ".2f", "two-rank rows with and without the all-reduce")
-    f["split_path"] = number(noop - one if noop and one else None, ".2f", "the one-GPU and no-op rows")
-    clocks = folder / "clocks.csv"
-    if clocks.is_file():
-        c = pd.read_csv(clocks)
-        names = dict(zip(steps["run"], [f"{label.get(w, w)}{' (no-op)' if a.startswith('none') and w > 1 else ''}"
-                                        for w, a in zip(steps["world_size"], steps["all_reduce"])]))
-        c = c[c["run"].isin(names)]
-        f["split_clocks"] = "; ".join(f"{names[run]} {' / '.join(f'{v:.0f}' for v in g.sort_values('gpu_index')['sm_mhz_median'])} MHz"
-                                      for run, g in c.groupby("run", sort=False))
-        limit = _power_limit(folder)
-        f["split_power"] = (f"{c['power_w_median'].min():.0f}–{c['power_w_median'].max():.0f} W"
-                            + (f" of the {limit:.0f} W limit" if limit else ""))
-        seen = sorted({n for m in c["event_reasons"] for n in reason_names(m)})
-        f["split_reasons"] = ", ".join(seen) if seen else "none"
-    else:
-        f.update({k: missing(f"{folder.name}/clocks.csv") for k in ("split_clocks", "split_power", "split_reasons")})
+    root = Path(root)  # a machine's current runs (<machine>/) before its earlier ones (<machine>/<run>/), newest last
+    found = sorted(((p, m) for p in [*root.glob("*/*/timing-*-nocomm.csv"), *root.glob("*/timing-*-nocomm.csv")]
+                    if (m := _NOCOMM.fullmatch(p.name))),
+                   key=lambda pm: (pm[0].parent.parent == root, pm[0].parent.name, pm[0].name))
+    runs = {}
+    if found:
+        path, m = found[-1]
+        folder, config, n = path.parent, m["config"], int(m["n"])
+        label = {f"{config}-1": "one GPU", f"{config}-{n}-nocomm": f"{n} ranks, all-reduce a no-op",
+                 f"{config}-{n}": f"{n} ranks"}
+        runs = {run: float(steady_intervals(pd.read_csv(folder / f"timing-{run}.csv")).median())
+                for run in label if (folder / f"timing-{run}.csv").is_file()}
+    if len(runs) < 3:
+        return {k: missing("runs of one GPU, N ranks and N ranks with no-op all-reduces (NOCOMM=1)")
+                for k in SPLIT_KEYS}
+    one, noop, nccl = runs.values()
+    f = {"split_run": f"`{folder.relative_to(root).as_posix()}/`",
+         "split_rows": "; ".join(f"{label[run]} {ms:.2f} ms" for run, ms in runs.items()),
+         "split_comm": f"{nccl - noop:.2f}", "split_path": f"{noop - one:.2f}"}
+    c = pd.read_csv(folder / "clocks.csv") if (folder / "clocks.csv").is_file() else pd.DataFrame(columns=["run"])
+    c = c[c["run"].isin(label)]
+    if c.empty:
+        return {**f, **{k: missing(f"{folder.name}/clocks.csv") for k in ("split_clocks", "split_power", "split_reasons")}}
+    f["split_clocks"] = "; ".join(f"{label[run]} {' / '.join(f'{v:.0f}' for v in g.sort_values('gpu_index')['sm_mhz_median'])} MHz"
+                                  for run, g in c.groupby("run", sort=False))
+    limit = power_limit(folder / "nvidia-smi.csv")
+    f["split_power"] = (f"{c['power_w_median'].min():.0f}–{c['power_w_median'].max():.0f} W"
+                        + (f" of the {limit:.0f} W limit" if limit else ""))
+    f["split_reasons"] = ", ".join(sorted({n for m in c["event_reasons"] for n in reason_names(m)})) or "none"
     return f
-
-
-def _power_limit(folder: Path) -> float | None:
-    """The GPUs' power limit (W) in the run's ``nvidia-smi.csv``, where it says."""
-    path = folder / "nvidia-smi.csv"
-    if not path.is_file():
-        return None
-    df = pd.read_csv(path, skipinitialspace=True)
-    col = next((c for c in df.columns if c.startswith("power.limit")), None)
-    vals = pd.to_numeric(df[col].astype(str).str.extract(r"([0-9.]+)")[0], errors="coerce") if col else pd.Series(dtype=float)
-    return float(vals.max()) if vals.notna().any() else None
 
 
 NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)

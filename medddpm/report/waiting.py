@@ -7,11 +7,10 @@ and every fact reads "—" with what is missing.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
-
-import re
 
 from ..core.config import FAST_FROM, SAMPLING_ALIASES
 from ..diffusion.solvers import RECOMMENDED
@@ -120,7 +119,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     quote("tr_fast8_cold", "fast", 8, "cold")
     w8 = quote("tr_fast8_warm", "fast", 8, "warm")
     w100 = quote("tr_hundred_warm", "default", 100, "warm")
-    f["tr_per_volume"] = (f"{(w100 - w8) / 92:.2f} s" if w8 is not None and w100 is not None
+    f["tr_per_volume"] = (f"{(w100 - w8) / (100 - 8):.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
     chain = _chain_s(root, have[0]) if have else None
     f["tr_chain"] = number(chain, ".3f", "bench-sample row of the 12-step chain (sample_bench.csv)") + \
