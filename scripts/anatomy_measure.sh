@@ -18,13 +18,14 @@
 #   and any of them joined by '+' (pct+offset+v).
 # UTILITY_STEPS > 0 adds the segmentation utility (scripts/anatomy.py --utility-steps: segmenters trained
 # on the training masks' synthetic scans and on the real ones, Dice on the real held-out scans).
+# STEPS caps the steps (default 200000: TRAIN_S decides).
 # MEASURE_S=0 (GATE_MEASURE_S=0 for a gate run) trains only: best.pt stays under WORK/NAME for a later call.
 # Tables: OUT/anatomy/anatomy_{samples,diversity,summary,utility}.csv (rows appended), OUT/anatomy/slices-*.parquet,
 # and each run's log, held-out and timing CSVs under OUT/anatomy/train/NAME/. Logs: OUT/log.txt.
 set -uo pipefail
 OUT=${1:?usage: anatomy_measure.sh OUT IXI WORK RUN...}; IXI=${2:?}; WORK=${3:?}; shift 3
 PY=${PYTHON:-python3}
-TRAIN_S=${TRAIN_S:-330}; LR=${LR:-1e-4}; EVAL_EVERY=${EVAL_EVERY:-2000}
+TRAIN_S=${TRAIN_S:-330}; STEPS=${STEPS:-200000}; LR=${LR:-1e-4}; EVAL_EVERY=${EVAL_EVERY:-2000}
 RUNS=${RUNS:-dpm2m-sde12-logsnr:fast,ddpm250:bf16}; SEEDS=${SEEDS:-0,1,2}
 GATE_RUNS=${GATE_RUNS:-ddpm250:baseline,dpm2m-sde12-logsnr:fast,dpm2m-sde12-logsnr:fast-fp8,dpm2m-sde10-logsnr:fast}
 GATE_SEEDS=${GATE_SEEDS:-0,1,2,3}; GATE_TRAIN_S=${GATE_TRAIN_S:-220}; GATE_MEASURE_S=${GATE_MEASURE_S:-420}  # FP32 DDPM 250 × 4 seeds: minutes
@@ -57,7 +58,7 @@ one() {  # RECIPE SEED CONFIG GPU [gate]
   export CUDA_VISIBLE_DEVICES=$4  # this run's GPU (the function runs in a background subshell)
   run $((train_s + 60)) $PY -m medddpm train --images "$IXI/dev/images" \
     --masks "$IXI/dev/masks" --held-out "$VAL" --eval-every "$EVAL_EVERY" --config "$cfg" --size 64 \
-    --steps 200000 --lr "$LR" --grad-accum 1 --log-every 500 --save-every 5000 --time-limit "$train_s" \
+    --steps "$STEPS" --lr "$LR" --grad-accum 1 --log-every 500 --save-every 5000 --time-limit "$train_s" \
     --seed "$seed" --quiet --out "$run_dir" $f $([ -f "$run_dir/checkpoint.pt" ] && echo --resume)
   mkdir -p "$OUT/anatomy/train/$name"
   for t in log heldout timing; do cp "$run_dir/$t.csv" "$OUT/anatomy/train/$name/" 2>/dev/null; done
