@@ -11,7 +11,7 @@ from typing import Sequence
 
 from .core.config import DEFAULT_ETA, FAST_FROM, INTENSITIES, PREDICTIONS, USER_CONFIGS, DataConfig
 from .core.errors import InputError, MedddpmError
-from .diffusion.solvers import RECOMMENDED, SAMPLERS, SPACINGS
+from .diffusion.solvers import FEW_STEP, RECOMMENDED, SAMPLERS, SPACINGS
 
 
 def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -532,10 +532,10 @@ def parser() -> argparse.ArgumentParser:
                    "checkpoint was trained with)")
     s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
                    help=f"ancestral DDPM, DDIM or a few-step solver (default {RECOMMENDED.sampler}: {RECOMMENDED.why})")
-    s.add_argument("--steps", type=int, help=f"denoising steps (default: {RECOMMENDED.steps} for {RECOMMENDED.sampler}; "
-                   "all timesteps for ddpm and ddim)")
+    s.add_argument("--steps", type=int, help="denoising steps (default: all timesteps for ddpm and ddim, "
+                   f"{FEW_STEP.steps} for a few-step solver: {FEW_STEP.sampler}'s {FEW_STEP.why})")
     s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps: uniform in time, in log-SNR "
-                   f"or quadratic in time (default {RECOMMENDED.spacing})")
+                   f"or quadratic in time (default {FEW_STEP.spacing})")
     s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (0 = deterministic; default {DEFAULT_ETA:g}: "
                    "at 0 the trained model's samples lose in-brain agreement)")
     s.add_argument("--seed", type=int, default=0, help="random seed")
@@ -543,8 +543,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
-    s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast for "
-                   f"{FAST_FROM} masks or more, where its compilation pays off, else bf16, eager, which is done first; "
+    s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast from "
+                   f"the denoiser calls of {FAST_FROM} masks of the 12-step chain on (2 masks of DDPM 250), where its "
+                   "compilation pays off, else bf16, eager, which is done first; "
                    "the rule reads only the number of masks, so a command always writes the same files); "
                    f"one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")

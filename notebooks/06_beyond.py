@@ -198,11 +198,8 @@ if not SC.empty:
 # buckets, no CUDA graph on two ranks, and (for `opt1`) NIfTI decoding on the critical path; it kept
 # {glue:text}`opt1_earlier_eff` for `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs`
 # ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a
-# step, while the same all-reduce alone takes under a millisecond on this NVLink pair
-# (`ddp-2026-11-22/allreduce_probe.txt`). Our reading, which the new runs bear out but no trace of both ranks proves:
-# the NCCL kernels waited for the other rank's decoding, whose length varies from file to file. With the volumes on
-# the GPU both ranks run the same kernels in step. What `bf16-graphs` still pays on two GPUs is its all-reduce, which
-# the flat scheme runs after the backward pass instead of overlapping it (the price of one CUDA graph a step).
+# step against under a millisecond for the all-reduce alone (`ddp-2026-11-22/allreduce_probe.txt`): waiting, we read,
+# for the other rank's decoding. `bf16-graphs` still pays its all-reduce after the backward (one CUDA graph a step).
 
 # %% tags=["hide-input"]
 if not SC_EARLIER.empty:
@@ -218,7 +215,8 @@ if not SC_EARLIER.empty:
 # bucket with one multi-tensor copy and starts the bucket's all-reduce on NCCL's stream (NCCL averages inside it): all
 # but the last run beside the encoder's backward, inside the step's CUDA graph. Autograd writes each gradient where it
 # likes, as one process does with `graph_owned_grads`: no zeroed buffer to add into, and no add kernel per parameter.
-# `fast` now: {glue:text}`buckets_scaling`. Rows on several GPUs that reach 97 %: {glue:text}`overlap_within`.
+# `fast` now: {glue:text}`buckets_scaling`, with two micro-batches {glue:text}`buckets_scaling_a2`; 97 % at one:
+# {glue:text}`overlap_within`. Two GPUs lose {glue:text}`fast_two_lost` a step, a fixed cost a longer step dilutes.
 #
 # The earlier run ({glue:text}`added_run`) added every gradient into the zeroed flat buffer instead: `fast`
 # {glue:text}`added_scaling`, and `fast-flat` (one all-reduce after the backward) {glue:text}`flat_scaling`. One run
@@ -248,3 +246,5 @@ if not RP.empty:
 # {glue:text}`split_rows`. So {glue:text}`split_comm` ms come with NCCL and {glue:text}`split_path` ms with the code
 # path. The busy GPUs' median SM clock: {glue:text}`split_clocks`, at {glue:text}`split_power`
 # ({glue:text}`split_reasons`). Our reading: at the power cap, NCCL's kernels beside the backward take SMs and watts.
+# NCCL told to use fewer CTAs on two ranks: {glue:text}`nccl_env_rows`. Each GPU alone, all four at once
+# ({glue:text}`gpu_run`): {glue:text}`gpu_rows`, {glue:text}`gpu_spread` apart; a step of N ranks waits for its slowest.

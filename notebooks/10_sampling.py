@@ -212,7 +212,7 @@ else:
 #
 # s = Sampler.from_checkpoint("RUN/best.pt", config="fast")    # load once: fast on a GPU by default
 # images = s.sample("NEW_MASKS", seed=1)                        # {mask name: nibabel image in its mask's space}
-# images = s.sample("NEW_MASKS/sub-07.nii.gz", steps=20)        # the first call of a shape compiles; later ones replay
+# images = s.sample("NEW_MASKS/sub-07.nii.gz", sampler="dpm2m-sde")  # 12 steps; a shape compiles once, then replays
 # s.write("NEW_MASKS", "SAMPLES", seed=1)                       # the files `medddpm sample` writes
 # ```
 #

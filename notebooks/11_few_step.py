@@ -62,7 +62,7 @@ table(few_step.passing_runs(root, FSG), digits={"in-brain r": 3, "background": 3
 plots.finish(few_step.tradeoff(root, FSG))
 
 # %% [markdown]
-# - **The recommended sampler is {glue:text}`fs_rec`** (`medddpm sample`'s default): its verdict
+# - **The recommended few-step sampler is {glue:text}`fs_rec`** (`--sampler dpm2m-sde`): its verdict
 #   is {glue:text}`fs_rec_verdict`, and it samples a 128³ volume in {glue:text}`fs_rec_s` s on the
 #   {glue:text}`fs_gpu` ({glue:text}`fs_rec_batches`): {glue:text}`fs_vs_ddpm_fast`× faster than
 #   DDPM 250 on the same denoiser ({glue:text}`fs_ddpm_fast_s` s), {glue:text}`fs_vs_opt1`× faster
@@ -73,7 +73,9 @@ plots.finish(few_step.tradeoff(root, FSG))
 #   {glue:text}`fs_10_verdict`: its histogram distance is {glue:text}`fs_10_w1`. Its FP8 form
 #   (`fast-fp8`, {glue:text}`fs_fp8_10_s` s) is {glue:text}`fs_fp8_10_verdict` on this checkpoint, and
 #   {glue:text}`fs_fp8_10_other`: this close to the band's edge the verdict follows the checkpoint and
-#   the seeds, so the default takes the fewest steps that passed under `fast`.
+#   the seeds, so a solver's default length is the fewest steps that passed under `fast`. On real
+#   brains no few-step chain passes the same gate, and `medddpm sample` runs DDPM 250 by default
+#   ({doc}`14_anatomy`).
 # - **Only the stochastic form keeps the model's quality.** The deterministic solvers (ODE
 #   DPM-Solver++, iPNDM) lose the in-brain correlation at 10 steps
 #   ({glue:text}`fs_ode_corr`, against DDPM's {glue:text}`fs_ref_corr`), as deterministic DDIM does

@@ -42,7 +42,7 @@ for stage in "$@"; do
       for s in $(ls "$WORK/root" | sort | tail -2); do ln -sfn "$(cd "$WORK/root/$s" && pwd)" "$WORK/held/$s"; done
       ckpt=$WORK/run/best.pt; [ -f "$ckpt" ] || ckpt=$WORK/run/checkpoint.pt
       rm -rf "$WORK/samples"
-      run 240 $M sample --checkpoint "$ckpt" --masks "$WORK/held" --out "$WORK/samples" --quiet --device cuda
+      run 240 $M sample --checkpoint "$ckpt" --masks "$WORK/held" --out "$WORK/samples" --sampler dpm2m-sde --quiet --device cuda
       run 120 $PY -c "import sys; from medddpm.data.brats import find_cases; from medddpm.sample.quality import brats_fig1_slices
 cases, why = find_cases(sys.argv[1]); print(why)
 brats_fig1_slices(cases, sys.argv[2]).to_parquet(sys.argv[3], index=False)" "$WORK/held" "$WORK/samples" "$OUT/fig1_slices.parquet" ;;

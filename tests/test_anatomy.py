@@ -68,7 +68,7 @@ def test_the_gate_shift_comes_with_its_standard_error_and_the_references_spread(
 
     mine = GateRun.parse(*DEFAULT_RUN.split(":"))
     diffs = [-0.01, -0.012, -0.008, -0.01]
-    rows = [{"sampler": k[0], "steps": k[1], "config": k[3], "subject": f"s{i}", "brain_corr": 0.7 + (d if k != REFERENCE else 0),
+    rows = [{"sampler": k[0], "steps": k[1], "spacing": k[2], "config": k[3], "subject": f"s{i}", "brain_corr": 0.7 + (d if k != REFERENCE else 0),
              "background_mean": -0.9} for k in (REFERENCE, mine.key()) for i, d in enumerate(diffs)]
     shift = gate_shift(pd.DataFrame(rows))
     assert abs(shift["brain_corr"] + 0.01) < 1e-12 and abs(shift["background_mean"]) < 1e-12
@@ -82,8 +82,9 @@ def test_the_gate_shift_comes_with_its_standard_error_and_the_references_spread(
 
 
 def test_the_gate_cause_reads_the_numerics_and_the_steps_from_the_gates_rows():
-    """gate_cause: DDPM 250 under fast against FP32 gives the numerics' share; the default solver's
-    chains of every length judged give the steps' share."""
+    """gate_cause: DDPM 250 under fast against FP32 gives the numerics' share; the few-step solver's
+    chains of every length judged give the steps' share (up to every timestep: its correction), DDIM
+    at η = 1 the first-order step's."""
     from medddpm.report.anatomy import gate_cause
 
     def table(ddpm_fast: str, chains: dict[int, str]) -> pd.DataFrame:
@@ -95,6 +96,14 @@ def test_the_gate_cause_reads_the_numerics_and_the_steps_from_the_gates_rows():
 
     solver = gate_cause(table("pass", {10: "fail: corr", 12: "fail: corr", 24: "fail: w1"}))
     assert "fails at 3 of its 3 lengths (10, 12, 24 steps)" in solver and "few-step solver" in solver
+    every = table("pass", {12: "fail: corr", 250: "fail: corr"})
+    ddim = pd.DataFrame([dict(zip(["sampler", "steps", "spacing", "config", "verdict"], r), subject=s)
+                         for r in (("ddim", 12, "", "fast", "fail: diversity, w1"), ("ddim", 250, "", "fast", "pass"),
+                                   ("dpm2m-sde", 12, "time", "fast", "pass"))  # another spacing: not counted
+                         for s in ("a", "b")])
+    full = gate_cause(pd.concat([every, ddim]))
+    assert "fails at 2 of its 2 lengths (12, 250 steps), even at 250" in full and "multistep correction" in full
+    assert "fails at 12 steps (diversity, w1) and passes at 250" in full
     numerics = gate_cause(table("fail: corr", {12: "fail: corr"}))
     assert "numerics already move" in numerics
     mixed = gate_cause(table("pass", {12: "fail: corr", 24: "pass"}))

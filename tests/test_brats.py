@@ -210,7 +210,7 @@ def test_train_records_the_data_and_sample_writes_each_subject(roots, brats_chec
     assert ckpt["config"]["size"] == list(WINDOW)
     out = tmp_path / "samples"
     argv = ["sample", "--checkpoint", str(brats_checkpoint), "--masks", str(roots["brats2021", "brats"]), "--out",
-            str(out), "--steps", "2", "--quiet", "--device", "cpu"]
+            str(out), "--sampler", "dpm2m-sde", "--steps", "2", "--quiet", "--device", "cpu"]
     capsys.readouterr()
     assert main(argv) == 0
     assert "masks: 2 subjects, per-subject layout; labels brats2021 (label 4 present: 4 = ET)" in capsys.readouterr().err
@@ -224,7 +224,7 @@ def test_train_records_the_data_and_sample_writes_each_subject(roots, brats_chec
     assert main(argv) == 2  # the targets exist: refused, nothing replaced
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "already holds" in err[0]
-    assert main([*argv[:5], "--out", str(tmp_path / "one"), "--steps", "2", "--quiet", "--device", "cpu",
+    assert main([*argv[:5], "--out", str(tmp_path / "one"), "--sampler", "dpm2m-sde", "--steps", "2", "--quiet", "--device", "cpu",
                  "--one-file"]) == 0
     assert nib.load(str(tmp_path / "one" / "BraTS2021_00000.nii.gz")).shape == (*seg.shape, 4)
 
@@ -238,7 +238,7 @@ def test_sampling_from_segmentations_alone(roots, brats_checkpoint, tmp_path, ca
             shutil.rmtree(root / m)
         out = tmp_path / f"out-{labels}"
         code = main(["sample", "--checkpoint", str(brats_checkpoint), "--masks", str(root), "--out", str(out),
-                     "--steps", "2", "--quiet", "--device", "cpu"])
+                     "--sampler", "dpm2m-sde", "--steps", "2", "--quiet", "--device", "cpu"])
         err = capsys.readouterr().err
         assert (code == 0) == ok, err
         assert ok or ("hold no healthy brain" in err and not out.exists())

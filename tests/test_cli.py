@@ -290,7 +290,7 @@ def test_parcellation_masks_train_and_sample_through_the_stored_map(capsys, ixi1
     assert cfg["data_config"] == {"intensity": "percentile", "percentiles": (0.5, 99.5), "mask_labels": "brain=nonzero"}
     assert cfg["diffusion"]["prediction"] == "v" and cfg["diffusion"]["offset_noise"] == 0.1
     code, out, err = run(capsys, "sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(ixi16 / "val" / "masks"),
-                         "--out", str(tmp_path / "s"), "--steps", "2", "--quiet", "--device", "cpu")
+                         "--out", str(tmp_path / "s"), "--sampler", "dpm2m-sde", "--steps", "2", "--quiet", "--device", "cpu")
     assert code == 0, err
     assert [p.name for p in (tmp_path / "s").iterdir()] == ["IXI015.nii.gz"]
     code, _, err = run(capsys, "sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(ixi16 / "val" / "masks"),

@@ -11,20 +11,20 @@ def test_one_sampler_samples_files_folders_and_writes_the_same_numbers(ixi16, ix
     s = Sampler.from_checkpoint(ixi_checkpoint, device="cpu")
     assert s.config == "baseline" and s.data_cfg.mask_labels == "brain=nonzero"  # the checkpoint's map
     mask = ixi16 / "dev" / "masks" / "IXI013.nii.gz"
-    folder = s.sample(ixi16 / "dev" / "masks", steps=2, seed=3, batch=2)
-    one = s.sample(mask, steps=2, seed=3)
+    folder = s.sample(ixi16 / "dev" / "masks", sampler="dpm2m-sde", steps=2, seed=3, batch=2)
+    one = s.sample(mask, sampler="dpm2m-sde", steps=2, seed=3)
     assert sorted(folder) == ["IXI012", "IXI013", "IXI014", "IXI015"] and list(one) == ["IXI013"]
     img = one["IXI013"]
     ref = nib.load(str(mask))
     assert img.shape == ref.shape and np.allclose(img.affine, ref.affine) and img.get_data_dtype() == np.float32
     assert np.array_equal(img.get_fdata(), folder["IXI013"].get_fdata())  # a mask's sample: not its batch's
-    written = s.write(mask, tmp_path / "out", steps=2, seed=3)
+    written = s.write(mask, tmp_path / "out", sampler="dpm2m-sde", steps=2, seed=3)
     assert np.array_equal(nib.load(str(written[0])).get_fdata(), img.get_fdata())
-    assert not np.array_equal(s.sample(mask, steps=2, seed=4)["IXI013"].get_fdata(), img.get_fdata())
+    assert not np.array_equal(s.sample(mask, sampler="dpm2m-sde", steps=2, seed=4)["IXI013"].get_fdata(), img.get_fdata())
     with pytest.raises(InputError, match="already holds IXI013"):
-        s.write(mask, tmp_path / "out", steps=2, seed=3)
+        s.write(mask, tmp_path / "out", sampler="dpm2m-sde", steps=2, seed=3)
     with pytest.raises(InputError, match="unmapped"):
-        s.sample(mask, steps=2, mask_labels="brain=4")
+        s.sample(mask, sampler="dpm2m-sde", steps=2, mask_labels="brain=4")
     with pytest.raises(InputError, match="--steps"):
         s.sample(mask, sampler="ddim", steps=0)
 
@@ -39,6 +39,9 @@ def test_without_config_a_gpu_runs_fast_only_where_its_compilation_pays_off():
     assert default_config(cpu, 500)[0] == "baseline"
     assert default_config(gpu, 1)[0] == "bf16" and "--config fast" in default_config(gpu, 1)[1]
     assert default_config(gpu, FAST_FROM - 1)[0] == "bf16" and default_config(gpu, FAST_FROM)[0] == "fast"
+    # counted in denoiser calls: DDPM's 250 a volume reach fast after a couple of volumes, not FAST_FROM
+    assert default_config(gpu, 1, 250)[0] == "bf16" and default_config(gpu, 2, 250)[0] == "fast"
+    assert default_config(gpu, FAST_FROM, 10)[0] == "bf16" and "42 such volumes" in default_config(gpu, 1, 10)[1]
     assert default_config(gpu)[0] == "fast"  # an object kept for many calls
 
 

@@ -7,14 +7,14 @@ from medddpm.profiling.waiting import COLUMNS, main, option
 
 def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_checkpoint, tmp_path, capsys):
     csv, same = tmp_path / "time_to_result.csv", tmp_path / "same_files.csv"
-    cmd = ["sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(ixi16 / "val" / "masks"), "--steps", "2",
-           "--quiet", "--device", "cpu"]
+    cmd = ["sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(ixi16 / "val" / "masks"), "--sampler",
+           "dpm2m-sde", "--steps", "2", "--quiet", "--device", "cpu"]
     for k in (1, 2):
         assert main(["run", "--out", str(csv), "--cache", "cold", "--volumes", "1", "--", *cmd,
                      "--out", str(tmp_path / f"s{k}")]) == 0
     rows = pd.read_csv(csv)
     assert list(rows.columns) == COLUMNS and len(rows) == 2 and (rows["rc"] == 0).all()
-    assert (rows["config"] == "default").all() and (rows["wall_s"] > 0).all()
+    assert (rows["config"] == "default").all() and (rows["wall_s"] > 0).all() and (rows["sampler"] == "dpm2m-sde").all()
     assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice"]) == 0
     row = pd.read_csv(same).iloc[0]
     assert row["files"] == 1 and row["identical"] == 1 and row["max_abs_diff"] == 0
@@ -43,14 +43,15 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
                    "torch": "t", "cuda": "c", "date": "d"} for c, cfg, n, cache, w in rows]).to_csv(
         folder / "time_to_result.csv", index=False)
     f = waiting.facts(tmp_path, ["gpu-a"])
-    assert f["tr_targets"] == ("1 mask warm, ≤ 5 s: met (4.5 s); 1 mask cold, ≤ 15 s: met (9.0 s); "
-                               "100 masks warm, ≤ 25 s: missed (30.0 s)")
+    # rows written before the sampler column ran the default of then: the 12-step chain's solver
+    assert f["tr_targets"] == ("1 mask warm, ≤ 5 s: met (4.5 s, dpm2m-sde); 1 mask cold, ≤ 15 s: met (9.0 s, dpm2m-sde); "
+                               "100 masks warm, ≤ 25 s: missed (30.0 s, dpm2m-sde)") and f["tr_sampler"] == "`dpm2m-sde`"
     assert f["tr_per_volume"] == "0.15 s"
     assert f["tr_nproc"] == ("256 masks under `fast`, warm cache: one GPU 140.0 s (1.8 volumes/s); "
                              "2 ranks 80.0 s (3.2 volumes/s, 1.8×); 4 ranks 40.0 s (6.4 volumes/s, 3.5×)")
     assert f["tr_same"].startswith("—") and f["tr_fast8_cold"].startswith("—") and f["tr_profile_parts"].startswith("—")
     t = waiting.table(tmp_path, ["gpu-a"])
-    assert len(t) == 7 and sorted(t["ranks"].unique()) == [1, 2, 4]
+    assert len(t) == 7 and sorted(t["ranks"].unique()) == [1, 2, 4] and set(t["sampler"]) == {"dpm2m-sde"}
     # the same comparison twice: the newest counts; a cProfile print of the 1-mask default, split
     same = pd.DataFrame([{"gpu": "G", "what": "fast twice", "files": 8, "identical": k, "max_abs_diff": 0.0,
                           "mean_abs_diff": 0.0, "date": "d"} for k in (3, 8)])

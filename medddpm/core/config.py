@@ -180,7 +180,10 @@ DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) sampl
 
 FAST_FROM = 35  # `sample` without --config on a GPU runs `fast` from this many masks on, else eager bf16: on an H200
 # (issue 48, main 078595a, 128³, process start to files written) eager bf16 took about 5 s + 1.5 s a volume, fast 40 s
-# with cold compile caches (21–29 s warm) + under 0.5 s a volume, so fast's start-up pays off from about 35 volumes
+# with cold compile caches (21–29 s warm) + under 0.5 s a volume, so fast's start-up pays off from about 35 volumes of
+# the 12-step chain; the rule counts denoiser calls (sampler.default_config): DDPM 250, the default sampler since
+# issue 47, took 24.6 s for one mask eager, process start to file, on an H100 (time_to_result/ddpm-default-2026-11-26);
+# at 250 calls a volume it reaches fast from 2 volumes
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/data/pipeline.py)

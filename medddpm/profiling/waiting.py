@@ -6,7 +6,8 @@ files written (``time_to_result.csv``), and whether two runs wrote the same file
     python -m medddpm.profiling.waiting compare A B --out CSV --what "fast twice"
 
 A ``run`` row's ``config`` is the command's ``--config`` (``default`` without one: ``sample`` then
-picks by the number of masks, ``core.config.FAST_FROM``).
+picks by the number of masks, ``core.config.FAST_FROM``), its ``sampler`` a `sample` command's
+``--sampler`` (``solvers.RECOMMENDED``'s without one; empty for other commands).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ import pandas as pd
 from ..core.errors import InputError
 from ..core.io import append_csv
 from ..core.runtime import env_info
+from ..diffusion.solvers import RECOMMENDED
 
-COLUMNS = ["gpu", "command", "config", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
+COLUMNS = ["gpu", "command", "config", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
 SAME_COLUMNS = ["gpu", "what", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
 
@@ -84,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise InputError("give the medddpm command after --")
             wall, rc, tail = timed(cmd)
             row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"),
+                   "sampler": option(cmd, "--sampler", RECOMMENDED.sampler) if cmd[0] == "sample" else "",
                    "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
                    "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat()}
             append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..core.config import DiffusionConfig, SAMPLING_ALIASES
 from ..diffusion.gaussian import GaussianDiffusion
-from ..diffusion.solvers import RECOMMENDED
+from ..diffusion.solvers import FEW_STEP, RECOMMENDED
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
 from .present import gpu_name
@@ -25,11 +25,11 @@ from .wording import missing, number, roles
 
 TABLES = ("anatomy_samples", "anatomy_diversity", "anatomy_summary")
 NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*)$")
-DEFAULT_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}-{RECOMMENDED.spacing}:fast"  # the 12-step default
+DEFAULT_RUN = f"{FEW_STEP.sampler}{FEW_STEP.steps}-{FEW_STEP.spacing}:fast"  # the 12-step chain
 DDPM_RUN = "ddpm250:bf16"  # DDPM 250 beside it, on every run
 RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentile scaling", "offset": "offset noise 0.1",
            "v": "v-prediction"}
-STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau")  # facts of the schedule and rules, whatever the store holds
+STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau", "an_default")  # facts of the schedule and rules, whatever the store holds
 TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
 TARGET_UTILITY = 0.95  # issue 47: the synthetic-trained segmenter's Dice ≥ 95 % of the real-trained one's
 PLATEAU = 0.01  # a run has levelled off when its held-out loss fell by less than this share between its last two evaluations
@@ -198,7 +198,7 @@ def curves_figure(c: pd.DataFrame):
 
 
 def slices(root: Path, gpu: str | None, names: list[str]) -> tuple[pd.DataFrame, dict[str, str]] | None:
-    """The 12-step default's slices of the first validation subject from each of ``names``
+    """The 12-step chain's slices of the first validation subject from each of ``names``
     (training runs; the scans themselves are not in a results store): (tidy slices, source →
     column title), or None."""
     frames, sources = [], {}
@@ -222,7 +222,8 @@ def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
     in-brain r and background mean (the gate's table, ``gate``)."""
     spec, config = run.split(":")
     mine = GateRun.parse(spec, config)
-    key = lambda df, k: df[(df["sampler"] == k[0]) & (df["steps"] == k[1]) & (df["config"] == k[3])]  # noqa: E731
+    key = lambda df, k: df[(df["sampler"] == k[0]) & (df["steps"] == k[1]) & (df["spacing"].fillna("") == k[2])  # noqa: E731
+                           & (df["config"] == k[3])]
     a, b = key(table, mine.key()), key(table, REFERENCE)
     if a.empty or b.empty:
         return {}
@@ -231,24 +232,39 @@ def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
     return {**d.mean().to_dict(), **{f"{k}_se": v for k, v in se.to_dict().items()}}
 
 
-def gate_cause(table: pd.DataFrame, sampler: str = RECOMMENDED.sampler, config: str = "fast") -> str:
-    """What the gate's own rows say of a failing chain's cause: DDPM 250 under ``config`` against FP32
-    (the numerics' share) and ``sampler``'s chains of every length judged (the steps' share)."""
+def gate_cause(table: pd.DataFrame, sampler: str = FEW_STEP.sampler, spacing: str = FEW_STEP.spacing,
+               config: str = "fast") -> str:
+    """What the gate's own rows say of the few-step chain's failure: DDPM 250 under ``config`` against
+    FP32 (the numerics' share); ``sampler``'s chains at ``spacing`` of every length judged, up to every
+    timestep (the steps' share); and DDIM at η = 1, DDPM's own first-order step on fewer timesteps."""
     if table.empty:
         return missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)")
-    verdict = table.groupby([*RUN_COLUMNS], sort=False)["verdict"].first()
-    numerics = verdict.get(("ddpm", REFERENCE[1], "", config))
-    chains = verdict[[k[0] == sampler and k[3] == config for k in verdict.index]]
-    if numerics is None or chains.empty:
-        return missing(f"DDPM {REFERENCE[1]} under {config} and {sampler} chains in the IXI gate")
-    steps = sorted(k[1] for k in chains.index)
-    failed = [k[1] for k, v in chains.items() if v != "pass"]
-    said = (f"DDPM {REFERENCE[1]} under `{config}` {'passes' if numerics == 'pass' else 'fails'}; `{sampler}` fails at "
+    verdict = table.assign(spacing=table["spacing"].fillna("")).groupby([*RUN_COLUMNS], sort=False)["verdict"].first()
+    T = REFERENCE[1]
+    numerics = verdict.get(("ddpm", T, "", config))
+    chains = {k[1]: v for k, v in verdict.items() if k[0] == sampler and k[2] == spacing and k[3] == config}
+    if numerics is None or not chains:
+        return missing(f"DDPM {T} under {config} and {sampler} chains in the IXI gate")
+    steps = sorted(chains)
+    failed = [n for n in steps if chains[n] != "pass"]
+    said = (f"DDPM {T} under `{config}` {'passes' if numerics == 'pass' else 'fails'}; `{sampler}` ({spacing}) fails at "
             f"{len(failed)} of its {len(steps)} lengths ({', '.join(map(str, steps))} steps)")
-    if numerics == "pass" and len(failed) == len(steps):
-        return said + ": not the bf16 numerics, and more steps do not close the gap: its cause lies in the few-step solver"
     if numerics != "pass":
-        return said + f": `{config}`'s numerics already move DDPM {REFERENCE[1]}"
+        return said + f": `{config}`'s numerics already move DDPM {T}"
+    if len(failed) < len(steps):
+        return said
+    if T in chains:
+        said += (f", even at {T}, where it visits every timestep DDPM does: not the bf16 numerics and not the step "
+                 "count, but the solver's multistep correction")
+    else:
+        said += ": not the bf16 numerics, and more steps do not close the gap: its cause lies in the few-step solver"
+    ddim = {k[1]: v for k, v in verdict.items() if k[0] == "ddim" and k[3] == config}
+    short = [n for n in sorted(ddim) if ddim[n] != "pass"]
+    if short:
+        why = sorted({c.strip() for n in short for c in ddim[n].removeprefix("fail:").split(",")})
+        ok = [n for n in sorted(ddim) if ddim[n] == "pass"]
+        said += (f". DDIM at η = 1 (DDPM's own step on fewer timesteps) fails at {', '.join(map(str, short))} steps "
+                 f"({', '.join(why)})" + (f" and passes at {', '.join(map(str, ok))}" if ok else ""))
     return said
 
 
@@ -291,7 +307,7 @@ def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
 def first_step_gain(d: GaussianDiffusion) -> float:
     """√((1 − ᾱ_t)/ᾱ_t) at the 12-step chain's first timestep: how much an error in the predicted
     ε's volume mean grows in x̂₀ = (x_t − √(1 − ᾱ_t) ε̂)/√ᾱ_t."""
-    t = d.plan(RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing).steps[0].t
+    t = d.plan(FEW_STEP.sampler, FEW_STEP.steps, FEW_STEP.spacing).steps[0].t
     a = d.abar_host[t]
     return math.sqrt((1 - a) / a)
 
@@ -382,6 +398,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     out["an_gate_count"] = (f"{passed} of the {len(judged)} candidates pass" if len(judged)
                             else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
     out["an_gate_cause"] = gate_cause(table)
+    out["an_default"] = f"`{RECOMMENDED.sampler}` ({RECOMMENDED.steps} denoiser calls)"
+    passing = table[table["verdict"] == "pass"] if len(table) else table
+    fewest = passing[passing["steps"] == passing["steps"].min()] if len(passing) else passing
+    out["an_fewest_pass"] = (", ".join(sorted({f"{r.sampler} {r.steps} under `{r.config}`" for r in fewest.itertuples()}))
+                             if len(fewest) else "none" if len(table) else missing("sampler gate on IXI"))
     p = parity(c)
     out["an_parity"] = (f"inside the band at {int(p['inside'].sum())} of {len(p)} common steps "
                         f"({', '.join(f'{int(s):,}' for s in p['step'])})" if len(p) else missing("TF32 parity run on IXI"))

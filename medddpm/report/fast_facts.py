@@ -204,6 +204,31 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root), earlier))
     f.update(reduce_facts(root, earlier))
     f.update(split_facts(root))
+    f.update(gpu_facts(root))
+    return f
+
+
+def gpu_facts(root: Path) -> dict[str, str]:
+    """Each GPU's own speed (the newest ``per_gpu.csv``: the same 1-GPU run on every GPU at once,
+    ``PER_GPU=1 scripts/ddp_scaling.sh``) and the 2-rank rows run under NCCL settings
+    (``nccl_*.csv`` with an ``environment`` column), against the efficiency NCCL's own choice gave."""
+    root = Path(root)
+    found = sorted([*root.glob("*/per_gpu.csv"), *root.glob("*/*/per_gpu.csv")], key=lambda p: (p.parent.name, p.name))
+    f = {}
+    if found:
+        g = pd.read_csv(found[-1]).sort_values("gpu_index")
+        ms = g["step_ms_median"]
+        f["gpu_run"] = f"`{found[-1].parent.relative_to(root).as_posix()}/`"
+        f["gpu_rows"] = ", ".join(f"GPU {int(i)} {v:.2f}" for i, v in zip(g["gpu_index"], ms)) + " ms"
+        f["gpu_spread"] = f"{ms.max() - ms.min():.2f} ms ({100 * (ms.max() / ms.min() - 1):.1f} %)"
+    else:
+        f.update({k: missing("per_gpu.csv (PER_GPU=1 scripts/ddp_scaling.sh)") for k in ("gpu_run", "gpu_rows", "gpu_spread")})
+    env = [pd.read_csv(p) for p in sorted([*root.glob("*/nccl_*.csv"), *root.glob("*/*/nccl_*.csv")])]
+    env = pd.concat(env, ignore_index=True) if env else pd.DataFrame(columns=["environment", "world_size"])
+    env = env[(env["world_size"] == 2) & env["environment"].str.startswith("NCCL_")]
+    f["nccl_env_rows"] = ("; ".join(f"`{r['environment'].split()[0]}` {r['step_ms_median']:.2f} ms "
+                                    f"({100 * r['scaling_efficiency']:.1f} %)" for _, r in env.iterrows())
+                          if len(env) else missing("2-rank rows under NCCL settings (nccl_*.csv)"))
     return f
 
 
@@ -294,10 +319,10 @@ def _latest_run(earlier: pd.DataFrame, config: str) -> tuple[str, pd.DataFrame]:
     return (runs[-1], earlier[earlier["run"] == runs[-1]]) if runs else ("", pd.DataFrame())
 
 
-def _scaling_line(rows: pd.DataFrame, what: str) -> str:
+def _scaling_line(rows: pd.DataFrame, what: str, accum: int = 1) -> str:
     """"52.2 → 55.0 / 55.8 ms/step on 1 → 2 / 4 GPUs (94.9 % / 93.5 %, machine)" of one configuration's
-    grad-accum-1 rows (1 GPU and more), or a no-data line naming ``what``."""
-    rows = rows[rows["grad_accum"] == 1].sort_values("world_size") if len(rows) else rows
+    rows at grad-accum ``accum`` (1 GPU and more), or a no-data line naming ``what``."""
+    rows = rows[rows["grad_accum"] == accum].sort_values("world_size") if len(rows) else rows
     multi = rows[rows["world_size"] > 1] if len(rows) else rows
     if not len(multi) or not (rows["world_size"] == 1).any():
         return missing(what)
@@ -312,8 +337,9 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
     into the flat buffer), the latest earlier run that holds fast and fast-flat (gradient buckets
     added into a zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
     profile, against the all-reduce alone)."""
-    f: dict[str, str] = {"buckets_scaling": _scaling_line(sc[sc["config"] == "fast"] if len(sc) else sc,
-                                                          "fast rows in scaling.csv")}
+    fast = sc[sc["config"] == "fast"] if len(sc) else sc
+    f: dict[str, str] = {"buckets_scaling": _scaling_line(fast, "fast rows in scaling.csv"),
+                         "buckets_scaling_a2": _scaling_line(fast, "fast rows with grad-accum 2 in scaling.csv", 2)}
     run, old = _latest_run(earlier, "fast-flat")
     f["added_run"] = f"`{old['machine'].iloc[0]}/{run}/`" if run else missing("earlier run of fast-flat")
     for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
@@ -328,6 +354,12 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
                                 f"against one all-reduce after the backward")
     else:
         f["overlap_verdict"] = missing("earlier fast and fast-flat rows on 2 GPUs")
+    lost = []
+    for accum in (1, 2):
+        rows = fast[fast["grad_accum"] == accum].set_index("world_size")["step_ms_median"] if len(fast) else {}
+        if 1 in rows and 2 in rows:
+            lost.append(f"{rows[2] - rows[1]:.2f} ms with {accum} micro-batch{'es' if accum > 1 else ''}")
+    f["fast_two_lost"] = " and ".join(lost) if lost else missing("fast on 1 and 2 GPUs")
     fam = sc[(sc["config"] == "fast") & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
     f["overlap_within"] = f"{int((fam['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(fam)}" if len(fam) \
         else missing("fast rows on several GPUs")

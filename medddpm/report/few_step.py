@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..core.config import SAMPLING_ALIASES
 from ..sample.gate import REFERENCE, RUN_COLUMNS
-from ..diffusion.solvers import RECOMMENDED
+from ..diffusion.solvers import FEW_STEP
 from . import quality_tables
 from .wording import missing, number, roles
 from .present import gpu_name
@@ -54,7 +54,7 @@ def main_checkpoint(v: pd.DataFrame) -> str | None:
     ``fast``, else the one with the most judged runs (the newest of a tie)."""
     if v.empty:
         return None
-    rec = v[v["label"] == run_label(RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing, FAST)]
+    rec = v[v["label"] == run_label(FEW_STEP.sampler, FEW_STEP.steps, FEW_STEP.spacing, FAST)]
     if len(rec):
         return str(rec["checkpoint"].iloc[-1])
     counts = v.drop_duplicates(["checkpoint", *RUN_COLUMNS]).groupby("checkpoint", sort=False).size()
@@ -112,10 +112,10 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     v = verdicts(root, g)
     r = runs(root, g)
     ckpt = main_checkpoint(v)
-    rec = (RECOMMENDED.sampler, RECOMMENDED.steps, RECOMMENDED.spacing, FAST)
-    ten = (RECOMMENDED.sampler, 10, RECOMMENDED.spacing, FAST)
+    rec = (FEW_STEP.sampler, FEW_STEP.steps, FEW_STEP.spacing, FAST)
+    ten = (FEW_STEP.sampler, 10, FEW_STEP.spacing, FAST)
     f = {"fs_gpu": gpu_name(g) if g else missing("sampler gate"),
-         "fs_rec": f"{RECOMMENDED.sampler}, {RECOMMENDED.steps} steps, {RECOMMENDED.spacing} spacing",
+         "fs_rec": f"{FEW_STEP.sampler}, {FEW_STEP.steps} steps, {FEW_STEP.spacing} spacing",
          "fs_seeds": number(None if v.empty else int(v["seeds"].min()), "d", "sampler gate"),
          "fs_runs": number(None if r.empty else len(r), "d", "sampler gate"),
          "fs_checkpoints": number(None if v.empty else v["checkpoint"].nunique(), "d", "sampler gate"),

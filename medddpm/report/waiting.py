@@ -13,14 +13,17 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.config import FAST_FROM, SAMPLING_ALIASES
-from ..diffusion.solvers import RECOMMENDED
+from ..diffusion.solvers import FEW_STEP, RECOMMENDED
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .present import gpu_name
 from .tables import results_csv
 from .wording import missing, number
 
 FOLDER = "time_to_result"
-STORE_FREE = ("tr_fast_from",)  # the package's rule, whatever the store holds
+STORE_FREE = ("tr_fast_from", "tr_fast_from_ddpm", "tr_default_sampler")  # the package's rules, whatever the store holds
+# `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
+# ``sampler`` column (written before it) ran unless its command names --sampler
+EARLIER_DEFAULT = FEW_STEP.sampler
 # issue 48's targets (s, process start to files written): 1 mask by default, warm and cold; 100 masks, warm
 TARGETS = {("default", 1, "warm"): 5.0, ("default", 1, "cold"): 15.0, ("default", 100, "warm"): 25.0}
 
@@ -31,10 +34,13 @@ def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
     df = results_csv(Path(root), gpus, f"{FOLDER}/time_to_result")
     if df.empty:
         df = pd.DataFrame(columns=[*COLUMNS, "gpu_slug"])
-        return df.assign(what=pd.Series(dtype=str), nproc=pd.Series(dtype=int))
+        return df.assign(what=pd.Series(dtype=str), nproc=pd.Series(dtype=int), sampler=pd.Series(dtype=str))
     nproc = pd.to_numeric(df["command"].str.extract(r"--nproc (\d+)")[0]).fillna(1).astype(int)
     df = df.assign(what=df["command"].str.split().str[0], nproc=nproc)
-    keys = ["gpu_slug", "what", "config", "volumes", "cache", "nproc"]
+    named = df["command"].str.extract(r"--sampler (\S+)")[0]
+    stored = df["sampler"].astype(object) if "sampler" in df else pd.Series(None, index=df.index, dtype=object)
+    df["sampler"] = stored.fillna(named.astype(object)).fillna(EARLIER_DEFAULT).where(df["what"] == "sample", "")
+    keys = ["gpu_slug", "what", "config", "sampler", "volumes", "cache", "nproc"]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
@@ -50,17 +56,23 @@ def table(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The chapter's table: one row per command, as a reader names it."""
     df = rows(root, gpus)
     out = pd.DataFrame({"GPU": df["gpu_slug"].map(gpu_name), "command": df["what"], "--config": df["config"],
-                        "volumes": df["volumes"], "ranks": df["nproc"], "compile cache": df["cache"],
+                        "sampler": df["sampler"], "volumes": df["volumes"], "ranks": df["nproc"], "compile cache": df["cache"],
                         "wall s": df["wall_s"]})
     return out.sort_values(["GPU", "command", "--config", "volumes", "ranks", "compile cache"]).reset_index(drop=True)
 
 
-def wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
-    """The newest successful `sample` row's seconds of ``rows``' table for that configuration,
-    number of masks, cache state and ranks, or None."""
+def newest(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> pd.Series | None:
+    """The newest successful `sample` row of ``rows``' table for that configuration, number of masks,
+    cache state and ranks (any sampler), or None."""
     hit = df[(df["what"] == "sample") & (df["config"] == config) & (df["volumes"] == volumes) & (df["cache"] == cache)
              & (df["nproc"] == nproc) & (df["rc"] == 0)] if len(df) else df
-    return float(hit["wall_s"].iloc[-1]) if len(hit) else None
+    return hit.iloc[-1] if len(hit) else None
+
+
+def wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
+    """``newest``'s seconds, or None."""
+    row = newest(df, config, volumes, cache, nproc)
+    return float(row["wall_s"]) if row is not None else None
 
 
 # what cProfile's lines of `medddpm sample` name (scripts/time_to_result.sh STAGES=profile): part → (pattern, column)
@@ -95,8 +107,8 @@ def _chain_s(root: Path, gpu: str) -> float | None:
     df = results_csv(Path(root), [gpu], "sample_bench")
     if df.empty:
         return None
-    hit = df[(df["config"] == SAMPLING_ALIASES["fast"]) & (df["sampler"] == RECOMMENDED.sampler)
-             & (df["steps"] == RECOMMENDED.steps) & (df["spacing"] == RECOMMENDED.spacing) & (df["batch"] == 1)
+    hit = df[(df["config"] == SAMPLING_ALIASES["fast"]) & (df["sampler"] == FEW_STEP.sampler)
+             & (df["steps"] == FEW_STEP.steps) & (df["spacing"] == FEW_STEP.spacing) & (df["batch"] == 1)
              & (df["size"] == "128x128x128")]
     return float(hit["s_per_volume_median"].iloc[-1]) if len(hit) else None
 
@@ -105,7 +117,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
     df = rows(root, have[:1])
-    f = {"tr_fast_from": str(FAST_FROM), "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
+    f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_ddpm": str(-(-FAST_FROM * FEW_STEP.steps // RECOMMENDED.steps)),
+         "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
 
     def quote(key: str, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
         w = wall(df, config, volumes, cache, nproc)
@@ -119,6 +132,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     quote("tr_fast8_cold", "fast", 8, "cold")
     w8 = quote("tr_fast8_warm", "fast", 8, "warm")
     w100 = quote("tr_hundred_warm", "default", 100, "warm")
+    ran = sorted({row["sampler"] for key in TARGETS if (row := newest(df, *key)) is not None})
+    f["tr_sampler"] = ", ".join(f"`{s}`" for s in ran) if ran else missing("`sample` rows by default")
     f["tr_per_volume"] = (f"{(w100 - w8) / (100 - 8):.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
     chain = _chain_s(root, have[0]) if have else None
@@ -152,10 +167,10 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                              if split else missing("cProfile of the 1-mask default (profile-sample-1-warm.txt)"))
     met = []
     for (config, volumes, cache), limit in TARGETS.items():
-        w = wall(df, config, volumes, cache)
-        if w is not None:
+        row = newest(df, config, volumes, cache)
+        if row is not None:
             met.append(f"{volumes} mask{'s' if volumes > 1 else ''} {cache}, ≤ {limit:g} s: "
-                       f"{'met' if w <= limit else 'missed'} ({w:.1f} s)")
+                       f"{'met' if row['wall_s'] <= limit else 'missed'} ({row['wall_s']:.1f} s, {row['sampler']})")
     f["tr_targets"] = "; ".join(met) if met else missing("rows of the targets")
     same = same_files(root, have[:1])
     f["tr_same"] = ("; ".join(f"{r['what']}: {r['identical']} of {r['files']} files identical" for _, r in same.iterrows())

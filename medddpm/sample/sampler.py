@@ -27,7 +27,7 @@ from ..run.distributed import World, draw_seed
 from ..run import cache
 from ..run.engine import autocast, inference
 from ..core.errors import InputError
-from ..diffusion.solvers import RECOMMENDED, check_sampler, denoiser_calls
+from ..diffusion.solvers import FEW_STEP, RECOMMENDED, check_sampler, denoiser_calls
 from ..data.labels import parse
 from ..train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 
@@ -59,18 +59,21 @@ class Job:
         return replace(self, target=Path(folder) / self.target.name)
 
 
-def default_config(device: torch.device, volumes: int | None = None) -> tuple[str, str]:
+def default_config(device: torch.device, volumes: int | None = None, calls: int = FEW_STEP.steps) -> tuple[str, str]:
     """The configuration ``sample`` runs without ``--config``, and why: on a CPU FP32 (bf16 autocast
-    is slower there, and compile and graphs fall back to eager anyway); on a GPU ``fast`` for
-    ``FAST_FROM`` volumes or more (all ranks' together), else eager ``bf16``, done before ``fast``
-    would have compiled. The rule reads the command alone (not the cache's state, nor the ranks),
-    so the same command always runs the same configuration and writes the same files."""
+    is slower there, and compile and graphs fall back to eager anyway); on a GPU ``fast`` from
+    ``FAST_FROM`` volumes of the 12-step chain on, counted in denoiser calls (``volumes`` × ``calls``
+    a volume, all ranks' together: each call saves about as much under ``fast``, so DDPM's 250 reach it
+    after a few volumes), else eager ``bf16``, done before ``fast`` would have compiled. The rule reads
+    the command alone (not the cache's state, nor the ranks), so the same command always runs the same
+    configuration and writes the same files."""
     if device.type != "cuda":
         return "baseline", "a CPU runs FP32"
-    if volumes is None or volumes >= FAST_FROM:
+    need = FAST_FROM * FEW_STEP.steps  # denoiser calls from which fast's compilation pays off
+    if volumes is None or volumes * calls >= need:
         return "fast", f"fast ({volumes if volumes is not None else 'many'} volumes: its compilation pays off)"
-    return "bf16", (f"bf16, eager: {volumes} volume(s) are done before fast would have compiled (fast from "
-                    f"{FAST_FROM} volumes on; --config fast forces it)")
+    return "bf16", (f"bf16, eager: {volumes} volume(s) of {calls} denoiser calls are done before fast would have "
+                    f"compiled (fast from {need} calls: {-(-need // calls)} such volumes; --config fast forces it)")
 
 
 def label_map(given: str | None, stored: str, model: str) -> str:
@@ -299,7 +302,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
                                             one_file, say, labels_map, world))
     mine = world.share(len(jobs))  # every rank read its share, and all agreed, before any write
     if config is None:
-        config, why = default_config(device, len(jobs))  # every rank decides alike
+        calls = denoiser_calls(sampler, steps, diff_cfg.timesteps)
+        config, why = default_config(device, len(jobs), calls)  # every rank decides alike
         if say is not None and device.type == "cuda":
             say(f"config {why}")
     return Sampler(ckpt, device, config, weights).write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip,
