@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .core.config import DEFAULT_ETA, FAST_FROM, INTENSITIES, PREDICTIONS, USER_CONFIGS, DataConfig
+from .core.config import DEFAULT_ETA, FAST_FROM, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, USER_CONFIGS, DataConfig
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import FEW_STEP, RECOMMENDED, SAMPLERS, SPACINGS
 
@@ -544,8 +544,8 @@ def parser() -> argparse.ArgumentParser:
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast from "
-                   f"the denoiser calls of {FAST_FROM} masks of the 12-step chain on (2 masks of DDPM 250), where its "
-                   "compilation pays off, else bf16, eager, which is done first; "
+                   f"{FAST_FROM} masks or {FAST_FROM_CALLS} denoiser calls on (3 masks of DDPM 250), where its compilation "
+                   "pays off even with a cold cache, else bf16, eager, which is done first; "
                    "the rule reads only the number of masks, so a command always writes the same files); "
                    f"one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")

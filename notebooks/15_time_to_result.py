@@ -22,9 +22,9 @@
 # chapter times that, from process start to the last file written
 # (`scripts/time_to_result.sh`, `medddpm/profiling/waiting.py`), on the {glue:text}`tr_gpu`.
 #
-# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from the denoiser calls of
-# {glue:text}`tr_fast_from` masks of the 12-step chain on ({glue:text}`tr_fast_from_ddpm` masks of DDPM
-# 250), where its compilation pays for itself, and eager `bf16` below that. The rule reads the command alone, never the state of a cache, so the same command always
+# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from {glue:text}`tr_fast_from`
+# masks or {glue:text}`tr_fast_from_calls` denoiser calls on ({glue:text}`tr_fast_from_ddpm` masks of DDPM 250),
+# where its compilation pays for itself even with a cold cache, and eager `bf16` below that. The rule reads the command alone, never the state of a cache, so the same command always
 # runs the same configuration and writes the same files. The compiled work is kept under
 # `MEDDDPM_CACHE` (default `~/.cache/medddpm`), keyed by torch, Triton, CUDA, the GPU, the
 # configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
@@ -32,7 +32,8 @@
 #
 # **The sampler.** The default rows below ran {glue:text}`tr_sampler`, the default when they were
 # measured. Since real brains failed every few-step chain ({doc}`14_anatomy`), the default sampler is
-# {glue:text}`tr_default_sampler`, many times the chain's denoiser calls; the table names each row's.
+# {glue:text}`tr_default_sampler`, many times the chain's denoiser calls; the table names each row's. Its rows:
+# {glue:text}`tr_default_rows`.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results

@@ -32,16 +32,17 @@ def test_one_sampler_samples_files_folders_and_writes_the_same_numbers(ixi16, ix
 def test_without_config_a_gpu_runs_fast_only_where_its_compilation_pays_off():
     import torch
 
-    from medddpm.core.config import FAST_FROM
+    from medddpm.core.config import FAST_FROM, FAST_FROM_CALLS
     from medddpm.sample.sampler import default_config
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
     assert default_config(cpu, 500)[0] == "baseline"
     assert default_config(gpu, 1)[0] == "bf16" and "--config fast" in default_config(gpu, 1)[1]
     assert default_config(gpu, FAST_FROM - 1)[0] == "bf16" and default_config(gpu, FAST_FROM)[0] == "fast"
-    # counted in denoiser calls: DDPM's 250 a volume reach fast after a couple of volumes, not FAST_FROM
-    assert default_config(gpu, 1, 250)[0] == "bf16" and default_config(gpu, 2, 250)[0] == "fast"
-    assert default_config(gpu, FAST_FROM, 10)[0] == "bf16" and "42 such volumes" in default_config(gpu, 1, 10)[1]
+    # or from FAST_FROM_CALLS denoiser calls: DDPM's 250 a volume reach fast after a few volumes, not FAST_FROM
+    assert default_config(gpu, 2, 250)[0] == "bf16" and default_config(gpu, 3, 250)[0] == "fast"
+    assert default_config(gpu, FAST_FROM_CALLS // 50 - 1, 50)[0] == "bf16" and default_config(gpu, FAST_FROM_CALLS // 50, 50)[0] == "fast"
+    assert "of 250 denoiser calls" in default_config(gpu, 1, 250)[1]
     assert default_config(gpu)[0] == "fast"  # an object kept for many calls
 
 

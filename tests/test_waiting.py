@@ -66,5 +66,14 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     assert f["tr_same"] == "fast twice: 8 of 8 files identical" and f["tr_profile_total"] == "13.6 s"
     assert f["tr_profile_parts"] == ("Python compiling source to bytecode 3.0 s; registering custom operators 2.9 s; "
                                      "the 12-step chain 1.4 s") and f["tr_profile_ops"] == "121"
+    # a row of the current default sampler (written with the sampler column) is quoted among its own
+    from medddpm.diffusion.solvers import RECOMMENDED
+
+    rows = pd.read_csv(folder / "time_to_result.csv").assign(sampler="")
+    new = rows.iloc[:1].assign(command="sample --masks m3 --out h --config fast", config="fast", volumes=3, wall_s=61.0,
+                               sampler=RECOMMENDED.sampler)
+    pd.concat([rows, new]).to_csv(folder / "time_to_result.csv", index=False)
+    f = waiting.facts(tmp_path, ["gpu-a"])
+    assert f["tr_default_rows"] == "3 masks, `--config fast`, cold: 61.0 s" and f["tr_sampler"] == "`dpm2m-sde`"
     empty = waiting.facts(tmp_path, ["gpu-b"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)

@@ -178,12 +178,13 @@ class TrainConfig:
 DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) samples of the trained model lose
 # in-brain agreement with the real image at 50 and at 250 steps, η = 1 keeps DDPM's (quality/samplers.csv)
 
-FAST_FROM = 35  # `sample` without --config on a GPU runs `fast` from this many masks on, else eager bf16: on an H200
-# (issue 48, main 078595a, 128³, process start to files written) eager bf16 took about 5 s + 1.5 s a volume, fast 40 s
-# with cold compile caches (21–29 s warm) + under 0.5 s a volume, so fast's start-up pays off from about 35 volumes of
-# the 12-step chain; the rule counts denoiser calls (sampler.default_config): DDPM 250, the default sampler since
-# issue 47, took 24.6 s for one mask eager, process start to file, on an H100 (time_to_result/ddpm-default-2026-11-26);
-# at 250 calls a volume it reaches fast from 2 volumes
+FAST_FROM = 35  # `sample` without --config on a GPU runs `fast` from this many masks on (or from FAST_FROM_CALLS denoiser
+# calls), else eager bf16: on an H200 (issue 48, main 078595a, 128³, process start to files written) eager bf16 took
+# about 5 s + 1.5 s a volume of the 12-step chain, fast 40 s with cold compile caches (21–29 s warm) + under 0.5 s a
+# volume, so fast's start-up pays off from about 35 volumes of the chain
+FAST_FROM_CALLS = 750  # ... or from this many denoiser calls (masks × calls a mask): DDPM 250, the default sampler since
+# issue 47, on an H100 (time_to_result/ddpm-default-2026-11-26, 128³): eager bf16 24.6 s for 1 mask and 64.4 s for 3,
+# fast 64.1 s for 3 with cold caches (28.0 s warm): even cold, fast is no slower than eager from 3 masks (750 calls)
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/data/pipeline.py)

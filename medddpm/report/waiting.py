@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.config import FAST_FROM, SAMPLING_ALIASES
+from ..core.config import FAST_FROM, FAST_FROM_CALLS, SAMPLING_ALIASES
 from ..diffusion.solvers import FEW_STEP, RECOMMENDED
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .present import gpu_name
@@ -20,7 +20,7 @@ from .tables import results_csv
 from .wording import missing, number
 
 FOLDER = "time_to_result"
-STORE_FREE = ("tr_fast_from", "tr_fast_from_ddpm", "tr_default_sampler")  # the package's rules, whatever the store holds
+STORE_FREE = ("tr_fast_from", "tr_fast_from_calls", "tr_fast_from_ddpm", "tr_default_sampler")  # the package's rules, whatever the store holds
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
 EARLIER_DEFAULT = FEW_STEP.sampler
@@ -117,7 +117,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
     df = rows(root, have[:1])
-    f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_ddpm": str(-(-FAST_FROM * FEW_STEP.steps // RECOMMENDED.steps)),
+    f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_calls": str(FAST_FROM_CALLS), "tr_fast_from_ddpm": str(-(-FAST_FROM_CALLS // RECOMMENDED.steps)),
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
 
     def quote(key: str, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
@@ -134,6 +134,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     w100 = quote("tr_hundred_warm", "default", 100, "warm")
     ran = sorted({row["sampler"] for key in TARGETS if (row := newest(df, *key)) is not None})
     f["tr_sampler"] = ", ".join(f"`{s}`" for s in ran) if ran else missing("`sample` rows by default")
+    mine = df[(df["what"] == "sample") & (df["sampler"] == RECOMMENDED.sampler) & (df["rc"] == 0)] if len(df) else df
+    f["tr_default_rows"] = ("; ".join(f"{r.volumes} mask{'s' if r.volumes > 1 else ''}, "
+                                      f"{'no `--config`' if r.config == 'default' else f'`--config {r.config}`'}, {r.cache}: "
+                                      f"{r.wall_s:.1f} s" for r in mine.sort_values(["volumes", "config", "cache"]).itertuples())
+                            if len(mine) else missing(f"`sample` rows of {RECOMMENDED.sampler}"))
     f["tr_per_volume"] = (f"{(w100 - w8) / (100 - 8):.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
     chain = _chain_s(root, have[0]) if have else None

@@ -21,7 +21,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..core.config import CONFIGS, DEFAULT_ETA, FAST_FROM, SAMPLING_ALIASES, sampling_config
+from ..core.config import CONFIGS, DEFAULT_ETA, FAST_FROM, FAST_FROM_CALLS, SAMPLING_ALIASES, sampling_config
 from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
 from ..run import cache
@@ -62,18 +62,16 @@ class Job:
 def default_config(device: torch.device, volumes: int | None = None, calls: int = FEW_STEP.steps) -> tuple[str, str]:
     """The configuration ``sample`` runs without ``--config``, and why: on a CPU FP32 (bf16 autocast
     is slower there, and compile and graphs fall back to eager anyway); on a GPU ``fast`` from
-    ``FAST_FROM`` volumes of the 12-step chain on, counted in denoiser calls (``volumes`` × ``calls``
-    a volume, all ranks' together: each call saves about as much under ``fast``, so DDPM's 250 reach it
-    after a few volumes), else eager ``bf16``, done before ``fast`` would have compiled. The rule reads
-    the command alone (not the cache's state, nor the ranks), so the same command always runs the same
-    configuration and writes the same files."""
+    ``FAST_FROM`` volumes or ``FAST_FROM_CALLS`` denoiser calls (``volumes`` × ``calls`` a volume, all
+    ranks' together) on, where its compilation pays off even with a cold cache, else eager ``bf16``,
+    done before ``fast`` would have compiled. The rule reads the command alone (not the cache's state,
+    nor the ranks), so the same command always runs the same configuration and writes the same files."""
     if device.type != "cuda":
         return "baseline", "a CPU runs FP32"
-    need = FAST_FROM * FEW_STEP.steps  # denoiser calls from which fast's compilation pays off
-    if volumes is None or volumes * calls >= need:
+    if volumes is None or volumes >= FAST_FROM or volumes * calls >= FAST_FROM_CALLS:
         return "fast", f"fast ({volumes if volumes is not None else 'many'} volumes: its compilation pays off)"
     return "bf16", (f"bf16, eager: {volumes} volume(s) of {calls} denoiser calls are done before fast would have "
-                    f"compiled (fast from {need} calls: {-(-need // calls)} such volumes; --config fast forces it)")
+                    f"compiled (fast from {FAST_FROM} volumes or {FAST_FROM_CALLS} calls; --config fast forces it)")
 
 
 def label_map(given: str | None, stored: str, model: str) -> str:
