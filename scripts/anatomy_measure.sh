@@ -18,14 +18,15 @@
 #   and any of them joined by '+' (pct+offset+v).
 # UTILITY_STEPS > 0 adds the segmentation utility (scripts/anatomy.py --utility-steps: segmenters trained
 # on the training masks' synthetic scans and on the real ones, Dice on the real held-out scans).
-# STEPS caps the steps (default 200000: TRAIN_S decides).
+# STEPS caps the steps (default 200000: TRAIN_S decides). SIZE (default 64) must match IXI's volumes (prepare-ixi --size);
+# a run at another size is named RECIPE-sSEED-CONFIG-SIZE.
 # MEASURE_S=0 (GATE_MEASURE_S=0 for a gate run) trains only: best.pt stays under WORK/NAME for a later call.
 # Tables: OUT/anatomy/anatomy_{samples,diversity,summary,utility}.csv (rows appended), OUT/anatomy/slices-*.parquet,
 # and each run's log, held-out and timing CSVs under OUT/anatomy/train/NAME/. Logs: OUT/log.txt.
 set -uo pipefail
 OUT=${1:?usage: anatomy_measure.sh OUT IXI WORK RUN...}; IXI=${2:?}; WORK=${3:?}; shift 3
 PY=${PYTHON:-python3}
-TRAIN_S=${TRAIN_S:-330}; STEPS=${STEPS:-200000}; LR=${LR:-1e-4}; EVAL_EVERY=${EVAL_EVERY:-2000}
+TRAIN_S=${TRAIN_S:-330}; STEPS=${STEPS:-200000}; SIZE=${SIZE:-64}; LR=${LR:-1e-4}; EVAL_EVERY=${EVAL_EVERY:-2000}
 RUNS=${RUNS:-dpm2m-sde12-logsnr:fast,ddpm250:bf16}; SEEDS=${SEEDS:-0,1,2}
 GATE_RUNS=${GATE_RUNS:-ddpm250:baseline,dpm2m-sde12-logsnr:fast,dpm2m-sde12-logsnr:fast-fp8,dpm2m-sde10-logsnr:fast}
 GATE_SEEDS=${GATE_SEEDS:-0,1,2,3}; GATE_TRAIN_S=${GATE_TRAIN_S:-220}; GATE_MEASURE_S=${GATE_MEASURE_S:-420}  # FP32 DDPM 250 × 4 seeds: minutes
@@ -49,7 +50,7 @@ flags() {  # the train flags of a recipe
 }
 
 one() {  # RECIPE SEED CONFIG GPU [gate]
-  local recipe=$1 seed=$2 cfg=$3 name="$1-s$2-$3" f train_s=$TRAIN_S runs=$RUNS seeds=$SEEDS measure_s=${MEASURE_S:-300} split=val
+  local recipe=$1 seed=$2 cfg=$3 name="$1-s$2-$3$([ "$SIZE" = 64 ] || echo "-$SIZE")" f train_s=$TRAIN_S runs=$RUNS seeds=$SEEDS measure_s=${MEASURE_S:-300} split=val
   local batch=4
   [ "${5:-}" = test ] && { split=test; measure_s=${TEST_MEASURE_S:-420}; }  # 51 masks, 3× val's
   [ "${5:-}" = gate ] && { train_s=$GATE_TRAIN_S; runs=$GATE_RUNS; seeds=$GATE_SEEDS; measure_s=$GATE_MEASURE_S; batch=8; }
@@ -57,7 +58,7 @@ one() {  # RECIPE SEED CONFIG GPU [gate]
   local run_dir=$WORK/$name
   export CUDA_VISIBLE_DEVICES=$4  # this run's GPU (the function runs in a background subshell)
   run $((train_s + 60)) $PY -m medddpm train --images "$IXI/dev/images" \
-    --masks "$IXI/dev/masks" --held-out "$VAL" --eval-every "$EVAL_EVERY" --config "$cfg" --size 64 \
+    --masks "$IXI/dev/masks" --held-out "$VAL" --eval-every "$EVAL_EVERY" --config "$cfg" --size "$SIZE" \
     --steps "$STEPS" --lr "$LR" --grad-accum 1 --log-every 500 --save-every 5000 --time-limit "$train_s" \
     --seed "$seed" --quiet --out "$run_dir" $f $([ -f "$run_dir/checkpoint.pt" ] && echo --resume)
   mkdir -p "$OUT/anatomy/train/$name"

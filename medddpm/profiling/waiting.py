@@ -6,7 +6,7 @@ files written (``time_to_result.csv``), and whether two runs wrote the same file
     python -m medddpm.profiling.waiting compare A B --out CSV --what "fast twice"
 
 A ``run`` row's ``config`` is the command's ``--config`` (``default`` without one: ``sample`` then
-picks by the number of masks, ``core.config.FAST_FROM``), its ``sampler`` a `sample` command's
+picks by its masks and denoiser calls, ``core.config.FAST_FROM``), its ``sampler`` a `sample` command's
 ``--sampler`` (``solvers.RECOMMENDED``'s without one; empty for other commands).
 """
 from __future__ import annotations
