@@ -30,10 +30,10 @@
 # configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
 # A *cold* row starts from an empty cache; a *warm* row runs the same command again.
 #
-# **The sampler.** The default rows below ran {glue:text}`tr_sampler`, the default when they were
-# measured. Since real brains failed every few-step chain ({doc}`14_anatomy`), the default sampler is
-# {glue:text}`tr_default_sampler`, many times the chain's denoiser calls; the table names each row's. Its rows:
-# {glue:text}`tr_default_rows`.
+# **The sampler.** A row without `--sampler` ran the default of its day; the rows quoted against the
+# targets below ran {glue:text}`tr_sampler`. Since real brains failed every few-step chain ({doc}`14_anatomy`),
+# the default is {glue:text}`tr_default_sampler`, many times the chain's denoiser calls; the table names each
+# row's sampler. The rows of today's default: {glue:text}`tr_default_rows`.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
