@@ -300,7 +300,9 @@ def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     path = Path(root) / str(gpu) / "anatomy" / "train" / name / "timing.csv"
     if gpu is None or not path.exists():
         return None
-    t = pd.read_csv(path)["ms_per_step"].iloc[1:]
+    from ..train.trainer import steady_intervals
+
+    t = steady_intervals(pd.read_csv(path))
     return float(t.median()) if len(t) else None
 
 

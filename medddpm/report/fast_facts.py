@@ -208,12 +208,20 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     return f
 
 
+def _run_files(root: Path, pattern: str) -> list[Path]:
+    """The files matching ``pattern`` in the machines' earlier run folders (``<machine>/<run>/``, by
+    name) and then in their current folders (``<machine>/``): the last is the one to quote."""
+    root = Path(root)
+    return sorted([*root.glob(f"*/*/{pattern}"), *root.glob(f"*/{pattern}")],
+                  key=lambda p: (p.parent.parent == root, p.parent.name, p.name))
+
+
 def gpu_facts(root: Path) -> dict[str, str]:
     """Each GPU's own speed (the newest ``per_gpu.csv``: the same 1-GPU run on every GPU at once,
     ``PER_GPU=1 scripts/ddp_scaling.sh``) and the 2-rank rows run under NCCL settings
     (``nccl_*.csv`` with an ``environment`` column), against the efficiency NCCL's own choice gave."""
     root = Path(root)
-    found = sorted([*root.glob("*/per_gpu.csv"), *root.glob("*/*/per_gpu.csv")], key=lambda p: (p.parent.name, p.name))
+    found = _run_files(root, "per_gpu.csv")
     f = {}
     if found:
         g = pd.read_csv(found[-1]).sort_values("gpu_index")
@@ -223,7 +231,7 @@ def gpu_facts(root: Path) -> dict[str, str]:
         f["gpu_spread"] = f"{ms.max() - ms.min():.2f} ms ({100 * (ms.max() / ms.min() - 1):.1f} %)"
     else:
         f.update({k: missing("per_gpu.csv (PER_GPU=1 scripts/ddp_scaling.sh)") for k in ("gpu_run", "gpu_rows", "gpu_spread")})
-    env = [pd.read_csv(p) for p in sorted([*root.glob("*/nccl_*.csv"), *root.glob("*/*/nccl_*.csv")])]
+    env = [pd.read_csv(p) for p in _run_files(root, "nccl_*.csv")]
     env = pd.concat(env, ignore_index=True) if env else pd.DataFrame(columns=["environment", "world_size"])
     env = env[(env["world_size"] == 2) & env["environment"].str.startswith("NCCL_")]
     f["nccl_env_rows"] = ("; ".join(f"`{r['environment'].split()[0]}` {r['step_ms_median']:.2f} ms "
@@ -245,10 +253,8 @@ def split_facts(root: Path) -> dict[str, str]:
     from ..profiling.clocks import power_limit, reason_names
     from ..train.trainer import steady_intervals
 
-    root = Path(root)  # a machine's current runs (<machine>/) before its earlier ones (<machine>/<run>/), newest last
-    found = sorted(((p, m) for p in [*root.glob("*/*/timing-*-nocomm.csv"), *root.glob("*/timing-*-nocomm.csv")]
-                    if (m := _NOCOMM.fullmatch(p.name))),
-                   key=lambda pm: (pm[0].parent.parent == root, pm[0].parent.name, pm[0].name))
+    root = Path(root)
+    found = [(p, m) for p in _run_files(root, "timing-*-nocomm.csv") if (m := _NOCOMM.fullmatch(p.name))]
     runs = {}
     if found:
         path, m = found[-1]

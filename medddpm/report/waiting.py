@@ -15,6 +15,7 @@ import pandas as pd
 from ..core.config import FAST_FROM, FAST_FROM_CALLS, SAMPLING_ALIASES
 from ..diffusion.solvers import FEW_STEP, RECOMMENDED
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
+from ..sample.sampler import fast_from
 from .present import gpu_name
 from .tables import results_csv
 from .wording import missing, number
@@ -117,7 +118,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
     df = rows(root, have[:1])
-    f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_calls": str(FAST_FROM_CALLS), "tr_fast_from_ddpm": str(-(-FAST_FROM_CALLS // RECOMMENDED.steps)),
+    f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_calls": str(FAST_FROM_CALLS), "tr_fast_from_ddpm": str(fast_from(RECOMMENDED.steps)),
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
 
     def quote(key: str, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:

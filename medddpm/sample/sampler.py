@@ -59,19 +59,25 @@ class Job:
         return replace(self, target=Path(folder) / self.target.name)
 
 
+def fast_from(calls: int) -> int:
+    """The volumes of ``calls`` denoiser calls each from which ``sample`` without ``--config`` runs
+    ``fast`` on a GPU: ``FAST_FROM`` volumes, or fewer where they hold ``FAST_FROM_CALLS`` calls."""
+    return min(FAST_FROM, -(-FAST_FROM_CALLS // calls))
+
+
 def default_config(device: torch.device, volumes: int | None = None, calls: int = FEW_STEP.steps) -> tuple[str, str]:
     """The configuration ``sample`` runs without ``--config``, and why: on a CPU FP32 (bf16 autocast
     is slower there, and compile and graphs fall back to eager anyway); on a GPU ``fast`` from
-    ``FAST_FROM`` volumes or ``FAST_FROM_CALLS`` denoiser calls (``volumes`` × ``calls`` a volume, all
-    ranks' together) on, where its compilation pays off even with a cold cache, else eager ``bf16``,
-    done before ``fast`` would have compiled. The rule reads the command alone (not the cache's state,
-    nor the ranks), so the same command always runs the same configuration and writes the same files."""
+    ``fast_from(calls)`` volumes (all ranks' together) on, where its compilation pays off even with a
+    cold cache, else eager ``bf16``, done before ``fast`` would have compiled. The rule reads the
+    command alone (not the cache's state, nor the ranks), so the same command always runs the same
+    configuration and writes the same files."""
     if device.type != "cuda":
         return "baseline", "a CPU runs FP32"
-    if volumes is None or volumes >= FAST_FROM or volumes * calls >= FAST_FROM_CALLS:
+    if volumes is None or volumes >= fast_from(calls):
         return "fast", f"fast ({volumes if volumes is not None else 'many'} volumes: its compilation pays off)"
     return "bf16", (f"bf16, eager: {volumes} volume(s) of {calls} denoiser calls are done before fast would have "
-                    f"compiled (fast from {FAST_FROM} volumes or {FAST_FROM_CALLS} calls; --config fast forces it)")
+                    f"compiled (fast from {fast_from(calls)} such volumes; --config fast forces it)")
 
 
 def label_map(given: str | None, stored: str, model: str) -> str:
