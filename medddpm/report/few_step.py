@@ -255,16 +255,22 @@ def fastest_passing(root: Path, gpus: list[str]) -> pd.DataFrame:
     volume, and the speed-ups over DDPM 250 under the paper's OPT1 and under FP32 on the same GPU.
     A GPU's own gate judges its runs where it has one, else the store's gate GPU's; a DDPM or DDIM
     verdict of a chain-graph configuration also holds for its twin without the chain graph. A chain
-    without a verdict is never quoted."""
+    without a verdict is never quoted, and where the store holds the gate on real IXI brains
+    (``anatomy.gate``) a chain must pass there too."""
+    from .anatomy import anatomy_gpu, gate
+
     cols = ["gpu_slug", "label", "s_per_volume", "vs_opt1_ddpm250", "vs_fp32_ddpm250"]
     fallback = gate_gpu(root, gpus)
+    real = gate(root, anatomy_gpu(root, gpus))
+    real_ok = real.groupby(RUN_COLUMNS)["verdict"].agg(lambda x: x.isin(["pass", "reference"]).all()) if len(real) else {}
+    real_passed = {(*k[:3], SAMPLING_ALIASES.get(k[3], k[3])) for k, passed in dict(real_ok).items() if passed}
     rows = []
     for g in gpus:
         v = verdicts(root, g if (Path(root) / g / "quality" / "sampler_verdicts.csv").exists() else fallback)
         if v.empty:
             continue
         ok = v.groupby(RUN_COLUMNS)["verdict"].agg(lambda x: x.isin(["pass", "reference"]).all())
-        keys = [k for k, passed in ok.items() if passed]
+        keys = [k for k, passed in ok.items() if passed and (not real_passed or k in real_passed)]
         keys += [(*k[:3], twin) for k in keys if k[0] in ("ddpm", "ddim") and (twin := _unchained(k[3]))]
         times = timings(root, g)
         timed = [(seconds(times, *k), run_label(*k)) for k in keys]
