@@ -215,7 +215,7 @@ if not SC_EARLIER.empty:
 # bucket with one multi-tensor copy and starts the bucket's all-reduce on NCCL's stream (NCCL averages inside it): all
 # but the last run beside the encoder's backward, inside the step's CUDA graph. Autograd writes each gradient where it
 # likes, as one process does with `graph_owned_grads`: no zeroed buffer to add into, and no add kernel per parameter.
-# `fast` now: {glue:text}`buckets_scaling`, with two micro-batches {glue:text}`buckets_scaling_a2`; 97 % at one:
+# `fast` now: {glue:text}`buckets_scaling`, with two micro-batches {glue:text}`buckets_scaling_a2`; on other hosts: {glue:text}`buckets_other`. 97 % at one:
 # {glue:text}`overlap_within`. Two GPUs lose {glue:text}`fast_two_lost` a step, a fixed cost a longer step dilutes.
 #
 # The earlier run ({glue:text}`added_run`) added every gradient into the zeroed flat buffer instead: `fast`

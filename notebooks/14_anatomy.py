@@ -114,9 +114,30 @@ plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1]) if SL
 # reference (`opt1`, dashed) trains the v recipe beside `fast`'s seeds, {glue:text}`an_opt1_ratio`× slower a step. Its held-out
 # loss is {glue:text}`an_parity` of `fast`'s seeds.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-anatomy-curves", "caption": "Held-out loss on the 16 validation subjects (6 timesteps each) against optimizer steps, one line per training run (recipe-seed-configuration; dashed: TF32 `opt1`), {glue:text}`an_gpu`."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-anatomy-curves", "caption": "Held-out loss on the 16 validation subjects (6 timesteps each) against optimizer steps, one line per training run (recipe-seed-configuration[-size]; dashed: TF32 `opt1`; dotted: a larger size), {glue:text}`an_gpu`."}}
 C = anatomy.curves(root, AG)
 plots.finish(anatomy.curves_figure(C) if len(C) else plots.no_data("IXI training curves (anatomy/train/)", "anatomy"))
+
+# %% [markdown]
+# ## A larger size
+#
+# The v recipe also trained at {glue:text}`an_big_size`: {glue:text}`an_big_runs` runs under `fast`, {glue:text}`an_big_steps`
+# steps each at {glue:text}`an_big_step_ms` ms a step (`SIZE=96 scripts/anatomy_measure.sh`). The default sampler under
+# `fast` sampled the validation masks over 3 seeds. Beside the {glue:text}`an_base_size` runs of the same sampler
+# ({glue:text}`an_base_steps` steps):
+# - background gap {glue:text}`an_big_gap` (there {glue:text}`an_base_gap`); spread between seeds
+#   {glue:text}`an_big_spread` ({glue:text}`an_base_spread`), up to {glue:text}`an_big_maxspread`;
+# - W1 {glue:text}`an_big_w1` against the template's {glue:text}`an_big_template_w1` (there {glue:text}`an_base_w1`
+#   against {glue:text}`an_base_template_w1`);
+# - in-brain r {glue:text}`an_big_r` against the template's {glue:text}`an_big_template_r` (there {glue:text}`an_base_r`
+#   against {glue:text}`an_base_template_r`).
+#
+# Targets: {glue:text}`an_big_targets`. These runs had not levelled off: their held-out loss still fell by
+# {glue:text}`an_big_falling`. Their in-brain r is that of a model still learning, not the size's last word.
+
+# %% tags=["hide-input"]
+show_table(anatomy.recipes(root, AG, "val", max(anatomy.sizes(root, AG), default=0)), "IXI runs at a larger size",
+           "SIZE=96 scripts/anatomy_measure.sh", digits=3)
 
 # %% [markdown]
 # ## The external test set
@@ -167,4 +188,13 @@ show_table(anatomy.utility(root, AG), "segmentation utility (anatomy/anatomy_uti
 
 # %% tags=["hide-input"]
 show_table(anatomy.gate_runs(anatomy.gate(root, AG)), "the sampler gate on IXI (FP32 DDPM 250 in anatomy/)",
+           "scripts/anatomy_measure.sh (MODE gate)", digits=3)
+
+# %% [markdown]
+# The gate judged these checkpoints in turn: {glue:text}`an_gate_checkpoints`. The table above is the newest one's;
+# the table below holds them all. FP8 sampling (`fast-fp8`) was judged as follows: {glue:text}`an_gate_fp8`. Those
+# FP8 rows are the few-step chain's; DDPM 250 under FP8 has not been judged on real brains.
+
+# %% tags=["hide-input"]
+show_table(anatomy.gate_history(root, AG), "the sampler gate on IXI (FP32 DDPM 250 in anatomy/)",
            "scripts/anatomy_measure.sh (MODE gate)", digits=3)

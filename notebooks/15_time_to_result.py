@@ -61,15 +61,16 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # - **One mask** by default (eager `bf16`): {glue:text}`tr_one_cold` with a cold cache,
 #   {glue:text}`tr_one_warm` warm. Eager work compiles nothing, so the cache does not matter.
 # - **Eight masks**: by default (eager) {glue:text}`tr_default8_cold` and {glue:text}`tr_default8_warm`;
-#   under `--config fast` {glue:text}`tr_fast8_cold` cold and {glue:text}`tr_fast8_warm` warm.
+#   under `--config fast` {glue:text}`tr_fast8_cold` cold and {glue:text}`tr_fast8_warm` warm (each row's sampler
+#   in brackets).
 #   Below {glue:text}`tr_fast_from` masks the rule's eager choice is the faster one even against a
 #   warm cache.
 # - **A hundred masks** by default (`fast`), cache warm: {glue:text}`tr_hundred_warm`. Against the
-#   eight-mask run, each further volume costs {glue:text}`tr_per_volume`; the 12-step chain itself
+#   eight-mask warm `fast` run of the same sampler, each further volume costs {glue:text}`tr_per_volume`; the 12-step chain itself
 #   takes {glue:text}`tr_chain` a volume on the GPU (`bench-sample`, {doc}`11_few_step`). Threads read
 #   and encode the masks, and others resample and compress the samples into `.nii.gz` files while
 #   the GPU samples the next ones (`IO_THREADS` in `medddpm/sample/sampler.py`). What stays is the
-#   start-up: the eight-mask warm run less eight chains leaves {glue:text}`tr_fast_fixed` of fixed cost.
+#   start-up: the chain's eight-mask warm run less eight chains leaves {glue:text}`tr_fast_fixed` of fixed cost.
 # - **Several GPUs** (each rank reads its own share of the masks): {glue:text}`tr_nproc`. Every rank
 #   pays the start-up again, so a few hundred masks do not fill four GPUs.
 #

@@ -110,3 +110,60 @@ def test_the_gate_cause_reads_the_numerics_and_the_steps_from_the_gates_rows():
     assert "fails at 1 of its 2 lengths" in mixed and "solver" not in mixed.split(":")[-1]
     assert gate_cause(table("pass", {}).query("sampler == 'ddpm'")).startswith("—")
     assert gate_cause(pd.DataFrame()).startswith("—")
+
+
+def test_runs_at_a_larger_size_stay_out_of_the_base_sizes_table_and_get_their_own_facts(tmp_path):
+    """A run named with a size suffix (v-s11-fast-96) is parsed as configuration fast at 96³: the
+    64³ table leaves it out, recipes(size=96) holds it alone, and larger_facts judges its targets."""
+    from medddpm.report.anatomy import BASE_SIZE, LARGE_RUN, NAME, facts, recipes, sizes
+    from medddpm.sample.anatomy import REAL, TEMPLATE
+
+    assert NAME.match("v-s11-fast-96").group("config", "size") == ("fast", "96")
+    assert NAME.match("v-s4-opt1").group("config", "size") == ("opt1", None)
+    assert NAME.match("v-s0-fast-fp8fwd").group("config", "size") == ("fast-fp8fwd", None)
+    folder = tmp_path / "gpu" / "anatomy"
+    folder.mkdir(parents=True)
+    rows = []
+    for name, gap, w1 in (("v-s0-fast", -0.02, 0.05), ("v-s11-fast-96", -0.08, 0.05), ("v-s12-fast-96", -0.06, 0.05)):
+        for run, g, w in ((REAL, 0.0, 0.0), (TEMPLATE, 0.0, 0.09), (LARGE_RUN, gap, w1)):
+            rows.append({"name": name, "split": "val", "run": run, "step": 1000, "background_mean": -0.9 + g,
+                         "real_background_mean": -0.9, "background_gap": g, "background_seed_spread": 0.01,
+                         "background_seed_spread_max": 0.02, "hist_w1": w, "brain_corr": 0.8, "region_corr": 0.9,
+                         "ssim": 0.7, "ssim_between_seeds": 0.8})
+    pd.DataFrame(rows).to_csv(folder / "anatomy_summary.csv", index=False)
+    assert sizes(tmp_path, "gpu") == [96]
+    base, big = recipes(tmp_path, "gpu"), recipes(tmp_path, "gpu", size=96)
+    assert list(base["runs"]) == [1] and base["gap"].iloc[0] == -0.02 and base["trained with"].iloc[0] == "fast"
+    assert list(big["runs"]) == [2] and abs(big["gap"].iloc[0] + 0.07) < 1e-12
+    f = facts(tmp_path, ["gpu"])
+    assert f["an_big_size"] == "96³" and f["an_base_size"] == f"{BASE_SIZE}³" and f["an_big_gap"] == "-0.070"
+    assert f["an_big_targets"].startswith("background within 0.05: missed;") and "W1 at or below the template's: met" in f["an_big_targets"]
+    assert facts(tmp_path, ["none"])["an_big_size"].startswith("—")
+
+
+def test_the_gate_history_judges_every_checkpoint_that_holds_the_reference(tmp_path):
+    """gate_history: one block per checkpoint with FP32 DDPM 250 samples, oldest first; gate() of
+    the newest by default; an FP8 run found in any of them is quoted with its checkpoint."""
+    from medddpm.report.anatomy import REF_RUN, facts, gate, gate_history
+
+    folder = tmp_path / "gpu" / "anatomy"
+    folder.mkdir(parents=True)
+    rows = [{"name": name, "run": run, "seed": seed, "subject": subject, "step": step, "split": "val",
+             "brain_corr": 0.8 + 0.001 * seed - (0.05 if "fp8" in run else 0), "background_mean": -0.9, "hist_w1": 0.05}
+            for name, step, runs in (("v-s1-fast", 6000, (REF_RUN, "dpm2m-sde12-logsnr:fast-fp8")),
+                                     ("v-s7-fast", 16000, (REF_RUN, "ddpm250:fast")))
+            for run in runs for seed in range(4) for subject in ("a", "b")]
+    pd.DataFrame(rows).to_csv(folder / "anatomy_samples.csv", index=False)
+    pd.DataFrame([{"name": n, "run": r, "subject": s, "seed_a": 0, "seed_b": 1, "ssim_between_seeds": 0.8}
+                  for n, r in (("v-s1-fast", REF_RUN), ("v-s1-fast", "dpm2m-sde12-logsnr:fast-fp8"),
+                               ("v-s7-fast", REF_RUN), ("v-s7-fast", "ddpm250:fast")) for s in ("a", "b")]).to_csv(
+        folder / "anatomy_diversity.csv", index=False)
+    assert set(gate(tmp_path, "gpu")["name"]) == {"v-s7-fast"}
+    h = gate_history(tmp_path, "gpu")
+    assert list(dict.fromkeys(h["checkpoint"])) == ["v-s1-fast", "v-s7-fast"] and list(h["step"].unique()) == [6000, 16000]
+    fp8 = h[h["sampler run"].str.contains("fp8")]
+    assert len(fp8) == 1 and fp8["verdict"].iloc[0].startswith("fail")
+    pd.DataFrame(columns=["name", "split", "run"]).to_csv(folder / "anatomy_summary.csv", index=False)  # the store's mark
+    f = facts(tmp_path, ["gpu"])
+    assert f["an_gate_fp8"].startswith("dpm2m-sde 12 logsnr · fast-fp8 on `v-s1-fast`: fail")
+    assert f["an_gate_checkpoints"] == "`v-s1-fast` (step 6,000), `v-s7-fast` (step 16,000)"

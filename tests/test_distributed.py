@@ -328,6 +328,12 @@ def test_overlap_facts_with_and_without_data():
     assert f["rank_run"].startswith("the current code's")
     f = overlap_facts(sc, ranks[ranks["run"] == "old"], probes, old)
     assert f["rank_nccl_ms"] == "3.00 and 1.00" and f["rank_run"].startswith("measured before") and "m/old/" in f["rank_run"]
+    assert f["buckets_other"] == "none measured"
+    # a second machine that ran fast on fewer GPUs: quoted apart, never mixed into the first's line or loss
+    two = sc.iloc[:2].assign(machine="k", step_ms_median=[60.0, 62.0], scaling_efficiency=[1.0, 60 / 62])
+    f = overlap_facts(pd.concat([two, sc]), ranks, probes, old)
+    assert f["buckets_scaling"].endswith("(98.0 % / 94.3 %, m)") and f["fast_two_lost"] == "1.00 ms with 1 micro-batch"
+    assert f["buckets_other"] == "60.0 → 62.0 ms/step on 1 → 2 GPUs (96.8 %, k)" and f["fast_one_gpu_ms"] == "50.0"
 
 
 @pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])

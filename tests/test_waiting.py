@@ -52,6 +52,15 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     assert f["tr_same"].startswith("—") and f["tr_fast8_cold"].startswith("—") and f["tr_profile_parts"].startswith("—")
     t = waiting.table(tmp_path, ["gpu-a"])
     assert len(t) == 7 and sorted(t["ranks"].unique()) == [1, 2, 4] and set(t["sampler"]) == {"dpm2m-sde"}
+    # a newer 8-mask row of another sampler is quoted with its name, and the per-volume cost still pairs
+    # the 100-mask row with the 8-mask row of its own sampler
+    more = pd.read_csv(folder / "time_to_result.csv")
+    more.loc[len(more)] = {**more.iloc[3].to_dict(), "command": "sample --masks m8 --out h --config fast --sampler ddpm",
+                           "wall_s": 90.0}
+    more.to_csv(folder / "time_to_result.csv", index=False)
+    f2 = waiting.facts(tmp_path, ["gpu-a"])
+    assert f2["tr_fast8_warm"] == "90.0 s (`ddpm`)" and f2["tr_per_volume"] == "0.15 s"
+    more.iloc[:-1].to_csv(folder / "time_to_result.csv", index=False)
     # the same comparison twice: the newest counts; a cProfile print of the 1-mask default, split
     same = pd.DataFrame([{"gpu": "G", "what": "fast twice", "files": 8, "identical": k, "max_abs_diff": 0.0,
                           "mean_abs_diff": 0.0, "date": "d"} for k in (3, 8)])

@@ -24,12 +24,14 @@ from .present import gpu_name
 from .wording import missing, number, roles
 
 TABLES = ("anatomy_samples", "anatomy_diversity", "anatomy_summary")
-NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*)$")
+NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*?)(?:-(?P<size>\d+))?$")
+BASE_SIZE = 64  # scripts/anatomy_measure.sh's SIZE default; a run at another size ends its name in it (v-s11-fast-96)
 DEFAULT_RUN = f"{FEW_STEP.sampler}{FEW_STEP.steps}-{FEW_STEP.spacing}:fast"  # the 12-step chain
 DDPM_RUN = "ddpm250:bf16"  # DDPM 250 beside it, on every run
+LARGE_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}:fast"  # the default sampler under fast: the larger sizes' measure
 RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentile scaling", "offset": "offset noise 0.1",
            "v": "v-prediction"}
-STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau", "an_default")  # facts of the schedule and rules, whatever the store holds
+STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau", "an_default", "an_base_size")  # facts of the schedule and rules, whatever the store holds
 TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
 TARGET_UTILITY = 0.95  # issue 47: the synthetic-trained segmenter's Dice ≥ 95 % of the real-trained one's
 PLATEAU = 0.01  # a run has levelled off when its held-out loss fell by less than this share between its last two evaluations
@@ -45,24 +47,36 @@ def load(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
     configuration parsed from its name; empty where the store has none."""
     path = Path(root) / str(gpu) / "anatomy" / f"{table}.csv"
     if gpu is None or not path.exists():
-        return pd.DataFrame(columns=["name", "recipe", "train_seed", "config", "split", "run"])
+        return pd.DataFrame(columns=["name", "recipe", "train_seed", "config", "size", "split", "run"])
     df = pd.read_csv(path)
     keys = [c for c in ("name", "split", "run", "source", "seed", "subject", "seed_a", "seed_b") if c in df]
     df = df.drop_duplicates(keys, keep="last").reset_index(drop=True)
     parts = df["name"].str.extract(NAME)
-    return df.assign(recipe=parts["recipe"], config=parts["config"])
+    return df.assign(recipe=parts["recipe"], config=parts["config"], size=_sizes(parts["size"]))
 
 
-def recipes(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
-    """Per (recipe, training configuration, sampler run) on ``split``: the training runs and their
-    steps, every measure's mean over the runs, and the template's, as the chapter's table shows them."""
+def _sizes(column: pd.Series) -> pd.Series:
+    """The volume side of each run from its name's size suffix (``BASE_SIZE`` without one)."""
+    return pd.to_numeric(column, errors="coerce").fillna(BASE_SIZE).astype(int)
+
+
+def sizes(root: Path, gpu: str | None) -> list[int]:
+    """The volume sides other than ``BASE_SIZE`` that the store's IXI runs were trained and measured at."""
+    s = load(root, gpu, "anatomy_summary")
+    return sorted(int(v) for v in s["size"].unique() if v != BASE_SIZE) if len(s) else []
+
+
+def recipes(root: Path, gpu: str | None, split: str = "val", size: int = BASE_SIZE) -> pd.DataFrame:
+    """Per (recipe, training configuration, sampler run) on ``split`` at volume side ``size``: the
+    training runs and their steps, every measure's mean over the runs, and the template's, as the
+    chapter's table shows them."""
     s = load(root, gpu, "anatomy_summary")
     cols = ["recipe", "trained with", "sampler", "runs", "steps", "background", "real background", "gap",
             "spread between seeds", "largest spread", "W1", "template W1", "in-brain r", "template r",
             "region r", "SSIM", "SSIM between seeds"]
     if s.empty:
         return pd.DataFrame(columns=cols)
-    s = s[s["split"] == split]
+    s = s[(s["split"] == split) & (s["size"] == size)]
     base = s[s["run"] == TEMPLATE].groupby("name")[["hist_w1", "brain_corr"]].first()
     runs = s[~s["run"].isin([REAL, TEMPLATE])]
     rows = []
@@ -84,10 +98,16 @@ def recipes(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
 REF_RUN = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"  # FP32 DDPM 250 as a samples table names it
 
 
+def gate_names(samples: pd.DataFrame) -> list[str]:
+    """The training runs whose samples hold FP32 DDPM 250 (the gate's band), oldest first."""
+    ref = samples.loc[samples["run"] == REF_RUN, "name"] if len(samples) else pd.Series(dtype=str)
+    return list(dict.fromkeys(ref))
+
+
 def _gate_run(samples: pd.DataFrame) -> str | None:
     """The training run the gate judges: the newest whose samples hold FP32 DDPM 250."""
-    ref = samples.loc[samples["run"] == REF_RUN, "name"] if len(samples) else pd.Series(dtype=str)
-    return ref.iloc[-1] if len(ref) else None
+    names = gate_names(samples)
+    return names[-1] if names else None
 
 
 def _reference_samples(root: Path, gpu: str | None) -> pd.DataFrame:
@@ -97,11 +117,11 @@ def _reference_samples(root: Path, gpu: str | None) -> pd.DataFrame:
     return samples[(samples["run"] == REF_RUN) & (samples["name"] == name)] if name else samples.iloc[:0]
 
 
-def gate(root: Path, gpu: str | None) -> pd.DataFrame:
-    """The sampler gate (``sample.gate.verdicts``) on the training run whose samples hold FP32
-    DDPM 250 over several seeds: per (sampler run, held-out subject), with the run's name."""
+def gate(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:
+    """The sampler gate (``sample.gate.verdicts``) on training run ``name`` (default: the newest whose
+    samples hold FP32 DDPM 250 over several seeds): per (sampler run, held-out subject), with the run's name."""
     samples, div = load(root, gpu, "anatomy_samples"), load(root, gpu, "anatomy_diversity")
-    name = _gate_run(samples)
+    name = name or _gate_run(samples)
     if name is None:
         return pd.DataFrame(columns=["name", *RUN_COLUMNS, "subject", "verdict"])
 
@@ -129,6 +149,18 @@ def gate_runs(table: pd.DataFrame) -> pd.DataFrame:
                              "ssim_between_seeds": "SSIM between seeds"})[cols]
 
 
+def gate_history(root: Path, gpu: str | None) -> pd.DataFrame:
+    """``gate_runs`` of every checkpoint the gate judged (``gate_names``), oldest first, with the
+    checkpoint's name and training step."""
+    samples = load(root, gpu, "anatomy_samples")
+    frames = []
+    for name in gate_names(samples):
+        step = samples.loc[samples["name"] == name, "step"]
+        frames.append(gate_runs(gate(root, gpu, name)).assign(checkpoint=name, step=int(step.iloc[0]) if len(step) else None))
+    cols = ["checkpoint", "step", "sampler run", "verdict", "in-brain r", "background", "W1", "SSIM between seeds", "seeds"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
 def utility(root: Path, gpu: str | None) -> pd.DataFrame:
     """Segmentation utility per training run and source of the segmenter's training scans: the
     mean and lowest Dice on the real held-out scans, over subjects and segmenter seeds."""
@@ -151,15 +183,18 @@ def curves(root: Path, gpu: str | None) -> pd.DataFrame:
         h = pd.read_csv(run)
         ema = h[h["weights"] == "ema"].groupby("step", as_index=False)["loss"].mean()
         m = NAME.match(run.parent.name)
-        rows.append(ema.assign(name=run.parent.name, recipe=m["recipe"] if m else "", config=m["config"] if m else ""))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "loss", "name", "recipe", "config"])
+        rows.append(ema.assign(name=run.parent.name, recipe=m["recipe"] if m else "", config=m["config"] if m else "",
+                               size=int(m["size"] or BASE_SIZE) if m else BASE_SIZE))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "loss", "name", "recipe", "config",
+                                                                                   "size"])
 
 
 def parity(c: pd.DataFrame, recipe: str = "v", reference: str = "opt1", fast: str = "fast") -> pd.DataFrame:
     """At each step both evaluated (after step 0): the ``reference`` configuration's held-out loss
-    against the band (lowest, highest) of ``fast``'s seeds of the same recipe, and whether it lies inside."""
+    against the band (lowest, highest) of ``fast``'s seeds of the same recipe (at ``BASE_SIZE``), and
+    whether it lies inside."""
     cols = ["step", "reference", "band low", "band high", "fast seeds", "inside"]
-    mine = c[(c["recipe"] == recipe) & (c["step"] > 0)]
+    mine = c[(c["recipe"] == recipe) & (c["step"] > 0) & (c["size"] == BASE_SIZE)]
     ref, band = mine[mine["config"] == reference], mine[mine["config"] == fast]
     if ref.empty or band["name"].nunique() < 2:
         return pd.DataFrame(columns=cols)
@@ -185,12 +220,13 @@ def plateaus(c: pd.DataFrame) -> pd.DataFrame:
 
 
 def curves_figure(c: pd.DataFrame):
-    """The held-out loss curves, one line per training run, coloured by recipe."""
+    """The held-out loss curves, one line per training run, coloured by recipe (dashed: not ``fast``;
+    dotted: a size other than ``BASE_SIZE``)."""
     fig, ax = plt.subplots(figsize=(8, 3.4))
     colors = dict(zip(RECIPES, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for name, g in c[c["step"] > 0].groupby("name"):
         ax.plot(g["step"], g["loss"], marker=".", lw=1.1, color=colors.get(g["recipe"].iloc[0], "0.4"),
-                ls="--" if g["config"].iloc[0] != "fast" else "-", label=name)
+                ls=":" if g["size"].iloc[0] != BASE_SIZE else "--" if g["config"].iloc[0] != "fast" else "-", label=name)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("held-out L1 loss on ε (EMA)")
     ax.legend(fontsize=7, ncol=2)
@@ -400,13 +436,54 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     out["an_gate_count"] = (f"{passed} of the {len(judged)} candidates pass" if len(judged)
                             else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
     out["an_gate_cause"] = gate_cause(table)
+    hist = gate_history(root, gpu)
+    fp8 = hist[hist["sampler run"].str.contains("fp8")] if len(hist) else hist
+    out["an_gate_fp8"] = ("; ".join(f"{r['sampler run']} on `{r['checkpoint']}`: {r['verdict']}" for _, r in fp8.iterrows())
+                          if len(fp8) else missing("FP8 sampler run in the IXI gate"))
+    out["an_gate_checkpoints"] = (", ".join(f"`{n}` (step {s:,})" for n, s in hist.groupby("checkpoint", sort=False)["step"].first().items())
+                                  if len(hist) else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
     out["an_default"] = f"`{RECOMMENDED.sampler}` ({RECOMMENDED.steps} denoiser calls)"
     passing = table[table["verdict"] == "pass"] if len(table) else table
     fewest = passing[passing["steps"] == passing["steps"].min()] if len(passing) else passing
     out["an_fewest_pass"] = (", ".join(sorted({f"{r.sampler} {r.steps} under `{r.config}`" for r in fewest.itertuples()}))
                              if len(fewest) else "none" if len(table) else missing("sampler gate on IXI"))
+    out.update(larger_facts(root, gpu, val, lv))
     p = parity(c)
     out["an_parity"] = (f"inside the band at {int(p['inside'].sum())} of {len(p)} common steps "
                         f"({', '.join(f'{int(s):,}' for s in p['step'])})" if len(p) else missing("TF32 parity run on IXI"))
     return out
 
+
+
+def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.DataFrame) -> dict[str, str]:
+    """The largest size beyond ``BASE_SIZE`` (prefix ``an_big_``): its v runs under ``fast`` sampled by the
+    default sampler (``LARGE_RUN``), each measure beside ``BASE_SIZE``'s, the issue's targets, and how far
+    its held-out loss still fell (``levels``, ``plateaus``' table)."""
+    what = f"IXI runs at a size other than {BASE_SIZE}³ (scripts/anatomy_measure.sh with SIZE)"
+    big = (sizes(root, gpu) or [None])[-1]
+    rows = _row(recipes(root, gpu, "val", big), "v", LARGE_RUN) if big else val.iloc[:0]
+    base = _row(val, "v", LARGE_RUN)
+    out = {"an_big_size": f"{big}³" if big else missing(what), "an_base_size": f"{BASE_SIZE}³"}
+    for key, col, spec in (("gap", "gap", "+.3f"), ("spread", "spread between seeds", ".3f"), ("maxspread", "largest spread", ".3f"),
+                           ("w1", "W1", ".3f"), ("template_w1", "template W1", ".3f"), ("r", "in-brain r", ".2f"),
+                           ("template_r", "template r", ".2f"), ("real_bg", "real background", ".2f"),
+                           ("runs", "runs", "d"), ("steps", "steps", "")):
+        out[f"an_big_{key}"] = (str(rows[col].iloc[0]) if key in ("runs", "steps") else number(float(rows[col].iloc[0]), spec, what)) \
+            if len(rows) else missing(what)
+        out[f"an_base_{key}"] = (str(base[col].iloc[0]) if key in ("runs", "steps") else number(float(base[col].iloc[0]), spec, what)) \
+            if len(base) else missing(f"{LARGE_RUN} on IXI at {BASE_SIZE}³")
+    if len(rows):
+        r = rows.iloc[0]
+        met = {f"background within {TARGET_GAP}": abs(r["gap"]) <= TARGET_GAP,
+               f"spread between seeds ≤ {TARGET_SPREAD}": r["spread between seeds"] <= TARGET_SPREAD,
+               "W1 at or below the template's": r["W1"] <= r["template W1"]}
+        out["an_big_targets"] = "; ".join(f"{k}: {'met' if v else 'missed'}" for k, v in met.items())
+    else:
+        out["an_big_targets"] = missing(what)
+    mine = levels[levels["name"].str.endswith(f"-{big}")] if big and len(levels) else levels.iloc[:0]
+    out["an_big_falling"] = (", ".join(f"`{r['name']}` {100 * r['drop']:.1f} % over its last {r['interval']:,} steps"
+                                       for _, r in mine.iterrows()) if len(mine) else missing(what))
+    ms = [step_ms(root, gpu, n) for n in mine["name"]] if len(mine) else []
+    ms = [m for m in ms if m]
+    out["an_big_step_ms"] = number(sum(ms) / len(ms) if ms else None, ".1f", what)
+    return out

@@ -337,15 +337,30 @@ def _scaling_line(rows: pd.DataFrame, what: str, accum: int = 1) -> str:
             + " / ".join(f"{100 * e:.1f} %" for e in multi["scaling_efficiency"]) + f", {gpu_name(rows['machine'].iloc[0])})")
 
 
+def _widest(rows: pd.DataFrame) -> str | None:
+    """The machine whose rows reach the most GPUs (then the most rows, then the first name): where a
+    configuration's scaling facts come from when several machines measured it."""
+    if not len(rows):
+        return None
+    g = rows.groupby("machine").agg(n=("world_size", "max"), rows=("world_size", "size"))
+    return str(g.sort_values(["n", "rows"], ascending=False, kind="stable").index[0])
+
+
 def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
                   earlier: pd.DataFrame = pd.DataFrame()) -> dict[str, str]:
     """The prose facts of 'Overlapping the all-reduce': fast on 1 → N GPUs now (gradients gathered
-    into the flat buffer), the latest earlier run that holds fast and fast-flat (gradient buckets
+    into the flat buffer) on the machine that ran it on the most GPUs (``_widest``), and on the others, the latest earlier run that holds fast and fast-flat (gradient buckets
     added into a zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
     profile, against the all-reduce alone)."""
-    fast = sc[sc["config"] == "fast"] if len(sc) else sc
+    every = sc[sc["config"] == "fast"] if len(sc) else sc
+    machine = _widest(every)
+    fast = every[every["machine"] == machine] if machine else every
+    others = [_scaling_line(g, "") + (f", with two micro-batches {two}" if not (two := _scaling_line(g, "", 2)).startswith("—") else "")
+              for m, g in every.groupby("machine") if m != machine] if machine else []
     f: dict[str, str] = {"buckets_scaling": _scaling_line(fast, "fast rows in scaling.csv"),
-                         "buckets_scaling_a2": _scaling_line(fast, "fast rows with grad-accum 2 in scaling.csv", 2)}
+                         "buckets_scaling_a2": _scaling_line(fast, "fast rows with grad-accum 2 in scaling.csv", 2),
+                         "buckets_other": ("; ".join(o for o in others if not o.startswith("—")) or "none measured")
+                         if machine else missing("fast rows in scaling.csv")}
     run, old = _latest_run(earlier, "fast-flat")
     f["added_run"] = f"`{old['machine'].iloc[0]}/{run}/`" if run else missing("earlier run of fast-flat")
     for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
@@ -369,7 +384,7 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
     fam = sc[(sc["config"] == "fast") & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
     f["overlap_within"] = f"{int((fam['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(fam)}" if len(fam) \
         else missing("fast rows on several GPUs")
-    one = sc[(sc["config"] == "fast") & (sc["world_size"] == 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
+    one = fast[(fast["world_size"] == 1) & (fast["grad_accum"] == 1)] if len(fast) else fast
     f["fast_one_gpu_ms"] = f"{one['step_ms_median'].iloc[0]:.1f}" if len(one) else missing("fast on 1 GPU")
     two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)] if not ranks.empty else ranks
     if len(two):

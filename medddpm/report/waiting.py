@@ -62,17 +62,19 @@ def table(root: Path, gpus: list[str]) -> pd.DataFrame:
     return out.sort_values(["GPU", "command", "--config", "volumes", "ranks", "compile cache"]).reset_index(drop=True)
 
 
-def newest(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> pd.Series | None:
+def newest(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1,
+           sampler: str | None = None) -> pd.Series | None:
     """The newest successful `sample` row of ``rows``' table for that configuration, number of masks,
-    cache state and ranks (any sampler), or None."""
+    cache state and ranks (of ``sampler``, or any), or None."""
     hit = df[(df["what"] == "sample") & (df["config"] == config) & (df["volumes"] == volumes) & (df["cache"] == cache)
-             & (df["nproc"] == nproc) & (df["rc"] == 0)] if len(df) else df
+             & (df["nproc"] == nproc) & (df["rc"] == 0) & ((df["sampler"] == sampler) if sampler else True)] if len(df) else df
     return hit.iloc[-1] if len(hit) else None
 
 
-def wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
+def wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1,
+         sampler: str | None = None) -> float | None:
     """``newest``'s seconds, or None."""
-    row = newest(df, config, volumes, cache, nproc)
+    row = newest(df, config, volumes, cache, nproc, sampler)
     return float(row["wall_s"]) if row is not None else None
 
 
@@ -121,18 +123,21 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_calls": str(FAST_FROM_CALLS), "tr_fast_from_ddpm": str(fast_from(RECOMMENDED.steps)),
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
 
-    def quote(key: str, config: str, volumes: int, cache: str, nproc: int = 1) -> float | None:
-        w = wall(df, config, volumes, cache, nproc)
-        f[key] = f"{w:.1f} s" if w is not None else missing(f"`sample` row of {volumes} masks ({config}, {cache})")
-        return w
+    def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
+        row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time
+        f[key] = f"{row['wall_s']:.1f} s (`{row['sampler']}`)" if row is not None else \
+            missing(f"`sample` row of {volumes} masks ({config}, {cache})")
+        return float(row["wall_s"]) if row is not None else None
 
     quote("tr_one_cold", "default", 1, "cold")
     quote("tr_one_warm", "default", 1, "warm")
     quote("tr_default8_cold", "default", 8, "cold")
     quote("tr_default8_warm", "default", 8, "warm")
     quote("tr_fast8_cold", "fast", 8, "cold")
-    w8 = quote("tr_fast8_warm", "fast", 8, "warm")
+    quote("tr_fast8_warm", "fast", 8, "warm")
     w100 = quote("tr_hundred_warm", "default", 100, "warm")
+    # the per-volume cost between 8 and 100 masks: both rows of one sampler (the 100-mask row's)
+    w8 = wall(df, "fast", 8, "warm", sampler=newest(df, "default", 100, "warm")["sampler"]) if w100 is not None else None
     ran = sorted({row["sampler"] for key in TARGETS if (row := newest(df, *key)) is not None})
     f["tr_sampler"] = ", ".join(f"`{s}`" for s in ran) if ran else missing("`sample` rows by default")
     mine = df[(df["what"] == "sample") & (df["sampler"] == RECOMMENDED.sampler) & (df["rc"] == 0)] if len(df) else df
@@ -145,6 +150,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     chain = _chain_s(root, have[0]) if have else None
     f["tr_chain"] = number(chain, ".3f", "bench-sample row of the 12-step chain (sample_bench.csv)") + \
         (" s" if chain is not None else "")
+    w8 = wall(df, "fast", 8, "warm", sampler=FEW_STEP.sampler)  # fast's 8 masks of the chain, less 8 chains
     f["tr_fast_fixed"] = (f"{w8 - 8 * chain:.1f} s" if w8 is not None and chain is not None
                           else missing("fast's 8-mask warm row and the chain's bench-sample row"))
     nproc = df[(df["what"] == "sample") & (df["nproc"] > 1) & (df["rc"] == 0)] if len(df) else df
