@@ -205,6 +205,7 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(reduce_facts(root, earlier))
     f.update(split_facts(root))
     f.update(gpu_facts(root))
+    f.update(clock_facts(root))
     return f
 
 
@@ -281,6 +282,22 @@ def split_facts(root: Path) -> dict[str, str]:
                         + (f" of the {limit:.0f} W limit" if limit else ""))
     f["split_reasons"] = ", ".join(sorted({n for m in c["event_reasons"] for n in reason_names(m)})) or "none"
     return f
+
+
+def clock_facts(root: Path, config: str = "fast") -> dict[str, str]:
+    """``clocks_hosts``: every run folder whose ``clocks.csv`` holds ``config`` on one GPU and on 2 ranks
+    (``<config>-1``, ``<config>-2``; ``scripts/_run.sh`` clocks_on): the busy median SM clock of each, and
+    the power it ran at; the same reading as ``split_facts``' on each machine that measured it."""
+    root = Path(root)
+    parts = []
+    for path in _run_files(root, "clocks.csv"):
+        c = pd.read_csv(path)
+        one, two = c[c["run"] == f"{config}-1"], c[c["run"] == f"{config}-2"].sort_values("gpu_index")
+        if len(one) and len(two):
+            parts.append(f"`{path.parent.relative_to(root).as_posix()}/` one GPU {one['sm_mhz_median'].iloc[0]:.0f} MHz, "
+                         f"2 ranks {' / '.join(f'{v:.0f}' for v in two['sm_mhz_median'])} MHz "
+                         f"({pd.concat([one, two])['power_w_median'].median():.0f} W)")
+    return {"clocks_hosts": "; ".join(parts) if parts else missing(f"clocks.csv with {config} on 1 GPU and 2 ranks")}
 
 
 NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)
