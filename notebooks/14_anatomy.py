@@ -132,7 +132,7 @@ plots.finish(anatomy.curves_figure(C) if len(C) else plots.no_data("IXI training
 # - in-brain r {glue:text}`an_big_r` against the template's {glue:text}`an_big_template_r` (there {glue:text}`an_base_r`
 #   against {glue:text}`an_base_template_r`).
 #
-# Targets: {glue:text}`an_big_targets`. These runs had not levelled off: their held-out loss still fell by
+# Targets: {glue:text}`an_big_targets`. These runs had not levelled off: their held-out loss still fell, run by run:
 # {glue:text}`an_big_falling`. Their in-brain r is that of a model still learning, not the size's last word.
 
 # %% tags=["hide-input"]
