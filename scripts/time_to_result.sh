@@ -49,8 +49,6 @@ for n in 1 8 100 256; do  # mask folders: the phantoms' masks, copied under new 
   for i in $(seq 0 $((n - 1))); do cp "$WORK/ph/masks/phantom_00$((i % 4)).nii.gz" "$d/m$(printf %03d "$i").nii.gz"; done
 done
 S="sample --checkpoint $WORK/ckpt/checkpoint.pt --quiet"
-# the default sampler, named in same_files.csv's rows (which sampler wrote the files)
-DEF=$($PY -c "from medddpm.diffusion.solvers import RECOMMENDED as r; print(r.sampler, r.steps)")
 
 left() { [ $((${END:-100000} - SECONDS)) -gt "$1" ]; }  # END: seconds this script may take (a device call's limit)
 row() {  # row NAME CACHE VOLUMES MASKS [sample options...]: one timed `sample` into WORK/s-NAME
@@ -89,7 +87,7 @@ stage_one() {
 stage_fast8() {
   fresh_cache fast
   left 120 && row fast-8-cold cold 8 "$WORK/masks8" --config fast && row fast-8-warm warm 8 "$WORK/masks8" --config fast &&
-    $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast ($DEF), 8 masks, twice"
+    $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
 }
 stage_default100() {  # fast from FAST_FROM masks: its cache is warm after stage fast8
   use_cache fast
@@ -98,7 +96,7 @@ stage_default100() {  # fast from FAST_FROM masks: its cache is warm after stage
 stage_default8() {
   use_cache default
   left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
-    $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16, $DEF), 8 masks, twice"
+    $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
 }
 stage_nproc() {  # the sharded runs first (a one-GPU run of 256 masks is the longest)
   use_cache fast
@@ -110,12 +108,12 @@ stage_nproc() {  # the sharded runs first (a one-GPU run of 256 masks is the lon
   for n in ${NPROCS:-$NPROC}; do
     [ -d "$WORK/s-nproc1-256-warm" ] && [ -d "$WORK/s-nproc$n-256-warm" ] && left 40 &&
       $T compare "$WORK/s-nproc1-256-warm" "$WORK/s-nproc$n-256-warm" --out "$SAME" \
-        --what "sample --config fast ($DEF), 256 masks, --nproc $n vs 1"
+        --what "sample --config fast, 256 masks, --nproc $n vs 1"
   done
 }
 stage_pinned() {
   left 80 && row pinned-8-1 warm 8 "$WORK/masks8" --config $PINNED && row pinned-8-2 warm 8 "$WORK/masks8" --config $PINNED &&
-    $T compare "$WORK/s-pinned-8-1" "$WORK/s-pinned-8-2" --out "$SAME" --what "sample --config $PINNED ($DEF), 8 masks, twice"
+    $T compare "$WORK/s-pinned-8-1" "$WORK/s-pinned-8-2" --out "$SAME" --what "sample --config $PINNED, 8 masks, twice"
 }
 stage_train() {
   fresh_cache train

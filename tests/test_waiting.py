@@ -18,6 +18,10 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice"]) == 0
     row = pd.read_csv(same).iloc[0]
     assert row["files"] == 1 and row["identical"] == 1 and row["max_abs_diff"] == 0
+    from medddpm.diffusion.solvers import RECOMMENDED  # compare names the sampler: sample's default unless given
+    assert row["sampler"] == RECOMMENDED.sampler
+    assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice",
+                 "--sampler", "dpm2m-sde"]) == 0 and pd.read_csv(same)["sampler"].iloc[-1] == "dpm2m-sde"
     assert main(["compare", str(tmp_path / "s1"), str(ixi16), "--out", str(same), "--what", "x"]) == 2
     # a failing command is a row too, with its exit code
     assert main(["run", "--out", str(csv), "--cache", "warm", "--volumes", "1", "--", *cmd,
@@ -65,6 +69,11 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     same = pd.DataFrame([{"gpu": "G", "what": "fast twice", "files": 8, "identical": k, "max_abs_diff": 0.0,
                           "mean_abs_diff": 0.0, "date": "d"} for k in (3, 8)])
     same.to_csv(folder / "same_files.csv", index=False)
+    # a row of another sampler under the same name is its own comparison, not the newest of the chain's
+    assert len(waiting.same_files(tmp_path, ["gpu-a"])) == 1
+    pd.concat([same, same.iloc[:1].assign(sampler="ddpm")]).to_csv(folder / "same_files.csv", index=False)
+    assert sorted(waiting.same_files(tmp_path, ["gpu-a"])["identical"]) == [3, 8]
+    same.to_csv(folder / "same_files.csv", index=False)
     (folder / "profile-sample-1-warm.txt").write_text(
         "         2117521 function calls (2062339 primitive calls) in 13.592 seconds\n"
         "   ncalls  tottime  percall  cumtime  percall filename:lineno(function)\n"
@@ -72,7 +81,7 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
         "      121    2.876    0.024    2.880    0.024 /x/torch/_library/custom_ops.py:607(_register_to_dispatcher)\n"
         "        1    0.000    0.000    1.441    1.441 /w/medddpm/diffusion/gaussian.py:262(sample)\n")
     f = waiting.facts(tmp_path, ["gpu-a"])
-    assert f["tr_same"] == "fast twice: 8 of 8 files identical" and f["tr_profile_total"] == "13.6 s"
+    assert f["tr_same"] == "fast twice (`dpm2m-sde`): 8 of 8 files identical" and f["tr_profile_total"] == "13.6 s"
     assert f["tr_profile_parts"] == ("Python compiling source to bytecode 3.0 s; registering custom operators 2.9 s; "
                                      "the 12-step chain 1.4 s") and f["tr_profile_ops"] == "121"
     # a row of the current default sampler (written with the sampler column) is quoted among its own

@@ -28,7 +28,7 @@ from ..core.runtime import env_info
 from ..diffusion.solvers import RECOMMENDED
 
 COLUMNS = ["gpu", "command", "config", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
-SAME_COLUMNS = ["gpu", "what", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
+SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
 
 def timed(argv: Sequence[str]) -> tuple[float, int, str]:
@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("b")
     c.add_argument("--out", required=True, help="same_files.csv to append to")
     c.add_argument("--what", required=True, help="what the two runs were")
+    c.add_argument("--sampler", default=RECOMMENDED.sampler, help="the sampler both runs ran (default: sample's default)")
     a = p.parse_args(argv)
     env = env_info()
     gpu = env.get("gpu") or "cpu"
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)
             print(f"{wall:.1f} s, rc {rc}: medddpm {' '.join(cmd)}" + (f"\n{tail}" if rc else ""))
             return 0 if rc == 0 else 1
-        row = {"gpu": gpu, "what": a.what, **same_files(a.a, a.b), "date": date.today().isoformat()}
+        row = {"gpu": gpu, "what": a.what, "sampler": a.sampler, **same_files(a.a, a.b), "date": date.today().isoformat()}
         append_csv(a.out, pd.DataFrame([row], columns=SAME_COLUMNS), env)
         print(f"{a.what}: {row['identical']} of {row['files']} files identical, max |Δ| {row['max_abs_diff']:.3g}")
         return 0

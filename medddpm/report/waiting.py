@@ -46,11 +46,14 @@ def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def same_files(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Every bit-for-bit comparison of two runs' files the store holds (the newest of each)."""
+    """Every bit-for-bit comparison of two runs' files the store holds (the newest of each, per
+    sampler: a row written before the ``sampler`` column ran ``EARLIER_DEFAULT``)."""
     df = results_csv(Path(root), gpus, f"{FOLDER}/same_files")
     if df.empty:
         return pd.DataFrame(columns=[*SAME_COLUMNS, "gpu_slug"])
-    return df.drop_duplicates(["gpu_slug", "what"], keep="last").reset_index(drop=True)  # the newest of each
+    stored = df["sampler"].astype(object) if "sampler" in df else pd.Series(None, index=df.index, dtype=object)
+    df["sampler"] = stored.fillna(EARLIER_DEFAULT)
+    return df.drop_duplicates(["gpu_slug", "what", "sampler"], keep="last").reset_index(drop=True)
 
 
 def table(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -185,7 +188,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                        f"{'met' if row['wall_s'] <= limit else 'missed'} ({row['wall_s']:.1f} s, {row['sampler']})")
     f["tr_targets"] = "; ".join(met) if met else missing("rows of the targets")
     same = same_files(root, have[:1])
-    f["tr_same"] = ("; ".join(f"{r['what']}: {r['identical']} of {r['files']} files identical" for _, r in same.iterrows())
+    f["tr_same"] = ("; ".join(f"{r['what']} (`{r['sampler']}`): {r['identical']} of {r['files']} files identical" for _, r in same.iterrows())
                     if len(same) else missing("same_files.csv"))
     return f
 
