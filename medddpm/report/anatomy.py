@@ -355,6 +355,14 @@ def _row(df: pd.DataFrame, recipe: str, run: str = DEFAULT_RUN, config: str = "f
     return df[(df["recipe"] == recipe) & (df["sampler"] == run) & (df["trained with"] == config)]
 
 
+def _cell(row: pd.DataFrame, column: str, spec: str, what: str) -> str:
+    """One column of a ``_row`` as the prose quotes it: a number in ``spec``, as written without one
+    (runs, steps), or "—" naming ``what`` where there is no row."""
+    if not len(row):
+        return missing(what)
+    return number(float(row[column].iloc[0]), spec, what) if spec else str(row[column].iloc[0])
+
+
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """The chapter's glued facts (prefix ``an_``)."""
     gpu = anatomy_gpu(root, gpus)
@@ -363,18 +371,15 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
 
     def cell(df: pd.DataFrame, recipe: str, column: str, spec: str = ".2f", run: str = DEFAULT_RUN,
              config: str = "fast") -> str:
-        row = _row(df, recipe, run, config)
-        return number(float(row[column].iloc[0]) if len(row) else None, spec, what)
+        return _cell(_row(df, recipe, run, config), column, spec, what)
 
     schedule = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
     out = {"an_gpu": gpu_name(gpu) if gpu else missing(what), "an_gain": f"{first_step_gain(schedule):,.0f}"}
     for r in RECIPES:
         for key, col, spec in (("gap", "gap", "+.2f"), ("spread", "spread between seeds", ".3f"),
                                ("maxspread", "largest spread", ".2f"), ("w1", "W1", ".3f"), ("r", "in-brain r", ".2f"),
-                               ("runs", "runs", "d"), ("steps", "steps", "")):
-            row = _row(val, r)
-            out[f"an_{r}_{key}"] = cell(val, r, col, spec) if col not in ("runs", "steps") else (
-                str(row[col].iloc[0]) if len(row) else missing(what))
+                               ("runs", "runs", ""), ("steps", "steps", "")):
+            out[f"an_{r}_{key}"] = cell(val, r, col, spec)
         out[f"an_{r}_ddpm_gap"] = cell(val, r, "gap", "+.2f", DDPM_RUN)
     out["an_real_bg"] = cell(val, "ref", "real background")
     out["an_template_w1"] = cell(val, "ref", "template W1", ".3f")
@@ -467,11 +472,9 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
     for key, col, spec in (("gap", "gap", "+.3f"), ("spread", "spread between seeds", ".3f"), ("maxspread", "largest spread", ".3f"),
                            ("w1", "W1", ".3f"), ("template_w1", "template W1", ".3f"), ("r", "in-brain r", ".2f"),
                            ("template_r", "template r", ".2f"), ("real_bg", "real background", ".2f"),
-                           ("runs", "runs", "d"), ("steps", "steps", "")):
-        out[f"an_big_{key}"] = (str(rows[col].iloc[0]) if key in ("runs", "steps") else number(float(rows[col].iloc[0]), spec, what)) \
-            if len(rows) else missing(what)
-        out[f"an_base_{key}"] = (str(base[col].iloc[0]) if key in ("runs", "steps") else number(float(base[col].iloc[0]), spec, what)) \
-            if len(base) else missing(f"{LARGE_RUN} on IXI at {BASE_SIZE}³")
+                           ("runs", "runs", ""), ("steps", "steps", "")):
+        out[f"an_big_{key}"] = _cell(rows, col, spec, what)
+        out[f"an_base_{key}"] = _cell(base, col, spec, f"{LARGE_RUN} on IXI at {BASE_SIZE}³")
     if len(rows):
         r = rows.iloc[0]
         met = {f"background within {TARGET_GAP}": abs(r["gap"]) <= TARGET_GAP,
