@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .core.config import DEFAULT_ETA, FAST_FROM, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, USER_CONFIGS, DataConfig
+from .core.config import (DEFAULT_ETA, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, SMALL_JOB, USER_CONFIGS, DataConfig,
+                          fast_from)
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import FEW_STEP, RECOMMENDED, SAMPLERS, SPACINGS
 
@@ -300,10 +301,11 @@ def cmd_warmup(a: argparse.Namespace) -> None:
     sampler = Sampler.from_checkpoint(a.checkpoint, a.config, a.device)
     size = "×".join(map(str, sampler.size))
     print(f"warmup: compiling {sampler.config} for {size}, batch {a.batch}, and capturing its sampling chain into "
-          f"{cache.root()} (a first compile takes about a minute on an H100/H200)", file=sys.stderr, flush=True)
+          f"{cache.root()} (a first compile of fast takes about a minute on an H100/H200, fast-eager's Triton kernels "
+          "seconds)", file=sys.stderr, flush=True)
     path = sampler.warmup(a.batch)
     took = time.perf_counter() - t0
-    if path is None or not path.is_file():
+    if path is None or not path.exists():
         print(f"warmup: nothing to cache ({sampler.config} on {sampler.device.type} does not compile); {took:.1f} s")
     else:
         print(f"warmup: cached in {took:.1f} s: {path}; `medddpm sample --checkpoint {a.checkpoint} --config "
@@ -544,9 +546,10 @@ def parser() -> argparse.ArgumentParser:
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast from "
-                   f"{FAST_FROM} masks or {FAST_FROM_CALLS} denoiser calls on (3 masks of DDPM 250), where its compilation "
-                   "pays off even with a cold cache, else bf16, eager, which is done first; "
-                   "the rule reads only the number of masks, so a command always writes the same files); "
+                   f"{FAST_FROM_CALLS} denoiser calls on (masks × calls a mask: {fast_from(RECOMMENDED.steps)} masks of "
+                   f"DDPM {RECOMMENDED.steps}, {fast_from(FEW_STEP.steps)} of the {FEW_STEP.steps}-step chain), where its "
+                   f"compilation pays off even with a cold cache, else {SMALL_JOB} (fast's sampler, not compiled), which is "
+                   "done first; the rule reads only the command, so a command always writes the same files); "
                    f"one of: {configs}")
     s.add_argument("--batch", type=int, default=1, help="masks sampled together in one batch")
     s.add_argument("--quiet", action="store_true", help="no progress bar")

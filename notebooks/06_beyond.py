@@ -245,6 +245,6 @@ if not RP.empty:
 # all-reduces are no-ops (`scripts/train_without_allreduce.py`: the 2-rank code path, no byte moved, no rank waiting):
 # {glue:text}`split_rows`. So {glue:text}`split_comm` ms come with NCCL and {glue:text}`split_path` ms with the code
 # path. The busy GPUs' median SM clock: {glue:text}`split_clocks`, at {glue:text}`split_power`
-# ({glue:text}`split_reasons`); `fast` on one GPU and on 2 ranks wherever clocks were logged: {glue:text}`clocks_hosts`. Our reading: at the power cap, NCCL's kernels beside the backward take SMs and watts.
+# ({glue:text}`split_reasons`); `fast` on one GPU and on 2 ranks wherever clocks were logged: {glue:text}`clocks_hosts`. Our reading: NCCL's kernels beside the backward take SMs, and at the power cap watts; where a rank kept its one-GPU clock ({glue:text}`clocks_kept`), the clock is not the whole loss.
 # NCCL told to use fewer CTAs on two ranks: {glue:text}`nccl_env_rows`. Each GPU alone, all four at once
 # ({glue:text}`gpu_run`): {glue:text}`gpu_rows`, {glue:text}`gpu_spread` apart; a step of N ranks waits for its slowest.

@@ -22,9 +22,11 @@
 # chapter times that, from process start to the last file written
 # (`scripts/time_to_result.sh`, `medddpm/profiling/waiting.py`), on the {glue:text}`tr_gpu`.
 #
-# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from {glue:text}`tr_fast_from`
-# masks or {glue:text}`tr_fast_from_calls` denoiser calls on ({glue:text}`tr_fast_from_ddpm` masks of DDPM 250),
-# where its compilation pays for itself even with a cold cache, and eager `bf16` below that. The rule reads the command alone, never the state of a cache, so the same command always
+# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from {glue:text}`tr_fast_from_calls`
+# denoiser calls on (masks × calls a mask: {glue:text}`tr_fast_from_ddpm` masks of DDPM 250,
+# {glue:text}`tr_fast_from_chain` of the 12-step chain), where its compilation pays for itself even with a cold
+# cache, and {glue:text}`tr_small` below that: `fast`'s sampler with nothing for `torch.compile` to do (below).
+# The rule reads the command alone, never the state of a cache, so the same command always
 # runs the same configuration and writes the same files. The compiled work is kept under
 # `MEDDDPM_CACHE` (default `~/.cache/medddpm`), keyed by torch, Triton, CUDA, the GPU, the
 # configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
@@ -58,14 +60,13 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # %% [markdown]
 # ## One mask, eight, a hundred
 #
-# - **One mask** by default (eager `bf16`): {glue:text}`tr_one_cold` with a cold cache,
-#   {glue:text}`tr_one_warm` warm. Eager work compiles nothing, so the cache does not matter.
-# - **Eight masks**: by default (eager) {glue:text}`tr_default8_cold` and {glue:text}`tr_default8_warm`;
-#   under `--config fast` {glue:text}`tr_fast8_cold` cold and {glue:text}`tr_fast8_warm` warm (each row's sampler
-#   in brackets).
-#   Below {glue:text}`tr_fast_from` masks the rule's eager choice is the faster one even against a
-#   warm cache.
-# - **A hundred masks** by default (`fast`), cache warm: {glue:text}`tr_hundred_warm`. Against the
+# Each quoted row names its sampler and the configuration it ran (the rule of its day, for a row
+# without `--config`; eager `bf16` was the small-job pick until {glue:text}`tr_small` replaced it).
+#
+# - **One mask** by default: {glue:text}`tr_one_cold` with a cold cache, {glue:text}`tr_one_warm` warm.
+# - **Eight masks**: by default {glue:text}`tr_default8_cold` and {glue:text}`tr_default8_warm`;
+#   under `--config fast` {glue:text}`tr_fast8_cold` cold and {glue:text}`tr_fast8_warm` warm.
+# - **A hundred masks** by default, cache warm: {glue:text}`tr_hundred_warm`. Against the
 #   eight-mask warm `fast` run of the same sampler, each further volume costs {glue:text}`tr_per_volume`; the 12-step chain itself
 #   takes {glue:text}`tr_chain` a volume on the GPU (`bench-sample`, {doc}`11_few_step`). Threads read
 #   and encode the masks, and others resample and compress the samples into `.nii.gz` files while
@@ -74,14 +75,28 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # - **Several GPUs** (each rank reads its own share of the masks): {glue:text}`tr_nproc`. Every rank
 #   pays the start-up again, so a few hundred masks do not fill four GPUs.
 #
+# ## A small job: `fast`'s sampler, not compiled
+#
+# {glue:text}`tr_small` is `fast`'s sampler (bf16 weights, NDHWC, the Triton norm, thin-convolution
+# and upsampling kernels of {doc}`07_kernels`, CUDA graphs, cuDNN's heuristics) without `torch.compile`.
+# In the steady state (`bench-sample`, 128³, batch 1): {glue:text}`tr_small_bench`. So `fast` saves a few
+# milliseconds a denoiser call and pays for it with its compilation; the rule's threshold is where the
+# two meet with cold caches. Triton still compiles the kernels themselves,
+# {glue:text}`tr_small_kernels` in a cold 1-mask run. Compiled one by one at their first launch, as Triton
+# does, they made the cold start long; `medddpm.net.kernels.precompile` now runs each new shape once as a
+# dry run that records every launch, and compiles them all at once in threads before the real
+# call (the assembler and the launcher builds are processes of their own). The same 1-mask command
+# before that change, and without the Triton kernels at all (`small-job-2026-11-26/`):
+# {glue:text}`tr_small_before`.
+#
 # Against the targets set for this work: {glue:text}`tr_targets`.
 #
 # ## Where the one-mask seconds go
 #
 # `python -m cProfile -m medddpm sample` of the one-mask default, cache warm (`STAGES=profile`;
-# {glue:text}`tr_profile_total` under the profiler): {glue:text}`tr_profile_parts`. The first two are
-# the software stack's own start-up on that machine: its Python files had no usable bytecode cache,
-# and the torch build there registered {glue:text}`tr_profile_ops` custom operators as it started.
+# {glue:text}`tr_profile_total` under the profiler, which sees only the main thread):
+# {glue:text}`tr_profile_parts`. The torch build on that machine registered {glue:text}`tr_profile_ops`
+# custom operators as it started.
 
 # ## The same command, the same files
 #

@@ -15,7 +15,9 @@
 #             and -X importtime of it (OUT/importtime-sample-1.txt)
 #   profilefast  cProfile of --config fast on 8 masks, warm (after fast8): OUT/profile-sample-fast-8-warm.txt
 #   one       1 mask by default, cold and warm        fast8   --config fast, 8 masks, cold and warm, compared
-#   default100  100 masks by default (fast), warm     default8  8 masks by default (eager bf16), twice, compared
+#   default100  100 masks by default (fast), warm     default8  8 masks by default, twice, compared
+#   eager8    --config fast-eager (the small-job pick), 8 masks, twice, compared
+#   benchddpm bench-sample of fast against fast-eager: DDPM 250 and the 12-step chain (OUT/sample_bench.csv)
 #   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC) and on one process, compared
 #   pinned    the -pinned rung twice, compared        train   train --config fast's first 100 steps, cold and warm
 #   bench     bench-sample of fast against -pinned
@@ -62,7 +64,7 @@ profile() {  # profile NAME MASKS [sample options...]: cProfile of one `sample` 
   local name=$1 masks=$2; shift 2
   rm -rf "$WORK/s-profile-$name"
   $PY -m cProfile -o "$WORK/profile-$name.pstats" -m medddpm $S --masks "$masks" --out "$WORK/s-profile-$name" "$@" &&
-    $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(60); s.sort_stats('tottime').print_stats(25); s.print_callers('_register_to_dispatcher')" \
+    $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=sys.stdout); s.sort_stats('cumulative').print_stats(60); s.sort_stats('tottime').print_stats(25); s.sort_stats('cumulative').print_stats('triton/compiler', 8); s.print_callers('_register_to_dispatcher')" \
       "$WORK/profile-$name.pstats" >"$OUT/profile-$name.txt"
 }
 stage_profile() {
@@ -89,14 +91,26 @@ stage_fast8() {
   left 120 && row fast-8-cold cold 8 "$WORK/masks8" --config fast && row fast-8-warm warm 8 "$WORK/masks8" --config fast &&
     $T compare "$WORK/s-fast-8-cold" "$WORK/s-fast-8-warm" --out "$SAME" --what "sample --config fast, 8 masks, twice"
 }
-stage_default100() {  # fast from FAST_FROM masks: its cache is warm after stage fast8
+stage_default100() {  # fast from FAST_FROM_CALLS denoiser calls (100 masks of DDPM 250 hold them): cache warm after fast8
   use_cache fast
   left 80 && row default-100-warm warm 100 "$WORK/masks100"
 }
 stage_default8() {
   use_cache default
   left 60 && row default-8-cold cold 8 "$WORK/masks8" && row default-8-warm warm 8 "$WORK/masks8" &&
-    $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample (eager bf16), 8 masks, twice"
+    $T compare "$WORK/s-default-8-cold" "$WORK/s-default-8-warm" --out "$SAME" --what "sample, 8 masks, twice"
+}
+stage_eager8() {  # the small-job configuration on 8 masks: its Triton kernels cached by stage one
+  use_cache default
+  left 90 && row eager-8-1 warm 8 "$WORK/masks8" --config fast-eager && row eager-8-2 warm 8 "$WORK/masks8" --config fast-eager &&
+    $T compare "$WORK/s-eager-8-1" "$WORK/s-eager-8-2" --out "$SAME" --what "sample --config fast-eager, 8 masks, twice"
+}
+stage_benchddpm() {  # the steady state of both: seconds a volume (fast's compile cache warm after stage fast8)
+  use_cache fast
+  left 120 && $PY -m medddpm bench-sample --config fast-eager,fast --sampler ddpm --repeats 3 --device cuda \
+    --out "$OUT/sample_bench.csv"
+  left 60 && $PY -m medddpm bench-sample --config fast-eager,fast --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
+    --out "$OUT/sample_bench.csv"
 }
 stage_nproc() {  # the sharded runs first (a one-GPU run of 256 masks is the longest)
   use_cache fast

@@ -55,6 +55,12 @@ def test_clock_facts_read_fast_on_one_gpu_and_two_ranks_in_every_folder(tmp_path
     pd.DataFrame([row("fast-1", 0, 1830), row("fast-2", 0, 1815), row("fast-2", 1, 1830)]).to_csv(
         tmp_path / "m-x4" / "old" / "clocks.csv", index=False)
     pd.DataFrame([row("opt1-1", 0, 1980)]).to_csv(tmp_path / "m-x4" / "clocks.csv", index=False)
-    assert clock_facts(tmp_path)["clocks_hosts"] == ("`m-x4/old/` one GPU 1830 MHz, 2 ranks 1815 / 1830 MHz (690 W); "
-                                                     "`m-x2/` one GPU 1830 MHz, 2 ranks 1792 / 1800 MHz (690 W)")
+    f = clock_facts(tmp_path)
+    assert f["clocks_hosts"] == ("`m-x4/old/` one GPU 1830 MHz at 690 W, 2 ranks 1815 / 1830 MHz at 690 / 690 W; "
+                                 "`m-x2/` one GPU 1830 MHz at 690 W, 2 ranks 1792 / 1800 MHz at 690 / 690 W")
+    # a rank that kept its one-GPU clock on 2 ranks is named, with the folder's 2-GPU efficiency where it has one
+    assert f["clocks_kept"] == "`m-x4/old/`"
+    pd.DataFrame([{"config": "fast", "world_size": 2, "grad_accum": 1, "scaling_efficiency": 0.9629}]).to_csv(
+        tmp_path / "m-x4" / "old" / "scaling.csv", index=False)
+    assert clock_facts(tmp_path)["clocks_kept"] == "`m-x4/old/` (96.3 % at 2 GPUs)"
     assert clock_facts(tmp_path, "opt1")["clocks_hosts"].startswith("—")

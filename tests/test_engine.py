@@ -1,5 +1,6 @@
 """The one place that applies a configuration: every knob, its CPU fallback, the ladder."""
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -163,12 +164,18 @@ def test_knobs_are_validated_early(changes, needle):
 
 def test_sampling_variants_add_one_lever_each_and_refuse_training():
     """Each sampling variant adds one lever to fast, to a kernel variant or to a sampling variant
-    before it."""
+    before it (turning compilation off takes the compiled DDPM update with it, turning the Triton
+    kernels off every one of them: one lever each)."""
+    together = ({"compile", "compiled_update"}, {"triton_norm", "fold_conv_bias", "triton_conv", "triton_upsample"})
+
+    def levers(changed: set[str]) -> int:
+        return len(changed - set().union(*together)) + sum(bool(changed & g) for g in together)
+
     for i, knobs in enumerate(SAMPLING_VARIANTS):
         a = dataclasses.asdict(knobs)
         bases = (CONFIGS["bf16-graphs"], *KERNEL_VARIANTS, *SAMPLING_VARIANTS[:i])
-        changes = [{k for k in a if a[k] != b[k]} - {"name"} for b in map(dataclasses.asdict, bases)]
-        assert min(map(len, changes)) == 1 and run_config(knobs.name) == knobs
+        changes = [levers({k for k in a if a[k] != b[k]} - {"name"}) for b in map(dataclasses.asdict, bases)]
+        assert min(changes) == 1 and run_config(knobs.name) == knobs
         with pytest.raises(ValueError, match="sampling only"):
             run_config(knobs.name, training=True)
 
@@ -194,9 +201,35 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
     assert torch.equal(outs["bf16-graphs"], outs["fast-w16"])
 
 
+def test_the_small_job_sampler_is_fasts_with_nothing_to_compile():
+    """`fast-eager` (sample's pick for a small job): fast's pinned sampler, compile off, so no
+    Inductor work and no Mega-Cache key; its Triton kernels still cache under MEDDDPM_CACHE."""
+    from medddpm.core.config import SAMPLING_ALIASES, SMALL_JOB
+
+    eager, fast = run_config(SMALL_JOB), CONFIGS[SAMPLING_ALIASES["fast"]]
+    changed = {k for k, v in dataclasses.asdict(eager).items() if v != getattr(fast, k)} - {"name"}
+    assert changed == {"compile", "compiled_update", "cudnn_benchmark"} and not eager.compile
+    assert eager.triton_norm and eager.triton_conv and eager.triton_upsample and eager.chain_graph and eager.cuda_graphs
+
+
+def test_triton_kernels_alone_point_the_caches_into_medddpm_cache(tiny, monkeypatch, tmp_path):
+    from medddpm.run.engine import compiled
+
+    for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEDDDPM_CACHE", str(tmp_path))
+    from medddpm.net.model import UNet3D
+
+    model = UNet3D(tiny)
+    assert compiled(model, run_config("bf16")) is model and "TRITON_CACHE_DIR" not in os.environ
+    assert compiled(model, run_config("fast-eager")) is model
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+
+
 @pytest.mark.parametrize("name", ["bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm", "fast-w16-tnorm-tconv",
                                   "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up",
-                                  "fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table"])
+                                  "fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table",
+                                  "fast-eager"])
 def test_the_sampler_keeps_every_activation_channels_last(tiny, name):
     """Issue 20: no NCDHW tensor inside the sampler's denoiser — its input buffer and every module's
     5-D input and output are NDHWC by their strides (or a channel slice of an NDHWC tensor)."""

@@ -574,3 +574,38 @@ def test_model_with_triton_upsampling_matches_the_model():
         fast = _compare_models(MODEL_PRESETS["tiny"], dict(fused_ops=True), dict(triton_upsample=True), 1e-5, 1e-4, 1e-5)
     from medddpm.net.model import Upsample
     assert any(isinstance(m, Upsample) and m.triton for m in fast.modules())
+
+
+def test_precompile_records_each_launch_of_a_dry_run_and_compiles_them_all(monkeypatch):
+    """kernels.precompile: the dry run launches nothing; every launch it made is compiled once
+    (``warmup`` with its grid and arguments); outside it a launch runs; where Triton cannot run
+    the function just runs."""
+    if kernels.triton is None:
+        pytest.skip("Triton is not installed")
+
+    class Kernel:
+        def __init__(self):
+            self.launched, self.compiled = [], []
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: self.launched.append((grid, args, meta))
+
+        def warmup(self, *args, grid, **meta):
+            self.compiled.append((grid, args, meta))
+
+    a, b = Kernel(), Kernel()
+
+    def net():
+        kernels._launch(a, (4, 1), "x", 3, BLOCK=8)
+        kernels._launch(b, (2,), "y", SILU=True)
+        kernels._launch(a, (1, 1), "z", 5, BLOCK=16)
+
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    assert kernels.precompile(net, threads=2) == 3
+    assert a.launched == b.launched == [] and kernels._RECORDED is None
+    assert sorted(a.compiled) == [((1, 1), ("z", 5), {"BLOCK": 16}), ((4, 1), ("x", 3), {"BLOCK": 8})]
+    assert b.compiled == [((2,), ("y",), {"SILU": True})]
+    net()  # not inside precompile: launched
+    assert len(a.launched) == 2 and len(b.launched) == 1
+    monkeypatch.setattr(kernels, "INTERPRET", True)
+    assert kernels.precompile(net) == 0 and len(a.launched) == 4 and len(a.compiled) == 2

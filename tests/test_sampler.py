@@ -2,6 +2,7 @@
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 
 from medddpm.core.errors import InputError
 from medddpm.sample import Sampler
@@ -32,17 +33,19 @@ def test_one_sampler_samples_files_folders_and_writes_the_same_numbers(ixi16, ix
 def test_without_config_a_gpu_runs_fast_only_where_its_compilation_pays_off():
     import torch
 
-    from medddpm.core.config import FAST_FROM, FAST_FROM_CALLS
+    from medddpm.core.config import FAST_FROM_CALLS, SMALL_JOB, fast_from
     from medddpm.sample.sampler import default_config
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
     assert default_config(cpu, 500)[0] == "baseline"
-    assert default_config(gpu, 1)[0] == "bf16" and "--config fast" in default_config(gpu, 1)[1]
-    assert default_config(gpu, FAST_FROM - 1)[0] == "bf16" and default_config(gpu, FAST_FROM)[0] == "fast"
-    # or from FAST_FROM_CALLS denoiser calls: DDPM's 250 a volume reach fast after a few volumes, not FAST_FROM
-    assert default_config(gpu, 2, 250)[0] == "bf16" and default_config(gpu, 3, 250)[0] == "fast"
-    assert default_config(gpu, FAST_FROM_CALLS // 50 - 1, 50)[0] == "bf16" and default_config(gpu, FAST_FROM_CALLS // 50, 50)[0] == "fast"
-    assert "of 250 denoiser calls" in default_config(gpu, 1, 250)[1]
+    assert default_config(gpu, 1)[0] == SMALL_JOB == "fast-eager" and "--config fast" in default_config(gpu, 1)[1]
+    # fast from FAST_FROM_CALLS denoiser calls (masks × calls a mask): DDPM's 250 a mask reach it after a few tens
+    # of masks, the 12-step chain's 12 after hundreds
+    for calls in (250, 50, 12):
+        n = fast_from(calls)
+        assert (n - 1) * calls < FAST_FROM_CALLS <= n * calls
+        assert default_config(gpu, n - 1, calls)[0] == SMALL_JOB and default_config(gpu, n, calls)[0] == "fast"
+    assert fast_from(250) < fast_from(12) and "of 250 denoiser calls" in default_config(gpu, 1, 250)[1]
     assert default_config(gpu)[0] == "fast"  # an object kept for many calls
 
 
@@ -93,3 +96,25 @@ def test_a_cache_that_cannot_be_read_or_written_costs_only_a_warning(monkeypatch
     monkeypatch.setattr(cache, "atomic_path", lambda p: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.warns(UserWarning, match="not written"):
         assert cache.save(k) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fast-eager's Triton kernels and CUDA graphs need a GPU")
+@pytest.mark.parametrize("sampler,steps", [("ddpm", None), ("dpm2m-sde", 4)])
+def test_the_small_job_sampler_samples_what_fast_samples_on_a_gpu(tiny_checkpoint, phantoms, sampler, steps):
+    """`fast-eager` (sample's pick for a small job: no torch.compile) on a GPU: the same files twice
+    from one object, and fast's samples up to bf16 rounding (Inductor fuses what it runs op by op)."""
+    import numpy as np
+
+    from medddpm.sample import Sampler
+
+    masks = phantoms / "masks"
+    out = {}
+    for config in ("fast-eager", "fast"):
+        s = Sampler.from_checkpoint(tiny_checkpoint, config=config, device="cuda")
+        out[config] = [{k: np.asarray(v.dataobj) for k, v in s.sample(masks, sampler=sampler, steps=steps, seed=1).items()}
+                       for _ in range(2)]
+    eager, fast = out["fast-eager"], out["fast"]
+    assert all(np.array_equal(eager[0][k], eager[1][k]) for k in eager[0])
+    diff = np.concatenate([np.abs(eager[0][k] - fast[0][k]).ravel() for k in fast[0]])
+    scale = np.ptp(np.concatenate([v.ravel() for v in fast[0].values()]))  # the samples' range, in their units
+    assert diff.mean() < 0.02 * scale and np.percentile(diff, 99) < 0.1 * scale, (diff.mean(), diff.max(), scale)

@@ -207,8 +207,8 @@ def test_chain_graph_plumbing_on_cpu(monkeypatch):
     class Direct:
         released = []
 
-        def __init__(self, fn, device):
-            self.fn = fn
+        def __init__(self, fn, device, precompile=False):
+            self.fn, self.precompile = fn, precompile
 
         def __call__(self, *inputs):
             return self.fn(*inputs)
@@ -226,3 +226,7 @@ def test_chain_graph_plumbing_on_cpu(monkeypatch):
     for steps in range(2, 2 + engine.GraphedChain.KEEP):
         d.sample(mask, 1, "ipndm", steps, spacing="time")
     assert len(d.chain.chains) == engine.GraphedChain.KEEP and len(Direct.released) == 1
+    assert not any(g.precompile for g in d.chain.chains.values())  # each chain's graph takes the chain's precompile
+    d.chain = engine.GraphedChain(d, d.model, torch.device("cpu"), precompile=True)
+    d.sample(mask, 1, "ipndm", 2, spacing="time")
+    assert all(g.precompile for g in d.chain.chains.values())

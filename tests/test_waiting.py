@@ -2,7 +2,7 @@
 runs' files compared bit for bit."""
 import pandas as pd
 
-from medddpm.profiling.waiting import COLUMNS, main, option
+from medddpm.profiling.waiting import COLUMNS, main, option, ran
 
 
 def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_checkpoint, tmp_path, capsys):
@@ -15,6 +15,7 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     rows = pd.read_csv(csv)
     assert list(rows.columns) == COLUMNS and len(rows) == 2 and (rows["rc"] == 0).all()
     assert (rows["config"] == "default").all() and (rows["wall_s"] > 0).all() and (rows["sampler"] == "dpm2m-sde").all()
+    assert rows["ran"].isna().all()  # a CPU picks without saying so: the row does not guess
     assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice"]) == 0
     row = pd.read_csv(same).iloc[0]
     assert row["files"] == 1 and row["identical"] == 1 and row["max_abs_diff"] == 0
@@ -28,6 +29,10 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
                  "--out", str(tmp_path / "s1")]) == 1
     assert pd.read_csv(csv)["rc"].iloc[-1] == 2
     assert option(["sample", "--config", "fast"], "--config", "default") == "fast"
+    # the configuration a GPU's `sample` picked, as its `config …` line says; a --config given is what ran
+    said = "masks: …\nconfig fast-eager, not compiled: 1 volume(s) of 250 denoiser calls …\n"
+    assert ran(["sample", "--masks", "m"], said) == "fast-eager" and ran(["sample", "--config", "bf16"], said) == "bf16"
+    assert ran(["sample", "--masks", "m"], "config fast (100 volumes: …)") == "fast" and ran(["train"], said) == ""
 
 
 def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path):
@@ -63,7 +68,15 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
                            "wall_s": 90.0}
     more.to_csv(folder / "time_to_result.csv", index=False)
     f2 = waiting.facts(tmp_path, ["gpu-a"])
-    assert f2["tr_fast8_warm"] == "90.0 s (`ddpm`)" and f2["tr_per_volume"] == "0.15 s"
+    assert f2["tr_fast8_warm"] == "90.0 s (`ddpm`, `fast`)" and f2["tr_per_volume"] == "0.15 s"
+    # rows without the `ran` column ran what the rule of then picked: eager bf16 below 35 masks of the chain
+    # (3 of DDPM 250), fast from there; a row that says what it ran is quoted with it
+    assert list(waiting.rows(tmp_path, ["gpu-a"])["ran"]) == ["bf16", "bf16", "fast", "fast", "fast", "fast", "fast", "fast"]
+    assert f2["tr_one_cold"] == "9.0 s (`dpm2m-sde`, `bf16`)"
+    said = more.assign(ran=None)
+    said.loc[0, "ran"] = "fast-eager"
+    said.to_csv(folder / "time_to_result.csv", index=False)
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_one_cold"] == "9.0 s (`dpm2m-sde`, `fast-eager`)"
     more.iloc[:-1].to_csv(folder / "time_to_result.csv", index=False)
     # the same comparison twice: the newest counts; a cProfile print of the 1-mask default, split
     same = pd.DataFrame([{"gpu": "G", "what": "fast twice", "files": 8, "identical": k, "max_abs_diff": 0.0,
@@ -83,7 +96,7 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     f = waiting.facts(tmp_path, ["gpu-a"])
     assert f["tr_same"] == "fast twice (`dpm2m-sde`): 8 of 8 files identical" and f["tr_profile_total"] == "13.6 s"
     assert f["tr_profile_parts"] == ("Python compiling source to bytecode 3.0 s; registering custom operators 2.9 s; "
-                                     "the 12-step chain 1.4 s") and f["tr_profile_ops"] == "121"
+                                     "sampling 1.4 s") and f["tr_profile_ops"] == "121"
     # a row of the current default sampler (written with the sampler column) is quoted among its own
     from medddpm.diffusion.solvers import RECOMMENDED
 

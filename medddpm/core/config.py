@@ -178,13 +178,19 @@ class TrainConfig:
 DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) samples of the trained model lose
 # in-brain agreement with the real image at 50 and at 250 steps, η = 1 keeps DDPM's (quality/samplers.csv)
 
-FAST_FROM = 35  # `sample` without --config on a GPU runs `fast` from this many masks on (or from FAST_FROM_CALLS denoiser
-# calls), else eager bf16: on an H200 (issue 48, main 078595a, 128³, process start to files written) eager bf16 took
-# about 5 s + 1.5 s a volume of the 12-step chain, fast 40 s with cold compile caches (21–29 s warm) + under 0.5 s a
-# volume, so fast's start-up pays off from about 35 volumes of the chain
-FAST_FROM_CALLS = 750  # ... or from this many denoiser calls (masks × calls a mask): DDPM 250, the default sampler since
-# issue 47, on an H100 (time_to_result/ddpm-default-2026-11-26, 128³): eager bf16 24.6 s for 1 mask and 64.4 s for 3,
-# fast 64.1 s for 3 with cold caches (28.0 s warm): even cold, fast is no slower than eager from 3 masks (750 calls)
+SMALL_JOB = "fast-eager"  # what `sample` without --config runs on a GPU below FAST_FROM_CALLS: fast's sampler with
+# nothing for torch.compile to do (eager bf16, NCDHW, until 2026-11-26: 20 s a volume of DDPM 250 on an H100)
+FAST_FROM_CALLS = 7000  # `sample` without --config on a GPU runs `fast` from this many denoiser calls on (masks × calls a
+# mask: 28 masks of DDPM 250, 584 of the 12-step chain), where its compilation pays off even with cold caches. On an
+# H100 (issue 48, 128³, h100-80gb-hbm3/time_to_result/): fast-eager costs 17 s cold (11.1 s warm, 1 mask) before its
+# first volume, fast 44 s cold; fast saves 3.9 ms a denoiser call (DDPM 250: 4.68 against 5.66 s a volume; the chain:
+# 0.224 against 0.271 s), so its 27 s more of start-up pay off from about 6,900 calls
+
+def fast_from(calls: int) -> int:
+    """The volumes of ``calls`` denoiser calls each from which ``sample`` without ``--config`` runs
+    ``fast`` on a GPU: those that hold ``FAST_FROM_CALLS`` calls."""
+    return -(-FAST_FROM_CALLS // calls)
+
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_CACHES = ("auto", "device", "host", "none")  # input pipelines, fastest first (medddpm/data/pipeline.py)
@@ -402,8 +408,14 @@ _CHAIN_FP8 = _rung(_FP8_SKIP, "fast-w16-tnorm-tconv-fold-up-update-fp8skip-chain
 # Issue 48: fast's sampler with cuDNN's heuristics instead of its autotuner, which times the algorithms
 # anew in every process and may pick others (other sums): the candidate for the same files run after run
 _PINNED = _rung(_CHAIN, "fast-w16-tnorm-tconv-fold-up-update-chain-pinned", cudnn_benchmark=False)
+# Issue 48: the pinned sampler with nothing for torch.compile to do (its DDPM update eager too): NDHWC, bf16 weights,
+# the Triton kernels (compiled once by Triton itself, in seconds, and cached) and the CUDA graphs: what `sample` runs
+# for a small job, which would finish before `fast` had compiled
+_EAGER = _rung(_PINNED, "fast-eager", compile=False, compiled_update=False)
+# and the same without the Triton kernels (nothing to compile at all: PyTorch's NDHWC norm and upsampling)
+_EAGER_NT = _rung(_EAGER, "fast-eager-nt", triton_norm=False, fold_conv_bias=False, triton_conv=False, triton_upsample=False)
 SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE,
-                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8, _PINNED)
+                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8, _PINNED, _EAGER, _EAGER_NT)
 SAMPLING_ONLY_KNOBS = ("bf16_weights", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
@@ -434,6 +446,8 @@ USER_CONFIGS: dict[str, str] = {
     "fast": "training: bf16, compiled NDHWC kernels, Triton norms and thin convolutions, one CUDA graph a step; "
             "sampling: its sampling variant, a few-step chain as one CUDA graph",
     "fast-fp8": "sampling only: fast with FP8 (E4M3) convolutions in the decoder (needs nvidia-cudnn-frontend)",
+    "fast-eager": "sampling only: fast's sampler without torch.compile (its Triton kernels, bf16 weights, NDHWC, CUDA "
+                  "graphs, cuDNN's heuristics): little to compile, so a small job finishes first",
 }
 GPU_LEVERS = ("compile", "cuda_graphs", "fused_adam", "triton_norm", "triton_conv", "triton_upsample", "fp8_convs",
               "chain_graph")  # knobs that act only on a GPU; a CPU runs their PyTorch reference path, eagerly

@@ -6,12 +6,14 @@ files written (``time_to_result.csv``), and whether two runs wrote the same file
     python -m medddpm.profiling.waiting compare A B --out CSV --what "fast twice"
 
 A ``run`` row's ``config`` is the command's ``--config`` (``default`` without one: ``sample`` then
-picks by its masks and denoiser calls, ``core.config.FAST_FROM``), its ``sampler`` a `sample` command's
+picks by its masks and denoiser calls, ``core.config.FAST_FROM_CALLS``), ``ran`` the configuration it ran
+(the one it picked, as it said), its ``sampler`` a `sample` command's
 ``--sampler`` (``solvers.RECOMMENDED``'s without one; empty for other commands).
 """
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
@@ -27,15 +29,24 @@ from ..core.io import append_csv
 from ..core.runtime import env_info
 from ..diffusion.solvers import RECOMMENDED
 
-COLUMNS = ["gpu", "command", "config", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
+COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
 SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
 
 def timed(argv: Sequence[str]) -> tuple[float, int, str]:
-    """(wall seconds, exit code, last lines of stderr) of ``python -m medddpm ARGV`` in a new process."""
+    """(wall seconds, exit code, stderr) of ``python -m medddpm ARGV`` in a new process."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "medddpm", *argv], capture_output=True, text=True)
-    return time.perf_counter() - t0, p.returncode, "\n".join(p.stderr.strip().splitlines()[-3:])
+    return time.perf_counter() - t0, p.returncode, p.stderr
+
+
+def ran(argv: Sequence[str], stderr: str) -> str:
+    """The configuration a `sample` command ran: its ``--config``, else the one its ``config …`` line
+    names (``sample`` says which one it picked on a GPU); "" where neither tells (a CPU, ``train``)."""
+    if argv[:1] != ["sample"]:
+        return ""
+    said = re.search(r"^config ([\w.-]+)", stderr, re.MULTILINE)
+    return option(argv, "--config", said[1] if said else "")
 
 
 def option(argv: Sequence[str], name: str, default: str) -> str:
@@ -85,8 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
             if not cmd:
                 raise InputError("give the medddpm command after --")
-            wall, rc, tail = timed(cmd)
-            row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"),
+            wall, rc, err = timed(cmd)
+            tail = "\n".join(err.strip().splitlines()[-3:])
+            row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"), "ran": ran(cmd, err),
                    "sampler": option(cmd, "--sampler", RECOMMENDED.sampler) if cmd[0] == "sample" else "",
                    "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
                    "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat()}

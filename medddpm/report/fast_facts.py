@@ -289,15 +289,29 @@ def clock_facts(root: Path, config: str = "fast") -> dict[str, str]:
     (``<config>-1``, ``<config>-2``; ``scripts/_run.sh`` clocks_on): the busy median SM clock of each, and
     the power it ran at; the same reading as ``split_facts``' on each machine that measured it."""
     root = Path(root)
-    parts = []
+    parts, kept = [], []
     for path in _run_files(root, "clocks.csv"):
         c = pd.read_csv(path)
         one, two = c[c["run"] == f"{config}-1"], c[c["run"] == f"{config}-2"].sort_values("gpu_index")
         if len(one) and len(two):
-            parts.append(f"`{path.parent.relative_to(root).as_posix()}/` one GPU {one['sm_mhz_median'].iloc[0]:.0f} MHz, "
-                         f"2 ranks {' / '.join(f'{v:.0f}' for v in two['sm_mhz_median'])} MHz "
-                         f"({pd.concat([one, two])['power_w_median'].median():.0f} W)")
-    return {"clocks_hosts": "; ".join(parts) if parts else missing(f"clocks.csv with {config} on 1 GPU and 2 ranks")}
+            folder = f"`{path.parent.relative_to(root).as_posix()}/`"
+            parts.append(f"{folder} one GPU {one['sm_mhz_median'].iloc[0]:.0f} MHz at {one['power_w_median'].iloc[0]:.0f} W, "
+                         f"2 ranks {' / '.join(f'{v:.0f}' for v in two['sm_mhz_median'])} MHz at "
+                         f"{' / '.join(f'{v:.0f}' for v in two['power_w_median'])} W")
+            if two["sm_mhz_median"].max() >= one["sm_mhz_median"].iloc[0]:
+                eff = _two_gpu_efficiency(path.parent / "scaling.csv", config)
+                kept.append(folder + (f" ({eff})" if eff else ""))
+    return {"clocks_hosts": "; ".join(parts) if parts else missing(f"clocks.csv with {config} on 1 GPU and 2 ranks"),
+            "clocks_kept": ", ".join(kept) if kept else "none" if parts else missing(f"clocks.csv with {config} on 2 ranks")}
+
+
+def _two_gpu_efficiency(path: Path, config: str) -> str | None:
+    """``config``'s 2-GPU scaling efficiency at one micro-batch in a run folder's ``scaling.csv``."""
+    if not path.is_file():
+        return None
+    s = pd.read_csv(path)
+    hit = s[(s["config"] == config) & (s["world_size"] == 2) & (s["grad_accum"] == 1)]
+    return f"{100 * hit['scaling_efficiency'].iloc[-1]:.1f} % at 2 GPUs" if len(hit) else None
 
 
 NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)

@@ -12,19 +12,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.config import FAST_FROM, FAST_FROM_CALLS, SAMPLING_ALIASES
+from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, fast_from
 from ..diffusion.solvers import FEW_STEP, RECOMMENDED
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
-from ..sample.sampler import fast_from
 from .present import gpu_name
 from .tables import results_csv
 from .wording import missing, number
 
 FOLDER = "time_to_result"
-STORE_FREE = ("tr_fast_from", "tr_fast_from_calls", "tr_fast_from_ddpm", "tr_default_sampler")  # the package's rules, whatever the store holds
+STORE_FREE = ("tr_fast_from_calls", "tr_fast_from_ddpm", "tr_fast_from_chain", "tr_small", "tr_default_sampler")  # the package's rules, whatever the store holds
+SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernels.precompile, and without its Triton kernels
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
 EARLIER_DEFAULT = FEW_STEP.sampler
+# `sample`'s rule without --config until 2026-11-26 (rows written before the ``ran`` column): fast from 35 masks or
+# 750 denoiser calls, else eager bf16
+EARLIER_RULE = (35, 750, "bf16")
+CHAIN_CALLS = {"ddpm": 250, "ddim": 250}  # denoiser calls a mask of the store's checkpoints (T = 250); else FEW_STEP.steps
 # issue 48's targets (s, process start to files written): 1 mask by default, warm and cold; 100 masks, warm
 TARGETS = {("default", 1, "warm"): 5.0, ("default", 1, "cold"): 15.0, ("default", 100, "warm"): 25.0}
 
@@ -41,8 +45,21 @@ def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
     named = df["command"].str.extract(r"--sampler (\S+)")[0]
     stored = df["sampler"].astype(object) if "sampler" in df else pd.Series(None, index=df.index, dtype=object)
     df["sampler"] = stored.fillna(named.astype(object)).fillna(EARLIER_DEFAULT).where(df["what"] == "sample", "")
+    told = df["ran"].astype(object) if "ran" in df else pd.Series(None, index=df.index, dtype=object)
+    df["ran"] = told.where(told.notna() & (told != ""), [_earlier(r) for r in df.itertuples()])
     keys = ["gpu_slug", "what", "config", "sampler", "volumes", "cache", "nproc"]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
+def _earlier(row) -> str:
+    """What a row without ``ran`` ran: its --config, else ``EARLIER_RULE``'s pick; "" for train."""
+    if row.what != "sample":
+        return ""
+    if row.config != "default":
+        return row.config
+    first, calls, small = EARLIER_RULE
+    each = CHAIN_CALLS.get(row.sampler, FEW_STEP.steps)
+    return "fast" if row.volumes >= min(first, -(-calls // each)) else small
 
 
 def same_files(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -60,7 +77,7 @@ def table(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The chapter's table: one row per command, as a reader names it."""
     df = rows(root, gpus)
     out = pd.DataFrame({"GPU": df["gpu_slug"].map(gpu_name), "command": df["what"], "--config": df["config"],
-                        "sampler": df["sampler"], "volumes": df["volumes"], "ranks": df["nproc"], "compile cache": df["cache"],
+                        "ran": df["ran"], "sampler": df["sampler"], "volumes": df["volumes"], "ranks": df["nproc"], "compile cache": df["cache"],
                         "wall s": df["wall_s"]})
     return out.sort_values(["GPU", "command", "--config", "volumes", "ranks", "compile cache"]).reset_index(drop=True)
 
@@ -86,7 +103,8 @@ PROFILE_PARTS = {
     "Python compiling source to bytecode": (r"\{built-in method builtins\.compile\}", "tottime"),
     "registering custom operators": (r"custom_ops\.py:\d+\(_register_to_dispatcher\)", "tottime"),
     "the CUDA driver's start": (r"\{built-in method torch\._C\._cuda_getDeviceCount\}", "tottime"),
-    "the 12-step chain": (r"gaussian\.py:\d+\(sample\)", "cumtime"),
+    "sampling": (r"gaussian\.py:\d+\(sample\)", "cumtime"),
+    "Triton's assembler": (r"compiler\.py:\d+\(make_cubin\)", "cumtime"),
 }
 
 
@@ -123,12 +141,14 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
     df = rows(root, have[:1])
-    f = {"tr_fast_from": str(FAST_FROM), "tr_fast_from_calls": str(FAST_FROM_CALLS), "tr_fast_from_ddpm": str(fast_from(RECOMMENDED.steps)),
+    f = {"tr_fast_from_calls": f"{FAST_FROM_CALLS:,}", "tr_fast_from_ddpm": str(fast_from(RECOMMENDED.steps)),
+         "tr_fast_from_chain": str(fast_from(FEW_STEP.steps)), "tr_small": f"`{SMALL_JOB}`",
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
+    f.update(small_job_facts(root, have[:1]))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time
-        f[key] = f"{row['wall_s']:.1f} s (`{row['sampler']}`)" if row is not None else \
+        f[key] = f"{row['wall_s']:.1f} s (`{row['sampler']}`, `{row['ran']}`)" if row is not None else \
             missing(f"`sample` row of {volumes} masks ({config}, {cache})")
         return float(row["wall_s"]) if row is not None else None
 
@@ -192,3 +212,52 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                     if len(same) else missing("same_files.csv"))
     return f
 
+
+def _bench_line(bench: pd.DataFrame, configs: list[str]) -> str:
+    """Seconds a volume of ``configs`` (in that order) under DDPM 250 and the 12-step chain, from a
+    ``bench-sample`` table (the newest row of each)."""
+    parts = []
+    for sampler, steps, name in ((RECOMMENDED.sampler, RECOMMENDED.steps, f"DDPM {RECOMMENDED.steps}"),
+                                 (FEW_STEP.sampler, FEW_STEP.steps, f"the {FEW_STEP.steps}-step chain")):
+        got = []
+        for config in configs:
+            hit = bench[(bench["config"] == config) & (bench["sampler"] == sampler) & (bench["steps"] == steps)
+                        & (bench["batch"] == 1)] if len(bench) else bench
+            if len(hit):
+                got.append(f"`{SAMPLING_ALIASES.get('fast') == config and 'fast' or config}` "
+                           f"{hit['s_per_volume_median'].iloc[-1]:.3g} s")
+        if got:
+            parts.append(f"{name}: {', '.join(got)} a volume")
+    return "; ".join(parts)
+
+
+def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """What the small-job configuration (``SMALL_JOB``) costs against ``fast`` in the steady state
+    (``time_to_result/sample_bench.csv``), and (``SMALL_RUNS``) what its start-up cost before its
+    Triton kernels were compiled at once, and without them."""
+    f: dict[str, str] = {}
+    folder = Path(root) / gpus[0] / FOLDER if gpus else None
+    bench = results_csv(Path(root), gpus, f"{FOLDER}/sample_bench")
+    line = _bench_line(bench, [SMALL_JOB, SAMPLING_ALIASES["fast"]])
+    f["tr_small_bench"] = line or missing(f"bench-sample rows of {SMALL_JOB} and fast ({FOLDER}/sample_bench.csv)")
+    earlier = results_csv(Path(root), gpus, f"{FOLDER}/{SMALL_RUNS}/time_to_result")
+    parts = []
+    if len(earlier):
+        one = earlier[(earlier["volumes"] == 1) & (earlier["rc"] == 0)]
+        bench_nt = results_csv(Path(root), gpus, f"{FOLDER}/{SMALL_RUNS}/sample_bench")
+        for config, what in ((SMALL_JOB, "its kernels compiled one by one at their first launch"),
+                             (f"{SMALL_JOB}-nt", f"without its Triton kernels (`{SMALL_JOB}-nt`)")):
+            rows = one[one["ran"] == config].drop_duplicates("cache", keep="last").set_index("cache")["wall_s"]
+            per = bench_nt[(bench_nt["config"] == config) & (bench_nt["sampler"] == RECOMMENDED.sampler)
+                           & (bench_nt["batch"] == 1)] if len(bench_nt) and config != SMALL_JOB else bench_nt.iloc[:0]
+            if {"cold", "warm"} <= set(rows.index):
+                parts.append(f"{what}: {rows['cold']:.1f} s cold, {rows['warm']:.1f} s warm"
+                             + (f", {per['s_per_volume_median'].iloc[-1]:.3g} s a volume of DDPM {RECOMMENDED.steps}"
+                                if len(per) else ""))
+    f["tr_small_before"] = "; ".join(parts) if parts else missing(f"{FOLDER}/{SMALL_RUNS}/time_to_result.csv")
+    prof = folder / SMALL_RUNS / "profile-sample-1-cold.txt" if folder is not None else None
+    split = profile_parts(prof) if prof is not None and prof.is_file() else {}
+    asm = "Triton's assembler"
+    f["tr_small_kernels"] = (f"{split[asm + ' calls']:.0f} kernels (the assembler alone {split[asm]:.1f} s)"
+                             if asm in split else missing(f"cProfile of the cold 1-mask {SMALL_JOB} run ({SMALL_RUNS})"))
+    return f

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..core.config import DiffusionConfig, Knobs, ModelConfig, ungraphed
-from ..net import fp8
+from ..core.config import DiffusionConfig, Knobs, ModelConfig, switched_on, ungraphed
+from ..net import fp8, kernels
 from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import Plan, run_plan
 from ..net.model import UNet3D, freeze_channel_padding
@@ -117,10 +117,13 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, init
     return model.to(device=device, memory_format=memory_format(knobs))
 
 
+TRITON_KNOBS = ("triton_norm", "triton_conv", "triton_upsample")  # knobs whose Triton kernels Triton compiles itself (cached)
+
+
 def compiled(model: nn.Module, knobs: Knobs) -> nn.Module | Callable:
     """``torch.compile(model, mode=knobs.compile_mode)`` when asked for, else the model itself; with
     ``grad_buckets`` > 1 the U-Net in that many segments, each compiled on its own (``Segmented``)."""
-    if knobs.compile:
+    if knobs.compile or switched_on(knobs, TRITON_KNOBS):
         cache.use()  # Inductor's and Triton's caches under MEDDDPM_CACHE, kept across processes
     compile_fn = (lambda f: torch.compile(f, mode=None if knobs.compile_mode == "default" else knobs.compile_mode)) \
         if knobs.compile else (lambda f: f)
@@ -168,8 +171,9 @@ class GraphedDenoiser:
 
     WARMUP = 2  # eager calls on a side stream before a shape is captured (compile, autotune)
 
-    def __init__(self, net: nn.Module | Callable, device: torch.device) -> None:
+    def __init__(self, net: nn.Module | Callable, device: torch.device, precompile: bool = False) -> None:
         self.net, self.device = net, device
+        self.precompile = precompile  # a dry run first compiles every Triton kernel of a shape at once (kernels.precompile)
         self.graphs: dict[tuple, tuple[list[Tensor], Tensor, torch.cuda.CUDAGraph]] = {}
 
     def __call__(self, *inputs: Tensor) -> Tensor:
@@ -185,6 +189,8 @@ class GraphedDenoiser:
     def _capture(self, inputs: Sequence[Tensor]):
         static = [a.clone() for a in inputs]
         with side_stream(self.device):
+            if self.precompile:
+                kernels.precompile(lambda: self.net(*static))
             for _ in range(self.WARMUP):
                 self.net(*static)
         graph = torch.cuda.CUDAGraph()
@@ -209,8 +215,9 @@ class GraphedChain:
 
     KEEP = 4  # plans whose graphs are held at once: each holds its chain's memory
 
-    def __init__(self, diffusion: GaussianDiffusion, net: nn.Module | Callable, device: torch.device) -> None:
-        self.diffusion, self.net, self.device = diffusion, net, device
+    def __init__(self, diffusion: GaussianDiffusion, net: nn.Module | Callable, device: torch.device,
+                 precompile: bool = False) -> None:
+        self.diffusion, self.net, self.device, self.precompile = diffusion, net, device, precompile
         self.chains: dict[tuple, GraphedDenoiser] = {}
 
     def __call__(self, plan: Plan, mask: Tensor, channels: int, x: Tensor, noises: Sequence[Tensor],
@@ -223,7 +230,7 @@ class GraphedChain:
             def chain(mask: Tensor, x: Tensor, *noises: Tensor) -> Tensor:  # the mask is written inside the graph
                 eps = self.diffusion.conditioned(mask, channels, self.net)
                 return run_plan(plan, eps, x, self.diffusion.abar_host, noises, clip)
-            self.chains[key] = GraphedDenoiser(chain, self.device)
+            self.chains[key] = GraphedDenoiser(chain, self.device, self.precompile)
         return self.chains[key](mask, x, *noises)
 
 
@@ -266,10 +273,12 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     if knobs.fp8_convs != "none":  # after the cast: the bf16 weights quantized
         model.use_fp8_convs(knobs.fp8_convs)
     net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
-    diffusion = GaussianDiffusion(GraphedDenoiser(net, device) if knobs.cuda_graphs else net, diffusion_cfg,
+    # uncompiled Triton kernels (fast-eager): each new shape's kernels compiled at once, not one by one at first launch
+    precompile = not knobs.compile and bool(switched_on(knobs, TRITON_KNOBS))
+    diffusion = GaussianDiffusion(GraphedDenoiser(net, device, precompile) if knobs.cuda_graphs else net, diffusion_cfg,
                                   memory_format(knobs), knobs.compile and knobs.compiled_update)
     if knobs.chain_graph:
-        diffusion.chain = GraphedChain(diffusion, net, device)
+        diffusion.chain = GraphedChain(diffusion, net, device, precompile)
     return model, diffusion.to(device), knobs
 
 

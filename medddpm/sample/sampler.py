@@ -21,11 +21,11 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..core.config import CONFIGS, DEFAULT_ETA, FAST_FROM, FAST_FROM_CALLS, SAMPLING_ALIASES, sampling_config
+from ..core.config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, SMALL_JOB, fast_from, sampling_config, switched_on
 from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
 from ..run import cache
-from ..run.engine import autocast, inference
+from ..run.engine import TRITON_KNOBS, autocast, inference
 from ..core.errors import InputError
 from ..diffusion.solvers import FEW_STEP, RECOMMENDED, check_sampler, denoiser_calls
 from ..data.labels import parse
@@ -59,25 +59,20 @@ class Job:
         return replace(self, target=Path(folder) / self.target.name)
 
 
-def fast_from(calls: int) -> int:
-    """The volumes of ``calls`` denoiser calls each from which ``sample`` without ``--config`` runs
-    ``fast`` on a GPU: ``FAST_FROM`` volumes, or fewer where they hold ``FAST_FROM_CALLS`` calls."""
-    return min(FAST_FROM, -(-FAST_FROM_CALLS // calls))
-
-
 def default_config(device: torch.device, volumes: int | None = None, calls: int = FEW_STEP.steps) -> tuple[str, str]:
     """The configuration ``sample`` runs without ``--config``, and why: on a CPU FP32 (bf16 autocast
     is slower there, and compile and graphs fall back to eager anyway); on a GPU ``fast`` from
     ``fast_from(calls)`` volumes (all ranks' together) on, where its compilation pays off even with a
-    cold cache, else eager ``bf16``, done before ``fast`` would have compiled. The rule reads the
-    command alone (not the cache's state, nor the ranks), so the same command always runs the same
-    configuration and writes the same files."""
+    cold cache, else ``SMALL_JOB`` (``fast-eager``: fast's sampler with nothing for torch.compile to
+    do), done before ``fast`` would have compiled. The rule reads the command alone (not the cache's
+    state, nor the ranks), so the same command always runs the same configuration and writes the
+    same files."""
     if device.type != "cuda":
         return "baseline", "a CPU runs FP32"
     if volumes is None or volumes >= fast_from(calls):
         return "fast", f"fast ({volumes if volumes is not None else 'many'} volumes: its compilation pays off)"
-    return "bf16", (f"bf16, eager: {volumes} volume(s) of {calls} denoiser calls are done before fast would have "
-                    f"compiled (fast from {fast_from(calls)} such volumes; --config fast forces it)")
+    return SMALL_JOB, (f"{SMALL_JOB}, not compiled: {volumes} volume(s) of {calls} denoiser calls are done before "
+                       f"fast would have compiled (fast from {fast_from(calls)} such volumes; --config fast forces it)")
 
 
 def label_map(given: str | None, stored: str, model: str) -> str:
@@ -180,12 +175,17 @@ class Sampler:
     def warmup(self, batch: int = 1, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
                spacing: str | None = None) -> Path | None:
         """Compile and capture everything one call of ``batch`` masks runs (on empty masks), so the
-        compile cache holds it (``run.cache``); returns the cache file, None where nothing compiles."""
+        compile cache holds it (``run.cache``); returns the cache file (for ``fast-eager``, Triton's
+        folder of its kernels), None where nothing compiles."""
         empty = torch.full((self.model_cfg.mask_channels, *self.size), -1.0)  # no label anywhere
         jobs = [Job(f"warmup-{k}", empty, Path("."), lambda volume, target: None) for k in range(batch)]
         for _ in self.volumes(jobs, list(range(batch)), sampler, steps, DEFAULT_ETA, 0, batch, True, spacing):
             pass
-        return cache.artifact(self.cache_key) if self.cache_key is not None else None
+        if self.cache_key is not None:
+            return cache.artifact(self.cache_key)
+        if self.device.type == "cuda" and switched_on(self.knobs, TRITON_KNOBS):  # fast-eager: Triton's own cache
+            return Path(os.environ.get("TRITON_CACHE_DIR") or cache.root() / "triton")
+        return None
 
     def sample(self, masks: str | Path, *, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
                spacing: str | None = None, eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1,
