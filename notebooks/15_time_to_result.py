@@ -98,6 +98,13 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # {glue:text}`tr_profile_parts`. The torch build on that machine registered {glue:text}`tr_profile_ops`
 # custom operators as it started.
 
+# ## Training's first 100 steps
+#
+# `train --config fast --steps 100` on four 128³ phantoms (two micro-batches a step), process start to
+# checkpoint written: {glue:text}`tr_train`. Under cProfile, warm: {glue:text}`tr_train_parts`. A warm cache
+# skips Inductor's code generation, not Dynamo's tracing and AOT autograd's joint graph and
+# partitioning, which run again in every process.
+
 # ## The same command, the same files
 #
 # {glue:text}`tr_same`. An earlier measurement on an H200 (main 078595a) found `fast`'s files

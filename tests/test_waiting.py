@@ -106,5 +106,21 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     pd.concat([rows, new]).to_csv(folder / "time_to_result.csv", index=False)
     f = waiting.facts(tmp_path, ["gpu-a"])
     assert f["tr_default_rows"] == "3 masks, `--config fast`, cold: 61.0 s" and f["tr_sampler"] == "`dpm2m-sde`"
+    # train's first 100 steps: the newest cold and warm rows, the warm run's read-backs, its cProfile split
+    t = pd.read_csv(folder / "time_to_result.csv")
+    train = t.iloc[:2].assign(command="train --images i --masks m --config fast --steps 100 --out t", config="fast",
+                              volumes=100, cache=["cold", "warm"], wall_s=[120.0, 35.0], sampler=None)
+    pd.concat([t, train]).to_csv(folder / "time_to_result.csv", index=False)
+    pd.DataFrame({"step_from": [0, 50], "step_to": [50, 100], "ms_per_step": [430.0, 105.0]}).to_csv(
+        folder / "train-timing-warm.csv", index=False)
+    (folder / "profile-train-warm.txt").write_text(
+        "         29605883 function calls (28330581 primitive calls) in 50.177 seconds\n"
+        "       96/0    8.377    0.087    0.000          /x/torch/cuda/graphs.py:137(replay)\n"
+        "        1    0.008    0.008    3.673    3.673 /x/torch/_functorch/partitioners.py:3449(min_cut_rematerialization_partition)\n")
+    f = waiting.facts(tmp_path, ["gpu-a"])
+    assert f["tr_train"] == ("120.0 s cold and 35.0 s warm; its steps 50–100 took 105.0 ms each, 430 ms each before, "
+                             "so 100 steady steps would take 10.5 s")
+    assert f["tr_train_parts"] == ("replaying the step's CUDA graph (the GPU's time) 8.4 s; AOT autograd's forward/backward "
+                                   "partitioner 3.7 s (of 50.2 s under the profiler)")
     empty = waiting.facts(tmp_path, ["gpu-b"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)

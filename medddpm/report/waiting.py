@@ -108,18 +108,27 @@ PROFILE_PARTS = {
 }
 
 
-def profile_parts(path: Path) -> dict[str, float]:
-    """Seconds of ``PROFILE_PARTS`` (and ``total``), and each part's calls ("<part> calls"), in a
-    ``pstats`` print of a `sample` run; a part the print does not list is left out."""
+# what cProfile's lines of a warm `train --config fast` name (profile-train-warm.txt): part → (pattern, column)
+TRAIN_PARTS = {
+    "replaying the step's CUDA graph (the GPU's time)": (r"cuda/graphs\.py:\d+\(replay\)", "tottime"),
+    "loading Inductor's compiled graphs": (r"_inductor/codecache\.py:\d+\(result\)", "cumtime"),
+    "AOT autograd's forward/backward partitioner": (r"partitioners\.py:\d+\(min_cut_rematerialization_partition\)",
+                                                    "cumtime"),
+}
+
+
+def profile_parts(path: Path, parts: dict[str, tuple[str, str]] = PROFILE_PARTS) -> dict[str, float]:
+    """Seconds of ``parts`` (and ``total``), and each part's calls ("<part> calls"), in a
+    ``pstats`` print of a `sample` (or `train`) run; a part the print does not list is left out."""
     text = Path(path).read_text()
     out: dict[str, float] = {}
     total = re.search(r"function calls .* in ([0-9.]+) seconds", text)
     if total:
         out["total"] = float(total[1])
-    for part, (pattern, column) in PROFILE_PARTS.items():
+    for part, (pattern, column) in parts.items():
         for line in text.splitlines():
             cells = line.split()
-            if re.search(pattern, line) and len(cells) >= 6:
+            if re.search(pattern, line) and len(cells) >= 5:  # a recursive call prints no cumulative per-call column
                 out[part] = float(cells[1] if column == "tottime" else cells[3])
                 out[f"{part} calls"] = float(cells[0].split("/")[0])
                 break
@@ -145,6 +154,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
          "tr_fast_from_chain": str(fast_from(FEW_STEP.steps)), "tr_small": f"`{SMALL_JOB}`",
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
     f.update(small_job_facts(root, have[:1]))
+    f.update(train_facts(root, have[:1]))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time
@@ -260,4 +270,31 @@ def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
     asm = "Triton's assembler"
     f["tr_small_kernels"] = (f"{split[asm + ' calls']:.0f} kernels (the assembler alone {split[asm]:.1f} s)"
                              if asm in split else missing(f"cProfile of the cold 1-mask {SMALL_JOB} run ({SMALL_RUNS})"))
+    return f
+
+
+def train_facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """`train --config fast`'s first 100 steps (the newest cold and warm rows), the warm run's own
+    read-back intervals (``train-timing-warm.csv``: the steady state of those steps) and where a warm
+    start goes under cProfile (``profile-train-warm.txt``, ``TRAIN_PARTS``)."""
+    df = rows(root, gpus)
+    run = df[(df["what"] == "train") & (df["rc"] == 0)] if len(df) else df
+    walls = run.drop_duplicates("cache", keep="last").set_index("cache")["wall_s"] if len(run) else pd.Series(dtype=float)
+    folder = Path(root) / gpus[0] / FOLDER if gpus else None
+    timing = folder / "train-timing-warm.csv" if folder is not None else None
+    steady = ""
+    if timing is not None and timing.is_file():
+        t = pd.read_csv(timing)
+        if len(t) > 1:
+            last = t.iloc[-1]
+            steady = (f"; its steps {last['step_from']:.0f}–{last['step_to']:.0f} took {last['ms_per_step']:.1f} ms each, "
+                      f"{t['ms_per_step'].iloc[0]:.0f} ms each before, so 100 steady steps would take "
+                      f"{100 * last['ms_per_step'] / 1000:.1f} s")
+    f = {"tr_train": (f"{' and '.join(f'{walls[c]:.1f} s {c}' for c in ('cold', 'warm') if c in walls)}{steady}"
+                      if len(walls) else missing("`train` rows (time_to_result.csv)"))}
+    prof = folder / "profile-train-warm.txt" if folder is not None else None
+    split = profile_parts(prof, TRAIN_PARTS) if prof is not None and prof.is_file() else {}
+    f["tr_train_parts"] = ("; ".join(f"{part} {split[part]:.1f} s" for part in TRAIN_PARTS if part in split)
+                           + (f" (of {split['total']:.1f} s under the profiler)" if "total" in split else "")
+                           if split else missing("cProfile of a warm `train` (profile-train-warm.txt)"))
     return f
