@@ -143,7 +143,7 @@ stage_bench() {  # what pinning costs (issue 48: deterministic where it costs < 
   left 60 && $PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
     --out "$OUT/sample_bench.csv"
 }
-for stage in ${STAGES:-one fast8 default100 default8 nproc pinned train bench}; do
+for stage in ${STAGES:-one fast8 default100 default8 eager8 nproc pinned train bench benchddpm}; do
   echo "stage $stage at ${SECONDS} s"
   "stage_$stage"
 done
