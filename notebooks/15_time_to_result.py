@@ -102,8 +102,11 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #
 # `train --config fast --steps 100` on four 128³ phantoms (two micro-batches a step), process start to
 # checkpoint written: {glue:text}`tr_train`. Under cProfile, warm: {glue:text}`tr_train_parts`. A warm cache
-# skips Inductor's code generation, not Dynamo's tracing and AOT autograd's joint graph and
-# partitioning, which run again in every process.
+# skips Inductor's code generation, not Dynamo's tracing. The caches of a warm run
+# (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`. That function is `fast`'s skip
+# concatenation with dense gradients (`model._DenseGradCat`, a `torch.autograd.Function`), and PyTorch
+# keeps graphs holding one out of AOT autograd's cache unless told to, so the joint graph was traced
+# and partitioned again in every process; `medddpm/run/cache.py` now tells it to (the rows above predate that).
 
 # ## The same command, the same files
 #

@@ -54,10 +54,15 @@ def test_the_compile_cache_lives_under_medddpm_cache_and_is_keyed(monkeypatch, t
 
     from medddpm.run import cache
 
+    import torch._functorch.config as functorch_config
+
     monkeypatch.setenv("MEDDDPM_CACHE", str(tmp_path / "c"))
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(functorch_config, cache.ALLOW_AUTOGRAD_FUNCTIONS, False)
     assert cache.use() == tmp_path / "c"
+    # AOT autograd's cache keeps graphs with fast's custom autograd.Function (skip_cat's dense gradients)
+    assert getattr(functorch_config, cache.ALLOW_AUTOGRAD_FUNCTIONS) is True
     import os
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c" / "inductor")
     cpu = torch.device("cpu")

@@ -122,5 +122,11 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
                              "so 100 steady steps would take 10.5 s")
     assert f["tr_train_parts"] == ("replaying the step's CUDA graph (the GPU's time) 8.4 s; AOT autograd's forward/backward "
                                    "partitioner 3.7 s (of 50.2 s under the profiler)")
+    (folder / "train-cache-warm.txt").write_text(
+        "LOG torch._functorch._aot_autograd.autograd_cache INFO Bypassing autograd cache due to: Unsupported x. \n"
+        "COUNTER aot_autograd {'total': 1, 'autograd_cache_bypass': 1, 'ok': 1}\n"
+        "COUNTER inductor {'extern_calls': 676, 'fxgraph_cache_hit': 2}\n")
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_train_cache"] == ("AOT autograd's cache 1 bypass (“Unsupported x”); "
+                                                                    "Inductor's graph cache 2 hits")
     empty = waiting.facts(tmp_path, ["gpu-b"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)

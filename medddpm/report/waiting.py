@@ -7,6 +7,7 @@ and every fact reads "—" with what is missing.
 """
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -294,7 +295,28 @@ def train_facts(root: Path, gpus: list[str]) -> dict[str, str]:
                       if len(walls) else missing("`train` rows (time_to_result.csv)"))}
     prof = folder / "profile-train-warm.txt" if folder is not None else None
     split = profile_parts(prof, TRAIN_PARTS) if prof is not None and prof.is_file() else {}
+    log = folder / "train-cache-warm.txt" if folder is not None else None
+    f["tr_train_cache"] = _cache_verdict(log.read_text()) if log is not None and log.is_file() else \
+        missing("cache log of a warm `train` (train-cache-warm.txt, scripts/probes/train_cache_log.py)")
     f["tr_train_parts"] = ("; ".join(f"{part} {split[part]:.1f} s" for part in TRAIN_PARTS if part in split)
                            + (f" (of {split['total']:.1f} s under the profiler)" if "total" in split else "")
                            if split else missing("cProfile of a warm `train` (profile-train-warm.txt)"))
     return f
+
+
+def _cache_verdict(text: str) -> str:
+    """AOT autograd's and Inductor's cache outcomes in a ``scripts/probes/train_cache_log.py`` log:
+    the counters' hits, misses and bypasses, and the reason given for a bypass."""
+    parts = []
+    for name, keys in (("AOT autograd's cache", ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass")),
+                       ("Inductor's graph cache", ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"))):
+        counter = "aot_autograd" if name.startswith("AOT") else "inductor"
+        line = re.search(rf"^COUNTER {counter} (\{{.*\}})$", text, re.MULTILINE)
+        counts = ast.literal_eval(line[1]) if line else {}
+        got = [f"{counts[k]} {k.rsplit('_', 1)[1]}{('es' if k[-1] == 's' else 's') if counts[k] > 1 else ''}"
+               for k in keys if counts.get(k)]
+        why = re.search(r"Bypassing autograd cache due to: (.*?)\.?\s*$", text, re.MULTILINE) \
+            if counter == "aot_autograd" else None
+        if got:
+            parts.append(f"{name} {', '.join(got)}" + (f" (“{why[1].strip()}”)" if why else ""))
+    return "; ".join(parts) if parts else "no cache counters in the log"

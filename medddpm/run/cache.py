@@ -18,6 +18,7 @@ import torch
 from ..core.io import atomic_path
 
 CACHE_ENV = "MEDDDPM_CACHE"
+ALLOW_AUTOGRAD_FUNCTIONS = "autograd_cache_allow_custom_autograd_functions"  # torch._functorch.config's switch
 DEFAULT_CACHE = Path("~/.cache/medddpm")
 
 
@@ -27,10 +28,21 @@ def root() -> Path:
 
 
 def use() -> Path:
-    """Point Inductor's and Triton's caches into the folder (unless the user set them) and return it."""
+    """Point Inductor's and Triton's caches into the folder (unless the user set them) and return it.
+
+    Also let AOT autograd's cache keep graphs that hold a custom ``torch.autograd.Function``
+    (``model._DenseGradCat``, ``fast``'s skip concatenation: pure, its forward and backward traced
+    into the graph the cache key hashes). PyTorch bypasses the cache for them by default, so a warm
+    ``train --config fast`` traced and partitioned its joint graph again in every process (issue 48:
+    "Bypassing autograd cache due to: Unsupported call_function target autograd_function_apply",
+    H100, ``time_to_result/session57-2026-11-26/train-cache/``)."""
     folder = root()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+    import torch._functorch.config as functorch_config
+
+    if hasattr(functorch_config, ALLOW_AUTOGRAD_FUNCTIONS):  # a torch without the switch caches as it does
+        setattr(functorch_config, ALLOW_AUTOGRAD_FUNCTIONS, True)
     return folder
 
 
