@@ -449,6 +449,7 @@ USER_CONFIGS: dict[str, str] = {
     "fast-eager": "sampling only: fast's sampler without torch.compile (its Triton kernels, bf16 weights, NDHWC, CUDA "
                   "graphs, cuDNN's heuristics): little to compile, so a small job finishes first",
 }
+TRITON_KNOBS = ("triton_norm", "triton_conv", "triton_upsample")  # knobs whose kernels Triton compiles itself (and caches)
 GPU_LEVERS = ("compile", "cuda_graphs", "fused_adam", "triton_norm", "triton_conv", "triton_upsample", "fp8_convs",
               "chain_graph")  # knobs that act only on a GPU; a CPU runs their PyTorch reference path, eagerly
 

@@ -99,14 +99,15 @@ def _launch(kernel, grid: tuple, *args, **meta) -> None:
 
 
 def precompile(run, threads: int | None = None) -> int:
-    """Compile, in ``threads`` threads at once (default: one per CPU), every Triton kernel that ``run()`` launches, and
-    return how many launches it made. ``run`` is called once as a dry run: each launch is recorded,
-    not run (its outputs keep whatever memory they got: call it on inputs whose results do not
-    matter), then each recorded launch is compiled (``JITFunction.warmup``) into Triton's caches,
-    where the real launches find it. Triton otherwise compiles each kernel at its first launch, one
-    after another (issue 48: 25 kernels of ``fast-eager``'s denoiser); its compiler's assembler and
-    launcher builds are processes of their own, so threads overlap them (a cold 1-mask ``sample``
-    on an H100: 37.9 s without, 22.9 s with, ``time_to_result/``). Where Triton cannot run (a CPU, its interpreter) ``run`` runs as it is."""
+    """Compile, in ``threads`` threads at once (default: one per CPU), every Triton kernel that
+    ``run()`` launches, and return how many launches it made. ``run`` is called once as a dry run:
+    each launch is recorded, not run (its outputs keep whatever memory they got: call it on inputs
+    whose results do not matter), then each recorded launch is compiled (``JITFunction.warmup``)
+    into Triton's caches, where the real launches find it. Triton otherwise compiles each kernel at
+    its first launch, one after another (issue 48: 25 kernels of ``fast-eager``'s denoiser); its
+    compiler's assembler and launcher builds are processes of their own, so threads overlap them (a
+    cold 1-mask ``sample`` on an H100: 37.9 s without, 22.9 s with, ``time_to_result/``). Where
+    Triton cannot run (a CPU, its interpreter) ``run`` runs as it is."""
     global _RECORDED
     if triton is None or INTERPRET:
         run()
@@ -638,15 +639,15 @@ if triton is not None:
         addend, add_stride = _addend(add, x)
         block_p = _partial_rows(part, block_c)
         _launch(_stats_kernel, (part.shape[1], n), x, part, _arrival_counters(part, block_p), addend, weight, bias, mean, rstd,
-                                          scale, shift, s, c, groups, rows, add_stride, eps, HAS_ADD=add is not None,
-                                          BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
-                                          BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
+                scale, shift, s, c, groups, rows, add_stride, eps, HAS_ADD=add is not None,
+                BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=triton.next_power_of_2(groups),
+                BLOCK_P=block_p, STAGES=tiles.stages, num_warps=tiles.stats_warps)
         y = torch.empty_like(x, dtype=_out_dtype(x, fp8))
         y8 = torch.empty_like(x, dtype=E4M3) if dual else x.new_empty(0, dtype=E4M3)  # returned as its bytes
         apply_s = _rows(tiles.apply_tile, block_c)
         _launch(_apply_kernel, (triton.cdiv(s, apply_s), n), x, y, y8 if dual else y, scale, shift, s, c, SILU=silu,
-                                                    BLOCK_S=apply_s, BLOCK_C=block_c, FP8=fp8, DUAL=dual,
-                                                    num_warps=tiles.apply_warps)
+                BLOCK_S=apply_s, BLOCK_C=block_c, FP8=fp8, DUAL=dual,
+                num_warps=tiles.apply_warps)
         return y, mean, rstd, y8.view(torch.uint8)
 
     @_gn_forward.register_fake
@@ -675,18 +676,18 @@ if triton is not None:
         dadd = _dense_like(add) if has_add else x.new_empty(0)
         block_p = _partial_rows(part, block_c)
         _launch(_bwd_reduce_kernel, (part.shape[1], n), dy, x, addend, weight, bias, mean, rstd, part,
-                                               _arrival_counters(part, block_p), k1, k2, k3, dw, db,
-                                               dadd if has_add else k1, s, c, groups, rows, add_stride, SILU=silu,
-                                               HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c,
-                                               BLOCK_G=triton.next_power_of_2(groups), BLOCK_P=block_p,
-                                               STAGES=tiles.stages, num_warps=tiles.reduce_warps)
+                _arrival_counters(part, block_p), k1, k2, k3, dw, db,
+                dadd if has_add else k1, s, c, groups, rows, add_stride, SILU=silu,
+                HAS_ADD=has_add, BLOCK_S=block_s, BLOCK_C=block_c,
+                BLOCK_G=triton.next_power_of_2(groups), BLOCK_P=block_p,
+                STAGES=tiles.stages, num_warps=tiles.reduce_warps)
         dx, dx2 = _split_grads(x, split)
         dx_s = _rows(tiles.dx_tile, block_c)
         _launch(_bwd_dx_kernel, (triton.cdiv(s, dx_s), n), dy, x, dx, addend, weight, bias, mean, rstd, k1, k2, k3,
-                                                  x if extra is None else _as_nsc(extra), dx2, s, c, groups,
-                                                  add_stride, split, SILU=silu, HAS_ADD=has_add,
-                                                  HAS_EXTRA=extra is not None, SPLIT=split > 0, BLOCK_S=dx_s,
-                                                  BLOCK_C=block_c, num_warps=tiles.dx_warps)
+                x if extra is None else _as_nsc(extra), dx2, s, c, groups,
+                add_stride, split, SILU=silu, HAS_ADD=has_add,
+                HAS_EXTRA=extra is not None, SPLIT=split > 0, BLOCK_S=dx_s,
+                BLOCK_C=block_c, num_warps=tiles.dx_warps)
         return dx, dw, db, dadd, dx2
 
     @_gn_backward.register_fake
@@ -813,7 +814,7 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
         if TILES.conv_programs_per_sm:
             programs = min(programs, TILES.conv_programs_per_sm * _sm_count(inp.device))
         _launch(kernel, (programs,), padded, mat, out, nv, d, h, w, tp, m, BLOCK_V=rows, BLOCK_K=block_k,
-                                            BLOCK_O=block_o, IEEE=exact, WIDE=padded.numel() >= 2**31, num_warps=warps)
+                BLOCK_O=block_o, IEEE=exact, WIDE=padded.numel() >= 2**31, num_warps=warps)
         return out
     # thin output: every voxel times every tap, then the shifted sum
     block_c, block_z = _pow2(k), _pow2(TAPS * m)
@@ -823,12 +824,12 @@ def _thin_pass(inp: Tensor, weight: Tensor, bias: Tensor | None, dgrad: bool) ->
     rows = _rows(TILES.conv_tile, block_c, block_z, least=DOT_MIN)
     kernel = _tconv_dgrad_products_kernel if dgrad else _tconv_fprop_products_kernel
     _launch(kernel, (triton.cdiv(nv, rows),), inp, mat, z, nv, k, TAPS * m, BLOCK_V=rows, BLOCK_C=block_c, BLOCK_Z=block_z,
-                                     IEEE=exact, num_warps=warps)
+            IEEE=exact, num_warps=warps)
     block_o = triton.next_power_of_2(m)
     rows = _rows(TILES.conv_tile, block_o)
     kernel = _tconv_dgrad_sum_kernel if dgrad else _tconv_fprop_sum_kernel
     _launch(kernel, (triton.cdiv(nv, rows),), z, z if bias is None else bias, out, nv, d, h, w, m, HAS_BIAS=bias is not None,
-                                     BLOCK_V=rows, BLOCK_O=block_o, num_warps=warps)
+            BLOCK_V=rows, BLOCK_O=block_o, num_warps=warps)
     return out
 
 
@@ -848,8 +849,8 @@ def _thin_wgrad(dy: Tensor, x: Tensor, weight: Tensor, has_bias: bool) -> tuple[
     part = torch.empty(programs, block_k, block_w, device=x.device, dtype=torch.float32)
     padded = _zero_border(thin)
     _launch(_tconv_wgrad_kernel, (programs,), padded, wide, part, nv, d, h, w, t, cw, per_prog, SIGN=1 if thin_is_input else -1,
-                                     BLOCK_V=rows, BLOCK_K=block_k, BLOCK_W=block_w, STAGES=TILES.stages,
-                                     IEEE=_exact_dot(x), WIDE=padded.numel() >= 2**31, num_warps=TILES.wgrad_warps)
+            BLOCK_V=rows, BLOCK_K=block_k, BLOCK_W=block_w, STAGES=TILES.stages,
+            IEEE=_exact_dot(x), WIDE=padded.numel() >= 2**31, num_warps=TILES.wgrad_warps)
     acc = part.sum(0)  # [tap·T + thin channel, wide channel]; row 27·T sums the wide side
     dw = acc[:TAPS * t, :cw].reshape(TAPS, t, cw).permute(*((2, 1, 0) if thin_is_input else (1, 2, 0)))
     db = acc[TAPS * t, :cw] if thin_is_input else dy.sum(dim=(0, 2, 3, 4), dtype=torch.float32)
@@ -1209,7 +1210,7 @@ if triton is not None:
         rows = _rows(TILES.upsample_bwd_tile, block_c)
         nv = n * d * h * w
         _launch(_upsample2x_bwd_kernel, (triton.cdiv(nv, rows),), dy, dx, nv, d, h, w, C=c, BLOCK_V=rows, BLOCK_C=block_c,
-                                                         WIDE=dy.numel() >= 2**31, num_warps=TILES.upsample_warps)
+                WIDE=dy.numel() >= 2**31, num_warps=TILES.upsample_warps)
         return dx
 
     @_up_backward_op.register_fake
@@ -1226,7 +1227,7 @@ if triton is not None:
         rows = _rows(TILES.upsample_tile, block_c)
         nv = n * 8 * d * h * w
         _launch(_upsample2x_kernel, (triton.cdiv(nv, rows),), x, y, nv, d, h, w, C=c, BLOCK_V=rows, BLOCK_C=block_c,
-                                                     WIDE=y.numel() >= 2**31, FP8=fp8, num_warps=TILES.upsample_warps)
+                WIDE=y.numel() >= 2**31, FP8=fp8, num_warps=TILES.upsample_warps)
         return y
 
     @_up_forward.register_fake

@@ -459,7 +459,6 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     return out
 
 
-
 def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.DataFrame) -> dict[str, str]:
     """The largest size beyond ``BASE_SIZE`` (prefix ``an_big_``): its v runs under ``fast`` sampled by the
     default sampler (``LARGE_RUN``), each measure beside ``BASE_SIZE``'s, the issue's targets, and how far

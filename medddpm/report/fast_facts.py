@@ -380,8 +380,9 @@ def _widest(rows: pd.DataFrame) -> str | None:
 def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
                   earlier: pd.DataFrame = pd.DataFrame()) -> dict[str, str]:
     """The prose facts of 'Overlapping the all-reduce': fast on 1 → N GPUs now (gradients gathered
-    into the flat buffer) on the machine that ran it on the most GPUs (``_widest``), and on the others, the latest earlier run that holds fast and fast-flat (gradient buckets
-    added into a zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
+    into the flat buffer) on the machine that ran it on the most GPUs (``_widest``), and on the
+    others, the latest earlier run that holds fast and fast-flat (gradient buckets added into a
+    zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
     profile, against the all-reduce alone)."""
     every = sc[sc["config"] == "fast"] if len(sc) else sc
     machine = _widest(every)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, fast_from
-from ..diffusion.solvers import FEW_STEP, RECOMMENDED
+from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, DiffusionConfig, fast_from
+from ..diffusion.solvers import FEW_STEP, RECOMMENDED, denoiser_calls
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .present import gpu_name
 from .tables import results_csv
@@ -29,7 +29,6 @@ EARLIER_DEFAULT = FEW_STEP.sampler
 # `sample`'s rule without --config until 2026-11-26 (rows written before the ``ran`` column): fast from 35 masks or
 # 750 denoiser calls, else eager bf16
 EARLIER_RULE = (35, 750, "bf16")
-CHAIN_CALLS = {"ddpm": 250, "ddim": 250}  # denoiser calls a mask of the store's checkpoints (T = 250); else FEW_STEP.steps
 # issue 48's targets (s, process start to files written): 1 mask by default, warm and cold; 100 masks, warm
 TARGETS = {("default", 1, "warm"): 5.0, ("default", 1, "cold"): 15.0, ("default", 100, "warm"): 25.0}
 
@@ -59,7 +58,8 @@ def _earlier(row) -> str:
     if row.config != "default":
         return row.config
     first, calls, small = EARLIER_RULE
-    each = CHAIN_CALLS.get(row.sampler, FEW_STEP.steps)
+    steps = re.search(r"--steps (\d+)", row.command)
+    each = denoiser_calls(row.sampler, int(steps[1]) if steps else None, DiffusionConfig().timesteps)
     return "fast" if row.volumes >= min(first, -(-calls // each)) else small
 
 
@@ -224,6 +224,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     return f
 
 
+TYPED = {v: k for k, v in SAMPLING_ALIASES.items()}  # a sampling variant by the name a person types for it
+
+
 def _bench_line(bench: pd.DataFrame, configs: list[str]) -> str:
     """Seconds a volume of ``configs`` (in that order) under DDPM 250 and the 12-step chain, from a
     ``bench-sample`` table (the newest row of each)."""
@@ -235,8 +238,7 @@ def _bench_line(bench: pd.DataFrame, configs: list[str]) -> str:
             hit = bench[(bench["config"] == config) & (bench["sampler"] == sampler) & (bench["steps"] == steps)
                         & (bench["batch"] == 1)] if len(bench) else bench
             if len(hit):
-                got.append(f"`{SAMPLING_ALIASES.get('fast') == config and 'fast' or config}` "
-                           f"{hit['s_per_volume_median'].iloc[-1]:.3g} s")
+                got.append(f"`{TYPED.get(config, config)}` {hit['s_per_volume_median'].iloc[-1]:.3g} s")
         if got:
             parts.append(f"{name}: {', '.join(got)} a volume")
     return "; ".join(parts)
@@ -260,7 +262,7 @@ def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
                              (f"{SMALL_JOB}-nt", f"without its Triton kernels (`{SMALL_JOB}-nt`)")):
             rows = one[one["ran"] == config].drop_duplicates("cache", keep="last").set_index("cache")["wall_s"]
             per = bench_nt[(bench_nt["config"] == config) & (bench_nt["sampler"] == RECOMMENDED.sampler)
-                           & (bench_nt["batch"] == 1)] if len(bench_nt) and config != SMALL_JOB else bench_nt.iloc[:0]
+                           & (bench_nt["batch"] == 1)] if len(bench_nt) else bench_nt
             if {"cold", "warm"} <= set(rows.index):
                 parts.append(f"{what}: {rows['cold']:.1f} s cold, {rows['warm']:.1f} s warm"
                              + (f", {per['s_per_volume_median'].iloc[-1]:.3g} s a volume of DDPM {RECOMMENDED.steps}"

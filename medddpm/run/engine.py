@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..core.config import DiffusionConfig, Knobs, ModelConfig, switched_on, ungraphed
+from ..core.config import TRITON_KNOBS, DiffusionConfig, Knobs, ModelConfig, switched_on, ungraphed
 from ..net import fp8, kernels
 from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import Plan, run_plan
@@ -115,9 +115,6 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, init
             raise ValueError(f"configuration {knobs.name!r} (fp8_train_convs): {why}")
         model.use_fp8_forward()
     return model.to(device=device, memory_format=memory_format(knobs))
-
-
-TRITON_KNOBS = ("triton_norm", "triton_conv", "triton_upsample")  # knobs whose Triton kernels Triton compiles itself (cached)
 
 
 def compiled(model: nn.Module, knobs: Knobs) -> nn.Module | Callable:

@@ -21,11 +21,12 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..core.config import CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, SMALL_JOB, fast_from, sampling_config, switched_on
+from ..core.config import (CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, SMALL_JOB, TRITON_KNOBS, fast_from, sampling_config,
+                           switched_on)
 from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
 from ..run import cache
-from ..run.engine import TRITON_KNOBS, autocast, inference
+from ..run.engine import autocast, inference
 from ..core.errors import InputError
 from ..diffusion.solvers import FEW_STEP, RECOMMENDED, check_sampler, denoiser_calls
 from ..data.labels import parse
@@ -184,7 +185,7 @@ class Sampler:
         if self.cache_key is not None:
             return cache.artifact(self.cache_key)
         if self.device.type == "cuda" and switched_on(self.knobs, TRITON_KNOBS):  # fast-eager: Triton's own cache
-            return Path(os.environ.get("TRITON_CACHE_DIR") or cache.root() / "triton")
+            return Path(os.environ["TRITON_CACHE_DIR"])  # cache.use() set it when the denoiser was built
         return None
 
     def sample(self, masks: str | Path, *, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
