@@ -18,7 +18,10 @@
 #   default100  100 masks by default (fast), warm     default8  8 masks by default, twice, compared
 #   eager8    --config fast-eager (the small-job pick), 8 masks, twice, compared
 #   benchddpm bench-sample of fast against fast-eager: DDPM 250 and the 12-step chain (OUT/sample_bench.csv)
-#   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC) and on one process, compared
+#   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC, then 1: one process), compared
+#   warm      `medddpm warmup` of fast and fast-eager (the caches nprocddpm and nprocchain read)
+#   nprocddpm 32 masks by default (DDPM 250, fast) on NPROCS ranks, compared
+#   nprocchain 256 masks of the 12-step chain by default (fast-eager) on NPROCS ranks, compared
 #   pinned    the -pinned rung twice, compared        train   train --config fast's first 100 steps, cold and warm
 #   bench     bench-sample of fast against -pinned
 set -uo pipefail
@@ -46,7 +49,7 @@ fresh_cache() {  # a cold cache: nothing compiled by an earlier process
 [ -d "$WORK/ph" ] || $PY -m medddpm phantom --out "$WORK/ph" --n 4 --size 128 >/dev/null
 [ -f "$WORK/ckpt/checkpoint.pt" ] || $PY -m medddpm train --images "$WORK/ph/images" --masks "$WORK/ph/masks" \
   --config bf16 --steps 2 --size 128 --quiet --out "$WORK/ckpt" >/dev/null
-for n in 1 8 100 256; do  # mask folders: the phantoms' masks, copied under new names
+for n in 1 8 32 100 256; do  # mask folders: the phantoms' masks, copied under new names
   d=$WORK/masks$n; [ -d "$d" ] && continue; mkdir -p "$d"
   for i in $(seq 0 $((n - 1))); do cp "$WORK/ph/masks/phantom_00$((i % 4)).nii.gz" "$d/m$(printf %03d "$i").nii.gz"; done
 done
@@ -112,18 +115,43 @@ stage_benchddpm() {  # the steady state of both: seconds a volume (fast's compil
   left 60 && $PY -m medddpm bench-sample --config fast-eager,fast --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
     --out "$OUT/sample_bench.csv"
 }
-stage_nproc() {  # the sharded runs first (a one-GPU run of 256 masks is the longest)
+sharded() {  # sharded NAME VOLUMES [sample options...]: VOLUMES masks on each of NPROCS ranks (1: one process, no
+  # torchrun; default: NPROC, then 1), each into WORK/s-NAME<ranks>-VOLUMES-warm; each sharded run's files against the
+  # one process's, wherever both exist (an earlier call on this machine may have written one of them)
+  local name=$1 n=$2; shift 2
+  local k sampler
+  sampler=$(echo "$*" | grep -o -- "--sampler [^ ]*" | cut -d' ' -f2)
+  for k in ${NPROCS:-$NPROC 1}; do
+    if [ "$k" = 1 ]; then
+      left 120 && row $name$k-$n-warm warm "$n" "$WORK/masks$n" "$@"
+    else
+      left 90 && row $name$k-$n-warm warm "$n" "$WORK/masks$n" --nproc "$k" "$@"
+    fi
+  done
+  for k in 2 3 4 5 6 7 8; do
+    [ -d "$WORK/s-${name}1-$n-warm" ] && [ -d "$WORK/s-$name$k-$n-warm" ] && left 40 &&
+      $T compare "$WORK/s-${name}1-$n-warm" "$WORK/s-$name$k-$n-warm" --out "$SAME" ${sampler:+--sampler $sampler} \
+        --what "sample${*:+ $*}, $n masks, --nproc $k vs 1"
+  done
+  return 0
+}
+stage_nproc() {  # 256 masks under fast (its cache warm after fast8)
   use_cache fast
-  local n
-  for n in ${NPROCS:-$NPROC}; do
-    left 120 && row nproc$n-256-warm warm 256 "$WORK/masks256" --config fast --nproc "$n"
-  done
-  left 120 && row nproc1-256-warm warm 256 "$WORK/masks256" --config fast  # one process, no torchrun
-  for n in ${NPROCS:-$NPROC}; do
-    [ -d "$WORK/s-nproc1-256-warm" ] && [ -d "$WORK/s-nproc$n-256-warm" ] && left 40 &&
-      $T compare "$WORK/s-nproc1-256-warm" "$WORK/s-nproc$n-256-warm" --out "$SAME" \
-        --what "sample --config fast, 256 masks, --nproc $n vs 1"
-  done
+  sharded nproc 256 --config fast
+}
+stage_warm() {  # `medddpm warmup` of fast and of fast-eager into the caches the sharded stages below read
+  use_cache fast
+  left 150 && $PY -m medddpm warmup --checkpoint "$WORK/ckpt/checkpoint.pt" --config fast >"$OUT/warmup-fast.txt" 2>&1
+  use_cache default
+  left 60 && $PY -m medddpm warmup --checkpoint "$WORK/ckpt/checkpoint.pt" --config fast-eager >"$OUT/warmup-fast-eager.txt" 2>&1
+}
+stage_nprocddpm() {  # 32 masks by default (DDPM 250: fast by the rule), sharded and on one process
+  use_cache fast
+  sharded ddpm 32
+}
+stage_nprocchain() {  # 256 masks of the 12-step chain by default (fast-eager by the rule), sharded and on one process
+  use_cache default
+  sharded chain 256 --sampler dpm2m-sde --steps 12
 }
 stage_pinned() {
   left 80 && row pinned-8-1 warm 8 "$WORK/masks8" --config $PINNED && row pinned-8-2 warm 8 "$WORK/masks8" --config $PINNED &&
@@ -143,7 +171,7 @@ stage_bench() {  # what pinning costs (issue 48: deterministic where it costs < 
   left 60 && $PY -m medddpm bench-sample --config fast,$PINNED --sampler dpm2m-sde --steps 12 --repeats 5 --device cuda \
     --out "$OUT/sample_bench.csv"
 }
-for stage in ${STAGES:-one fast8 default100 default8 eager8 nproc pinned train bench benchddpm}; do
+for stage in ${STAGES:-one fast8 default100 default8 eager8 nproc warm nprocddpm nprocchain pinned train bench benchddpm}; do
   echo "stage $stage at ${SECONDS} s"
   "stage_$stage"
 done

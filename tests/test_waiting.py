@@ -56,11 +56,25 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     assert f["tr_targets"] == ("1 mask warm, ≤ 5 s: met (4.5 s, dpm2m-sde); 1 mask cold, ≤ 15 s: met (9.0 s, dpm2m-sde); "
                                "100 masks warm, ≤ 25 s: missed (30.0 s, dpm2m-sde)") and f["tr_sampler"] == "`dpm2m-sde`"
     assert f["tr_per_volume"] == "0.15 s"
-    assert f["tr_nproc"] == ("256 masks under `fast`, warm cache: one GPU 140.0 s (1.8 volumes/s); "
+    assert f["tr_nproc"] == ("256 masks under `--config fast` (`dpm2m-sde`, ran `fast`), warm cache: one GPU 140.0 s (1.8 volumes/s); "
                              "2 ranks 80.0 s (3.2 volumes/s, 1.8×); 4 ranks 40.0 s (6.4 volumes/s, 3.5×)")
     assert f["tr_same"].startswith("—") and f["tr_fast8_cold"].startswith("—") and f["tr_profile_parts"].startswith("—")
     t = waiting.table(tmp_path, ["gpu-a"])
     assert len(t) == 7 and sorted(t["ranks"].unique()) == [1, 2, 4] and set(t["sampler"]) == {"dpm2m-sde"}
+    # sharded rows of two commands: each its own part, newest first, each against the one-process row of its own
+    # sampler; the default's 4-rank speed-up over one GPU judged against the 3×
+    two = pd.read_csv(folder / "time_to_result.csv")
+    extra = [("sample --masks m256 --out k --sampler ddpm", "default", 256, 400.0, "fast"),
+             ("sample --masks m256 --out l --sampler dpm2m-sde", "default", 256, 90.0, "fast-eager"),
+             ("sample --masks m256 --out m --sampler dpm2m-sde --nproc 4", "default", 256, 31.0, "fast-eager")]
+    pd.concat([two, pd.DataFrame([{**two.iloc[0].to_dict(), "command": c, "config": cfg, "volumes": n, "wall_s": w,
+                                   "cache": "warm", "ran": ran} for c, cfg, n, w, ran in extra])]).to_csv(
+        folder / "time_to_result.csv", index=False)
+    f3 = waiting.facts(tmp_path, ["gpu-a"])
+    assert f3["tr_nproc"].startswith("256 masks by default (`dpm2m-sde`, ran `fast-eager`), warm cache: one GPU 90.0 s "
+                                     "(2.8 volumes/s); 4 ranks 31.0 s (8.3 volumes/s, 2.9×); 256 masks under `--config fast`")
+    assert f3["tr_targets"].endswith("256 masks warm on 4 ranks, ≥ 3× one GPU: missed (2.9×, dpm2m-sde, fast-eager)")
+    two.to_csv(folder / "time_to_result.csv", index=False)
     # a newer 8-mask row of another sampler is quoted with its name, and the per-volume cost still pairs
     # the 100-mask row with the 8-mask row of its own sampler
     more = pd.read_csv(folder / "time_to_result.csv")

@@ -31,6 +31,7 @@ EARLIER_DEFAULT = FEW_STEP.sampler
 EARLIER_RULE = (35, 750, "bf16")
 # issue 48's targets (s, process start to files written): 1 mask by default, warm and cold; 100 masks, warm
 TARGETS = {("default", 1, "warm"): 5.0, ("default", 1, "cold"): 15.0, ("default", 100, "warm"): 25.0}
+NPROC_TARGET = (256, 4, 3.0)  # and 256 masks by default, warm, on 4 ranks: ≥ 3× faster than one GPU
 
 
 def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -136,6 +137,36 @@ def profile_parts(path: Path, parts: dict[str, tuple[str, str]] = PROFILE_PARTS)
     return out
 
 
+def sharded(df: pd.DataFrame) -> tuple[str, dict[tuple[str, int, str], tuple[dict[int, float], str]]]:
+    """Every sharded `sample` measurement of ``rows``' table (the newest of each), one part per
+    configuration, sampler, number of masks and cache state, newest first: each rank count's wall
+    time, volumes a second and speed-up over the one-process row of the same command; and
+    {(config, masks, sampler): ({ranks: speed-up}, what ran)} for the warm ones."""
+    runs = df[(df["what"] == "sample") & (df["nproc"] > 1) & (df["rc"] == 0)] if len(df) else df
+    if not len(runs):
+        return missing("`sample --nproc` row"), {}
+    parts, speedups = [], {}
+    for (config, sampler, volumes, state), group in reversed(list(runs.groupby(["config", "sampler", "volumes", "cache"],
+                                                                                sort=False))):
+        one = newest(df, config, int(volumes), state, sampler=sampler)
+        ran = group["ran"].iloc[-1] or (one["ran"] if one is not None else "")
+        times = {}
+        said = [f"one GPU {one['wall_s']:.1f} s ({volumes / one['wall_s']:.1f} volumes/s)" if one is not None
+                else "no one-GPU row"]
+        for n in sorted(group["nproc"].unique()):
+            w = wall(df, config, int(volumes), state, int(n), sampler)
+            if one is not None:
+                times[int(n)] = one["wall_s"] / w
+            said.append(f"{n} ranks {w:.1f} s ({volumes / w:.1f} volumes/s"
+                        + (f", {one['wall_s'] / w:.1f}×)" if one is not None else ")"))
+        how = "by default" if config == "default" else f"under `--config {config}`"
+        parts.append(f"{volumes} masks {how} (`{sampler}`{f', ran `{ran}`' if ran else ''}), {state} cache: "
+                     + "; ".join(said))
+        if state == "warm":
+            speedups[(config, int(volumes), sampler)] = (times, ran)
+    return "; ".join(parts), speedups
+
+
 def _chain_s(root: Path, gpu: str) -> float | None:
     """The default 12-step chain's seconds a volume (batch 1, 128³) in the GPU's ``sample_bench.csv``."""
     df = results_csv(Path(root), [gpu], "sample_bench")
@@ -187,21 +218,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     w8 = wall(df, "fast", 8, "warm", sampler=FEW_STEP.sampler)  # fast's 8 masks of the chain, less 8 chains
     f["tr_fast_fixed"] = (f"{w8 - 8 * chain:.1f} s" if w8 is not None and chain is not None
                           else missing("fast's 8-mask warm row and the chain's bench-sample row"))
-    nproc = df[(df["what"] == "sample") & (df["nproc"] > 1) & (df["rc"] == 0)] if len(df) else df
-    if len(nproc):
-        last = nproc.iloc[-1]
-        config, volumes, state = last["config"], int(last["volumes"]), last["cache"]
-        one = wall(df, config, volumes, state)
-        ranks = sorted(nproc[(nproc["config"] == config) & (nproc["volumes"] == volumes)
-                             & (nproc["cache"] == state)]["nproc"].unique())
-        parts = [f"one GPU {one:.1f} s ({volumes / one:.1f} volumes/s)" if one is not None else "no one-GPU row"]
-        for n in ranks:
-            w = wall(df, config, volumes, state, int(n))
-            parts.append(f"{n} ranks {w:.1f} s ({volumes / w:.1f} volumes/s"
-                         + (f", {one / w:.1f}×)" if one is not None else ")"))
-        f["tr_nproc"] = f"{volumes} masks under `{config}`, {state} cache: " + "; ".join(parts)
-    else:
-        f["tr_nproc"] = missing("`sample --nproc` row")
+    f["tr_nproc"], speedups = sharded(df)
     prof = Path(root) / have[0] / FOLDER / "profile-sample-1-warm.txt" if have else None
     split = profile_parts(prof) if prof is not None and prof.is_file() else {}
     f["tr_profile_total"] = (f"{split['total']:.1f} s" if "total" in split
@@ -217,6 +234,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         if row is not None:
             met.append(f"{volumes} mask{'s' if volumes > 1 else ''} {cache}, ≤ {limit:g} s: "
                        f"{'met' if row['wall_s'] <= limit else 'missed'} ({row['wall_s']:.1f} s, {row['sampler']})")
+    for (config, volumes, sampler), (times, ran) in speedups.items():
+        if config == "default" and volumes == NPROC_TARGET[0] and NPROC_TARGET[1] in times:
+            met.append(f"{volumes} masks warm on {NPROC_TARGET[1]} ranks, ≥ {NPROC_TARGET[2]:g}× one GPU: "
+                       f"{'met' if times[NPROC_TARGET[1]] >= NPROC_TARGET[2] else 'missed'} "
+                       f"({times[NPROC_TARGET[1]]:.1f}×, {sampler}, {ran})")
     f["tr_targets"] = "; ".join(met) if met else missing("rows of the targets")
     same = same_files(root, have[:1])
     f["tr_same"] = ("; ".join(f"{r['what']} (`{r['sampler']}`): {r['identical']} of {r['files']} files identical" for _, r in same.iterrows())
