@@ -33,6 +33,12 @@ MASK_LABELS_HELP = ("map a parcellation's integer labels onto the model's mask c
                     "and ranges joined by +; 'background' maps to 0)")
 
 
+# Commands whose torchrun ranks each see only their own GPU (``distributed.own_gpu_only``): sampling
+# ranks exchange nothing but their checks, and share one compile cache that way. Training ranks see every
+# GPU, as its scaling rows were measured (NCCL's transports between them).
+OWN_GPU_COMMANDS = ("sample",)
+
+
 def default_device(a: argparse.Namespace) -> None:
     """A command with ``--device`` and none given runs on the GPU when there is one."""
     if getattr(a, "device", "") is None:
@@ -626,6 +632,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse already printed one usage line; keep its exit code 2
         return int(exc.code or 0)
     args.argv = argv
+    if args.command in OWN_GPU_COMMANDS and (getattr(args, "device", None) or "cuda").startswith("cuda"):
+        from .run.distributed import own_gpu_only
+
+        own_gpu_only()  # before anything starts CUDA
     default_device(args)
     try:
         args.func(args)

@@ -230,6 +230,34 @@ def test_helpers():
         raise RankError("x")
 
 
+@pytest.mark.parametrize("visible, local, sees", [(None, 2, "2"), ("4,5,6", 1, "5"), ("0", 1, "0")])
+def test_a_sampling_rank_sees_only_its_own_gpu(monkeypatch, visible, local, sees):
+    """own_gpu_only: under torchrun a rank keeps only its LOCAL_RANK's GPU of the launcher's visible
+    ones (all, without the variable), and runs on cuda:0 once CUDA counts that one GPU; outside
+    torchrun, with fewer GPUs than ranks, or where CUDA still counts several, nothing changes."""
+    from medddpm.run import distributed
+
+    monkeypatch.delenv(distributed.OWN_GPU, raising=False)
+    for key, value in {"WORLD_SIZE": "3", "RANK": str(local), "LOCAL_RANK": str(local), "CUDA_VISIBLE_DEVICES": visible}.items():
+        monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+    distributed.own_gpu_only()
+    world = World.from_env()
+    if visible == "0":  # one GPU for two ranks: left for the launcher's check to refuse
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0" and not world.own_gpu
+        return
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == sees and world.own_gpu
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert world.device("cuda") == "cuda:0" and world.device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # CUDA had started before: the variable came too late
+    assert world.device("cuda") == f"cuda:{local}"
+    distributed.own_gpu_only()  # once only: a second call keeps the rank's GPU
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == sees
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv(distributed.OWN_GPU)
+    assert not World.from_env().own_gpu
+
+
 def test_exposed_communication_and_scaling_table(runs):
     import pandas as pd
 

@@ -31,6 +31,28 @@ TIMEOUT_S = 1800
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+# Set in a rank that sees only its own GPU (``own_gpu_only``): it runs on cuda:0
+OWN_GPU = "MEDDDPM_OWN_GPU"
+
+
+def own_gpu_only() -> None:
+    """Under torchrun, let this process see only its LOCAL_RANK's GPU (``CUDA_VISIBLE_DEVICES``), so
+    that it runs on cuda:0 like a single process. Torch's compile caches key graphs by the device
+    index (pytorch/pytorch#108971): a sampling rank on cuda:3 missed what ``medddpm warmup`` had
+    compiled on cuda:0, and compiled again (cProfile of 4 H100 ranks, issue 48). Call it before CUDA
+    starts; where it started already the variable changes nothing and ``World.device`` keeps
+    cuda:LOCAL_RANK."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2 or OWN_GPU in os.environ:
+        return
+    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
+    if ids is not None and local >= len(ids):  # fewer GPUs than ranks: World.device's error says so
+        return
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[local] if ids is not None else str(local)
+    os.environ[OWN_GPU] = "1"
+
+
 class RankError(MedddpmError):
     """Another rank failed or vanished; this rank stops too."""
 
@@ -42,6 +64,7 @@ class World:
     rank: int = 0  # global rank; rank 0 alone writes files
     size: int = 1  # number of processes
     local_rank: int = 0  # rank on this host: the GPU this process uses
+    own_gpu: bool = False  # the process sees only its own GPU (own_gpu_only): cuda:0
 
     @property
     def main(self) -> bool:
@@ -62,17 +85,17 @@ class World:
             raise InputError(f"bad torchrun environment (RANK/WORLD_SIZE/LOCAL_RANK): {exc}") from None
         if size < 1 or not 0 <= rank < size:
             raise InputError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={size}")
-        return cls(rank, size, local)
+        return cls(rank, size, local, size > 1 and OWN_GPU in os.environ)
 
     def device(self, requested: str) -> str:
-        """``cuda`` becomes this rank's own GPU, ``cuda:LOCAL_RANK``; a fixed index is refused
-        with several ranks (they would share one GPU)."""
+        """``cuda`` becomes this rank's own GPU: cuda:0 where it sees no other (``own_gpu``), else
+        ``cuda:LOCAL_RANK``; a fixed index is refused with several ranks (they would share one GPU)."""
         if not self.distributed or not requested.startswith("cuda"):
             return requested
         if requested != "cuda":
             raise InputError(f"--device {requested}: with {self.size} ranks use --device cuda; "
                              "each rank takes the GPU of its LOCAL_RANK")
-        return f"cuda:{self.local_rank}"
+        return "cuda:0" if self.own_gpu and torch.cuda.device_count() == 1 else f"cuda:{self.local_rank}"
 
     def init(self, device: torch.device, timeout_s: int = TIMEOUT_S) -> None:
         """Join the process group: NCCL for GPUs, gloo for CPUs; multicast stays off."""
