@@ -72,8 +72,12 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   and encode the masks, and others resample and compress the samples into `.nii.gz` files while
 #   the GPU samples the next ones (`IO_THREADS` in `medddpm/sample/sampler.py`). What stays is the
 #   start-up: the chain's eight-mask warm run less eight chains leaves {glue:text}`tr_fast_fixed` of fixed cost.
-# - **Several GPUs** (each rank reads its own share of the masks): {glue:text}`tr_nproc`. Every rank
-#   pays the start-up again, so a few hundred masks do not fill four GPUs.
+# - **Several GPUs** (`--nproc N`: each rank reads its own share of the masks and sees only its own
+#   GPU): {glue:text}`tr_nproc`. Every rank pays the start-up again, so a few hundred masks do not fill
+#   four GPUs. Until the ranks saw only their own GPU, ranks 1 to 3 compiled `fast` again: torch's
+#   compile caches key a graph by its device index (pytorch/pytorch#108971), so what `medddpm warmup`
+#   compiled on GPU 0 served rank 0 alone (a cProfile of each rank, `session58-2026-11-26/call-c-d/`).
+#   Those runs: {glue:text}`tr_nproc_before`.
 #
 # ## A small job: `fast`'s sampler, not compiled
 #
@@ -101,12 +105,13 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # ## Training's first 100 steps
 #
 # `train --config fast --steps 100` on four 128³ phantoms (two micro-batches a step), process start to
-# checkpoint written: {glue:text}`tr_train`. Under cProfile, warm: {glue:text}`tr_train_parts`. A warm cache
-# skips Inductor's code generation, not Dynamo's tracing. The caches of a warm run
-# (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`. That function is `fast`'s skip
-# concatenation with dense gradients (`model._DenseGradCat`, a `torch.autograd.Function`), and PyTorch
-# keeps graphs holding one out of AOT autograd's cache unless told to, so the joint graph was traced
-# and partitioned again in every process; `medddpm/run/cache.py` now tells it to (the rows above predate that).
+# checkpoint written: {glue:text}`tr_train`. A warm cache skips Inductor's code generation, not Dynamo's
+# tracing. Under cProfile, warm, before the change below: {glue:text}`tr_train_parts`. AOT autograd's cache
+# had bypassed `fast`'s graph ("Unsupported call_function target autograd_function_apply",
+# `session57-2026-11-26/train-cache/`): its skip concatenation with dense gradients
+# (`model._DenseGradCat`) is a `torch.autograd.Function`, which PyTorch keeps out of that cache unless
+# told to, so every process traced and partitioned the joint graph again. `medddpm/run/cache.py` now
+# tells it to; the caches of a warm run since (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`.
 
 # ## The same command, the same files
 #

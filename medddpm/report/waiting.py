@@ -22,6 +22,8 @@ from .wording import missing, number
 
 FOLDER = "time_to_result"
 STORE_FREE = ("tr_fast_from_calls", "tr_fast_from_ddpm", "tr_fast_from_chain", "tr_small", "tr_default_sampler")  # the package's rules, whatever the store holds
+# sharded `sample` runs whose ranks still saw every GPU (before distributed.own_gpu_only): ranks 1-3 compiled again
+BEFORE_OWN_GPU = "session58-2026-11-26/before-own-gpu"
 SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernels.precompile, and without its Triton kernels
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
@@ -37,7 +39,11 @@ NPROC_TARGET = (256, 4, 3.0)  # and 256 masks by default, warm, on 4 ranks: ≥ 
 def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Every timed command of the store's GPUs, with ``what`` (sample or train), ``nproc`` (ranks) and
     the newest row of duplicates."""
-    df = results_csv(Path(root), gpus, f"{FOLDER}/time_to_result")
+    return tidy(results_csv(Path(root), gpus, f"{FOLDER}/time_to_result"))
+
+
+def tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """``rows``' table of raw ``time_to_result.csv`` rows."""
     if df.empty:
         df = pd.DataFrame(columns=[*COLUMNS, "gpu_slug"])
         return df.assign(what=pd.Series(dtype=str), nproc=pd.Series(dtype=int), sampler=pd.Series(dtype=str))
@@ -186,6 +192,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
          "tr_fast_from_chain": str(fast_from(FEW_STEP.steps)), "tr_small": f"`{SMALL_JOB}`",
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
     f.update(small_job_facts(root, have[:1]))
+    before = results_csv(Path(root), have[:1], f"{FOLDER}/{BEFORE_OWN_GPU}/time_to_result")
+    f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True))[0] if len(before)
+                            else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1]))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
@@ -207,8 +216,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_sampler"] = ", ".join(f"`{s}`" for s in ran) if ran else missing("`sample` rows by default")
     mine = df[(df["what"] == "sample") & (df["sampler"] == RECOMMENDED.sampler) & (df["rc"] == 0)] if len(df) else df
     f["tr_default_rows"] = ("; ".join(f"{r.volumes} mask{'s' if r.volumes > 1 else ''}, "
-                                      f"{'no `--config`' if r.config == 'default' else f'`--config {r.config}`'}, {r.cache}: "
-                                      f"{r.wall_s:.1f} s" for r in mine.sort_values(["volumes", "config", "cache"]).itertuples())
+                                      f"{'no `--config`' if r.config == 'default' else f'`--config {r.config}`'}"
+                                      f"{f', {r.nproc} ranks' if r.nproc > 1 else ''}, {r.cache}: "
+                                      f"{r.wall_s:.1f} s" for r in mine.sort_values(["volumes", "config", "nproc", "cache"]).itertuples())
                             if len(mine) else missing(f"`sample` rows of {RECOMMENDED.sampler}"))
     f["tr_per_volume"] = (f"{(w100 - w8) / (100 - 8):.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
