@@ -74,6 +74,15 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     assert f3["tr_nproc"].startswith("256 masks by default (`dpm2m-sde`, ran `fast-eager`), warm cache: one GPU 90.0 s "
                                      "(2.8 volumes/s); 4 ranks 31.0 s (8.3 volumes/s, 2.9×); 256 masks under `--config fast`")
     assert f3["tr_targets"].endswith("256 masks warm on 4 ranks, ≥ 3× one GPU: missed (2.9×, dpm2m-sde, fast-eager)")
+    # sharded runs of before the ranks saw only their own GPU: quoted apart, against today's one-GPU row
+    before = folder / waiting.BEFORE_OWN_GPU
+    before.mkdir(parents=True)
+    pd.DataFrame([{**two.iloc[0].to_dict(), "command": extra[1][0] + " --nproc 2", "config": "default", "volumes": 256,
+                   "wall_s": 60.0, "cache": "warm", "ran": "fast-eager"}]).to_csv(before / "time_to_result.csv", index=False)
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_nproc_before"] == (
+        "256 masks by default (`dpm2m-sde`, ran `fast-eager`), warm cache: one GPU 90.0 s (2.8 volumes/s); "
+        "2 ranks 60.0 s (4.3 volumes/s, 1.5×)")
+    assert f3["tr_nproc_before"].startswith("—")
     two.to_csv(folder / "time_to_result.csv", index=False)
     # a newer 8-mask row of another sampler is quoted with its name, and the per-volume cost still pairs
     # the 100-mask row with the 8-mask row of its own sampler
