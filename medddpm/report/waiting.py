@@ -143,6 +143,11 @@ def profile_parts(path: Path, parts: dict[str, tuple[str, str]] = PROFILE_PARTS)
     return out
 
 
+def _rate(per_s: float) -> str:
+    """Volumes a second, to two significant digits below one."""
+    return f"{per_s:.2f}" if per_s < 1 else f"{per_s:.1f}"
+
+
 def sharded(df: pd.DataFrame) -> tuple[str, dict[tuple[str, int, str], tuple[dict[int, float], str]]]:
     """Every sharded `sample` measurement of ``rows``' table (the newest of each), one part per
     configuration, sampler, number of masks and cache state, newest first: each rank count's wall
@@ -157,13 +162,13 @@ def sharded(df: pd.DataFrame) -> tuple[str, dict[tuple[str, int, str], tuple[dic
         one = newest(df, config, int(volumes), state, sampler=sampler)
         ran = group["ran"].iloc[-1] or (one["ran"] if one is not None else "")
         times = {}
-        said = [f"one GPU {one['wall_s']:.1f} s ({volumes / one['wall_s']:.1f} volumes/s)" if one is not None
+        said = [f"one GPU {one['wall_s']:.1f} s ({_rate(volumes / one['wall_s'])} volumes/s)" if one is not None
                 else "no one-GPU row"]
         for n in sorted(group["nproc"].unique()):
             w = wall(df, config, int(volumes), state, int(n), sampler)
             if one is not None:
                 times[int(n)] = one["wall_s"] / w
-            said.append(f"{n} ranks {w:.1f} s ({volumes / w:.1f} volumes/s"
+            said.append(f"{n} ranks {w:.1f} s ({_rate(volumes / w)} volumes/s"
                         + (f", {one['wall_s'] / w:.1f}×)" if one is not None else ")"))
         how = "by default" if config == "default" else f"under `--config {config}`"
         parts.append(f"{volumes} masks {how} (`{sampler}`{f', ran `{ran}`' if ran else ''}), {state} cache: "
