@@ -252,6 +252,11 @@ def test_a_sampling_rank_sees_only_its_own_gpu(monkeypatch, visible, local, sees
     assert world.device("cuda") == f"cuda:{local}"
     distributed.own_gpu_only()  # once only: a second call keeps the rank's GPU
     assert os.environ["CUDA_VISIBLE_DEVICES"] == sees
+    monkeypatch.setenv("WORLD_SIZE", "x")  # a bad torchrun environment: left for World.from_env to refuse
+    monkeypatch.delenv(distributed.OWN_GPU)
+    distributed.own_gpu_only()
+    assert distributed.OWN_GPU not in os.environ
+    monkeypatch.setenv(distributed.OWN_GPU, "1")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.delenv(distributed.OWN_GPU)

@@ -42,9 +42,12 @@ def own_gpu_only() -> None:
     compiled on cuda:0, and compiled again (cProfile of 4 H100 ranks, issue 48). Call it before CUDA
     starts; where it started already the variable changes nothing and ``World.device`` keeps
     cuda:LOCAL_RANK."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2 or OWN_GPU in os.environ:
+    try:
+        size, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:  # World.from_env says what is wrong
         return
-    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    if size < 2 or OWN_GPU in os.environ:
+        return
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
     if ids is not None and local >= len(ids):  # fewer GPUs than ranks: World.device's error says so
