@@ -328,7 +328,7 @@ def cmd_sample(a: argparse.Namespace) -> None:
             a.checkpoint, a.masks, a.out, device, a.sampler, a.steps, a.eta, a.seed, a.weights,
             progress=not a.quiet and world.main, config=a.config, batch=a.batch, world=world, clip=not a.no_clip,
             spacing=a.spacing, labels=a.labels or "auto", one_file=a.one_file, mask_labels=a.mask_labels,
-            say=(lambda line: print(line, file=sys.stderr, flush=True)) if world.main else None))
+            say=(lambda line: print(line, file=sys.stderr, flush=True)) if world.main else None, started=a.started))
     ranks = f" (rank {world.rank} of {world.size})" if world.distributed else ""
     print(f"wrote {len(written)} samples to {a.out}{ranks}")
 
@@ -623,6 +623,9 @@ def _terminate(_signum, _frame):  # SIGTERM (e.g. `timeout`) → clean-up paths 
 
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
+    import time
+
+    started = time.perf_counter()  # `sample`'s timing line counts from here
 
     signal.signal(signal.SIGTERM, _terminate)
     p = parser()
@@ -631,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = p.parse_args(argv)
     except SystemExit as exc:  # argparse already printed one usage line; keep its exit code 2
         return int(exc.code or 0)
-    args.argv = argv
+    args.argv, args.started = argv, started
     if args.command in OWN_GPU_COMMANDS and (getattr(args, "device", None) or "cuda").startswith("cuda"):
         from .run.distributed import own_gpu_only
 

@@ -2,7 +2,7 @@
 runs' files compared bit for bit."""
 import pandas as pd
 
-from medddpm.profiling.waiting import COLUMNS, main, option, ran
+from medddpm.profiling.waiting import COLUMNS, main, option, phases, ran
 
 
 def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_checkpoint, tmp_path, capsys):
@@ -16,6 +16,12 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     assert list(rows.columns) == COLUMNS and len(rows) == 2 and (rows["rc"] == 0).all()
     assert (rows["config"] == "default").all() and (rows["wall_s"] > 0).all() and (rows["sampler"] == "dpm2m-sde").all()
     assert rows["ran"].isna().all()  # a CPU picks without saying so: the row does not guess
+    # where the seconds went, as sample's timing line says: in order, and within the row's wall time
+    from medddpm.profiling.waiting import PHASES
+
+    t = rows[list(PHASES.values())]
+    assert t.notna().all().all() and (t.diff(axis=1).iloc[:, 1:] >= 0).all().all()
+    assert (t["ready_s"] > 0).all() and (t["written_s"] <= rows["wall_s"]).all()
     assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice"]) == 0
     row = pd.read_csv(same).iloc[0]
     assert row["files"] == 1 and row["identical"] == 1 and row["max_abs_diff"] == 0
@@ -27,12 +33,15 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     # a failing command is a row too, with its exit code
     assert main(["run", "--out", str(csv), "--cache", "warm", "--volumes", "1", "--", *cmd,
                  "--out", str(tmp_path / "s1")]) == 1
-    assert pd.read_csv(csv)["rc"].iloc[-1] == 2
+    assert pd.read_csv(csv)["rc"].iloc[-1] == 2 and pd.isna(pd.read_csv(csv)["ready_s"].iloc[-1])
     assert option(["sample", "--config", "fast"], "--config", "default") == "fast"
     # the configuration a GPU's `sample` picked, as its `config …` line says; a --config given is what ran
     said = "masks: …\nconfig fast-eager, not compiled: 1 volume(s) of 250 denoiser calls …\n"
     assert ran(["sample", "--masks", "m"], said) == "fast-eager" and ran(["sample", "--config", "bf16"], said) == "bf16"
     assert ran(["sample", "--masks", "m"], "config fast (100 volumes: …)") == "fast" and ran(["train"], said) == ""
+    assert phases("x\ntiming: ready 4.1 s, first volume 9.8 s, last volume 12.0 s, written 12.5 s\n") == {
+        "ready_s": 4.1, "first_volume_s": 9.8, "last_volume_s": 12.0, "written_s": 12.5}
+    assert phases(said) == {}
 
 
 def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path):

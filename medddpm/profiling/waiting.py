@@ -29,7 +29,10 @@ from ..core.io import append_csv
 from ..core.runtime import env_info
 from ..diffusion.solvers import RECOMMENDED
 
-COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date"]
+# the seconds of a `sample` row's timing line (``sample.sampler.TIMING``, rank 0's), after the command's own
+PHASES = {"ready": "ready_s", "first volume": "first_volume_s", "last volume": "last_volume_s", "written": "written_s"}
+COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date",
+           *PHASES.values()]
 SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
 
@@ -47,6 +50,13 @@ def ran(argv: Sequence[str], stderr: str) -> str:
         return ""
     said = re.search(r"^config ([\w.-]+)", stderr, re.MULTILINE)
     return option(argv, "--config", said[1] if said else "")
+
+
+def phases(stderr: str) -> dict[str, float]:
+    """The seconds `sample`'s ``timing:`` line gives (``PHASES``' columns); none without one."""
+    line = re.search(r"^timing: (.*)$", stderr, re.MULTILINE)
+    said = dict(re.findall(r"([a-z ]+?) ([0-9.]+) s(?:, |$)", line[1])) if line else {}
+    return {column: float(said[name]) for name, column in PHASES.items() if name in said}
 
 
 def option(argv: Sequence[str], name: str, default: str) -> str:
@@ -101,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"), "ran": ran(cmd, err),
                    "sampler": option(cmd, "--sampler", RECOMMENDED.sampler) if cmd[0] == "sample" else "",
                    "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
-                   "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat()}
+                   "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat(), **phases(err)}
             append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)
             print(f"{wall:.1f} s, rc {rc}: medddpm {' '.join(cmd)}" + (f"\n{tail}" if rc else ""))
             return 0 if rc == 0 else 1

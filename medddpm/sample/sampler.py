@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -159,18 +160,25 @@ class Sampler:
                 yield from ((i, x[j]) for j, i in enumerate(chunk))
 
     def write_jobs(self, jobs: list[Job], mine: list[int], sampler: str, steps: int | None, eta: float, seed: int,
-                   batch: int, clip: bool, spacing: str | None, progress: bool = False) -> list[Path]:
+                   batch: int, clip: bool, spacing: str | None, progress: bool = False,
+                   marks: dict[str, float] | None = None) -> list[Path]:
         """Sample jobs ``mine`` (indices of ``jobs``) and write each (``Job.write``: atomically), by
         ``IO_THREADS`` writers while the GPU samples the next ones; at most two volumes per writer
-        wait in memory. A failed write stops the run once the writes already started are done."""
+        wait in memory. A failed write stops the run once the writes already started are done.
+        ``marks`` gets the ``time.perf_counter()`` of the first volume sampled, the last, and the
+        last file written (``TIMING``)."""
+        marks = {} if marks is None else marks
         written: list[Path] = []
         with ThreadPoolExecutor(IO_THREADS) as pool:
             pending: collections.deque = collections.deque()
             for i, v in self.volumes(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress):
+                marks.setdefault("first volume", time.perf_counter())
                 pending.append(pool.submit(jobs[i].write, v))
                 if len(pending) > 2 * IO_THREADS:
                     written.append(pending.popleft().result())
+            marks["last volume"] = time.perf_counter()
             written += [f.result() for f in pending]
+        marks["written"] = time.perf_counter()
         return written
 
     def warmup(self, batch: int = 1, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
@@ -285,19 +293,31 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
     return jobs
 
 
+# What `sample` times from its start (``sample_masks``' ``started``): the inputs read and the
+# denoiser built, the first volume sampled (its compilation, capture and kernels included), the last,
+# and the last file written; rank 0's, under torchrun
+TIMING = ("ready", "first volume", "last volume", "written")
+
+
+def timing_line(marks: dict[str, float], started: float) -> str:
+    """``timing: ready 4.1 s, first volume 9.8 s, …`` (seconds since ``started``, ``TIMING``'s order)."""
+    return "timing: " + ", ".join(f"{k} {marks[k] - started:.1f} s" for k in TIMING if k in marks)
+
+
 def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, device: torch.device,
                  sampler: str = RECOMMENDED.sampler, steps: int | None = None, eta: float = DEFAULT_ETA, seed: int = 0,
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
                  world: World = World(), clip: bool = True, spacing: str | None = None, labels: str = "auto",
                  one_file: bool = False, say: Callable[[str], None] | None = None,
-                 mask_labels: str | None = None) -> list[Path]:
+                 mask_labels: str | None = None, started: float | None = None) -> list[Path]:
     """Generate one image per mask file (this rank's share); every input is checked before
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
     ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain; ``labels`` and
     ``one_file``: a BraTS root's label convention and output form (``read_masks``); ``say`` is
     told what the masks are (a BraTS root: its layout and the label rule that applied);
-    ``mask_labels`` maps the mask files' labels (``labels.parse``; None: the checkpoint's own map)."""
+    ``mask_labels`` maps the mask files' labels (``labels.parse``; None: the checkpoint's own map);
+    with ``started`` (the command's ``time.perf_counter()``) ``say`` hears ``timing_line`` at the end."""
     check_options(sampler, steps, spacing, config or "fast", weights, batch, eta)
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
@@ -311,5 +331,9 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
         config, why = default_config(device, len(jobs), calls)  # every rank decides alike
         if say is not None and device.type == "cuda":
             say(f"config {why}")
-    return Sampler(ckpt, device, config, weights).write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip,
-                                                             spacing, progress)
+    denoiser = Sampler(ckpt, device, config, weights)
+    marks = {"ready": time.perf_counter()}
+    written = denoiser.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress, marks)
+    if say is not None and started is not None:
+        say(timing_line(marks, started))
+    return written
