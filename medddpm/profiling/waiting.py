@@ -28,9 +28,10 @@ from ..core.errors import InputError
 from ..core.io import append_csv
 from ..core.runtime import env_info
 from ..diffusion.solvers import RECOMMENDED
+from ..sample.sampler import TIMING
 
-# the seconds of a `sample` row's timing line (``sample.sampler.TIMING``, rank 0's), after the command's own
-PHASES = {"ready": "ready_s", "first volume": "first_volume_s", "last volume": "last_volume_s", "written": "written_s"}
+# a `sample` row's columns of its timing line (``sample.sampler.TIMING``: seconds since the command started, rank 0's)
+PHASES = {phase: phase.replace(" ", "_") + "_s" for phase in TIMING}
 COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date",
            *PHASES.values()]
 SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]

@@ -148,34 +148,26 @@ def _rate(per_s: float) -> str:
     return f"{per_s:.2f}" if per_s < 1 else f"{per_s:.1f}"
 
 
-def sharded(df: pd.DataFrame) -> tuple[str, dict[tuple[str, int, str], tuple[dict[int, float], str]]]:
+def sharded(df: pd.DataFrame) -> str:
     """Every sharded `sample` measurement of ``rows``' table (the newest of each), one part per
     configuration, sampler, number of masks and cache state, newest first: each rank count's wall
-    time, volumes a second and speed-up over the one-process row of the same command; and
-    {(config, masks, sampler): ({ranks: speed-up}, what ran)} for the warm ones."""
+    time, volumes a second and speed-up over the one-process row of the same command."""
     runs = df[(df["what"] == "sample") & (df["nproc"] > 1) & (df["rc"] == 0)] if len(df) else df
     if not len(runs):
-        return missing("`sample --nproc` row"), {}
-    parts, speedups = [], {}
+        return missing("`sample --nproc` row")
+    parts = []
     for (config, sampler, volumes, state), group in reversed(list(runs.groupby(["config", "sampler", "volumes", "cache"],
                                                                                 sort=False))):
-        one = newest(df, config, int(volumes), state, sampler=sampler)
-        ran = group["ran"].iloc[-1] or (one["ran"] if one is not None else "")
-        times = {}
-        said = [f"one GPU {one['wall_s']:.1f} s ({_rate(volumes / one['wall_s'])} volumes/s)" if one is not None
-                else "no one-GPU row"]
+        one = wall(df, config, int(volumes), state, sampler=sampler)
+        said = [f"one GPU {one:.1f} s ({_rate(volumes / one)} volumes/s)" if one is not None else "no one-GPU row"]
         for n in sorted(group["nproc"].unique()):
             w = wall(df, config, int(volumes), state, int(n), sampler)
-            if one is not None:
-                times[int(n)] = one["wall_s"] / w
             said.append(f"{n} ranks {w:.1f} s ({_rate(volumes / w)} volumes/s"
-                        + (f", {one['wall_s'] / w:.1f}×)" if one is not None else ")"))
+                        + (f", {one / w:.1f}×)" if one is not None else ")"))
         how = "by default" if config == "default" else f"under `--config {config}`"
-        parts.append(f"{volumes} masks {how} (`{sampler}`{f', ran `{ran}`' if ran else ''}), {state} cache: "
+        parts.append(f"{volumes} masks {how} (`{sampler}`, ran `{group['ran'].iloc[-1]}`), {state} cache: "
                      + "; ".join(said))
-        if state == "warm":
-            speedups[(config, int(volumes), sampler)] = (times, ran)
-    return "; ".join(parts), speedups
+    return "; ".join(parts)
 
 
 def _chain_s(root: Path, gpu: str) -> float | None:
@@ -198,7 +190,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
          "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
     f.update(small_job_facts(root, have[:1]))
     before = results_csv(Path(root), have[:1], f"{FOLDER}/{BEFORE_OWN_GPU}/time_to_result")
-    f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True))[0] if len(before)
+    f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1]))
 
@@ -233,7 +225,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     w8 = wall(df, "fast", 8, "warm", sampler=FEW_STEP.sampler)  # fast's 8 masks of the chain, less 8 chains
     f["tr_fast_fixed"] = (f"{w8 - 8 * chain:.1f} s" if w8 is not None and chain is not None
                           else missing("fast's 8-mask warm row and the chain's bench-sample row"))
-    f["tr_nproc"], speedups = sharded(df)
+    f["tr_nproc"] = sharded(df)
     prof = Path(root) / have[0] / FOLDER / "profile-sample-1-warm.txt" if have else None
     split = profile_parts(prof) if prof is not None and prof.is_file() else {}
     f["tr_profile_total"] = (f"{split['total']:.1f} s" if "total" in split
@@ -249,11 +241,13 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         if row is not None:
             met.append(f"{volumes} mask{'s' if volumes > 1 else ''} {cache}, ≤ {limit:g} s: "
                        f"{'met' if row['wall_s'] <= limit else 'missed'} ({row['wall_s']:.1f} s, {row['sampler']})")
-    for (config, volumes, sampler), (times, ran) in speedups.items():
-        if config == "default" and volumes == NPROC_TARGET[0] and NPROC_TARGET[1] in times:
-            met.append(f"{volumes} masks warm on {NPROC_TARGET[1]} ranks, ≥ {NPROC_TARGET[2]:g}× one GPU: "
-                       f"{'met' if times[NPROC_TARGET[1]] >= NPROC_TARGET[2] else 'missed'} "
-                       f"({times[NPROC_TARGET[1]]:.1f}×, {sampler}, {ran})")
+    volumes, ranks, limit = NPROC_TARGET
+    for sampler in (df[(df["what"] == "sample") & (df["nproc"] == ranks)]["sampler"].unique() if len(df) else []):
+        one, many = (newest(df, "default", volumes, "warm", n, sampler) for n in (1, ranks))
+        if one is not None and many is not None:
+            x = one["wall_s"] / many["wall_s"]
+            met.append(f"{volumes} masks warm on {ranks} ranks, ≥ {limit:g}× one GPU: "
+                       f"{'met' if x >= limit else 'missed'} ({x:.1f}×, {sampler}, {many['ran']})")
     f["tr_targets"] = "; ".join(met) if met else missing("rows of the targets")
     same = same_files(root, have[:1])
     f["tr_same"] = ("; ".join(f"{r['what']} (`{r['sampler']}`): {r['identical']} of {r['files']} files identical" for _, r in same.iterrows())
