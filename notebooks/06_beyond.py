@@ -207,28 +207,30 @@ if not SC_EARLIER.empty:
                               "allreduce_ms"]], 3))
 
 # %% [markdown]
-# ### Overlapping the all-reduce, and where the rest goes
+# ### One all-reduce in bf16 after the backward
 #
-# On several ranks `fast` runs the network as {glue:text}`config_fast_buckets` compiled segments (knob `grad_buckets`;
-# one process compiles it whole): the decoder first, then the encoder cut after its downsamplings. Its flat buffer is
-# laid out in as many buckets. When backward has accumulated a segment's gradients, a hook gathers them into their
-# bucket with one multi-tensor copy and starts the bucket's all-reduce on NCCL's stream (NCCL averages inside it): all
-# but the last run beside the encoder's backward, inside the step's CUDA graph. Autograd writes each gradient where it
-# likes, as one process does with `graph_owned_grads`: no zeroed buffer to add into, and no add kernel per parameter.
-# `fast` now: {glue:text}`buckets_scaling`, with two micro-batches {glue:text}`buckets_scaling_a2`; on other hosts: {glue:text}`buckets_other`. 97 % at one:
-# {glue:text}`overlap_within`. Two GPUs lose {glue:text}`fast_two_lost` a step, a fixed cost a longer step dilutes.
+# On several ranks `fast` runs the network whole and after the backward all-reduces one flat buffer (`grad_buckets` {glue:text}`config_fast_buckets`) in
+# {glue:text}`config_fast_reduce` (`grad_reduce`): the gradients rounded in by one copy, averaged by NCCL, copied back into the fp32 gradients Adam reads.
+# `fast` now: {glue:text}`fast_scaling`; {glue:text}`fast_within` of its rows reach 97 %. One call ({glue:text}`sync_run`): {glue:text}`sync_rows`; one late
+# bf16 all-reduce {glue:text}`sync_gain` against `fast-b3` (three fp32 buckets overlapped with the backward; `fast` in sessions 50–58), and the two runs' losses
+# {glue:text}`sync_loss`. Why the overlap lost: each rank's kernels by name ({glue:text}`kernel_run`) show the three segments' code path (no byte moved) adding
+# {glue:text}`seg_launches` launches and {glue:text}`seg_kernel_ms` ms of kernels a step (ranks 0 / 1), and the backward's kernels running
+# {glue:text}`beside_ms` ms longer beside NCCL's; one fp32 all-reduce after the backward spends {glue:text}`flat_nccl_ms` ms in NCCL, bf16 halves its bytes.
 #
-# The earlier run ({glue:text}`added_run`) added every gradient into the zeroed flat buffer instead: `fast`
-# {glue:text}`added_scaling`, and `fast-flat` (one all-reduce after the backward) {glue:text}`flat_scaling`. One run
-# each: {glue:text}`overlap_verdict`.
+# ### The three buckets, and where their time went
 #
-# The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two GPUs takes
-# {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). The per-rank profile of `fast` on two ranks is
-# {glue:text}`rank_run`. There the NCCL kernels last {glue:text}`rank_nccl_ms` ms a step on ranks 0 and 1, of which
-# {glue:text}`rank_exposed_ms` ms overlap no other kernel: the slower rank's NCCL kernels spend about
-# {glue:text}`rank_wait_ms` ms more than the transfer needs, waiting for the other rank to reach the same bucket. Both
-# ranks' other kernels take {glue:text}`rank_compute_ms` ms a step, against {glue:text}`fast_one_gpu_ms` ms for the
-# whole step on one GPU now, and compute kernels share the GPU with NCCL kernels that wait there (step: {glue:text}`rank_step_ms` ms).
+# `fast-b3` runs the network as {glue:text}`config_b3_buckets` compiled segments: the decoder first, then the encoder cut after its downsamplings. Its flat
+# buffer is laid out in as many buckets. When backward has accumulated a segment's gradients, a hook gathers them into their bucket with one multi-tensor copy
+# and starts the bucket's all-reduce on NCCL's stream: all but the last run beside the encoder's backward, inside the step's CUDA graph. `fast-b3`:
+# {glue:text}`buckets_scaling`, with two micro-batches {glue:text}`buckets_scaling_a2`; on other hosts: {glue:text}`buckets_other`. 97 % at one:
+# {glue:text}`overlap_within`. Two GPUs lose {glue:text}`fast_two_lost` a step. The earlier run ({glue:text}`added_run`) added every gradient into the zeroed
+# flat buffer instead: `fast` (three buckets) {glue:text}`added_scaling`, and `fast-flat` (one fp32 all-reduce after the backward) {glue:text}`flat_scaling`.
+# One run each: {glue:text}`overlap_verdict`. The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two GPUs takes
+# {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). The per-rank profile of `fast` on two ranks is {glue:text}`rank_run`. There the NCCL kernels last
+# {glue:text}`rank_nccl_ms` ms a step on ranks 0 and 1, of which {glue:text}`rank_exposed_ms` ms overlap no other kernel: the slower rank's NCCL kernels spend
+# about {glue:text}`rank_wait_ms` ms more than the transfer needs, waiting for the other rank to reach the same bucket. Both ranks' other kernels take
+# {glue:text}`rank_compute_ms` ms a step, against {glue:text}`fast_one_gpu_ms` ms for the whole step on one GPU, and compute kernels share the GPU with NCCL
+# kernels that wait there (step: {glue:text}`rank_step_ms` ms).
 
 # %% tags=["hide-input"]
 RP = fast_tables.rank_profiles(root)
@@ -236,15 +238,13 @@ if not RP.empty:
     display(table(RP, 2))
 
 # %% [markdown]
-# ### Half the bytes, and where the rest goes
+# ### Half the bytes inside the backward
 #
-# `fast-rbf16` all-reduces the same buckets in bf16 (knob `grad_reduce`; the sums are copied back into the fp32
-# gradients the optimizer reads). One run ({glue:text}`rbf16_run`): {glue:text}`rbf16_rows`; {glue:text}`rbf16_verdict`,
-# and {glue:text}`rbf16_within` of its rows reach 97 %. The two 2-rank runs' losses {glue:text}`rbf16_loss`. Where half
-# the bytes gain nothing, the lost time is not the transfer. Another run ({glue:text}`split_run`) has two ranks whose
-# all-reduces are no-ops (`scripts/train_without_allreduce.py`: the 2-rank code path, no byte moved, no rank waiting):
-# {glue:text}`split_rows`. So {glue:text}`split_comm` ms come with NCCL and {glue:text}`split_path` ms with the code
-# path. The busy GPUs' median SM clock: {glue:text}`split_clocks`, at {glue:text}`split_power`
-# ({glue:text}`split_reasons`); `fast` on one GPU and on 2 ranks wherever clocks were logged: {glue:text}`clocks_hosts`. Our reading: NCCL's kernels beside the backward take SMs, and at the power cap watts; where a rank kept its one-GPU clock ({glue:text}`clocks_kept`), the clock is not the whole loss.
-# NCCL told to use fewer CTAs on two ranks: {glue:text}`nccl_env_rows`. Each GPU alone, all four at once
-# ({glue:text}`gpu_run`): {glue:text}`gpu_rows`, {glue:text}`gpu_spread` apart; a step of N ranks waits for its slowest.
+# `fast-rbf16` all-reduces the three buckets in bf16 (`fast` there: the three fp32 buckets). One run ({glue:text}`rbf16_run`): {glue:text}`rbf16_rows`;
+# {glue:text}`rbf16_verdict`, and {glue:text}`rbf16_within` of its rows reach 97 %. The two 2-rank runs' losses {glue:text}`rbf16_loss`. Another run
+# ({glue:text}`split_run`) has two ranks whose all-reduces are no-ops (`scripts/train_without_allreduce.py`: the 2-rank code path, no byte moved, no rank
+# waiting): {glue:text}`split_rows`. So {glue:text}`split_comm` ms come with NCCL and {glue:text}`split_path` ms with the code path. The busy GPUs' median SM
+# clock: {glue:text}`split_clocks`, at {glue:text}`split_power` ({glue:text}`split_reasons`); `fast` of each run on one GPU and on 2 ranks wherever clocks were
+# logged: {glue:text}`clocks_hosts`. Our reading: NCCL's kernels beside the backward take SMs, and at the power cap watts; where a rank kept its one-GPU clock
+# ({glue:text}`clocks_kept`), the clock is not the whole loss. Three buckets on two ranks under NCCL settings: {glue:text}`nccl_env_rows`. Each GPU alone, all four at
+# once ({glue:text}`gpu_run`): {glue:text}`gpu_rows`, {glue:text}`gpu_spread` apart; a step of N ranks waits for its slowest.

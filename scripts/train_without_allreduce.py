@@ -2,6 +2,8 @@
 """Diagnostic (issue 49): ``medddpm train`` with every gradient all-reduce turned into nothing.
 
     torchrun --standalone --nproc-per-node N scripts/train_without_allreduce.py train … (no --nproc)
+    torchrun --standalone --nproc-per-node N scripts/train_without_allreduce.py --scaling profile …
+        (the same under ``python -m medddpm.profiling.scaling profile``: its kernels with no NCCL kernel among them)
 
 Each rank runs the code path of N ranks (segments, flat gradient buckets, their hooks and copies,
 the step's CUDA graph, its own data) but NCCL moves no byte and no rank waits for another, so the
@@ -27,6 +29,10 @@ def _no_all_reduce(tensor, op=None, group=None, async_op=False):
 
 if __name__ == "__main__":
     dist.all_reduce = _no_all_reduce
+    if sys.argv[1:2] == ["--scaling"]:
+        from medddpm.profiling.scaling import main
+
+        sys.exit(main(sys.argv[2:]))
     from medddpm.cli import main
 
     sys.exit(main(sys.argv[1:]))

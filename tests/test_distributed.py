@@ -42,11 +42,11 @@ def runs(phantoms, tmp_path_factory):
     train(phantoms, root / "one", "--steps", "3", "--grad-accum", "2")
     # DistributedDataParallel's buckets instead of the flat all-reduce (TF32 means nothing on a CPU)
     train(phantoms, root / "ddp", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "opt1-ddp")
-    # fast's three gradient buckets, each all-reduced from a hook inside the backward pass
-    train(phantoms, root / "buckets", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")
+    # three gradient buckets (fast-b3), each all-reduced from a hook inside the backward pass
+    train(phantoms, root / "buckets", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast-b3")
     train(phantoms, root / "buckets-one", "--steps", "3", "--grad-accum", "2", "--config", "fast")
-    # the same three buckets all-reduced in bf16
-    train(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast-rbf16")
+    # fast: the network whole and one flat buffer all-reduced in bf16 after the backward
+    train(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")
     # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
     two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1")
     return root
@@ -96,10 +96,11 @@ def _moments(ckpt):
 
 
 def test_a_bf16_reduction_averages_the_rounded_gradients(runs):
-    """grad_reduce "bf16": the ranks' gradients rounded to bf16 and averaged (Adam's first moments
-    within bf16's rounding of the fp32 reduction's, not equal to them), the weights in fp32."""
+    """grad_reduce "bf16" (fast's, one flat buffer): the ranks' gradients rounded to bf16 and averaged (Adam's first
+    moments within bf16's rounding of the exact fp32 reduction's, not equal to them), the weights in fp32."""
     narrow, wide = load_checkpoint(runs / "rbf16" / CHECKPOINT), load_checkpoint(runs / "buckets" / CHECKPOINT)
     assert narrow["config"]["knobs"]["grad_reduce"] == "bf16" and wide["config"]["knobs"]["grad_reduce"] == "fp32"
+    assert narrow["config"]["knobs"]["grad_buckets"] == 1 and narrow["config"]["knobs"]["name"] == "fast"
     np.testing.assert_allclose(narrow["losses"], wide["losses"], rtol=1e-3)
     a, b = _moments(narrow), _moments(wide)
     assert 0 < (a - b).norm() <= 1e-2 * b.norm()
@@ -266,11 +267,15 @@ def test_a_sampling_rank_sees_only_its_own_gpu(monkeypatch, visible, local, sees
 def test_exposed_communication_and_scaling_table(runs):
     import pandas as pd
 
-    from medddpm.profiling.scaling import COLUMNS, exposed_comm, table
+    from medddpm.profiling.scaling import COLUMNS, busy_us, exposed_comm, kernel_sums, table
 
     k = pd.DataFrame({"name": ["conv", "ncclDevKernel_AllReduce", "gn", "ncclDevKernel_AllReduce"],
                       "start_us": [0.0, 5.0, 20.0, 30.0], "duration_us": [10.0, 10.0, 5.0, 4.0]})
     assert exposed_comm(k) == {"comm_us": 14.0, "exposed_us": 9.0}  # 5 of the first hidden by conv
+    assert busy_us(k) == 24.0  # 0–15 (conv and the first all-reduce overlap), 20–25, 30–34: 10 idle of 34
+    sums = kernel_sums(k, steps=2)
+    assert sums["name"].tolist() == ["ncclDevKernel_AllReduce", "conv", "gn"]
+    assert sums["launches_per_step"].tolist() == [1.0, 0.5, 0.5] and sums["us_per_step"].tolist() == [7.0, 5.0, 2.5]
     df = table([runs / "two", runs / "one"], "cpu-x2")
     assert list(df.columns) == COLUMNS and sorted(df["world_size"]) == [1, 2]
     one = df[df["world_size"] == 1].iloc[0]
@@ -299,8 +304,8 @@ def test_a_rank_variant_scales_against_its_one_gpu_twin():
     one-GPU time over its own; a configuration that also changes what one GPU runs has no twin."""
     from medddpm.profiling.scaling import _with_efficiency, one_gpu_twin
 
-    assert [one_gpu_twin(c) for c in ("fast-rbf16", "fast-flat", "opt1-ddp", "fast", "fast-skipgrad", "mine")] == \
-        ["fast", "fast", "opt1", "fast", "fast-skipgrad", "mine"]
+    assert [one_gpu_twin(c) for c in ("fast-rbf16", "fast-flat", "fast-b3", "opt1-ddp", "fast", "fast-skipgrad",
+                                      "mine")] == ["fast", "fast", "fast", "opt1", "fast", "fast-skipgrad", "mine"]
     row = dict(gpu="g", size="128x128x128", micro_batch=1, grad_accum=1)
     df = _with_efficiency([{**row, "world_size": 1, "config": "fast", "step_ms_median": 50.0},
                            {**row, "world_size": 2, "config": "fast-rbf16", "step_ms_median": 51.0},
@@ -333,17 +338,22 @@ def test_reduce_facts_set_the_bf16_reduction_beside_fast(tmp_path):
 
 
 def test_overlap_facts_with_and_without_data():
-    """fast's rows now, the latest earlier run holding fast and fast-flat, and the newest per-rank
-    profile (the current one before an earlier run's), each named; no data: no-data lines."""
+    """fast's rows now and fast-b3's (three buckets), the latest earlier run holding fast and fast-flat, and the
+    newest per-rank profile (the current one before an earlier run's), each named; no data: no-data lines."""
     import pandas as pd
 
     from medddpm.report.fast_facts import overlap_facts
     from medddpm.report.fast_tables import RANK_COLUMNS
 
     empty = overlap_facts(pd.DataFrame(), pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame())
-    assert all(v.startswith("—") for k, v in empty.items() if k != "config_fast_buckets")
-    sc = pd.DataFrame({"machine": "m", "config": "fast", "grad_accum": 1, "world_size": [1, 2, 4],
+    assert all(v.startswith("—") for k, v in empty.items() if not k.startswith("config_"))
+    sc = pd.DataFrame({"machine": "m", "config": "fast-b3", "grad_accum": 1, "world_size": [1, 2, 4],
                        "step_ms_median": [50.0, 51.0, 53.0], "scaling_efficiency": [1.0, 50 / 51, 50 / 53]})
+    now = sc.assign(config="fast", step_ms_median=[50.0, 51.0, 51.4], scaling_efficiency=[1.0, 50 / 51, 50 / 51.4])
+    f = overlap_facts(pd.concat([sc, now]), pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame())
+    assert f["fast_scaling"] == "50.0 → 51.0 / 51.4 ms/step on 1 → 2 / 4 GPUs (98.0 % / 97.3 %, m)"
+    assert f["fast_within"] == "2 of 2" and f["overlap_within"] == "1 of 2"
+    assert (f["config_fast_buckets"], f["config_fast_reduce"], f["config_b3_buckets"]) == ("1", "bf16", "3")
     old = pd.DataFrame({"machine": "m", "run": "old", "config": ["fast", "fast", "fast-flat", "fast-flat"],
                         "grad_accum": 1, "world_size": [1, 2, 1, 2], "step_ms_median": [50.0, 52.0, 50.0, 51.5],
                         "scaling_efficiency": [1.0, 50 / 52, 1.0, 50 / 51.5]})
@@ -362,11 +372,61 @@ def test_overlap_facts_with_and_without_data():
     f = overlap_facts(sc, ranks[ranks["run"] == "old"], probes, old)
     assert f["rank_nccl_ms"] == "3.00 and 1.00" and f["rank_run"].startswith("measured before") and "m/old/" in f["rank_run"]
     assert f["buckets_other"] == "none measured"
-    # a second machine that ran fast on fewer GPUs: quoted apart, never mixed into the first's line or loss
+    assert f["fast_scaling"].startswith("—")  # no fast rows: fast-b3's are never quoted as fast's
+    # a second machine that ran fast-b3 on fewer GPUs: quoted apart, never mixed into the first's line or loss
     two = sc.iloc[:2].assign(machine="k", step_ms_median=[60.0, 62.0], scaling_efficiency=[1.0, 60 / 62])
     f = overlap_facts(pd.concat([two, sc]), ranks, probes, old)
     assert f["buckets_scaling"].endswith("(98.0 % / 94.3 %, m)") and f["fast_two_lost"] == "1.00 ms with 1 micro-batch"
     assert f["buckets_other"] == "60.0 → 62.0 ms/step on 1 → 2 GPUs (96.8 %, k)" and f["fast_one_gpu_ms"] == "50.0"
+
+
+def test_sync_and_kernel_facts_read_the_newest_run(tmp_path):
+    """sync.csv (fast and fast-b3 in one call) and the kernel sums of profiles/ give the same-machine
+    comparison, the losses' gap and where the buckets' time went; an empty store gives no-data lines."""
+    import pandas as pd
+
+    from medddpm.report.sync_facts import KERNEL_KEYS, SYNC_KEYS, kernel_facts, sync_facts
+
+    f = {**sync_facts(tmp_path), **kernel_facts(tmp_path)}
+    assert set(f) == {*SYNC_KEYS, *KERNEL_KEYS} and all(v.startswith("—") for v in f.values())
+    run = tmp_path / "m-x4" / "s2"
+    (run / "profiles").mkdir(parents=True)
+    pd.DataFrame({"config": ["fast", "fast", "fast-b3"], "world_size": [1, 4, 4], "grad_accum": 1,
+                  "step_ms_median": [50.0, 51.0, 52.0], "scaling_efficiency": [1.0, 50 / 51, 50 / 52]}).to_csv(
+        run / "sync.csv", index=False)
+    (tmp_path / "m-x4" / "s1").mkdir()  # an older run: never read
+    pd.DataFrame({"config": ["fast"], "world_size": [4], "grad_accum": 1, "step_ms_median": [99.0],
+                  "scaling_efficiency": [0.5]}).to_csv(tmp_path / "m-x4" / "s1" / "sync.csv", index=False)
+    for cfg, losses in (("fast-b3", [1.0, 0.5]), ("fast", [1.0, 0.501])):
+        pd.DataFrame({"step": [1, 2], "loss": losses}).to_csv(run / f"log-{cfg}-4.csv", index=False)
+    k = lambda names, us, launches: pd.DataFrame({"name": names, "us_per_step": us, "launches_per_step": launches})  # noqa: E731
+    k(["conv"], [50000.0], [900.0]).to_csv(run / "profiles" / "k-fast-1-rank0.csv", index=False)
+    for r, conv in ((0, 50200.0), (1, 50100.0)):
+        k(["conv", "copy"], [conv, 100.0], [900.0, 40.0]).to_csv(run / "profiles" / f"k-fast-b3-2-nocomm-rank{r}.csv", index=False)
+        k(["conv", "copy", "ncclDevKernel_AllReduce"], [conv + 800.0, 100.0, 1200.0], [900.0, 40.0, 3.0]).to_csv(
+            run / "profiles" / f"k-fast-b3-2-rank{r}.csv", index=False)
+    f = {**sync_facts(tmp_path), **kernel_facts(tmp_path)}
+    assert f["sync_run"] == "`m-x4/s2/`" and f["kernel_run"] == "`m-x4/s2/profiles/`"
+    assert f["sync_rows"] == "1 GPU: `fast` 50.00 ms; 4 GPUs: `fast` 51.00 ms (98.0 %), `fast-b3` 52.00 ms (96.2 %)"
+    assert f["sync_gain"] == "saves 1.00 ms a step at 4 GPUs"
+    assert f["sync_loss"] == "at 4 GPUs differ by at most 0.20 % over their 2 common steps"
+    assert f["seg_launches"] == "+40 / +40" and f["seg_kernel_ms"] == "+0.30 / +0.20"
+    assert f["beside_ms"] == "+0.80 / +0.80" and f["flat_nccl_ms"].startswith("—")
+
+
+def test_nccl_setting_rows_name_each_setting_on_two_ranks(tmp_path):
+    """nccl_*.csv rows on two ranks under NCCL's own or torch's NCCL settings are quoted with their
+    setting; the 1-GPU and default rows beside them are not."""
+    import pandas as pd
+
+    from medddpm.report.fast_facts import gpu_facts
+
+    assert gpu_facts(tmp_path)["nccl_env_rows"].startswith("—")
+    (tmp_path / "m" / "r").mkdir(parents=True)
+    pd.DataFrame({"environment": ["default", "default", "TORCH_NCCL_HIGH_PRIORITY=1", "NCCL_MAX_CTAS=8 (x)"],
+                  "world_size": [1, 2, 2, 2], "step_ms_median": [50.0, 52.0, 52.5, 51.0],
+                  "scaling_efficiency": [1.0, 50 / 52, 50 / 52.5, 50 / 51]}).to_csv(tmp_path / "m" / "r" / "nccl_x.csv", index=False)
+    assert gpu_facts(tmp_path)["nccl_env_rows"] == "`TORCH_NCCL_HIGH_PRIORITY=1` 52.50 ms (95.2 %); `NCCL_MAX_CTAS=8` 51.00 ms (98.0 %)"
 
 
 @pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])
@@ -379,11 +439,11 @@ def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
-@pytest.mark.parametrize("config", ["fast", "fast-rbf16"])
+@pytest.mark.parametrize("config", ["fast", "fast-b3", "fast-rbf16"])
 def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path, config):
-    """fast on 2 ranks (three gradient buckets all-reduced inside the backward, captured in the step's
-    CUDA graph; in fp32, or in bf16) trains what one GPU trains with two micro-batches, within bf16's
-    tolerance, over the eager warm-up steps, the capture and the replays; without the all-reduce the
+    """fast on 2 ranks (one flat bf16 all-reduce after the backward; fast-b3 and fast-rbf16: three buckets
+    all-reduced inside the backward, in fp32 or bf16; all captured in the step's CUDA graph) trains what one
+    GPU trains with two micro-batches, within bf16's tolerance, over the eager warm-up steps, the capture and the replays; without the all-reduce the
     optimizer's first moments would differ by the other rank's gradient."""
     from medddpm.data.nifti import write_phantoms
     from medddpm.run.engine import GRAPH_WARMUP

@@ -62,10 +62,14 @@ def test_cpu_fallbacks_are_recorded():
     assert effective_knobs(fast, torch.device("cuda"), world_size=2).cuda_graphs is True
     ddp = dataclasses.replace(fast, grad_sync="ddp")
     assert effective_knobs(ddp, torch.device("cuda"), world_size=2).cuda_graphs is False
-    # gradient buckets: one process compiles the network whole
-    buckets = run_config("fast")
+    # gradient buckets and the reduced dtype: one process compiles the network whole and reduces nothing
+    buckets = run_config("fast-b3")
     assert buckets.grad_buckets == 3 and effective_knobs(buckets, torch.device("cuda")).grad_buckets == 1
     assert effective_knobs(buckets, torch.device("cuda"), world_size=2).grad_buckets == 3
+    fast = run_config("fast")
+    assert (fast.grad_buckets, fast.grad_reduce) == (1, "bf16")
+    assert effective_knobs(fast, torch.device("cuda")).grad_reduce == "fp32"
+    assert effective_knobs(fast, torch.device("cuda"), world_size=2).grad_reduce == "bf16"
 
 
 def test_gradient_buckets_start_during_the_backward(tiny, tmp_path):

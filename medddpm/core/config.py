@@ -369,8 +369,10 @@ _TRITON_DENSE = _rung(_TRITON, "fast-tnorm-tconv-dense", dense_skip_grads=True)
 # And each ResBlock's first convolution bias added inside the Triton norm kernels.
 _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
 # And the captured backward owning the gradients (no per-parameter add): every lever above together,
-# the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity).
-_FAST = _rung(_FOLD, "fast", graph_owned_grads=True, grad_buckets=3)
+# the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity). On several
+# ranks it runs the network whole and all-reduces one flat bf16 buffer after the backward (issue 49, session 59:
+# 97.4 % / 97.2 % on 2 / 4 H100s, against 96.4 % at 4 for the three fp32 buckets it all-reduced until then, fast-b3).
+_FAST = _rung(_FOLD, "fast", graph_owned_grads=True, grad_reduce="bf16")
 # Issue 40, lever 1: `fast` with the forward of every ≤ 64-channel 3³ convolution in FP8 (gradients bf16).
 _FP8_FWD = _rung(_FAST, "fast-fp8fwd", fp8_train_convs=True)
 # Issue 40, lever 3: `fast` with the decoder's skip-gradient sums written by the norm's backward kernel
@@ -381,11 +383,15 @@ _FP8_SKIPGRAD = _rung(_FP8_FWD, "fast-fp8fwd-skipgrad", fused_skip_grads=True)
 # per-layer table names": Inductor's upsampling backward kernels), on each of the two above.
 _SKIPGRAD_UP = _rung(_SKIPGRAD, "fast-skipgrad-up", triton_upsample=True)
 _FP8_SKIPGRAD_UP = _rung(_FP8_SKIPGRAD, "fast-fp8fwd-skipgrad-up", triton_upsample=True)
-# Issue 49: `fast` on several GPUs all-reduces three gradient buckets during the backward pass (grad_buckets=3);
-# against it, the one flat all-reduce after the backward (fast until 2026-11-26) and two buckets; and the
-# same three buckets all-reduced in bf16 (half the bytes; its training parity is measured beside fast's).
-SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-flat", grad_buckets=1), _rung(_FAST, "fast-b2", grad_buckets=2),
-                                    _rung(_FAST, "fast-rbf16", grad_reduce="bf16"))
+# Issue 49: how `fast`'s ranks reduce, against one bf16 all-reduce after the backward (fast since session 59): three
+# fp32 buckets, each all-reduced beside the rest of the backward (fast from session 50 to 58), one fp32 all-reduce
+# after the backward (fast before that), two fp32 buckets, and three bf16 buckets. Session 59's per-rank profile
+# (2 H100s): three segments cost about 40 kernel launches a step, and NCCL's kernels beside the backward slow its
+# kernels by 0.6–1.0 ms a step, more than the overlap hides.
+SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-b3", grad_buckets=3, grad_reduce="fp32"),
+                                    _rung(_FAST, "fast-flat", grad_reduce="fp32"),
+                                    _rung(_FAST, "fast-b2", grad_buckets=2, grad_reduce="fp32"),
+                                    _rung(_FAST, "fast-rbf16", grad_buckets=3))
 LADDER: tuple[str, ...] = ("baseline", "opt1", *(k.name for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)))
 KERNEL_VARIANTS: tuple[Knobs, ...] = (_TNORM, _PAD, _rung(_TNORM, "fast-tnorm-p8", pad_channels=8), _TCONV, _TRITON,
                                       _DENSE, _TRITON_DENSE, _FOLD, _FAST, _FP8_FWD, _SKIPGRAD, _FP8_SKIPGRAD,

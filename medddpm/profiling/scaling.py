@@ -50,6 +50,21 @@ def exposed_comm(kernels: pd.DataFrame, is_comm=lambda name: "nccl" in name.lowe
     return {"comm_us": total, "exposed_us": exposed}
 
 
+def busy_us(kernels: pd.DataFrame) -> float:
+    """µs during which at least one kernel of the table runs (overlapping kernels counted once): a
+    step's wall time less this is the GPU's idle time."""
+    return sum(b - a for a, b in _union([(s, s + d) for s, d in zip(kernels["start_us"], kernels["duration_us"])]))
+
+
+def kernel_sums(kernels: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """Per kernel name: launches and µs per step, the longest total first (the table two ranks'
+    or two runs' kernels are compared by)."""
+    g = kernels.groupby("name", sort=False)["duration_us"].agg(["count", "sum"])
+    return (pd.DataFrame({"name": g.index, "launches_per_step": g["count"].to_numpy() / steps,
+                          "us_per_step": g["sum"].to_numpy() / steps})
+            .sort_values(["us_per_step", "name"], ascending=[False, True], ignore_index=True))
+
+
 PROFILE_FIELDS = ["config", "world_size", "allreduce_ms_per_step", "exposed_ms_per_step", "kernel_ms_per_step",
                   "hidden_share"]
 
@@ -62,8 +77,10 @@ def load_profiles(paths: Sequence[str | Path]) -> pd.DataFrame:
 
 
 def profile(images: str, masks: str, config: str, size: int, steps: int, warmup: int, out: str,
-            grad_accum: int = 1, model: str = "whole-head") -> dict[str, Any] | None:
-    """Under torchrun: time ``steps`` profiled training steps; rank 0 writes and returns the summary."""
+            grad_accum: int = 1, model: str = "whole-head", kernels_out: str | None = None) -> dict[str, Any] | None:
+    """Under torchrun: time ``steps`` profiled training steps; rank 0 writes and returns the summary.
+    With ``kernels_out``, every rank also writes its kernels summed by name (``kernel_sums``) to
+    ``<kernels_out>-rank<r>.csv``."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     from ..core.config import TrainConfig, model_preset, run_config
@@ -92,11 +109,13 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
         trainer.flush()
         step_ms = (time.perf_counter() - t0) * 1e3 / steps
         with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            t0 = time.perf_counter()
             for _ in range(steps):
                 trainer.train_step()
             trainer.flush()
             if cuda:
                 torch.cuda.synchronize(device)
+            profiled_ms = (time.perf_counter() - t0) * 1e3 / steps
         kernels = _kernels(prof)
         effective = trainer.engine.settings()
         trainer.close()
@@ -105,6 +124,11 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
             "exposed_ms_per_step": c["exposed_us"] / steps / 1e3,
             "kernel_ms_per_step": float(kernels["duration_us"].sum()) / steps / 1e3}
     mine["compute_ms_per_step"] = mine["kernel_ms_per_step"] - mine["allreduce_ms_per_step"]
+    # the profiled steps' wall time and how much of it some kernel ran: the rest is the GPU waiting for the host
+    mine["profiled_step_ms"], mine["busy_ms_per_step"] = profiled_ms, busy_us(kernels) / steps / 1e3
+    if kernels_out:
+        kernel_sums(kernels, steps).assign(rank=world.rank, world_size=world.size, config=config).to_csv(
+            f"{kernels_out}-rank{world.rank}.csv", index=False, lineterminator="\n")
     ranks: list[Any] = [mine]
     if world.distributed:  # every rank's numbers: the spread between ranks is what the NCCL kernels wait for
         ranks = [None] * world.size
@@ -212,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step on each rank")
     s.add_argument("--model", default="whole-head", help="model preset")
     s.add_argument("--out", required=True, help="summary JSON (rank 0)")
+    s.add_argument("--kernels", help="also every rank's kernels summed by name, to <KERNELS>-rank<r>.csv")
     s = sub.add_parser("table", help="scaling.csv from timed train runs")
     s.add_argument("runs", nargs="+", help="train run folders")
     s.add_argument("--gpu", required=True, help="GPU label of the rows, e.g. h200-x2")
@@ -230,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             a.out, index=False, lineterminator="\n")
         return 0
     if a.cmd == "profile":
-        profile(a.images, a.masks, a.config, a.size, a.steps, a.warmup, a.out, a.grad_accum, a.model)
+        profile(a.images, a.masks, a.config, a.size, a.steps, a.warmup, a.out, a.grad_accum, a.model, a.kernels)
     else:
         table(a.runs, a.gpu, a.profiles).to_csv(a.out, index=False, lineterminator="\n")
     return 0

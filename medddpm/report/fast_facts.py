@@ -13,6 +13,7 @@ from ..net.kernels import THIN
 from . import fast_tables, tables
 from .facts import NORM_METRICS, STEP_TARGET_MS, _get, _names, _worst_agreement, gpu_list
 from .present import gpu_name, register_gpus
+from .sync_facts import kernel_facts, loss_gap, sync_facts
 from .wording import missing, number, pct, roles
 
 
@@ -203,6 +204,8 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(loop_facts(fast_tables.loop_vs_bench(root, gpus), sc, earlier))
     f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root), earlier))
     f.update(reduce_facts(root, earlier))
+    f.update(sync_facts(root))
+    f.update(kernel_facts(root))
     f.update(split_facts(root))
     f.update(gpu_facts(root))
     f.update(clock_facts(root))
@@ -234,7 +237,7 @@ def gpu_facts(root: Path) -> dict[str, str]:
         f.update({k: missing("per_gpu.csv (PER_GPU=1 scripts/ddp_scaling.sh)") for k in ("gpu_run", "gpu_rows", "gpu_spread")})
     env = [pd.read_csv(p) for p in _run_files(root, "nccl_*.csv")]
     env = pd.concat(env, ignore_index=True) if env else pd.DataFrame(columns=["environment", "world_size"])
-    env = env[(env["world_size"] == 2) & env["environment"].str.startswith("NCCL_")]
+    env = env[(env["world_size"] == 2) & env["environment"].str.contains("NCCL_")]  # NCCL's own or torch's NCCL settings
     f["nccl_env_rows"] = ("; ".join(f"`{r['environment'].split()[0]}` {r['step_ms_median']:.2f} ms "
                                     f"({100 * r['scaling_efficiency']:.1f} %)" for _, r in env.iterrows())
                           if len(env) else missing("2-rank rows under NCCL settings (nccl_*.csv)"))
@@ -315,6 +318,7 @@ def _two_gpu_efficiency(path: Path, config: str) -> str | None:
 
 
 NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)
+BUCKETED = "fast-b3"  # three fp32 buckets overlapped with the backward: fast from session 50 to 58
 
 
 def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
@@ -338,14 +342,8 @@ def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
     two = rows[rows["world_size"] == 2].set_index("config")["step_ms_median"]
     f["rbf16_verdict"] = (f"half the bytes changed the 2-GPU step by {two[NARROW] - two['fast']:+.2f} ms"
                           if {"fast", NARROW} <= set(two.index) else missing(f"fast and {NARROW} on 2 GPUs in one run"))
-    logs = [Path(root) / machine / run / f"log-{cfg}-2.csv" for cfg in ("fast", NARROW)]
-    if all(p.is_file() for p in logs):
-        a, b = (pd.read_csv(p)[["step", "loss"]] for p in logs)
-        m = a.merge(b, on="step", suffixes=("_fp32", "_bf16"))
-        rel = ((m["loss_bf16"] - m["loss_fp32"]).abs() / m["loss_fp32"]).max()
-        f["rbf16_loss"] = f"differ by at most {100 * rel:.2f} % over their {len(m)} common steps"
-    else:
-        f["rbf16_loss"] = missing(f"the 2-rank loss logs of fast and {NARROW}")
+    gap = loss_gap(*(Path(root) / machine / run / f"log-{cfg}-2.csv" for cfg in ("fast", NARROW)))
+    f["rbf16_loss"] = gap or missing(f"the 2-rank loss logs of fast and {NARROW}")
     return f
 
 
@@ -379,25 +377,34 @@ def _widest(rows: pd.DataFrame) -> str | None:
 
 def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
                   earlier: pd.DataFrame = pd.DataFrame()) -> dict[str, str]:
-    """The prose facts of 'Overlapping the all-reduce': fast on 1 → N GPUs now (gradients gathered
-    into the flat buffer) on the machine that ran it on the most GPUs (``_widest``), and on the
-    others, the latest earlier run that holds fast and fast-flat (gradient buckets added into a
+    """The prose facts of 'One all-reduce in bf16' and 'Three buckets': fast on 1 → N GPUs now (one flat
+    bf16 all-reduce after the backward) and ``BUCKETED`` (three fp32 buckets overlapped with the backward,
+    fast until session 59), each on the machine that ran it on the most GPUs (``_widest``), and on the
+    others; the latest earlier run that holds fast and fast-flat (gradient buckets added into a
     zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
     profile, against the all-reduce alone)."""
-    every = sc[sc["config"] == "fast"] if len(sc) else sc
+    every = sc[sc["config"] == BUCKETED] if len(sc) else sc
     machine = _widest(every)
     fast = every[every["machine"] == machine] if machine else every
     others = [_scaling_line(g, "") + (f", with two micro-batches {two}" if not (two := _scaling_line(g, "", 2)).startswith("—") else "")
               for m, g in every.groupby("machine") if m != machine] if machine else []
-    f: dict[str, str] = {"buckets_scaling": _scaling_line(fast, "fast rows in scaling.csv"),
-                         "buckets_scaling_a2": _scaling_line(fast, "fast rows with grad-accum 2 in scaling.csv", 2),
+    f: dict[str, str] = {"buckets_scaling": _scaling_line(fast, f"{BUCKETED} rows in scaling.csv"),
+                         "buckets_scaling_a2": _scaling_line(fast, f"{BUCKETED} rows with grad-accum 2 in scaling.csv", 2),
                          "buckets_other": ("; ".join(o for o in others if not o.startswith("—")) or "none measured")
-                         if machine else missing("fast rows in scaling.csv")}
+                         if machine else missing(f"{BUCKETED} rows in scaling.csv")}
+    now = sc[sc["config"] == "fast"] if len(sc) else sc
+    widest = _widest(now)
+    f["fast_scaling"] = _scaling_line(now[now["machine"] == widest] if widest else now, "fast rows in scaling.csv")
+    multi = now[(now["world_size"] > 1) & (now["grad_accum"] == 1)] if len(now) else now
+    f["fast_within"] = (f"{int((multi['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(multi)}" if len(multi)
+                        else missing("fast rows on several GPUs"))
+    f["config_fast_reduce"] = CONFIGS["fast"].grad_reduce
     run, old = _latest_run(earlier, "fast-flat")
     f["added_run"] = f"`{old['machine'].iloc[0]}/{run}/`" if run else missing("earlier run of fast-flat")
     for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
         f[key] = _scaling_line(old[old["config"] == cfg] if len(old) else old, f"earlier {cfg} rows")
     f["config_fast_buckets"] = str(CONFIGS["fast"].grad_buckets)
+    f["config_b3_buckets"] = str(CONFIGS[BUCKETED].grad_buckets)
     pair = old[old["config"].isin(["fast", "fast-flat"]) & (old["grad_accum"] == 1) & (old["world_size"] == 2)] \
         if len(old) else old
     ms = pair.groupby("config")["step_ms_median"].first() if len(pair) else pd.Series(dtype=float)
@@ -412,10 +419,10 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
         rows = fast[fast["grad_accum"] == accum].set_index("world_size")["step_ms_median"] if len(fast) else {}
         if 1 in rows and 2 in rows:
             lost.append(f"{rows[2] - rows[1]:.2f} ms with {accum} micro-batch{'es' if accum > 1 else ''}")
-    f["fast_two_lost"] = " and ".join(lost) if lost else missing("fast on 1 and 2 GPUs")
-    fam = sc[(sc["config"] == "fast") & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
+    f["fast_two_lost"] = " and ".join(lost) if lost else missing(f"{BUCKETED} on 1 and 2 GPUs")
+    fam = sc[(sc["config"] == BUCKETED) & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
     f["overlap_within"] = f"{int((fam['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(fam)}" if len(fam) \
-        else missing("fast rows on several GPUs")
+        else missing(f"{BUCKETED} rows on several GPUs")
     one = fast[(fast["world_size"] == 1) & (fast["grad_accum"] == 1)] if len(fast) else fast
     f["fast_one_gpu_ms"] = f"{one['step_ms_median'].iloc[0]:.1f}" if len(one) else missing("fast on 1 GPU")
     two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)] if not ranks.empty else ranks
