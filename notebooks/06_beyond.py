@@ -212,7 +212,7 @@ if not SC_EARLIER.empty:
 # On several ranks `fast` runs the network whole and after the backward all-reduces one flat buffer (`grad_buckets` {glue:text}`config_fast_buckets`) in
 # {glue:text}`config_fast_reduce` (`grad_reduce`): the gradients rounded in by one copy, averaged by NCCL, copied back into the fp32 gradients Adam reads.
 # `fast` now: {glue:text}`fast_scaling`; {glue:text}`fast_within` of its rows reach 97 %. One call ({glue:text}`sync_run`): {glue:text}`sync_rows`; one late
-# bf16 all-reduce {glue:text}`sync_gain` against `fast-b3` (three fp32 buckets overlapped with the backward; `fast` in sessions 50–58), and the two runs' losses
+# bf16 all-reduce {glue:text}`sync_gain` against `fast-b3` (three fp32 buckets overlapped with the backward; the earlier runs below call it `fast`), and the two runs' losses
 # {glue:text}`sync_loss`. Why the overlap lost: each rank's kernels by name ({glue:text}`kernel_run`) show the three segments' code path (no byte moved) adding
 # {glue:text}`seg_launches` launches and {glue:text}`seg_kernel_ms` ms of kernels a step (ranks 0 / 1), and the backward's kernels running
 # {glue:text}`beside_ms` ms longer beside NCCL's; one fp32 all-reduce after the backward spends {glue:text}`flat_nccl_ms` ms in NCCL, bf16 halves its bytes.

@@ -13,7 +13,7 @@ from ..net.kernels import THIN
 from . import fast_tables, tables
 from .facts import NORM_METRICS, STEP_TARGET_MS, _get, _names, _worst_agreement, gpu_list
 from .present import gpu_name, register_gpus
-from .sync_facts import kernel_facts, loss_gap, sync_facts
+from .sync_facts import by_world_size, kernel_facts, loss_gap, sync_facts
 from .wording import missing, number, pct, roles
 
 
@@ -333,10 +333,7 @@ def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
     machine = old["machine"].iloc[0]
     f = {"rbf16_run": f"`{machine}/{run}/`"}
     rows = old.sort_values(["world_size", "config"])
-    f["rbf16_rows"] = "; ".join(
-        f"{n} GPU{'s' if n > 1 else ''}: " + ", ".join(
-            f"`{r['config']}` {r['step_ms_median']:.1f} ms" + (f" ({100 * r['scaling_efficiency']:.1f} %)" if n > 1 else "")
-            for _, r in g.iterrows()) for n, g in rows.groupby("world_size"))
+    f["rbf16_rows"] = by_world_size(rows, 1)
     mine = rows[(rows["config"] == NARROW) & (rows["world_size"] > 1)]
     f["rbf16_within"] = f"{int((mine['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(mine)}"
     two = rows[rows["world_size"] == 2].set_index("config")["step_ms_median"]
@@ -385,11 +382,11 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
     profile, against the all-reduce alone)."""
     every = sc[sc["config"] == BUCKETED] if len(sc) else sc
     machine = _widest(every)
-    fast = every[every["machine"] == machine] if machine else every
+    b3 = every[every["machine"] == machine] if machine else every
     others = [_scaling_line(g, "") + (f", with two micro-batches {two}" if not (two := _scaling_line(g, "", 2)).startswith("—") else "")
               for m, g in every.groupby("machine") if m != machine] if machine else []
-    f: dict[str, str] = {"buckets_scaling": _scaling_line(fast, f"{BUCKETED} rows in scaling.csv"),
-                         "buckets_scaling_a2": _scaling_line(fast, f"{BUCKETED} rows with grad-accum 2 in scaling.csv", 2),
+    f: dict[str, str] = {"buckets_scaling": _scaling_line(b3, f"{BUCKETED} rows in scaling.csv"),
+                         "buckets_scaling_a2": _scaling_line(b3, f"{BUCKETED} rows with grad-accum 2 in scaling.csv", 2),
                          "buckets_other": ("; ".join(o for o in others if not o.startswith("—")) or "none measured")
                          if machine else missing(f"{BUCKETED} rows in scaling.csv")}
     now = sc[sc["config"] == "fast"] if len(sc) else sc
@@ -416,14 +413,14 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
         f["overlap_verdict"] = missing("earlier fast and fast-flat rows on 2 GPUs")
     lost = []
     for accum in (1, 2):
-        rows = fast[fast["grad_accum"] == accum].set_index("world_size")["step_ms_median"] if len(fast) else {}
+        rows = b3[b3["grad_accum"] == accum].set_index("world_size")["step_ms_median"] if len(b3) else {}
         if 1 in rows and 2 in rows:
             lost.append(f"{rows[2] - rows[1]:.2f} ms with {accum} micro-batch{'es' if accum > 1 else ''}")
     f["fast_two_lost"] = " and ".join(lost) if lost else missing(f"{BUCKETED} on 1 and 2 GPUs")
     fam = sc[(sc["config"] == BUCKETED) & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
     f["overlap_within"] = f"{int((fam['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(fam)}" if len(fam) \
         else missing(f"{BUCKETED} rows on several GPUs")
-    one = fast[(fast["world_size"] == 1) & (fast["grad_accum"] == 1)] if len(fast) else fast
+    one = b3[(b3["world_size"] == 1) & (b3["grad_accum"] == 1)] if len(b3) else b3
     f["fast_one_gpu_ms"] = f"{one['step_ms_median'].iloc[0]:.1f}" if len(one) else missing("fast on 1 GPU")
     two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)] if not ranks.empty else ranks
     if len(two):

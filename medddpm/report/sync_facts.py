@@ -34,6 +34,15 @@ def loss_gap(a: Path, b: Path) -> str | None:
     return f"differ by at most {100 * rel:.2f} % over their {len(m)} common steps"
 
 
+def by_world_size(rows: pd.DataFrame, digits: int) -> str:
+    """"1 GPU: `fast` 52.97 ms; 2 GPUs: `fast` 54.37 ms (97.4 %), …" of scaling rows (several configurations
+    a world size, in the rows' order), step times to ``digits`` decimals."""
+    return "; ".join(
+        f"{n} GPU{'s' if n > 1 else ''}: " + ", ".join(
+            f"`{r['config']}` {r['step_ms_median']:.{digits}f} ms" + (f" ({100 * r['scaling_efficiency']:.1f} %)" if n > 1 else "")
+            for _, r in g.iterrows()) for n, g in rows.groupby("world_size"))
+
+
 def sync_facts(root: Path) -> dict[str, str]:
     """`fast` and `fast-b3` of the newest ``sync.csv``: step times and efficiencies per world size, what
     `fast` saves (or costs) a step at each world size both ran, and their losses at the largest."""
@@ -43,10 +52,7 @@ def sync_facts(root: Path) -> dict[str, str]:
     s = pd.read_csv(folder / "sync.csv")
     s = s[s["grad_accum"] == 1].sort_values(["world_size", "config"])
     f = {"sync_run": f"`{folder.relative_to(root).as_posix()}/`"}
-    f["sync_rows"] = "; ".join(
-        f"{n} GPU{'s' if n > 1 else ''}: " + ", ".join(
-            f"`{r['config']}` {r['step_ms_median']:.2f} ms" + (f" ({100 * r['scaling_efficiency']:.1f} %)" if n > 1 else "")
-            for _, r in g.iterrows()) for n, g in s.groupby("world_size"))
+    f["sync_rows"] = by_world_size(s, 2)
     ms = s[s["world_size"] > 1].pivot_table(index="world_size", columns="config", values="step_ms_median")
     both = ms.dropna(subset=["fast", "fast-b3"]) if {"fast", "fast-b3"} <= set(ms.columns) else ms.iloc[:0]
     f["sync_gain"] = ("; ".join(f"{'saves' if b3 > fast else 'costs'} {abs(b3 - fast):.2f} ms a step at {n} GPUs"

@@ -192,7 +192,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     before = results_csv(Path(root), have[:1], f"{FOLDER}/{BEFORE_OWN_GPU}/time_to_result")
     f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
-    f.update(train_facts(root, have[:1]))
+    f.update(train_facts(root, have[:1], df))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time
@@ -307,11 +307,10 @@ def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
     return f
 
 
-def train_facts(root: Path, gpus: list[str]) -> dict[str, str]:
-    """`train --config fast`'s first 100 steps (the newest cold and warm rows), the warm run's own
-    read-back intervals (``train-timing-warm.csv``: the steady state of those steps) and where a warm
-    start goes under cProfile (``profile-train-warm.txt``, ``TRAIN_PARTS``)."""
-    df = rows(root, gpus)
+def train_facts(root: Path, gpus: list[str], df: pd.DataFrame) -> dict[str, str]:
+    """`train --config fast`'s first 100 steps (the newest cold and warm rows of ``df``, ``rows``' table of
+    ``gpus``), the warm run's own read-back intervals (``train-timing-warm.csv``: the steady state of
+    those steps) and where a warm start goes under cProfile (``profile-train-warm.txt``, ``TRAIN_PARTS``)."""
     run = df[(df["what"] == "train") & (df["rc"] == 0)] if len(df) else df
     walls = run.drop_duplicates("cache", keep="last").set_index("cache")["wall_s"] if len(run) else pd.Series(dtype=float)
     folder = Path(root) / gpus[0] / FOLDER if gpus else None
