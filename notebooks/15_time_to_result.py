@@ -79,6 +79,29 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   compiled on GPU 0 served rank 0 alone (a cProfile of each rank, `session58-2026-11-26/call-c-d/`).
 #   Those runs: {glue:text}`tr_nproc_before`.
 #
+# ## Where a run's seconds go, phase by phase
+#
+# `sample` ends with a timing line on rank 0 (`ready`, `first volume`, `last volume`, `written`:
+# seconds on the command's own clock, which starts once its imports are done), stored with each row:
+# {glue:text}`tr_phases`.
+#
+# Outside the command's clock lie Python's start, PyTorch's import and the exit, and on several
+# ranks torchrun's launcher, which imports PyTorch before its ranks do, starts them and waits for
+# their exit. The first volume carries the kernels loaded from Triton's cache and the CUDA graphs
+# captured. Reading and encoding the masks counts in `ready`: a 256-mask job reads them all before
+# its first volume, so that a bad mask stops the run before any file is written.
+#
+# ## Start-up changes measured and not kept
+#
+# Each was timed against main on one fresh host of four H100s, the two codes alternated:
+# calling the Triton kernels' own functions in eager inference, so that no process imports
+# `torch._dynamo` (the dispatcher runs a custom operator under `torch._disable_dynamo`, whose first
+# call imports it); compiling the first kernel alone before the threads, then at most 16 threads;
+# and a gloo process group for the sampling ranks, which exchange only their inputs' checks:
+# {glue:text}`tr_tried`. None moved a warm run beyond the spread of its repeats, and the thread changes
+# cost the cold run seconds, so all three were removed. Reading the masks through lookup tables
+# instead of sorting every voxel (`nifti.label_values`, `nifti.one_hot`) is kept.
+#
 # ## A small job: `fast`'s sampler, not compiled
 #
 # {glue:text}`tr_small` is `fast`'s sampler (bf16 weights, NDHWC, the Triton norm, thin-convolution

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from medddpm.data.nifti import (
-    MASK_LABELS, VolumeDataset, one_hot, pair_files, phantom, read_image, read_labels, subject_id,
+    MASK_LABELS, VolumeDataset, label_values, one_hot, pair_files, phantom, read_image, read_labels, subject_id,
     write_like_mask, write_mni_demo, write_phantoms,
 )
 from medddpm.core.errors import InputError
@@ -86,6 +86,21 @@ def test_labels_and_one_hot(tmp_path):
         read_labels(_save(tmp_path / "m3.nii.gz", lab), MASK_LABELS["whole-head"])
     with pytest.raises(InputError, match="non-integer"):
         read_labels(_save(tmp_path / "mf.nii.gz", np.full((4, 4, 4), 0.5, np.float32)), MASK_LABELS["whole-head"])
+
+
+@pytest.mark.parametrize("low, high", [(0, 6), (0, 300), (-2, 6), (0, 70_000)])
+def test_label_values_and_one_hot_agree_with_sorting_and_isin(low, high):
+    """The counted values and the table one-hot equal np.unique and np.isin, for small labels (tables),
+    negative or large ones (the general path), and a transposed (Fortran-ordered) array."""
+    rng = np.random.default_rng(high)
+    lab = rng.integers(low, high, size=(9, 7, 5)).astype(np.int64)
+    lab.flat[::11] = 0
+    groups = ((1,), (2,), (3, 4), (5, 69_999), (-1,))
+    for arr in (lab, np.asfortranarray(lab), lab.transpose(2, 0, 1)):
+        assert np.array_equal(label_values(arr), np.unique(arr))
+        want = np.stack([np.isin(arr, g) for g in groups]).astype(np.float32) * 2 - 1
+        got = one_hot(arr, groups)
+        assert got.dtype == np.float32 and got.shape == want.shape and np.array_equal(got, want)
 
 
 def test_masks_come_from_dataobj_not_scaled_floats(tmp_path):

@@ -8,6 +8,14 @@ from medddpm.core.errors import InputError
 from medddpm.sample import Sampler
 
 
+def test_a_sampler_loaded_with_no_device_takes_the_gpu_where_there_is_one(ixi_checkpoint):
+    s = Sampler.from_checkpoint(ixi_checkpoint)  # the README's call: no device named
+    assert s.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert s.config == ("fast" if torch.cuda.is_available() else "baseline")
+    with pytest.raises(InputError, match="--device must be"):
+        Sampler.from_checkpoint(ixi_checkpoint, device="gpu")
+
+
 def test_one_sampler_samples_files_folders_and_writes_the_same_numbers(ixi16, ixi_checkpoint, tmp_path):
     s = Sampler.from_checkpoint(ixi_checkpoint, device="cpu")
     assert s.config == "baseline" and s.data_cfg.mask_labels == "brain=nonzero"  # the checkpoint's map

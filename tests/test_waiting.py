@@ -162,3 +162,42 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
                                                                     "Inductor's graph cache 2 hits")
     empty = waiting.facts(tmp_path, ["gpu-b"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)
+
+
+def test_the_phases_of_a_timed_row_and_the_changes_tried_against_main(tmp_path):
+    """report.waiting.phases splits each newest `sample` row that has its timing line into the spans
+    between its marks (rows without one are left out); ``tried`` sets each changed code's mean wall
+    time beside main's, per call and command; either reads '—' without its rows."""
+    from medddpm.report import waiting
+
+    folder = tmp_path / "gpu-a" / waiting.FOLDER
+    (folder / waiting.TRIED).mkdir(parents=True)
+    base = {"gpu": "G", "config": "default", "ran": "fast-eager", "rc": 0, "torch": "t", "cuda": "c", "date": "d"}
+    rows = pd.DataFrame([
+        {**base, "command": "sample --masks m1 --out a", "sampler": "ddpm", "volumes": 1, "cache": "warm", "wall_s": 11.0,
+         "ready_s": 0.7, "first_volume_s": 8.0, "last_volume_s": 8.0, "written_s": 8.4},
+        {**base, "command": "sample --masks m256 --out b --nproc 4 --sampler dpm2m-sde", "sampler": "dpm2m-sde",
+         "volumes": 256, "cache": "warm", "wall_s": 31.0, "ready_s": 3.5, "first_volume_s": 6.5, "last_volume_s": 24.0,
+         "written_s": 24.5},
+        {**base, "command": "sample --masks m8 --out c", "sampler": "ddpm", "volumes": 8, "cache": "warm", "wall_s": 50.0}])
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_phases"].startswith("—")  # no time_to_result.csv yet
+    rows.iloc[2:].to_csv(folder / "time_to_result.csv", index=False)  # a row written before the timing columns
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_phases"].startswith("—")
+    rows.to_csv(folder / "time_to_result.csv", index=False)
+    f = waiting.facts(tmp_path, ["gpu-a"])
+    assert f["tr_phases"] == (
+        "1 mask by default, warm (`ddpm`), ran `fast-eager`, 11.0 s: outside the command's clock 2.6 s, inputs read and "
+        "denoiser built 0.7 s, the first volume 7.3 s, the other volumes 0.0 s, the last files written 0.4 s; "
+        "256 masks by default on 4 ranks, warm (`dpm2m-sde`), ran `fast-eager`, 31.0 s: outside the command's clock "
+        "6.5 s, inputs read and denoiser built 3.5 s, the first volume 3.0 s, the other volumes 17.5 s, the last files "
+        "written 0.5 s")
+    assert f["tr_tried"].startswith("—")
+    tried = pd.concat([rows.iloc[:2].assign(call="A", code="x changed", wall_s=[10.0, 30.0]),
+                       rows.iloc[:2].assign(call="A", code="main abc", wall_s=[11.0, 33.0]),
+                       rows.iloc[:1].assign(call="A", code="x changed", wall_s=12.0),
+                       rows.iloc[2:].assign(call="B", code="y changed")])  # B: no main row of its command
+    tried.to_csv(folder / waiting.TRIED / "time_to_result.csv", index=False)
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_tried"] == (
+        "call A (x changed; against main abc): 1 mask by default, warm (`ddpm`) 11.0 s against 11.0 s (2 and 1 run); "
+        "256 masks by default on 4 ranks, warm (`dpm2m-sde`) 30.0 s against 33.0 s (1 and 1 run)")
+    assert waiting.facts(tmp_path, ["gpu-b"])["tr_tried"].startswith("—")

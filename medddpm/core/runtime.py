@@ -11,8 +11,10 @@ import torch
 from .errors import InputError
 
 
-def resolve_device(name: str) -> torch.device:
-    """'cpu', 'cuda' or 'cuda:N', checked against the hardware."""
+def resolve_device(name: str | None) -> torch.device:
+    """'cpu', 'cuda' or 'cuda:N', checked against the hardware; None: the GPU where there is one."""
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name not in ("cpu", "cuda") and not re.fullmatch(r"cuda:\d+", name):
         raise InputError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}")
     if name.startswith("cuda"):

@@ -192,11 +192,11 @@ def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], label_map: Labe
     if not np.issubdtype(raw.dtype, np.integer):
         if not np.isfinite(raw).all() or np.any(raw != np.round(raw)):
             raise InputError(f"{path.name}: label map has non-integer values")
-    lab = raw.astype(np.int64)
+    lab = np.ascontiguousarray(raw, dtype=np.int64)  # canonical() views the file's array transposed: one copy
     if label_map is not None:
         return label_map.apply(lab, path.name)
     known = {0, *(v for group in labels for v in group)}
-    unknown = sorted(set(np.unique(lab).tolist()) - known)
+    unknown = sorted(set(label_values(lab).tolist()) - known)
     if unknown:
         shown = str(unknown[:8])[:-1] + (", …]" if len(unknown) > 8 else "]")
         raise InputError(f"{path.name}: unknown label values {shown}; this model knows {sorted(known)} "
@@ -204,10 +204,32 @@ def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], label_map: Labe
     return lab
 
 
+LOOKUP_LABELS = 1 << 16  # label values below this (and >= 0) are counted and one-hot encoded through tables
+
+
+def _small(labels: np.ndarray) -> bool:
+    return labels.size > 0 and labels.min() >= 0 and labels.max() < LOOKUP_LABELS
+
+
+def label_values(labels: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer label map, ascending: counted (``np.bincount``) where they
+    are small and non-negative, as a label map's are, else ``np.unique`` (which sorts every voxel:
+    about 5× slower at 128³)."""
+    return np.flatnonzero(np.bincount(labels.ravel())) if _small(labels) else np.unique(labels)
+
+
 def one_hot(labels: np.ndarray, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
-    """(I, J, K) labels → (len(groups), I, J, K) float32 in {-1, 1}."""
-    chans = [np.isin(labels, g) for g in groups]
-    return np.stack(chans).astype(np.float32) * 2 - 1
+    """(I, J, K) integer labels → (len(groups), I, J, K) float32 in {-1, 1}: 1 where a voxel's label
+    is in the group. Small non-negative labels index a table of each group's ±1 (``np.take``);
+    others go through ``np.isin``. ``load_mask_tensor`` of a 128³ phantom mask: 0.10 s with
+    ``np.unique`` and ``np.isin``, 0.02 s with the tables (one core of a 2-core CPU), for each of the
+    masks a ``sample`` reads before its first volume."""
+    if not _small(labels):
+        return np.stack([np.isin(labels, g) for g in groups]).astype(np.float32) * 2 - 1
+    table = np.full((len(groups), int(labels.max()) + 1), -1.0, np.float32)
+    for row, group in zip(table, groups):
+        row[[v for v in group if 0 <= v < table.shape[1]]] = 1.0
+    return np.stack([np.take(row, labels) for row in table])
 
 
 def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor:

@@ -25,6 +25,9 @@ STORE_FREE = ("tr_fast_from_calls", "tr_fast_from_ddpm", "tr_fast_from_chain", "
 # sharded `sample` runs whose ranks still saw every GPU (before distributed.own_gpu_only): ranks 1-3 compiled again
 BEFORE_OWN_GPU = "session58-2026-11-26/before-own-gpu"
 SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernels.precompile, and without its Triton kernels
+# start-up changes measured against main (``code`` "main …") on one machine, alternated, and not kept: a ``call`` and
+# ``code`` column beside time_to_result.csv's
+TRIED = "session60-2026-11-27"
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
 EARLIER_DEFAULT = FEW_STEP.sampler
@@ -143,6 +146,55 @@ def profile_parts(path: Path, parts: dict[str, tuple[str, str]] = PROFILE_PARTS)
     return out
 
 
+def _label(row) -> str:
+    """A `sample` row as a reader names it: masks, configuration, ranks, cache and sampler."""
+    how = "by default" if row["config"] == "default" else f"under `--config {row['config']}`"
+    ranks = f" on {row['nproc']} ranks" if row["nproc"] > 1 else ""
+    return f"{row['volumes']} mask{'s' if row['volumes'] > 1 else ''} {how}{ranks}, {row['cache']} (`{row['sampler']}`)"
+
+
+def phases(df: pd.DataFrame) -> str:
+    """Where the seconds of each newest `sample` row with a timing line went (``PHASES``, rank 0's
+    clock, which starts once the command's imports are done): outside that clock (Python and its
+    imports, torchrun's launch, the exit), the inputs read and the denoiser built, the first volume
+    (kernels loaded, graphs captured, its denoiser calls), the other volumes, the last files written."""
+    timed = df[(df["what"] == "sample") & (df["rc"] == 0) & df["written_s"].notna()] if "written_s" in df else df.iloc[:0]
+    if not len(timed):
+        return missing("`sample` row with its timing line (ready_s … written_s)")
+    parts = []
+    for _, r in timed.sort_values(["nproc", "volumes", "cache"]).iterrows():
+        spans = [("outside the command's clock", r["wall_s"] - r["written_s"]),
+                 ("inputs read and denoiser built", r["ready_s"]),
+                 ("the first volume", r["first_volume_s"] - r["ready_s"]),
+                 ("the other volumes", r["last_volume_s"] - r["first_volume_s"]),
+                 ("the last files written", r["written_s"] - r["last_volume_s"])]
+        parts.append(f"{_label(r)}, ran `{r['ran']}`, {r['wall_s']:.1f} s: "
+                     + ", ".join(f"{name} {sec:.1f} s" for name, sec in spans))
+    return "; ".join(parts)
+
+
+def tried(root: Path, gpu: str | None) -> str:
+    """``TRIED``'s rows: per call (one machine), each command's mean wall time under the changed code
+    against main's, both alternated on that machine."""
+    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{TRIED}/time_to_result")
+    if df.empty:
+        return missing(f"{FOLDER}/{TRIED}/time_to_result.csv")
+    nproc = pd.to_numeric(df["command"].str.extract(r"--nproc (\d+)")[0]).fillna(1).astype(int)
+    df = df.assign(nproc=nproc, main=df["code"].str.startswith("main "))
+    parts = []
+    for call, group in df.groupby("call"):
+        said = []
+        for key, runs in group.groupby(["config", "sampler", "volumes", "cache", "nproc"], sort=False):
+            mine, base = runs[~runs["main"]]["wall_s"], runs[runs["main"]]["wall_s"]
+            if len(mine) and len(base):
+                said.append(f"{_label(runs.iloc[0])} {mine.mean():.1f} s against {base.mean():.1f} s "
+                            f"({len(mine)} and {len(base)} run{'s' if len(base) > 1 else ''})")
+        if said:
+            changed = group[~group["main"]]["code"].iloc[0]
+            parts.append(f"call {call} ({changed}; against {group[group['main']]['code'].iloc[0]}): " + "; ".join(said))
+    return "; ".join(parts) if parts else missing(f"changed and main rows of one command in {TRIED}")
+
+
 def _rate(per_s: float) -> str:
     """Volumes a second, to two significant digits below one."""
     return f"{per_s:.2f}" if per_s < 1 else f"{per_s:.1f}"
@@ -226,6 +278,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_fast_fixed"] = (f"{w8 - 8 * chain:.1f} s" if w8 is not None and chain is not None
                           else missing("fast's 8-mask warm row and the chain's bench-sample row"))
     f["tr_nproc"] = sharded(df)
+    f["tr_phases"] = phases(df)
+    f["tr_tried"] = tried(root, have[0] if have else None)
     prof = Path(root) / have[0] / FOLDER / "profile-sample-1-warm.txt" if have else None
     split = profile_parts(prof) if prof is not None and prof.is_file() else {}
     f["tr_profile_total"] = (f"{split['total']:.1f} s" if "total" in split
