@@ -135,6 +135,9 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # (`model._DenseGradCat`) is a `torch.autograd.Function`, which PyTorch keeps out of that cache unless
 # told to, so every process traced and partitioned the joint graph again. `medddpm/run/cache.py` now
 # tells it to; the caches of a warm run since (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`.
+# A warm run under cProfile since (`session60-2026-11-27/call-d/`, another H100 host): {glue:text}`tr_train_now`.
+# What the first steps still pay beyond the steady state is Dynamo tracing the step again in every
+# process, and Inductor reading its compiled graphs and autotuning choices back.
 
 # ## The same command, the same files
 #

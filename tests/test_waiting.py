@@ -160,6 +160,19 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
         "COUNTER inductor {'extern_calls': 676, 'fxgraph_cache_hit': 2}\n")
     assert waiting.facts(tmp_path, ["gpu-a"])["tr_train_cache"] == ("AOT autograd's cache 1 bypass (“Unsupported x”); "
                                                                     "Inductor's graph cache 2 hits")
+    # a warm run's cProfile after the cache change: against the earlier one, the parts no longer printed named
+    assert f["tr_train_now"].startswith("—")
+    after = folder / waiting.TRAIN_AFTER
+    after.mkdir(parents=True)
+    (after / "profile-train-warm.txt").write_text(
+        "         13717208 function calls (13098340 primitive calls) in 34.235 seconds\n"
+        "     96/0    8.194    0.085    0.000          /x/torch/cuda/graphs.py:137(replay)\n")
+    pd.DataFrame({"step_from": [0, 50], "step_to": [50, 100], "ms_per_step": [476.5, 105.4]}).to_csv(
+        after / "train-timing-warm.csv", index=False)
+    assert waiting.facts(tmp_path, ["gpu-a"])["tr_train_now"] == (
+        "34.2 s under the profiler (against 50.2 s before); replaying the step's CUDA graph (the GPU's time) 8.2 s; "
+        "no longer among its costliest calls: AOT autograd's forward/backward partitioner; its own intervals (under the "
+        "profiler): steps 0–50 476 ms a step, steps 50–100 105 ms a step")
     empty = waiting.facts(tmp_path, ["gpu-b"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in waiting.STORE_FREE)
 

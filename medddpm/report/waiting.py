@@ -28,6 +28,7 @@ SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernel
 # start-up changes measured against main (``code`` "main …") on one machine, alternated, and not kept: a ``call`` and
 # ``code`` column beside time_to_result.csv's
 TRIED = "session60-2026-11-27"
+TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
 EARLIER_DEFAULT = FEW_STEP.sampler
@@ -387,7 +388,29 @@ def train_facts(root: Path, gpus: list[str], df: pd.DataFrame) -> dict[str, str]
     f["tr_train_parts"] = ("; ".join(f"{part} {split[part]:.1f} s" for part in TRAIN_PARTS if part in split)
                            + (f" (of {split['total']:.1f} s under the profiler)" if "total" in split else "")
                            if split else missing("cProfile of a warm `train` (profile-train-warm.txt)"))
+    f["tr_train_now"] = _train_now(folder / TRAIN_AFTER if folder is not None else None, split)
     return f
+
+
+def _train_now(folder: Path | None, before: dict[str, float]) -> str:
+    """A warm `train`'s cProfile and intervals after the AOT autograd cache change (``TRAIN_AFTER``),
+    against ``before`` (``profile_parts`` of the earlier profile): what each part takes now, the parts
+    no longer among the printed calls, and the run's own intervals."""
+    prof = folder / "profile-train-warm.txt" if folder is not None else None
+    if prof is None or not prof.is_file():
+        return missing(f"cProfile of a warm `train` after the cache change ({TRAIN_AFTER}/profile-train-warm.txt)")
+    now = profile_parts(prof, TRAIN_PARTS)
+    said = [f"{now['total']:.1f} s under the profiler" + (f" (against {before['total']:.1f} s before)" if "total" in before else "")]
+    said += [f"{part} {now[part]:.1f} s" for part in TRAIN_PARTS if part in now]
+    gone = [part for part in TRAIN_PARTS if part in before and part not in now]
+    if gone:
+        said.append(f"no longer among its costliest calls: {', '.join(gone)}")
+    timing = folder / "train-timing-warm.csv"
+    if timing.is_file():
+        t = pd.read_csv(timing)
+        said.append("its own intervals (under the profiler): " + ", ".join(f"steps {r.step_from:.0f}–{r.step_to:.0f} {r.ms_per_step:.0f} ms a step"
+                                                       for r in t.itertuples()))
+    return "; ".join(said)
 
 
 def _cache_verdict(text: str) -> str:
