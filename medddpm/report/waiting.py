@@ -185,7 +185,7 @@ def tried(root: Path, gpu: str | None) -> str:
     parts = []
     for call, group in df.groupby("call"):
         said = []
-        for key, runs in group.groupby(["config", "sampler", "volumes", "cache", "nproc"], sort=False):
+        for _, runs in group.groupby(["config", "sampler", "volumes", "cache", "nproc"], sort=False):
             mine, base = runs[~runs["main"]]["wall_s"], runs[runs["main"]]["wall_s"]
             if len(mine) and len(base):
                 said.append(f"{_label(runs.iloc[0])} {mine.mean():.1f} s against {base.mean():.1f} s "
