@@ -137,7 +137,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # tells it to; the caches of a warm run since (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`.
 # A warm run under cProfile since (`session60-2026-11-27/call-d/`, another H100 host): {glue:text}`tr_train_now`.
 # What the first steps still pay beyond the steady state is Dynamo tracing the step again in every
-# process, and Inductor reading its compiled graphs and autotuning choices back.
+# process, and Inductor loading its Triton kernels and rebuilding its autotuning templates.
 
 # ## The same command, the same files
 #
