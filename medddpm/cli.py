@@ -42,7 +42,9 @@ OWN_GPU_COMMANDS = ("sample",)
 def default_device(a: argparse.Namespace) -> None:
     """A command with ``--device`` and none given runs on the GPU when there is one."""
     if getattr(a, "device", "") is None:
-        a.device = "cuda" if _cuda() else "cpu"
+        from .core import runtime
+
+        a.device = runtime.default_device()
 
 
 def _print_json(obj) -> None:
@@ -392,12 +394,6 @@ def cmd_bench_sample(a: argparse.Namespace) -> None:
                           f"{row['peak_mem_gib']:.2f} GiB"),
              lambda r: {**r["row"], "s_per_volume": r["raw"]["s_per_volume"]},
              sample_bench.COLUMNS, "sample_bench")
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def cmd_configs(a: argparse.Namespace) -> None:

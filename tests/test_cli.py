@@ -215,10 +215,12 @@ def test_console_script_usage_error():
 def test_device_defaults_to_the_gpu_when_there_is_one(monkeypatch):
     import argparse
 
+    import torch
+
     from medddpm import cli
 
     for has_gpu, expected in ((True, "cuda"), (False, "cpu")):
-        monkeypatch.setattr(cli, "_cuda", lambda: has_gpu)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: has_gpu)
         a = argparse.Namespace(device=None)
         cli.default_device(a)
         assert a.device == expected

@@ -11,10 +11,15 @@ import torch
 from .errors import InputError
 
 
+def default_device() -> str:
+    """The device a command or a ``Sampler`` runs on when none is named: the GPU where there is one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_device(name: str | None) -> torch.device:
-    """'cpu', 'cuda' or 'cuda:N', checked against the hardware; None: the GPU where there is one."""
+    """'cpu', 'cuda' or 'cuda:N', checked against the hardware; None: ``default_device()``."""
     if name is None:
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = default_device()
     if name not in ("cpu", "cuda") and not re.fullmatch(r"cuda:\d+", name):
         raise InputError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}")
     if name.startswith("cuda"):

@@ -87,11 +87,11 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
     from ..data.nifti import VolumeDataset, pair_files
     from ..run.distributed import World
     from .torchprof import _kernels
-    from ..core.runtime import env_info, resolve_device
+    from ..core.runtime import default_device, env_info, resolve_device
     from ..train.trainer import Trainer
 
     world = World.from_env()
-    device = resolve_device(world.device("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device(world.device(default_device()))
     world.init(device)
     cfg, knobs = model_preset(model), run_config(config, training=True)
     shape = (size,) * 3
