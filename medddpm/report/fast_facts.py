@@ -212,20 +212,12 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     return f
 
 
-def _run_files(root: Path, pattern: str) -> list[Path]:
-    """The files matching ``pattern`` in the machines' earlier run folders (``<machine>/<run>/``, by
-    name) and then in their current folders (``<machine>/``): the last is the one to quote."""
-    root = Path(root)
-    return sorted([*root.glob(f"*/*/{pattern}"), *root.glob(f"*/{pattern}")],
-                  key=lambda p: (p.parent.parent == root, p.parent.name, p.name))
-
-
 def gpu_facts(root: Path) -> dict[str, str]:
     """Each GPU's own speed (the newest ``per_gpu.csv``: the same 1-GPU run on every GPU at once,
     ``PER_GPU=1 scripts/ddp_scaling.sh``) and the 2-rank rows run under NCCL settings
     (``nccl_*.csv`` with an ``environment`` column), against the efficiency NCCL's own choice gave."""
     root = Path(root)
-    found = _run_files(root, "per_gpu.csv")
+    found = fast_tables.run_files(root, "per_gpu.csv")
     f = {}
     if found:
         g = pd.read_csv(found[-1]).sort_values("gpu_index")
@@ -235,7 +227,7 @@ def gpu_facts(root: Path) -> dict[str, str]:
         f["gpu_spread"] = f"{ms.max() - ms.min():.2f} ms ({100 * (ms.max() / ms.min() - 1):.1f} %)"
     else:
         f.update({k: missing("per_gpu.csv (PER_GPU=1 scripts/ddp_scaling.sh)") for k in ("gpu_run", "gpu_rows", "gpu_spread")})
-    env = [pd.read_csv(p) for p in _run_files(root, "nccl_*.csv")]
+    env = [pd.read_csv(p) for p in fast_tables.run_files(root, "nccl_*.csv")]
     env = pd.concat(env, ignore_index=True) if env else pd.DataFrame(columns=["environment", "world_size"])
     env = env[(env["world_size"] == 2) & env["environment"].str.contains("NCCL_")]  # NCCL's own or torch's NCCL settings
     f["nccl_env_rows"] = ("; ".join(f"`{r['environment'].split()[0]}` {r['step_ms_median']:.2f} ms "
@@ -258,7 +250,7 @@ def split_facts(root: Path) -> dict[str, str]:
     from ..train.trainer import steady_intervals
 
     root = Path(root)
-    found = [(p, m) for p in _run_files(root, "timing-*-nocomm.csv") if (m := _NOCOMM.fullmatch(p.name))]
+    found = [(p, m) for p in fast_tables.run_files(root, "timing-*-nocomm.csv") if (m := _NOCOMM.fullmatch(p.name))]
     runs = {}
     if found:
         path, m = found[-1]
@@ -293,7 +285,7 @@ def clock_facts(root: Path, config: str = "fast") -> dict[str, str]:
     the power it ran at; the same reading as ``split_facts``' on each machine that measured it."""
     root = Path(root)
     parts, kept = [], []
-    for path in _run_files(root, "clocks.csv"):
+    for path in fast_tables.run_files(root, "clocks.csv"):
         c = pd.read_csv(path)
         one, two = c[c["run"] == f"{config}-1"], c[c["run"] == f"{config}-2"].sort_values("gpu_index")
         if len(one) and len(two):
@@ -334,8 +326,7 @@ def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
     f = {"rbf16_run": f"`{machine}/{run}/`"}
     rows = old.sort_values(["world_size", "config"])
     f["rbf16_rows"] = by_world_size(rows, 1)
-    mine = rows[(rows["config"] == NARROW) & (rows["world_size"] > 1)]
-    f["rbf16_within"] = f"{int((mine['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(mine)}"
+    f["rbf16_within"] = _within(rows[rows["config"] == NARROW], f"{NARROW} rows on several GPUs")
     two = rows[rows["world_size"] == 2].set_index("config")["step_ms_median"]
     f["rbf16_verdict"] = (f"half the bytes changed the 2-GPU step by {two[NARROW] - two['fast']:+.2f} ms"
                           if {"fast", NARROW} <= set(two.index) else missing(f"fast and {NARROW} on 2 GPUs in one run"))
@@ -392,9 +383,7 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
     now = sc[sc["config"] == "fast"] if len(sc) else sc
     widest = _widest(now)
     f["fast_scaling"] = _scaling_line(now[now["machine"] == widest] if widest else now, "fast rows in scaling.csv")
-    multi = now[(now["world_size"] > 1) & (now["grad_accum"] == 1)] if len(now) else now
-    f["fast_within"] = (f"{int((multi['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(multi)}" if len(multi)
-                        else missing("fast rows on several GPUs"))
+    f["fast_within"] = _within(now[now["grad_accum"] == 1] if len(now) else now, "fast rows on several GPUs")
     f["config_fast_reduce"] = CONFIGS["fast"].grad_reduce
     run, old = _latest_run(earlier, "fast-flat")
     f["added_run"] = f"`{old['machine'].iloc[0]}/{run}/`" if run else missing("earlier run of fast-flat")
@@ -417,9 +406,8 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
         if 1 in rows and 2 in rows:
             lost.append(f"{rows[2] - rows[1]:.2f} ms with {accum} micro-batch{'es' if accum > 1 else ''}")
     f["fast_two_lost"] = " and ".join(lost) if lost else missing(f"{BUCKETED} on 1 and 2 GPUs")
-    fam = sc[(sc["config"] == BUCKETED) & (sc["world_size"] > 1) & (sc["grad_accum"] == 1)] if len(sc) else sc
-    f["overlap_within"] = f"{int((fam['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(fam)}" if len(fam) \
-        else missing(f"{BUCKETED} rows on several GPUs")
+    f["overlap_within"] = _within(sc[(sc["config"] == BUCKETED) & (sc["grad_accum"] == 1)] if len(sc) else sc,
+                                  f"{BUCKETED} rows on several GPUs")
     one = b3[(b3["world_size"] == 1) & (b3["grad_accum"] == 1)] if len(b3) else b3
     f["fast_one_gpu_ms"] = f"{one['step_ms_median'].iloc[0]:.1f}" if len(one) else missing("fast on 1 GPU")
     two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)] if not ranks.empty else ranks
@@ -552,6 +540,14 @@ LOOP_TARGET = 1.03  # loop / bench per micro-batch: the loop may add at most 3 %
 SCALING_TARGET = 0.97  # T(1 GPU) / T(N GPUs) of the real loop, weak scaling
 
 
+def _within(rows: pd.DataFrame, what: str) -> str:
+    """"k of n": how many of ``rows``' several-GPU rows reach ``SCALING_TARGET``; "—" naming ``what``
+    where there is none."""
+    multi = rows[rows["world_size"] > 1] if len(rows) else rows
+    return (f"{int((multi['scaling_efficiency'] >= SCALING_TARGET).sum())} of {len(multi)}" if len(multi)
+            else missing(what))
+
+
 def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dict[str, str]:
     """The prose facts of the training-loop and multi-GPU sections, always every key: '—' (with
     what is missing) where the store lacks the data."""
@@ -568,12 +564,9 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
                            f"{worst['bench_ms']:.1f} ms)")
         f["loop_data"] = ", ".join(sorted(lb["data"].astype(str).unique()))
     multi = sc[sc["world_size"] > 1] if not sc.empty else sc
-    if multi.empty:
-        f.update(scaling_within=missing("scaling.csv"), scaling_range=missing("scaling.csv"))
-    else:
-        eff = multi["scaling_efficiency"]
-        f["scaling_within"] = f"{int((eff >= SCALING_TARGET).sum())} of {len(multi)}"
-        f["scaling_range"] = f"{100 * eff.min():.1f}–{100 * eff.max():.1f} %"
+    f["scaling_within"] = _within(sc, "scaling.csv")
+    eff = multi["scaling_efficiency"] if len(multi) else None
+    f["scaling_range"] = f"{100 * eff.min():.1f}–{100 * eff.max():.1f} %" if eff is not None else missing("scaling.csv")
     for cfg in ("opt1", "bf16-graphs"):
         # the machine of the earlier run where there is one (the prose sets the two side by side)
         ran = earlier.loc[earlier["config"] == cfg, "machine"] if not earlier.empty else pd.Series(dtype=str)

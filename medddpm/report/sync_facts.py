@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .fast_tables import run_files
 from .wording import missing
 
 SYNC_KEYS = ("sync_run", "sync_rows", "sync_gain", "sync_loss")
@@ -19,8 +20,8 @@ _KERNELS = re.compile(r"k-(?P<config>.+?)-(?P<n>\d+)(?P<nocomm>-nocomm)?-rank(?P
 
 
 def _newest(root: Path, name: str) -> Path | None:
-    """The newest earlier run folder (``<machine>/<run>/``, by run name) holding ``name``."""
-    found = sorted(Path(root).glob(f"*/*/{name}"), key=lambda p: (p.parent.name, p.parent.parent.name))
+    """The folder of the newest ``name`` (``fast_tables.run_files``)."""
+    found = run_files(root, name)
     return found[-1].parent if found else None
 
 
