@@ -46,13 +46,17 @@ def rows(root: Path, gpus: list[str]) -> pd.DataFrame:
     return tidy(results_csv(Path(root), gpus, f"{FOLDER}/time_to_result"))
 
 
+def _nproc(commands: pd.Series) -> pd.Series:
+    """Each command's ranks: its ``--nproc``, else 1."""
+    return pd.to_numeric(commands.str.extract(r"--nproc (\d+)")[0]).fillna(1).astype(int)
+
+
 def tidy(df: pd.DataFrame) -> pd.DataFrame:
     """``rows``' table of raw ``time_to_result.csv`` rows."""
     if df.empty:
         df = pd.DataFrame(columns=[*COLUMNS, "gpu_slug"])
         return df.assign(what=pd.Series(dtype=str), nproc=pd.Series(dtype=int), sampler=pd.Series(dtype=str))
-    nproc = pd.to_numeric(df["command"].str.extract(r"--nproc (\d+)")[0]).fillna(1).astype(int)
-    df = df.assign(what=df["command"].str.split().str[0], nproc=nproc)
+    df = df.assign(what=df["command"].str.split().str[0], nproc=_nproc(df["command"]))
     named = df["command"].str.extract(r"--sampler (\S+)")[0]
     stored = df["sampler"].astype(object) if "sampler" in df else pd.Series(None, index=df.index, dtype=object)
     df["sampler"] = stored.fillna(named.astype(object)).fillna(EARLIER_DEFAULT).where(df["what"] == "sample", "")
@@ -147,9 +151,14 @@ def profile_parts(path: Path, parts: dict[str, tuple[str, str]] = PROFILE_PARTS)
     return out
 
 
+def _how(config: str) -> str:
+    """How a `sample` row chose its configuration, as a reader says it."""
+    return "by default" if config == "default" else f"under `--config {config}`"
+
+
 def _label(row) -> str:
     """A `sample` row as a reader names it: masks, configuration, ranks, cache and sampler."""
-    how = "by default" if row["config"] == "default" else f"under `--config {row['config']}`"
+    how = _how(row["config"])
     ranks = f" on {row['nproc']} ranks" if row["nproc"] > 1 else ""
     return f"{row['volumes']} mask{'s' if row['volumes'] > 1 else ''} {how}{ranks}, {row['cache']} (`{row['sampler']}`)"
 
@@ -180,8 +189,7 @@ def tried(root: Path, gpu: str | None) -> str:
     df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{TRIED}/time_to_result")
     if df.empty:
         return missing(f"{FOLDER}/{TRIED}/time_to_result.csv")
-    nproc = pd.to_numeric(df["command"].str.extract(r"--nproc (\d+)")[0]).fillna(1).astype(int)
-    df = df.assign(nproc=nproc, main=df["code"].str.startswith("main "))
+    df = df.assign(nproc=_nproc(df["command"]), main=df["code"].str.startswith("main "))
     parts = []
     for call, group in df.groupby("call"):
         said = []
@@ -217,8 +225,7 @@ def sharded(df: pd.DataFrame) -> str:
             w = wall(df, config, int(volumes), state, int(n), sampler)
             said.append(f"{n} ranks {w:.1f} s ({_rate(volumes / w)} volumes/s"
                         + (f", {one / w:.1f}×)" if one is not None else ")"))
-        how = "by default" if config == "default" else f"under `--config {config}`"
-        parts.append(f"{volumes} masks {how} (`{sampler}`, ran `{group['ran'].iloc[-1]}`), {state} cache: "
+        parts.append(f"{volumes} masks {_how(config)} (`{sampler}`, ran `{group['ran'].iloc[-1]}`), {state} cache: "
                      + "; ".join(said))
     return "; ".join(parts)
 
