@@ -540,8 +540,9 @@ def parser() -> argparse.ArgumentParser:
                    f"{FEW_STEP.steps} for a few-step solver: {FEW_STEP.sampler}'s {FEW_STEP.why})")
     s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps: uniform in time, in log-SNR "
                    f"or quadratic in time (default {FEW_STEP.spacing})")
-    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (0 = deterministic; default {DEFAULT_ETA:g}: "
-                   "at 0 the trained model's samples lose in-brain agreement)")
+    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"noise scale of ddim and of the -sde solvers (0 = "
+                   f"deterministic, 1 = DDPM's noise; default {DEFAULT_ETA:g}: at 0 the trained model's samples lose "
+                   "in-brain agreement); the other samplers take none")
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
     s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
@@ -593,7 +594,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps (default logsnr)")
     s.add_argument("--batch", type=int, default=1, help="volumes sampled together; times are per volume")
     s.add_argument("--repeats", type=int, default=3, help="timed runs after one untimed warm-up run")
-    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"DDIM eta (default {DEFAULT_ETA:g}, as `sample`)")
+    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"noise scale of ddim and the -sde solvers (default {DEFAULT_ETA:g}, as `sample`)")
     s.add_argument("--seed", type=int, default=0, help="seed of the weights, masks and noise")
     s.set_defaults(func=cmd_bench_sample)
 

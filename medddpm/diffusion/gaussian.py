@@ -79,7 +79,7 @@ class GaussianDiffusion(nn.Module):
         for name, value in buffers.items():
             self.register_buffer(name, value, persistent=False)
         self.abar_host = abar.tolist()  # ᾱ_t as Python floats: a solver's coefficients need no device read
-        self.plans: dict[tuple[str, int, str], Plan] = {}
+        self.plans: dict[tuple[str, int, str, float], Plan] = {}
         # a solver's whole chain as one CUDA graph (engine.GraphedChain, Knobs.chain_graph), else eager
         self.chain: Callable[..., Tensor] | None = None
 
@@ -233,21 +233,22 @@ class GaussianDiffusion(nn.Module):
                 x = x + sigma * randn(shape, generator, mask.device, mask.dtype)
             yield i, x
 
-    def plan(self, sampler: str, steps: int, spacing: str) -> Plan:
+    def plan(self, sampler: str, steps: int, spacing: str, eta: float = 1.0) -> Plan:
         """The few-step ``sampler``'s chain on this schedule (``solvers.make_plan``), made once."""
-        key = (sampler, steps, spacing)
+        key = (sampler, steps, spacing, eta)
         if key not in self.plans:
-            self.plans[key] = make_plan(self.abar_host, sampler, steps, spacing)
+            self.plans[key] = make_plan(self.abar_host, sampler, steps, spacing, eta)
         return self.plans[key]
 
     @torch.no_grad()
     def solve(self, mask: Tensor, channels: int, sampler: str, steps: int, spacing: str,
-              generator: Generators = None, clip: bool = True, on_step: Callable[[], object] | None = None) -> Tensor:
+              generator: Generators = None, clip: bool = True, on_step: Callable[[], object] | None = None,
+              eta: float = 1.0) -> Tensor:
         """A few-step solver's chain (``solvers``) from x_T drawn from ``generator``; the SDE
-        solvers' fresh noise comes from the same generator(s), in step order. With ``self.chain``
-        the whole chain replays as one CUDA graph, its noise drawn first (the same numbers)."""
+        solvers' fresh noise (scaled by ``eta``) comes from the same generator(s), in step order. With
+        ``self.chain`` the whole chain replays as one CUDA graph, its noise drawn first (the same numbers)."""
         self._check_mask(mask, channels)
-        plan = self.plan(sampler, steps, spacing)
+        plan = self.plan(sampler, steps, spacing, eta)
         shape = (mask.shape[0], channels, *mask.shape[2:])
         x = randn(shape, generator, mask.device, mask.dtype)
         if self.chain is None:
@@ -274,11 +275,13 @@ class GaussianDiffusion(nn.Module):
         """Generate images for ``mask`` (N, mask_channels, ...) in [-1, 1] with ``sampler`` (one of
         ``solvers.SAMPLERS``); ``on_step()`` is called after every denoising step (a progress bar).
         ``steps`` and ``spacing`` apply to the few-step solvers (default ``solvers.DEFAULT_STEPS``
-        and ``DEFAULT_SPACING``); DDIM takes ``steps`` (default all T) uniformly in time."""
-        check_sampler(sampler, steps, spacing, self.num_timesteps)
+        and ``DEFAULT_SPACING``); DDIM takes ``steps`` (default all T) uniformly in time; ``eta``
+        scales the noise of DDIM and of the SDE solvers (``solvers.takes_eta``), and must stay 1 for the others."""
+        check_sampler(sampler, steps, spacing, self.num_timesteps, eta)
         n = denoiser_calls(sampler, steps, self.num_timesteps)
         if sampler in SOLVERS:
-            return self.solve(mask, channels, sampler, n, spacing or DEFAULT_SPACING, generator, clip, on_step)
+            return self.solve(mask, channels, sampler, n, spacing or DEFAULT_SPACING, generator, clip, on_step,
+                              eta)
         if sampler == "ddpm":
             it = self.ddpm_steps(mask, channels, generator, clip)
         else:

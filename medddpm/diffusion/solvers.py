@@ -9,6 +9,8 @@ D = x̂₀(x_t, t), the denoiser's data prediction (clipped to [−1, 1] as DDPM
   x' = (σ'/σ) x + α'(1 − e^{−h}) [(1 + 1/2r) D_0 − (1/2r) D_1], r = h_prev / h.
 * ``dpm2m-sde``: SDE-DPM-Solver++(2M) (DPM-Solver++ §5, eq. of the SDE solver):
   x' = (σ'/σ) e^{−h} x + α'(1 − e^{−2h}) D_0 + ½ α'(1 − e^{−2h}) (D_0 − D_1)/r + σ'√(1 − e^{−2h}) z.
+* ``dpm1`` / ``dpm1-sde``: the first-order members of the same solvers (DDIM with η = 0 / η = 1,
+  but on the chain's own spacing, e.g. log-SNR).
 * ``dpm3m`` / ``dpm3m-sde``: the third-order multistep of the same exponential integrator: the
   data prediction interpolated in λ through the last three points, the integral of the linear
   term's kernel (e^{−(λ'−λ)} for the ODE, 2e^{−2(λ'−λ)} for the SDE) taken exactly
@@ -18,6 +20,11 @@ D = x̂₀(x_t, t), the denoiser's data prediction (clipped to [−1, 1] as DDPM
   η = 0) driven by an Adams–Bashforth combination of the last ``order`` noise predictions
   (coefficients 1; 3/2, −1/2; 23/12, −16/12, 5/12; 55/24, −59/24, 37/24, −9/24), the first steps
   at lower order.
+
+The SDE solvers take a noise scale η (SA-Solver, Xue et al. 2023, §4, its τ; Prop. 4.2's data
+prediction form): x' = (σ'/σ) e^{−η²h} x + α' ∫ (1 + η²) e^{−(1+η²)(λ'−λ)} D dλ + σ'√(1 − e^{−2η²h}) z.
+η = 1 is SDE-DPM-Solver++ (the kernel 2e^{−2(λ'−λ)} above), η = 0 the ODE solver; at small steps
+η plays the part of DDIM's η (both scale the step's noise standard deviation against DDPM's).
 
 Every solver starts at order 1 and raises the order as predictions accumulate; the last step
 goes to σ = 0 (x₀ itself, λ = ∞), where only order 1 is defined: it returns D of the smallest
@@ -38,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-SOLVERS = ("dpm2m", "dpm2m-sde", "dpm3m", "dpm3m-sde", "ipndm")  # the few-step samplers of this module
+SOLVERS = ("dpm1", "dpm1-sde", "dpm2m", "dpm2m-sde", "dpm3m", "dpm3m-sde", "ipndm")  # the few-step samplers of this module
 SAMPLERS = ("ddpm", "ddim", *SOLVERS)  # every sampler GaussianDiffusion.sample takes
 SPACINGS = ("time", "logsnr", "logsnr-full", "quadratic")  # timestep spacings of a few-step chain (``timesteps``)
 IPNDM_ORDER = 3  # DEIS's iPNDM order in the reference repository's fast sampling (order 3)
@@ -72,11 +79,23 @@ def stochastic(sampler: str) -> bool:
     return sampler == "ddpm" or sampler.endswith("-sde")
 
 
-def check_sampler(sampler: str, steps: int | None, spacing: str | None, timesteps: int | None = None) -> None:
-    """Refuse an unknown sampler or spacing, a step count below 1 and, once the schedule's
-    ``timesteps`` are known, a step count it cannot hold (ValueError)."""
+def takes_eta(sampler: str) -> bool:
+    """Whether ``sampler`` has a noise scale η: DDIM's η, the SDE solvers' η (SA-Solver's τ)."""
+    return sampler == "ddim" or (sampler in SOLVERS and sampler.endswith("-sde"))
+
+
+def check_sampler(sampler: str, steps: int | None, spacing: str | None, timesteps: int | None = None,
+                  eta: float = 1.0) -> None:
+    """Refuse an unknown sampler or spacing, a step count below 1, an η below 0 or given to a
+    sampler without one (ddpm, the ODE solvers, ipndm: only η = 1, the default, is accepted there) and,
+    once the schedule's ``timesteps`` are known, a step count it cannot hold (ValueError)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    if eta < 0:
+        raise ValueError(f"--eta must be >= 0, got {eta}")
+    if eta != 1.0 and not takes_eta(sampler):
+        raise ValueError(f"--eta applies to ddim and the stochastic solvers "
+                         f"({', '.join(s for s in SOLVERS if takes_eta(s))}), not to {sampler}")
     if spacing is not None and spacing not in SPACINGS:
         raise ValueError(f"unknown spacing {spacing!r}; choose one of {', '.join(SPACINGS)}")
     if sampler in ("ddpm", "ddim") and spacing not in (None, "time"):
@@ -194,11 +213,13 @@ def _interpolation_weights(nodes: Sequence[float], moments: Sequence[float]) -> 
     return [float(w) for w in np.linalg.solve(vander, np.asarray(moments[:k], dtype=np.float64))]
 
 
-def make_plan(abar: Sequence[float] | np.ndarray, sampler: str, steps: int, spacing: str = DEFAULT_SPACING) -> Plan:
+def make_plan(abar: Sequence[float] | np.ndarray, sampler: str, steps: int, spacing: str = DEFAULT_SPACING,
+              eta: float = 1.0) -> Plan:
     """Every coefficient of ``sampler``'s chain of ``steps`` denoiser calls on the schedule
-    ``abar`` (ᾱ_t, t = 0 … T − 1), in float64 on the host."""
+    ``abar`` (ᾱ_t, t = 0 … T − 1), in float64 on the host; ``eta``: an SDE solver's noise scale."""
     if sampler not in SOLVERS:
         raise ValueError(f"unknown few-step solver {sampler!r}; choose one of {', '.join(SOLVERS)}")
+    check_sampler(sampler, steps, spacing, len(abar), eta)
     abar = np.asarray(abar, dtype=np.float64)
     ts = timesteps(abar, steps, spacing)
     lam = log_snr(abar)
@@ -214,8 +235,9 @@ def make_plan(abar: Sequence[float] | np.ndarray, sampler: str, steps: int, spac
             out.append(Step(t, a_next / a_now, tuple(gain * w for w in ab), 0.0))
         return Plan(sampler, spacing, tuple(out), "eps")
     sde = sampler.endswith("-sde")
-    order = 3 if sampler.startswith("dpm3m") else 2
-    c = 2.0 if sde else 1.0  # the kernel's rate: e^{−h} (ODE) or 2e^{−2h} (SDE)
+    order = 3 if sampler.startswith("dpm3m") else 1 if sampler.startswith("dpm1") else 2
+    churn = eta**2 if sde else 0.0  # SA-Solver's τ²: 1 for SDE-DPM-Solver++, 0 for the ODE
+    c = 1.0 + churn  # the kernel's rate: e^{−h} (ODE), 2e^{−2h} (SDE, η = 1), (1 + η²)e^{−(1+η²)h}
     for i, t in enumerate(ts):
         if i + 1 == len(ts):  # to σ = 0: x₀ = D of the last evaluation
             out.append(Step(t, 0.0, (1.0,), 0.0))
@@ -223,8 +245,8 @@ def make_plan(abar: Sequence[float] | np.ndarray, sampler: str, steps: int, spac
         t_next = ts[i + 1]
         a_next, s_now, s_next = math.sqrt(abar[t_next]), math.sqrt(1 - abar[t]), math.sqrt(1 - abar[t_next])
         h = lam[t_next] - lam[t]
-        coef_x = s_next / s_now * (math.exp(-h) if sde else 1.0)
-        noise = s_next * math.sqrt(-math.expm1(-2 * h)) if sde else 0.0
+        coef_x = s_next / s_now * math.exp(-churn * h)
+        noise = s_next * math.sqrt(-math.expm1(-2 * churn * h)) if churn else 0.0
         k = min(i + 1, order)
         nodes = [lam[ts[i - j]] - lam[t] for j in range(k)]  # 0, −h_1, −h_1 − h_2 (λ of earlier points)
         if sampler in ("dpm2m", "dpm2m-sde") and k == 2:  # the paper's second-order form

@@ -22,7 +22,7 @@ from ..run.engine import autocast, inference
 from ..core.errors import InputError
 from ..train.parity import phantom_batch, seeded_weights
 from ..core.runtime import env_info
-from ..diffusion.solvers import DEFAULT_SPACING, SOLVERS, check_sampler, denoiser_calls
+from ..diffusion.solvers import DEFAULT_SPACING, SOLVERS, check_sampler, denoiser_calls, takes_eta
 
 COLUMNS = [
     "gpu", "config", "model", "size", "batch", "sampler", "steps", "s_per_volume_median", "s_per_volume_min",
@@ -67,13 +67,11 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
     median/min/max over ``repeats`` warm runs after one untimed run of the same chain; one CSV
     row plus the raw times."""
     try:
-        check_sampler(sampler, steps, spacing, diffusion_cfg.timesteps)
+        check_sampler(sampler, steps, spacing, diffusion_cfg.timesteps, eta)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if sampler in SOLVERS:
         spacing = spacing or DEFAULT_SPACING
-    if eta < 0:
-        raise InputError(f"--eta must be >= 0, got {eta}")
     steps = denoiser_calls(sampler, steps, diffusion_cfg.timesteps)
     if batch < 1 or repeats < 1:
         raise InputError(f"--batch and --repeats must be >= 1; got {batch}, {repeats}")
@@ -96,7 +94,7 @@ def bench_sample(model_cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int
         "s_per_volume_median": round(statistics.median(times), 4), "s_per_volume_min": round(min(times), 4),
         "s_per_volume_max": round(max(times), 4), "peak_mem_gib": round(peak, 3),
         "torch": env["torch"], "cuda": env["cuda"], "cudnn": env["cudnn"],
-        "eta": 1.0 if sampler == "ddpm" else (eta if sampler == "ddim" else float("nan")),
+        "eta": 1.0 if sampler == "ddpm" else (eta if takes_eta(sampler) else float("nan")),
         "spacing": spacing or ("time" if sampler == "ddim" else ""),
     }
     if device.type == "cuda":

@@ -82,7 +82,7 @@ def _subject_rows(job: tuple) -> tuple[list[dict], list[dict]]:
     """One held-out subject's rows of ``anatomy_tables`` (a process pool's unit of work)."""
     from skimage.metrics import structural_similarity
 
-    p, folders, data, preset, mean_scan = job
+    p, folders, data, preset, mean_scan, pairs, baselines = job
     real = read_image(p.image, 1, data)[0]
     regions, brain = region_labels(p.mask), brain_mask(p, data, preset)
     if mean_scan.shape != real.shape:
@@ -95,23 +95,43 @@ def _subject_rows(job: tuple) -> tuple[list[dict], list[dict]]:
         volumes[run, seed] = read_sample(path)
         if volumes[run, seed].shape != real.shape:
             raise InputError(f"{path} has shape {volumes[run, seed].shape}, its subject's scan {real.shape}")
+    own = {(REAL, 0): real, (TEMPLATE, 0): mean_scan} if baselines else {}
     rows = [{"run": run, "seed": seed, "subject": p.subject, **measures(real, x, brain, regions)}
-            for (run, seed), x in {(REAL, 0): real, (TEMPLATE, 0): mean_scan, **volumes}.items()]
+            for (run, seed), x in {**own, **volumes}.items()]
     div = []
     for run, group in itertools.groupby(sorted(folders), key=lambda k: k[0]):
-        for a, b in itertools.combinations([s for _, s in group], 2):
+        for a, b in seed_pairs([s for _, s in group], pairs):
             ssim = structural_similarity(volumes[run, a], volumes[run, b], data_range=DATA_RANGE)
             div.append({"run": run, "subject": p.subject, "seed_a": a, "seed_b": b, "ssim_between_seeds": float(ssim)})
     return rows, div
 
 
+PAIRS = ("all", "adjacent")  # the seed pairs whose SSIM the diversity table holds (``seed_pairs``)
+
+
+def seed_pairs(seeds: Sequence[int], pairs: str = "all") -> list[tuple[int, int]]:
+    """Pairs of a run's ``seeds`` (sorted): every pair ("all", k(k − 1)/2 of them), or the disjoint
+    neighbours (s0, s1), (s2, s3), … ("adjacent", k/2: many seeds at the cost of few SSIMs)."""
+    s = sorted(seeds)
+    if pairs == "all":
+        return list(itertools.combinations(s, 2))
+    if pairs == "adjacent":
+        return list(zip(s[0::2], s[1::2]))
+    raise InputError(f"pairs must be one of {', '.join(PAIRS)}, got {pairs!r}")
+
+
 def anatomy_tables(folders: Mapping[tuple[str, int], Path], held: Sequence[Pair], data: DataConfig, preset: str,
-                   mean_scan: np.ndarray, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   mean_scan: np.ndarray, workers: int = 1, pairs: str = "all") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(samples, diversity): a row per (run, seed, subject) with ``MEASURES`` (plus the template's and
     the real scan's own rows, run ``TEMPLATE`` and ``REAL``), and a row per (run, subject, pair of
-    seeds) with their 3D SSIM. ``folders``: {(run name, seed): folder of ``medddpm sample``'s files};
-    ``workers`` processes measure the subjects."""
-    jobs = [(p, dict(folders), data, preset, mean_scan) for p in held]
+    seeds: ``seed_pairs``) with their 3D SSIM. ``folders``: {(run name, seed): folder of ``medddpm
+    sample``'s files}; ``workers`` processes measure the subjects."""
+    seed_pairs([], pairs)  # an unknown ``pairs`` fails before any volume is read
+    runs = list(dict.fromkeys(run for run, _ in folders))
+    # a job per subject, or per (subject, run) where there are more workers than subjects
+    groups = [runs] if workers <= len(held) else [[r] for r in runs] or [[]]
+    jobs = [(p, {k: f for k, f in folders.items() if k[0] in group}, data, preset, mean_scan, pairs, i == 0)
+            for p in held for i, group in enumerate(groups)]
     if workers > 1 and len(jobs) > 1:
         from concurrent.futures import ProcessPoolExecutor
 

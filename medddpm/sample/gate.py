@@ -30,7 +30,8 @@ import pandas as pd
 from ..data.nifti import Pair, strip_nifti_suffix
 from ..core.errors import InputError
 from .quality import DATA_RANGE, read_sample
-from ..diffusion.solvers import SAMPLERS, SPACINGS
+from ..core.config import DEFAULT_ETA
+from ..diffusion.solvers import SAMPLERS, SPACINGS, takes_eta
 
 RUN_COLUMNS = ["sampler", "steps", "spacing", "config"]  # one sampler run, over its seeds and subjects
 METRICS = ["brain_corr", "background_mean", "hist_w1"]  # a sample against its subject's real image
@@ -46,10 +47,13 @@ class GateRun:
     spacing: str  # one of solvers.SPACINGS for a few-step solver, "" for ddpm/ddim
     config: str  # run configuration (or a config.SAMPLING_ALIASES name)
     seed: int = 0  # `medddpm sample --seed`
+    eta: float = DEFAULT_ETA  # `medddpm sample --eta`: DDIM's and the SDE solvers' noise scale (solvers.takes_eta)
 
     @property
     def spec(self) -> str:
-        return f"{self.sampler}{self.steps}{'-' + self.spacing if self.spacing else ''}"
+        """'ddpm250', 'dpm2m-sde12-logsnr', and '-eta1.2' after it where η is not the default."""
+        eta = f"-eta{self.eta:g}" if self.eta != DEFAULT_ETA else ""
+        return f"{self.sampler}{self.steps}{'-' + self.spacing if self.spacing else ''}{eta}"
 
     @property
     def name(self) -> str:
@@ -58,15 +62,20 @@ class GateRun:
 
     @classmethod
     def parse(cls, spec: str, config: str, seed: int = 0) -> "GateRun":
-        """From a spec 'ddpm250', 'ddim50' or '<solver><steps>-<spacing>' ('dpm2m-sde10-logsnr')."""
+        """From a spec 'ddpm250', 'ddim50' or '<solver><steps>-<spacing>' ('dpm2m-sde10-logsnr'),
+        with '-eta<η>' after it for a sampler that takes one ('ddim12-eta1.5', 'dpm1-sde25-logsnr-eta0.8')."""
         names = "|".join(sorted(map(re.escape, SAMPLERS), key=len, reverse=True))
-        m = re.fullmatch(rf"({names})(\d+)(?:-({'|'.join(SPACINGS)}))?", spec)
+        m = re.fullmatch(rf"({names})(\d+)(?:-({'|'.join(SPACINGS)}))?(?:-eta(\d+(?:\.\d*)?))?", spec)
         if not m or int(m[2]) < 1:
-            raise InputError(f"{spec!r} is not a run like 'ddpm250', 'ddim50' or 'dpm2m-sde10-logsnr'")
+            raise InputError(f"{spec!r} is not a run like 'ddpm250', 'ddim50', 'dpm2m-sde10-logsnr' or "
+                             "'dpm2m-sde12-logsnr-eta1.2'")
         solver = m[1] not in ("ddpm", "ddim")
         if solver != (m[3] is not None):
             raise InputError(f"{spec!r}: a few-step solver names its spacing ('-logsnr'), ddpm and ddim none")
-        return cls(m[1], int(m[2]), m[3] or "", config, seed)
+        eta = float(m[4]) if m[4] is not None else DEFAULT_ETA
+        if m[4] is not None and not takes_eta(m[1]):
+            raise InputError(f"{spec!r}: only ddim and the -sde solvers take an eta")
+        return cls(m[1], int(m[2]), m[3] or "", config, seed, eta)
 
     def key(self) -> tuple:
         return (self.sampler, self.steps, self.spacing, self.config)
@@ -87,7 +96,7 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
     ckpt = load_checkpoint(checkpoint)
     _, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     for run in runs:
-        check_options(run.sampler, run.steps, run.spacing or None, run.config, "ema", batch, 1.0, diff_cfg.timesteps)
+        check_options(run.sampler, run.steps, run.spacing or None, run.config, "ema", batch, run.eta, diff_cfg.timesteps)
     work = Path(work)
     jobs = read_masks(masks, work, ckpt["config"]["model"]["name"], tuple(ckpt["config"]["size"]),
                       mask_labels=data_config(ckpt).mask_labels)
@@ -103,7 +112,7 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
             tmp = work / f".{run.name}.tmp"  # written whole, then renamed: a cut-off run leaves no folder
             shutil.rmtree(tmp, ignore_errors=True)
             sampler.write_jobs([j.to(tmp) for j in jobs], list(range(len(jobs))), run.sampler,
-                          run.steps if run.sampler != "ddpm" else None, 1.0, run.seed, min(batch, len(jobs)), True,
+                          run.steps if run.sampler != "ddpm" else None, run.eta, run.seed, min(batch, len(jobs)), True,
                           run.spacing or None)
             tmp.rename(folder)
             print(f"{run.name}: sampled {len(jobs)} masks", flush=True)
@@ -135,6 +144,9 @@ def gate_tables(folders: Mapping[GateRun, Path], pairs: Sequence[Pair], labels: 
                 real: Mapping[str, np.ndarray], workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(samples, diversity): one row per (run, seed, subject) with ``METRICS``, and one per (run,
     subject, pair of seeds) with their 3D SSIM."""
+    if any(run.eta != DEFAULT_ETA for run in folders):
+        raise InputError("the per-subject band keys runs without their eta: judge runs of another eta with "
+                         "medddpm.sample.equivalence")
     rows, volumes = [], {}
     for run, folder in folders.items():
         for p in pairs:

@@ -231,10 +231,8 @@ def check_options(sampler: str, steps: int | None, spacing: str | None, config: 
                          f"{', '.join([*SAMPLING_ALIASES, *CONFIGS])}")
     if batch < 1:
         raise InputError(f"--batch must be >= 1, got {batch}")
-    if eta < 0:
-        raise InputError(f"--eta must be >= 0, got {eta}")
     try:
-        check_sampler(sampler, steps, spacing, timesteps)
+        check_sampler(sampler, steps, spacing, timesteps, eta)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
