@@ -297,27 +297,53 @@ def cmd_train(a: argparse.Namespace) -> None:
               f"after the first; {out / 'timing.csv'})")
 
 
+def warmup_configs(config: str | None, device) -> list[str]:
+    """The configurations ``warmup`` compiles: ``config`` where given, else every one that ``sample``
+    without ``--config`` may pick on ``device`` (``sampler.default_config``): on a GPU the small
+    jobs' ``SMALL_JOB`` and the large jobs' ``fast``, on a CPU its one."""
+    from .sample.sampler import default_config
+
+    if config is not None:
+        return [config]
+    if device.type != "cuda":
+        return [default_config(device)[0]]
+    return [SMALL_JOB, "fast"]
+
+
 def cmd_warmup(a: argparse.Namespace) -> None:
     import time
 
+    from .core.runtime import resolve_device
     from .run import cache
-    from .sample.sampler import Sampler
+    from .sample.sampler import Sampler, check_options
+    from .train.checkpoint import configs_from_checkpoint, load_checkpoint
 
     if a.batch < 1:
         raise InputError(f"--batch must be >= 1, got {a.batch}")
-    t0 = time.perf_counter()
-    sampler = Sampler.from_checkpoint(a.checkpoint, a.config, a.device)
-    size = "×".join(map(str, sampler.size))
-    print(f"warmup: compiling {sampler.config} for {size}, batch {a.batch}, and capturing its sampling chain into "
-          f"{cache.root()} (a first compile of fast takes about a minute on an H100/H200, fast-eager's Triton kernels "
-          "seconds)", file=sys.stderr, flush=True)
-    path = sampler.warmup(a.batch)
-    took = time.perf_counter() - t0
-    if path is None or not path.exists():
-        print(f"warmup: nothing to cache ({sampler.config} on {sampler.device.type} does not compile); {took:.1f} s")
-    else:
-        print(f"warmup: cached in {took:.1f} s: {path}; `medddpm sample --checkpoint {a.checkpoint} --config "
-              f"{sampler.config}` now starts from it")
+    device = resolve_device(a.device)
+    configs = warmup_configs(a.config, device)
+    for config in configs:
+        check_options(a.sampler, a.steps, a.spacing, config, "ema", a.batch, DEFAULT_ETA)
+    ckpt = load_checkpoint(a.checkpoint)
+    check_options(a.sampler, a.steps, a.spacing, configs[0], "ema", a.batch, DEFAULT_ETA,
+                  configs_from_checkpoint(ckpt)[1].timesteps)
+    for config in configs:
+        t0 = time.perf_counter()
+        sampler = Sampler(ckpt, device, config)
+        size = "×".join(map(str, sampler.size))
+        print(f"warmup: compiling {config} for {size}, batch {a.batch}, {a.sampler}"
+              f"{'' if a.steps is None else f' {a.steps} steps'}, into {cache.root()} (a first compile of fast takes "
+              "about a minute on an H100/H200, fast-eager's Triton kernels seconds)", file=sys.stderr, flush=True)
+        path = sampler.warmup(a.batch, a.sampler, a.steps, a.spacing)
+        took = time.perf_counter() - t0
+        if path is None or not path.exists():
+            print(f"warmup: {config}: nothing to cache ({config} on {device.type} does not compile); {took:.1f} s")
+        else:
+            print(f"warmup: {config}: cached in {took:.1f} s: {path}")
+        del sampler
+    print(f"warmup: `medddpm sample --checkpoint {a.checkpoint}` of any number of masks at batch {a.batch} "
+          f"({a.sampler}) now starts from these caches" if a.config is None else
+          f"warmup: `medddpm sample --checkpoint {a.checkpoint} --config {a.config}` now starts from it")
 
 
 def cmd_sample(a: argparse.Namespace) -> None:
@@ -563,8 +589,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("warmup", help="compile a checkpoint's sampler once into the compile cache (MEDDDPM_CACHE, "
                        "default ~/.cache/medddpm), so later `sample` commands start from it")
     s.add_argument("--checkpoint", required=True, help="a checkpoint.pt written by train")
-    s.add_argument("--config", help="run configuration of the denoiser (default: fast on a GPU)")
+    s.add_argument("--config", help=f"the one run configuration to compile (default: every one that sample may pick: "
+                   f"on a GPU {SMALL_JOB} for small jobs and fast for large ones)")
     s.add_argument("--batch", type=int, default=1, help="masks per batch the later commands will use (default 1)")
+    s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
+                   help=f"the sampler the later commands will use (default {RECOMMENDED.sampler}, sample's)")
+    s.add_argument("--steps", type=int, help="its steps, as sample takes them")
+    s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's spacing, as sample takes it")
     s.add_argument("--device", help=DEVICE_HELP)
     s.set_defaults(func=cmd_warmup)
 

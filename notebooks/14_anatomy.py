@@ -191,7 +191,8 @@ show_table(anatomy.gate_runs(anatomy.gate(root, AG)), "the sampler gate on IXI (
            "scripts/anatomy_measure.sh (MODE gate)", digits=3)
 
 # %% [markdown]
-# The gate judged these checkpoints in turn: {glue:text}`an_gate_checkpoints`. The table above is the newest one's;
+# This band judges numerics, not samplers: {doc}`16_equivalence` judges another sampler against
+# DDPM 250 by equivalence intervals on many seeds. The gate judged these checkpoints in turn: {glue:text}`an_gate_checkpoints`. The table above is the newest one's;
 # the table below holds them all. FP8 sampling (`fast-fp8`) was judged as follows: {glue:text}`an_gate_fp8`. Those
 # FP8 rows are the few-step chain's; DDPM 250 under FP8 has not been judged on real brains.
 

@@ -30,7 +30,10 @@
 # runs the same configuration and writes the same files. The compiled work is kept under
 # `MEDDDPM_CACHE` (default `~/.cache/medddpm`), keyed by torch, Triton, CUDA, the GPU, the
 # configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
-# A *cold* row starts from an empty cache; a *warm* row runs the same command again.
+# A *cold* row starts from an empty cache; a *warm* row runs the same command again. Without
+# `--config`, `warmup` compiles every configuration `sample` may pick (`fast-eager` for small jobs,
+# `fast` for large ones), so the first `sample` after it starts warm whatever its size. On one machine
+# (`2026-11-27-warmup-every-config/`): {glue:text}`tr_afterwarmup`.
 #
 # **The sampler.** A row without `--sampler` ran the default of its day; the rows quoted against the
 # targets below ran {glue:text}`tr_sampler`. Since real brains failed every few-step chain ({doc}`14_anatomy`),

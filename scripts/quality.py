@@ -160,7 +160,7 @@ def samplers(a: argparse.Namespace, out: Path) -> None:
             continue
         shutil.rmtree(folder, ignore_errors=True)  # a partial folder is sampled again
         sample_masks(a.checkpoint, masks, folder, device, sampler=run.sampler,
-                     steps=None if run.sampler == "ddpm" else run.steps, eta=0.0 if run.sampler == "ddpm" else run.eta,
+                     steps=None if run.sampler == "ddpm" else run.steps, eta=1.0 if run.sampler == "ddpm" else run.eta,
                      seed=run.seed, config=run.config, progress=False, clip=run.clip)
         print(f"{run.name}: sampled {len(held)} held-out masks", flush=True)
     volumes = sample_volumes(folders, held)

@@ -20,6 +20,7 @@
 #   benchddpm bench-sample of fast against fast-eager: DDPM 250 and the 12-step chain (OUT/sample_bench.csv)
 #   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC, then 1: one process), compared
 #   warm      `medddpm warmup` of fast and fast-eager (the caches nprocddpm and nprocchain read)
+#   afterwarmup  `medddpm warmup` without --config into a fresh cache, then 1 mask by default twice (cache warmup, warm)
 #   nprocddpm 32 masks by default (DDPM 250, fast) on NPROCS ranks, compared
 #   nprocchain 256 masks of the 12-step chain by default (fast-eager) on NPROCS ranks, compared
 #   pinned    the -pinned rung twice, compared        train   train --config fast's first 100 steps, cold and warm
@@ -138,6 +139,12 @@ sharded() {  # sharded NAME VOLUMES [sample options...]: VOLUMES masks on each o
 stage_nproc() {  # 256 masks under fast (its cache warm after fast8)
   use_cache fast
   sharded nproc 256 --config fast
+}
+stage_afterwarmup() {  # `medddpm warmup` (every configuration sample may pick) into a fresh cache, then 1 mask by
+  # default (fast-eager) twice: the first right after warmup, the second warm
+  fresh_cache afterwarmup
+  left 150 && $T run --out "$CSV" --cache cold --volumes 0 -- warmup --checkpoint "$WORK/ckpt/checkpoint.pt" &&
+    left 40 && row default-1-afterwarmup warmup 1 "$WORK/masks1" && left 30 && row default-1-afterwarmup-again warm 1 "$WORK/masks1"
 }
 stage_warm() {  # `medddpm warmup` of fast and of fast-eager into the caches the sharded stages below read
   use_cache fast

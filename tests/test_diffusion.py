@@ -159,7 +159,7 @@ def _linear_prediction(sampler, steps, eta, mu, sigma, T=250):
     return m, np.sqrt(v)
 
 
-SAMPLERS = [("ddpm", None, 0.0), ("ddim", 250, 1.0), ("ddim", 250, 0.0), ("ddim", 50, 0.0), ("ddim", 50, 1.0),
+SAMPLERS = [("ddpm", None, 1.0), ("ddim", 250, 1.0), ("ddim", 250, 0.0), ("ddim", 50, 0.0), ("ddim", 50, 1.0),
             ("ddim", 10, 0.0)]
 
 

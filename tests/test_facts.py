@@ -4,7 +4,7 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import (anatomy, facts, fast_facts, fast_tables, few_step, headline, quality_facts, quality_tables,
+from medddpm.report import (anatomy, equivalence, facts, fast_facts, fast_tables, few_step, headline, quality_facts, quality_tables,
                             stretch, tables, waiting, workloads)
 from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
@@ -23,7 +23,7 @@ def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
     if store == "empty":
         assert all(v.startswith("—") or v in ("none", "0") or k.startswith(("paper_", "conv_formula", "config_"))
                    or k.endswith("_target") or k in (*few_step.STORE_FREE, *workloads.STORE_FREE, *anatomy.STORE_FREE,
-                                                  *waiting.STORE_FREE) for k, v in f.items()), {k: v for k, v in f.items() if not v.startswith("—")}
+                                                  *waiting.STORE_FREE, *equivalence.STORE_FREE) for k, v in f.items()), {k: v for k, v in f.items() if not v.startswith("—")}
 
 
 def test_the_model_chapter_needs_no_store():

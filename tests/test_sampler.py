@@ -90,6 +90,24 @@ def test_warmup_runs_once_and_says_what_it_cached(capsys, ixi_checkpoint):
     out, err = capsys.readouterr()
     assert "warmup: compiling baseline for 16×16×16, batch 1" in err and "nothing to cache" in out
     assert main(["warmup", "--checkpoint", str(ixi_checkpoint), "--batch", "0"]) == 2
+    assert main(["warmup", "--checkpoint", str(ixi_checkpoint), "--device", "cpu", "--sampler", "ddpm",
+                 "--steps", "10"]) == 2  # refused before anything compiles
+    assert "runs all 250 steps" in capsys.readouterr().err
+
+
+def test_warmup_compiles_every_configuration_sample_may_pick():
+    """On a GPU `sample` without --config runs fast-eager for small jobs and fast for large ones
+    (``default_config``): `warmup` compiles both, or the one --config names."""
+    import torch
+
+    from medddpm.cli import warmup_configs
+    from medddpm.core.config import SMALL_JOB
+    from medddpm.sample.sampler import default_config
+
+    gpu = torch.device("cuda")
+    picked = {default_config(gpu, n, 250)[0] for n in (1, 10_000)}
+    assert set(warmup_configs(None, gpu)) == picked == {SMALL_JOB, "fast"}
+    assert warmup_configs("opt1", gpu) == ["opt1"] and warmup_configs(None, torch.device("cpu")) == ["baseline"]
 
 
 def test_a_cache_that_cannot_be_read_or_written_costs_only_a_warning(monkeypatch, tmp_path):

@@ -266,7 +266,7 @@ class GaussianDiffusion(nn.Module):
         channels: int,
         sampler: str = "ddpm",
         steps: int | None = None,
-        eta: float = 0.0,
+        eta: float | None = None,
         generator: Generators = None,
         clip: bool = True,
         on_step: Callable[[], object] | None = None,
@@ -276,12 +276,14 @@ class GaussianDiffusion(nn.Module):
         ``solvers.SAMPLERS``); ``on_step()`` is called after every denoising step (a progress bar).
         ``steps`` and ``spacing`` apply to the few-step solvers (default ``solvers.DEFAULT_STEPS``
         and ``DEFAULT_SPACING``); DDIM takes ``steps`` (default all T) uniformly in time; ``eta``
-        scales the noise of DDIM and of the SDE solvers (``solvers.takes_eta``), and must stay 1 for the others."""
-        check_sampler(sampler, steps, spacing, self.num_timesteps, eta)
+        scales the noise of DDIM (default 0) and of the SDE solvers (default 1; ``solvers.takes_eta``),
+        and may only be 1 for the others."""
+        check_sampler(sampler, steps, spacing, self.num_timesteps, 1.0 if eta is None else eta)
         n = denoiser_calls(sampler, steps, self.num_timesteps)
         if sampler in SOLVERS:
             return self.solve(mask, channels, sampler, n, spacing or DEFAULT_SPACING, generator, clip, on_step,
-                              eta)
+                              1.0 if eta is None else eta)
+        eta = 0.0 if eta is None else eta
         if sampler == "ddpm":
             it = self.ddpm_steps(mask, channels, generator, clip)
         else:

@@ -34,6 +34,7 @@ from ..sample.sampler import TIMING
 PHASES = {phase: phase.replace(" ", "_") + "_s" for phase in TIMING}
 COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date",
            *PHASES.values()]
+CACHE_STATES = ("cold", "warm", "warmup")  # a row's compile cache before it: empty, filled by the same command, by `warmup`
 SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
 
@@ -90,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="step", required=True)
     r = sub.add_parser("run", help="time one medddpm command (the arguments after --)")
     r.add_argument("--out", required=True, help="time_to_result.csv to append to")
-    r.add_argument("--cache", required=True, choices=("cold", "warm"), help="the compile cache's state before it")
+    r.add_argument("--cache", required=True, choices=CACHE_STATES, help="the compile cache's state before it: cold "
+                   "(empty), warm (an earlier run of the same command filled it), warmup (only `medddpm warmup` did)")
     r.add_argument("--volumes", type=int, required=True, help="volumes the command writes (train: steps)")
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- then the medddpm arguments")
     c = sub.add_parser("compare", help="whether two folders hold the same files")

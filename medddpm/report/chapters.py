@@ -2,7 +2,7 @@
 check every chapter's quoted names against."""
 from __future__ import annotations
 
-from . import anatomy, facts, fast_facts, quality_facts, stretch, waiting
+from . import anatomy, equivalence, facts, fast_facts, quality_facts, stretch, waiting
 
 CHAPTERS = {
     "01_setup": facts.setup, "03_characterization": facts.characterization,
@@ -11,4 +11,5 @@ CHAPTERS = {
     "09_quality": quality_facts.quality, "10_sampling": quality_facts.quality,
     "11_few_step": quality_facts.quality_chapter, "12_fp8": quality_facts.quality, "13_stretch": stretch.facts,
     "14_anatomy": anatomy.facts, "15_time_to_result": waiting.facts,
+    "16_equivalence": equivalence.facts,
 }

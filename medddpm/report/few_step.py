@@ -45,8 +45,14 @@ def verdicts(root: Path, gpu: str | None) -> pd.DataFrame:
     return v.assign(label=[run_label(*k) for k in zip(*(v[c] for c in RUN_COLUMNS))])
 
 
+def config_label(config: str) -> str:
+    """A configuration's public name ('fast'): its ``CONFIG_LABELS`` entry, also for the twin without
+    the chain graph that DDPM and DDIM rows record (``_unchained``); else its own name."""
+    return next((label for name, label in CONFIG_LABELS.items() if config in (name, _unchained(name))), config)
+
+
 def run_label(sampler: str, steps: int, spacing: str, config: str) -> str:
-    return f"{sampler} {steps}{' ' + spacing if spacing else ''} · {CONFIG_LABELS.get(config, config)}"
+    return f"{sampler} {steps}{' ' + spacing if spacing else ''} · {config_label(config)}"
 
 
 def main_checkpoint(v: pd.DataFrame) -> str | None:
@@ -231,7 +237,7 @@ def slices(root: Path, gpu: str | None) -> tuple[pd.DataFrame, dict[str, str]] |
 
             spec, config = src.split(":")
             r = GateRun.parse(spec, config)
-            sources[src] = f"{r.sampler} {r.steps}\n{(r.spacing + ' · ') if r.spacing else ''}{CONFIG_LABELS.get(config, config)}"
+            sources[src] = f"{r.sampler} {r.steps}\n{(r.spacing + ' · ') if r.spacing else ''}{config_label(config)}"
     return sl, sources
 
 

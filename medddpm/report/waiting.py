@@ -28,6 +28,7 @@ SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernel
 # start-up changes measured against main (``code`` "main …") on one machine, alternated, and not kept: a ``call`` and
 # ``code`` column beside time_to_result.csv's
 TRIED = "session60-2026-11-27"
+WARMUP_ALL = "2026-11-27-warmup-every-config"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
 TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
@@ -241,6 +242,25 @@ def _chain_s(root: Path, gpu: str) -> float | None:
     return float(hit["s_per_volume_median"].iloc[-1]) if len(hit) else None
 
 
+AFTER_WARMUP_TARGET = 0.10  # issue 64: after `warmup`, the first `sample` of 1 mask within 10 % of a warm run
+
+
+def after_warmup(df: pd.DataFrame) -> str:
+    """What `warmup` (every configuration `sample` may pick) buys the next 1-mask `sample` by default:
+    its wall time against a warm run's and a cold one's on the same machine, and the warmup's own."""
+    w = df[(df["what"] == "warmup") & (df["rc"] == 0)] if len(df) else df
+    one = lambda cache: newest(df, "default", 1, cache)  # noqa: E731
+    after, warm, cold = one("warmup"), one("warm"), one("cold")
+    if after is None or warm is None or w.empty:
+        return missing(f"rows of `warmup` then `sample` ({WARMUP_ALL})")
+    ratio = after["wall_s"] / warm["wall_s"] - 1
+    verdict = "within" if ratio <= AFTER_WARMUP_TARGET else "outside"
+    return (f"`warmup` {w['wall_s'].iloc[-1]:.1f} s; then 1 mask by default (`{after['ran']}`) {after['wall_s']:.1f} s, "
+            f"against {warm['wall_s']:.1f} s warm ({100 * ratio:+.0f} %, {verdict} the {100 * AFTER_WARMUP_TARGET:.0f} % "
+            f"target)" + (f" and {cold['wall_s']:.1f} s from an empty cache" if cold is not None else "")
+            + f", {gpu_name(after['gpu_slug'])}")
+
+
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
@@ -253,6 +273,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1], df))
+    f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time

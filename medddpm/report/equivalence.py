@@ -1,0 +1,255 @@
+"""Chapter 14, the sampler equivalence gate (issue 62): ``scripts/equivalence.py``'s tables under
+``<gpu>/equivalence/`` judged by ``medddpm.sample.equivalence`` — the gate's calibration, every
+candidate's intervals against the margins, the segmentation utility per sampler and the seconds
+per 128³ volume — as tables, a figure and facts.
+
+The reference run's seeds are split in two halves: the first is the reference arm, the second the
+reference again (the calibration's pass case); every other run is a candidate on its own seeds.
+A store may hold none of it: every function returns its full shape then, and every fact reads "—".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..core.errors import InputError
+from ..diffusion.solvers import RECOMMENDED
+from ..sample.anatomy import REAL, TEMPLATE
+from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, Arm, judge_all
+from ..sample.gate import GateRun
+from .present import gpu_name
+from .wording import missing, roles
+
+FOLDER = "equivalence"
+REFERENCE_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}:fast"  # the reference arm: DDPM 250 under fast
+POOR_SPEC = "dpm2m-sde4-logsnr"  # the deliberately poor sampler of the calibration
+UTILITY_FLOOR = 0.99  # issue 62: a sampler's synthetic-trained Dice ≥ 99 % of DDPM 250's
+LABELS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w1": "W1", "background_mean": "background",
+          "ssim_between_seeds": "SSIM between seeds"}
+ROLES = ("reference, other seeds", "poor sampler", "candidate")  # the judged arms, in the tables' order
+WHAT = "sampler equivalence results (equivalence/)"
+STORE_FREE = ("eq_default", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
+
+
+def equivalence_gpu(root: Path, gpus: list[str]) -> str | None:
+    """The GPU whose store holds the equivalence tables (the committed H200 first, then the H100, then any)."""
+    return roles([g for g in gpus if (Path(root) / g / FOLDER / "samples.csv").exists()])["ref"]
+
+
+def _read(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
+    path = Path(root) / str(gpu) / FOLDER / f"{table}.csv"
+    return pd.read_csv(path) if gpu is not None and path.exists() else pd.DataFrame()
+
+
+def load(root: Path, gpu: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(samples, diversity) of the newest checkpoint in the store (the last name written)."""
+    samples, diversity = _read(root, gpu, "samples"), _read(root, gpu, "diversity")
+    if samples.empty or diversity.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    name = samples["name"].iloc[-1]
+    return samples[samples["name"] == name], diversity[diversity["name"] == name]
+
+
+def label(run: str) -> str:
+    """'dpm2m-sde12-logsnr-eta1.2:fast' → 'dpm2m-sde 12 logsnr η 1.2 · fast'."""
+    spec, config = run.split(":")
+    r = GateRun.parse(spec, config)
+    eta = f" η {r.eta:g}" if r.eta != GateRun.eta else ""
+    return f"{r.sampler} {r.steps}{' ' + r.spacing if r.spacing else ''}{eta} · {config}"
+
+
+def calls(run: str) -> int:
+    """Denoiser calls of one volume of ``run``."""
+    spec, config = run.split(":")
+    return GateRun.parse(spec, config).steps
+
+
+def arms(samples: pd.DataFrame) -> tuple[Arm, Arm, list[tuple[str, Arm]]]:
+    """The reference arm, the reference again on its other seeds, and every other run as (role, arm)."""
+    ref_seeds = sorted(samples.loc[samples["run"] == REFERENCE_RUN, "seed"].unique().tolist())
+    if len(ref_seeds) < 4:
+        raise InputError(f"{REFERENCE_RUN} needs at least 4 seeds (two arms of 2), got {len(ref_seeds)}")
+    half = len(ref_seeds) // 2
+    reference, again = Arm(REFERENCE_RUN, tuple(ref_seeds[:half])), Arm(REFERENCE_RUN, tuple(ref_seeds[half:]))
+    others = [r for r in samples["run"].unique() if r not in (REAL, TEMPLATE, REFERENCE_RUN)]
+    judged = [("poor sampler" if r.split(":")[0] == POOR_SPEC else "candidate",
+               Arm(r, tuple(sorted(samples.loc[samples["run"] == r, "seed"].unique().tolist())))) for r in others]
+    return reference, again, [("reference, other seeds", again), *judged]
+
+
+def judged(root: Path, gpu: str | None) -> pd.DataFrame:
+    """``equivalence.judge_all`` of every arm against the reference, with its role, label and calls;
+    empty (with those columns) where the store has no equivalence tables."""
+    samples, diversity = load(root, gpu)
+    cols = ["role", "run", "calls", "measure", "difference", "low", "high", "margin", "passes", "se", "detects", "verdict"]
+    if samples.empty:
+        return pd.DataFrame(columns=cols)
+    reference, _, rest = arms(samples)
+    t = judge_all(samples, diversity, reference, [a for _, a in rest])
+    role = {a.label: r for r, a in rest}
+    t["role"] = t["candidate_seeds"].map(role)
+    t["run"] = [label(r) + (" (other seeds)" if role[c] == ROLES[0] else "") for r, c in zip(t["candidate"], t["candidate_seeds"])]
+    t["calls"] = [calls(r) for r in t["candidate"]]
+    order = {r: i for i, r in enumerate(ROLES)}
+    t = t.sort_values(["role", "calls", "run"], key=lambda c: c.map(order) if c.name == "role" else c, kind="stable")
+    return t[cols + ["candidate", "seeds", "subjects", "reference_seeds"]].reset_index(drop=True)
+
+
+def intervals(j: pd.DataFrame) -> pd.DataFrame:
+    """One row per judged arm: role, run, calls, verdict, and each measure's 'difference [low, high]'."""
+    if j.empty:
+        return pd.DataFrame(columns=["role", "sampler run", "calls", "verdict", *LABELS.values()])
+    text = j.assign(cell=[f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in zip(j["difference"], j["low"], j["high"])])
+    wide = text.pivot_table(index=["role", "run", "calls", "verdict"], columns="measure", values="cell", aggfunc="first",
+                            sort=False).reset_index()
+    wide = wide.rename(columns={"run": "sampler run", **LABELS})
+    return wide[["role", "sampler run", "calls", "verdict", *LABELS.values()]]
+
+
+def margins(j: pd.DataFrame) -> pd.DataFrame:
+    """Each measure's margin and what the gate resolves at this many subjects and seeds: the standard
+    error, the largest shift that can still pass (margin − t·se) and the smallest shift failed with
+    95 % probability (``detects``), read from the reference-again arm."""
+    cols = ["measure", "margin", "se", "can pass up to", "detects"]
+    again = j[j["role"] == "reference, other seeds"] if not j.empty else j
+    if again.empty:
+        return pd.DataFrame(columns=cols)
+    from scipy.stats import t as student
+
+    q = float(student.ppf(0.95, int(again["subjects"].iloc[0]) - 1))
+    out = again.assign(**{"can pass up to": (again["margin"] - q * again["se"]).clip(lower=0)})
+    return out.assign(measure=out["measure"].map(LABELS))[cols].reset_index(drop=True)
+
+
+def figure(j: pd.DataFrame):
+    """Every arm's interval per measure in units of its margin (the band ±1 passes), fewest calls on top."""
+    from .plots import no_data
+
+    if j.empty:
+        return no_data(WHAT, "scripts/equivalence.py")
+    runs = list(dict.fromkeys(j["run"]))
+    fig, axes = plt.subplots(1, len(MEASURES), figsize=(15, 0.32 * len(runs) + 1.6), sharey=True)
+    colour = {"pass": "tab:green"}
+    for ax, m in zip(axes, MEASURES):
+        sub = j[j["measure"] == m].set_index("run").loc[runs]
+        y = np.arange(len(runs))[::-1]
+        for yi, (_, r) in zip(y, sub.iterrows()):
+            c = "tab:green" if r["passes"] else ("tab:grey" if r["role"] == "poor sampler" else "tab:red")
+            lo, hi, d = (r[k] / r["margin"] for k in ("low", "high", "difference"))
+            ax.plot([max(lo, -4), min(hi, 4)], [yi, yi], color=c, lw=2.5)
+            ax.plot([np.clip(d, -4, 4)], [yi], "o", color=colour.get("pass" if r["passes"] else "", c), ms=3)
+        ax.axvspan(-1, 1, color="tab:green", alpha=0.08)
+        ax.axvline(0, color="k", lw=0.6)
+        ax.set_xlim(-4.2, 4.2)
+        ax.set_title(LABELS[m], fontsize=10)
+        ax.set_xlabel("difference / margin")
+    axes[0].set_yticks(np.arange(len(runs))[::-1], runs, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def utility(root: Path, gpu: str | None) -> pd.DataFrame:
+    """Per sampler: the mean Dice of the segmenter trained on its samples and of the one trained on the
+    real scans beside it, and the synthetic Dice against DDPM 250's (≥ ``UTILITY_FLOOR`` passes)."""
+    u = _read(root, gpu, "utility")
+    cols = ["sampler run", "synthetic Dice", "real Dice", "against DDPM 250", "passes"]
+    if u.empty:
+        return pd.DataFrame(columns=cols)
+    mean = u.pivot_table(index="sampler", columns="source", values="dice", aggfunc="mean")
+    if REFERENCE_RUN not in mean.index:
+        return pd.DataFrame(columns=cols)
+    ratio = mean["synthetic"] / mean.loc[REFERENCE_RUN, "synthetic"]
+    out = pd.DataFrame({"sampler run": [label(r) for r in mean.index], "synthetic Dice": mean["synthetic"].values,
+                        "real Dice": mean["real"].values, "against DDPM 250": ratio.values,
+                        "passes": (ratio >= UTILITY_FLOOR).values})
+    return out.assign(calls=[calls(r) for r in mean.index]).sort_values("calls").drop(columns="calls").reset_index(drop=True)
+
+
+def seconds(root: Path, gpu: str | None) -> pd.DataFrame:
+    """Seconds per 128³ volume (batch 1, fast) of each benchmarked sampler, with its denoiser calls."""
+    b = _read(root, gpu, "bench")
+    cols = ["sampler", "calls", "s / volume", "GPU"]
+    if b.empty:
+        return pd.DataFrame(columns=cols)
+    b = b.sort_values("steps")
+    return pd.DataFrame({"sampler": [f"{s} {n}" for s, n in zip(b["sampler"], b["steps"])], "calls": b["steps"].values,
+                         "s / volume": b["s_per_volume_median"].values, "GPU": b["gpu"].values})
+
+
+def _interval(row: pd.Series) -> str:
+    return f"{row['difference']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}] against ±{row['margin']:.4f}"
+
+
+def facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """The section's glued facts (prefix ``eq_``)."""
+    gpu = equivalence_gpu(root, gpus)
+    j = judged(root, gpu)
+    keys = ("gpu", "checkpoint", "subjects", "ref_seeds", "cand_seeds", "margin_r", "margin_region", "margin_w1",
+            "again", "poor", "detects_r", "detects_ssim", "candidates", "passing", "nearest", "chain_r",
+            "sde2_r", "sde1_r", "eta_r", "eta_ssim", "eta_max", "calls", "util", "seconds")
+    rules = {"eq_default": f"{RECOMMENDED.sampler.upper()} {RECOMMENDED.steps}",  # facts of the gate, whatever the store
+             "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %", "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
+             "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",
+             "eq_power": f"{100 * POWER:g} %"}
+    if j.empty:
+        return {**{f"eq_{k}": missing(WHAT) for k in keys}, **rules}
+    samples, _ = load(root, gpu)
+    m = j.set_index(["role", "run", "measure"])
+    again = j[j["role"] == "reference, other seeds"].set_index("measure")
+    cands = j[j["role"] == "candidate"]
+    verdicts = cands.groupby("run", sort=False).agg(verdict=("verdict", "first"), calls=("calls", "first"))
+    passing = verdicts[verdicts["verdict"] == "pass"].sort_values("calls")
+    worst = cands.assign(worst=np.maximum(cands["low"].abs(), cands["high"].abs()) / cands["margin"])
+    nearest_run = worst.groupby("run")["worst"].max().idxmin() if len(worst) else None
+
+    def r_of(run: str) -> str:
+        return _interval(m.loc[("candidate", run, "brain_corr")]) if ("candidate", run, "brain_corr") in m.index else "—"
+
+    def runs_like(prefix: str, eta: str = "") -> pd.DataFrame:
+        sel = cands[(cands["measure"] == "brain_corr") & cands["candidate"].str.match(rf"{prefix}\d+-logsnr{eta}:")]
+        return sel.sort_values("calls")
+
+    sde2, sde1 = runs_like("dpm2m-sde"), runs_like("dpm1-sde")
+    eta12 = cands[cands["candidate"].str.match(r"dpm2m-sde12-logsnr(-eta[0-9.]+)?:")]
+    eta_of = lambda c: GateRun.parse(*c.split(":")).eta  # noqa: E731
+    util, secs = utility(root, gpu), seconds(root, gpu)
+    poor = j[j["role"] == "poor sampler"]
+    return {
+        "eq_gpu": gpu_name(gpu),
+        "eq_checkpoint": f"{samples['name'].iloc[0]} (step {int(samples['step'].iloc[0]):,})",
+        "eq_subjects": str(int(j["subjects"].iloc[0])),
+        "eq_ref_seeds": str(int(j["reference_seeds"].iloc[0])),
+        "eq_cand_seeds": str(int(cands["seeds"].min())) if len(cands) else "—",
+        "eq_margin_r": f"{again.loc['brain_corr', 'margin']:.4f}",
+        "eq_margin_region": f"{again.loc['region_corr', 'margin']:.4f}",
+        "eq_margin_w1": f"{again.loc['hist_w1', 'margin']:.4f}",
+        "eq_again": f"{again['verdict'].iloc[0]} (in-brain r {_interval(again.loc['brain_corr'])})",
+        "eq_poor": (f"{label(poor['candidate'].iloc[0])}: {poor['verdict'].iloc[0]} (in-brain r "
+                    f"{_interval(poor.set_index('measure').loc['brain_corr'])})") if len(poor) else missing("poor sampler run"),
+        "eq_detects_r": f"{again.loc['brain_corr', 'detects']:.4f}",
+        "eq_detects_ssim": f"{again.loc['ssim_between_seeds', 'detects']:.4f}",
+        "eq_candidates": str(len(verdicts)),
+        "eq_passing": ", ".join(f"{r} ({c} calls)" for r, c in passing["calls"].items()) or "none",
+        "eq_nearest": (f"{nearest_run}: {verdicts.loc[nearest_run, 'verdict']}; in-brain r {r_of(nearest_run)}"
+                       if nearest_run else "—"),
+        "eq_chain_r": r_of(label("dpm2m-sde12-logsnr:fast")),
+        "eq_sde2_r": ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sde2["calls"], sde2["difference"])) or "—",
+        "eq_sde1_r": ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sde1["calls"], sde1["difference"])) or "—",
+        "eq_eta_r": ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in sorted(
+            zip(eta12.loc[eta12["measure"] == "brain_corr", "candidate"], eta12.loc[eta12["measure"] == "brain_corr", "difference"]),
+            key=lambda p: eta_of(p[0]))) or "—",
+        "eq_eta_ssim": ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in sorted(
+            zip(eta12.loc[eta12["measure"] == "ssim_between_seeds", "candidate"],
+                eta12.loc[eta12["measure"] == "ssim_between_seeds", "difference"]), key=lambda p: eta_of(p[0]))) or "—",
+        "eq_util": "; ".join(f"{r['sampler run']} {r['synthetic Dice']:.3f} ({100 * r['against DDPM 250']:.1f} %)"
+                             for _, r in util.iterrows()) or missing("utility rows (equivalence/utility.csv)"),
+        "eq_seconds": "; ".join(f"{r['sampler']} {r['s / volume']:.3g} s" for _, r in secs.iterrows())
+                      or missing("128³ timings (equivalence/bench.csv)"),
+        "eq_eta_max": (f"{max(eta_of(c) for c in sde2_all):g}" if len(sde2_all := [c for c in cands["candidate"]
+                       if c.startswith("dpm2m-sde")]) else "—"),
+        "eq_calls": f"{j['calls'].min()} to {cands['calls'].max() if len(cands) else j['calls'].max()}",
+        **rules,
+    }

@@ -1,0 +1,104 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Sampler equivalence on real brains
+#
+# The per-subject band of {doc}`14_anatomy` is a test of *numerics*: the same sampler, seeds and timesteps under
+# another configuration (`fast`, `fast-fp8`, `fast-eager`) against FP32. It cannot judge another
+# sampler, which draws other samples: FP32 DDPM 250 with other seeds fails it too. A different
+# sampler is judged by an *equivalence* gate (`medddpm/sample/equivalence.py`), on the validation
+# subjects, one measure at a time:
+# - per subject, the mean over the sampler's seeds; the paired difference from DDPM 250's mean over
+#   its own seeds; the {glue:text}`eq_interval` confidence interval of the mean difference over the
+#   subjects (two one-sided tests);
+# - the measure passes when the interval lies inside ±margin, the sampler when every measure does.
+#
+# The margins were fixed before any sample: for in-brain r, region r and W1, {glue:text}`eq_rel_margin`
+# of DDPM 250's own distance from the training-mean template on that measure ({glue:text}`eq_margin_r`,
+# {glue:text}`eq_margin_region` and {glue:text}`eq_margin_w1` here); {glue:text}`eq_abs_margin` for the
+# background mean and for the SSIM between seeds. The segmentation utility must reach
+# {glue:text}`eq_util_floor` of DDPM 250's.
+#
+# Measured on the {glue:text}`eq_gpu` (`scripts/equivalence.py`): checkpoint
+# {glue:text}`eq_checkpoint` (the v recipe at 64³), {glue:text}`eq_subjects` validation subjects.
+# DDPM 250 runs under `fast` on {glue:text}`eq_ref_seeds` seeds for the reference and on
+# {glue:text}`eq_ref_seeds` others for the calibration; every candidate runs on those other seeds
+# ({glue:text}`eq_cand_seeds`), so the reference on other seeds is judged exactly as a candidate is.
+# FP32 DDPM 250 over that many seeds did not fit the device time (its seconds are in the folder's
+# `provenance.json`), so the reference runs under `fast`; the numerics gate of {doc}`14_anatomy` is what ties `fast`
+# to FP32.
+#
+# **Calibration.** DDPM 250 on other seeds: {glue:text}`eq_again`. A deliberately poor sampler,
+# {glue:text}`eq_poor`. What the gate resolves at this many subjects and seeds is in the table
+# below: a shift of {glue:text}`eq_detects_r` in in-brain r, or {glue:text}`eq_detects_ssim` in
+# SSIM between seeds, fails with {glue:text}`eq_power` probability.
+
+# %% tags=["parameters", "remove-cell"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # no measurement of its own (scripts/equivalence.py); True says so, then renders
+size = 128  # not used: this chapter measures nothing (its samples are 64³: scripts/equivalence.py)
+configs = "fast"  # not used: this chapter measures nothing
+
+# %% tags=["remove-cell"]
+from medddpm.report import equivalence, plots
+from medddpm.report.measure import render_only
+from medddpm.report.notebook import glue_facts
+from medddpm.report.plots import show_table
+
+root, G = render_only(results_dir, gpus, measure, "scripts/equivalence.py --data IXI --checkpoint C --runs …")
+glue_facts(equivalence.facts(root, G))
+
+# %% tags=["hide-input"]
+EQ = equivalence.equivalence_gpu(root, G)
+EJ = equivalence.judged(root, EQ)
+show_table(equivalence.margins(EJ), "sampler equivalence results (equivalence/)", "scripts/equivalence.py",
+           digits=4)
+
+# %% [markdown]
+# **Candidates.** {glue:text}`eq_candidates` samplers of {glue:text}`eq_calls` denoiser calls, every one a
+# `medddpm sample` option: the SDE solvers at first, second and third order on log-SNR spacing, with
+# their noise scale η (SA-Solver's τ: `--eta`; 1 is SDE-DPM-Solver++), and DDIM. Those that pass:
+# {glue:text}`eq_passing`. The nearest: {glue:text}`eq_nearest`.
+#
+# What the intervals say:
+# - the second-order SDE solver (the 12-step chain: {glue:text}`eq_chain_r` in in-brain r) keeps
+#   its shift as the calls grow ({glue:text}`eq_sde2_r`): the bias is its multistep correction's, not
+#   the step size's;
+# - the first-order SDE solver converges to DDPM 250 (at all 250 timesteps it *is* DDPM 250, a test
+#   checks the coefficients), but from above and slowly ({glue:text}`eq_sde1_r`);
+# - more noise moves the 12-step chain towards DDPM 250 on both r and diversity (in-brain r
+#   {glue:text}`eq_eta_r`; SSIM between seeds {glue:text}`eq_eta_ssim`): the next candidates are the
+#   second-order solver at an η above the largest judged, {glue:text}`eq_eta_max`.
+
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-equivalence", "caption": "Every judged sampler's {glue:text}`eq_interval` interval of the paired difference from DDPM 250, per measure, in units of the measure's margin (the shaded band ±1 passes; green: inside, red: outside, grey: the deliberately poor sampler), {glue:text}`eq_gpu`."}}
+plots.finish(equivalence.figure(EJ))
+
+# %% tags=["hide-input"]
+show_table(equivalence.intervals(EJ), "sampler equivalence results (equivalence/)", "scripts/equivalence.py", digits=4)
+
+# %% [markdown]
+# **Utility and time.** Mean Dice of a segmenter trained on each sampler's samples of the training
+# masks (and its share of DDPM 250's): {glue:text}`eq_util`. Seconds per 128³ volume, batch 1,
+# `fast`: {glue:text}`eq_seconds`. No sampler of fewer calls passed, so `medddpm sample` keeps
+# {glue:text}`eq_default` as its default; `--sampler dpm2m-sde` (the 12-step chain) stays the fast
+# option, with the shift above.
+
+# %% tags=["hide-input"]
+show_table(equivalence.utility(root, EQ), "segmentation utility per sampler (equivalence/utility.csv)",
+           "scripts/anatomy.py --utility-steps 1000", digits=3)
+show_table(equivalence.seconds(root, EQ), "seconds per 128³ volume (equivalence/bench.csv)",
+           "medddpm bench-sample --size 128 --config fast", digits=3)
+

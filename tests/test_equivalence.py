@@ -1,0 +1,119 @@
+"""The sampler equivalence gate (medddpm.sample.equivalence) and its chapter (medddpm.report.equivalence):
+two one-sided tests against margins relative to the template, calibrated both ways."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from medddpm.core.errors import InputError
+from medddpm.sample.equivalence import (MEASURES, Arm, calibration, detects, interval, judge, judge_all, margins,
+                                        subject_means)
+from medddpm.sample.gate import GateRun
+
+REF = "ddpm250:fast"
+SUBJECTS = [f"IXI{i:03d}" for i in range(12)]
+
+
+def tables(shift: dict[str, dict[str, float]], seeds: int = 8, noise: float = 0.004, seed: int = 0):
+    """(samples, diversity) of REF on seeds 0..2k-1 and of each run in ``shift`` on seeds k..2k-1:
+    per subject a level of its own, per sample that level + the run's shift + noise; the template
+    0.1 below the reference in r and W1 0.06 above, so the relative margins are 0.005 and 0.003."""
+    rng = np.random.default_rng(seed)
+    level = {m: rng.normal(0.8 if m == "brain_corr" else 0.05, 0.02, len(SUBJECTS)) for m in MEASURES}
+    rows, div = [], []
+    runs = {REF: (range(2 * seeds), {})} | {r: (range(seeds, 2 * seeds), s) for r, s in shift.items()}
+    for i, subject in enumerate(SUBJECTS):
+        rows.append({"run": "template", "seed": 0, "subject": subject, "brain_corr": level["brain_corr"][i] - 0.1,
+                     "region_corr": level["region_corr"][i] - 0.1, "hist_w1": level["hist_w1"][i] + 0.06,
+                     "background_mean": 0.0})
+        rows.append({"run": "real", "seed": 0, "subject": subject, **{m: 0.0 for m in MEASURES[:-1]}})
+        for run, (ids, s) in runs.items():
+            for k in ids:
+                rows.append({"run": run, "seed": k, "subject": subject,
+                             **{m: level[m][i] + s.get(m, 0.0) + rng.normal(0, noise) for m in MEASURES[:-1]}})
+            for a, b in zip(list(ids)[0::2], list(ids)[1::2]):
+                div.append({"run": run, "subject": subject, "seed_a": a, "seed_b": b,
+                            "ssim_between_seeds": 0.6 + s.get("ssim_between_seeds", 0.0) + rng.normal(0, noise)})
+    return pd.DataFrame(rows), pd.DataFrame(div)
+
+
+def test_margins_are_a_share_of_the_references_gap_to_the_template_or_fixed():
+    s, d = tables({})
+    m = margins(s, d, Arm(REF, tuple(range(8))))
+    assert m["brain_corr"] == pytest.approx(0.005, rel=0.05) and m["hist_w1"] == pytest.approx(0.003, rel=0.05)
+    assert m["background_mean"] == 0.01 and m["ssim_between_seeds"] == 0.01
+
+
+def test_the_reference_on_other_seeds_passes_and_a_shifted_sampler_fails():
+    s, d = tables({"poor:fast": {"brain_corr": 0.02, "ssim_between_seeds": 0.05}})
+    s["run"] = s["run"].replace({"poor:fast": "dpm2m-sde4-logsnr:fast"})
+    d["run"] = d["run"].replace({"poor:fast": "dpm2m-sde4-logsnr:fast"})
+    ref, again = Arm(REF, tuple(range(8))), Arm(REF, tuple(range(8, 16)))
+    cal = calibration(s, d, ref, again, Arm("dpm2m-sde4-logsnr:fast", tuple(range(8, 16))))
+    assert cal["works"].all()
+    by = cal.set_index(["check", "measure"])
+    assert by.loc[("reference on other seeds", "brain_corr"), "verdict"] == "pass"
+    assert by.loc[("poor sampler", "brain_corr"), "verdict"] == "fail: brain_corr, ssim_between_seeds"
+    assert not by.loc[("poor sampler", "ssim_between_seeds"), "passes"] and by.loc[("poor sampler", "hist_w1"), "passes"]
+
+
+def test_a_better_sampler_beyond_the_margin_fails_too():
+    """Equivalence is two-sided: a sampler whose samples lie closer to the real scans than the
+    reference's by more than the margin is not the reference's equal either."""
+    s, d = tables({"ddim12:fast": {"brain_corr": +0.02}})
+    t = judge_all(s, d, Arm(REF, tuple(range(8))), [Arm("ddim12:fast", tuple(range(8, 16)))])
+    assert t["verdict"].iloc[0] == "fail: brain_corr"
+
+
+def test_the_interval_and_the_smallest_detected_shift():
+    mean, low, high, se = interval([0.1, 0.2, 0.3, 0.4])
+    assert mean == pytest.approx(0.25) and se == pytest.approx(np.std([0.1, 0.2, 0.3, 0.4], ddof=1) / 2)
+    assert high - mean == pytest.approx(mean - low) and high - mean == pytest.approx(2.353363 * se, rel=1e-5)
+    assert detects(0.01, 0.01, 16) == 0.0  # the interval is wider than the margin: the gate fails everything
+    d = detects(0.01, 0.001, 16)
+    assert 0.01 - 1.753 * 0.001 < d < 0.01 and d == pytest.approx(0.01 - 1.7531 * 0.001 + 1.6449 * 0.001, rel=1e-3)
+    with pytest.raises(InputError, match="at least 2 subjects"):
+        interval([0.1])
+
+
+def test_bad_arms_are_one_clear_error():
+    s, d = tables({})
+    with pytest.raises(InputError, match=r"seeds \[99\]"):
+        subject_means(s, d, Arm(REF, (0, 99)))
+    with pytest.raises(InputError, match="at least 2 seeds"):
+        subject_means(s, d, Arm(REF, (0,)))
+    with pytest.raises(InputError, match="template"):
+        margins(s[s["run"] != "template"], d, Arm(REF, tuple(range(8))))
+    lacking = s[~((s["run"] == REF) & (s["subject"] == SUBJECTS[0]) & (s["seed"] >= 8))]
+    with pytest.raises(InputError, match="lacks subjects"):
+        judge(lacking, d, Arm(REF, tuple(range(8))), Arm(REF, tuple(range(8, 16))), margins(s, d, Arm(REF, tuple(range(8)))))
+
+
+def test_gate_runs_carry_eta_in_their_spec():
+    r = GateRun.parse("dpm2m-sde12-logsnr-eta1.2", "fast", 3)
+    assert (r.sampler, r.steps, r.spacing, r.eta) == ("dpm2m-sde", 12, "logsnr", 1.2)
+    assert r.spec == "dpm2m-sde12-logsnr-eta1.2" and r.name == "dpm2m-sde12-logsnr-eta1.2-s3-fast"
+    assert GateRun.parse("ddim12", "fast").spec == "ddim12" and GateRun.parse("ddim12-eta1.5", "fast").eta == 1.5
+    with pytest.raises(InputError, match="only ddim and the -sde solvers"):
+        GateRun.parse("dpm2m12-logsnr-eta0.5", "fast")
+
+
+def test_the_chapters_facts_and_tables_on_a_store_with_and_without_the_gate(tmp_path):
+    from medddpm.report import equivalence as report
+
+    s, d = tables({"dpm2m-sde12-logsnr:fast": {"brain_corr": -0.01}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05},
+                   "dpm1-sde25-logsnr-eta1.2:fast": {}})
+    folder = tmp_path / "h100-80gb-hbm3" / "equivalence"
+    folder.mkdir(parents=True)
+    s.assign(name="v-s0-fast", step=1000).to_csv(folder / "samples.csv", index=False)
+    d.assign(name="v-s0-fast", step=1000).to_csv(folder / "diversity.csv", index=False)
+    f = report.facts(tmp_path, ["h100-80gb-hbm3"])
+    assert f["eq_again"].startswith("pass") and f["eq_poor"].startswith("dpm2m-sde 4 logsnr · fast: fail: brain_corr")
+    assert f["eq_passing"] == "dpm1-sde 25 logsnr η 1.2 · fast (25 calls)" and f["eq_candidates"] == "2"
+    assert f["eq_ref_seeds"] == "8" and f["eq_subjects"] == "12" and f["eq_calls"] == "4 to 25"
+    assert f["eq_util"].startswith("—") and f["eq_seconds"].startswith("—")
+    j = report.judged(tmp_path, "h100-80gb-hbm3")
+    assert list(dict.fromkeys(j["role"])) == ["reference, other seeds", "poor sampler", "candidate"]
+    assert len(report.intervals(j)) == 4 and len(report.margins(j)) == len(MEASURES)
+    empty = report.facts(tmp_path, ["h200"])
+    assert all(v.startswith("—") for k, v in empty.items() if k not in report.STORE_FREE)
+    assert report.judged(tmp_path, None).empty and report.intervals(report.judged(tmp_path, None)).empty
