@@ -33,7 +33,7 @@
 # A *cold* row starts from an empty cache; a *warm* row runs the same command again. Without
 # `--config`, `warmup` compiles every configuration `sample` may pick (`fast-eager` for small jobs,
 # `fast` for large ones), so the first `sample` after it starts warm whatever its size. On one machine
-# (`2026-11-27-warmup-every-config/`): {glue:text}`tr_afterwarmup`.
+# (`warmup-every-config-2026-11-27/`): {glue:text}`tr_afterwarmup`.
 #
 # **The sampler.** A row without `--sampler` ran the default of its day; the rows quoted against the
 # targets below ran {glue:text}`tr_sampler`. Since real brains failed every few-step chain ({doc}`14_anatomy`),
@@ -79,7 +79,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   GPU): {glue:text}`tr_nproc`. Every rank pays the start-up again, so a few hundred masks do not fill
 #   four GPUs. Until the ranks saw only their own GPU, ranks 1 to 3 compiled `fast` again: torch's
 #   compile caches key a graph by its device index (pytorch/pytorch#108971), so what `medddpm warmup`
-#   compiled on GPU 0 served rank 0 alone (a cProfile of each rank, `session58-2026-11-26/call-c-d/`).
+#   compiled on GPU 0 served rank 0 alone (a cProfile of each rank, `own-gpu-ranks-2026-11-26/call-c-d/`).
 #   Those runs: {glue:text}`tr_nproc_before`.
 #
 # ## Where a run's seconds go, phase by phase
@@ -134,11 +134,11 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # checkpoint written: {glue:text}`tr_train`. A warm cache skips Inductor's code generation, not Dynamo's
 # tracing. Under cProfile, warm, before the change below: {glue:text}`tr_train_parts`. AOT autograd's cache
 # had bypassed `fast`'s graph ("Unsupported call_function target autograd_function_apply",
-# `session57-2026-11-26/train-cache/`): its skip concatenation with dense gradients
+# `small-job-precompile-2026-11-26/train-cache/`): its skip concatenation with dense gradients
 # (`model._DenseGradCat`) is a `torch.autograd.Function`, which PyTorch keeps out of that cache unless
 # told to, so every process traced and partitioned the joint graph again. `medddpm/run/cache.py` now
 # tells it to; the caches of a warm run since (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`.
-# A warm run under cProfile since (`session60-2026-11-27/call-d/`, another H100 host): {glue:text}`tr_train_now`.
+# A warm run under cProfile since (`start-up-tried-2026-11-27/call-d/`, another H100 host): {glue:text}`tr_train_now`.
 # What the first steps still pay beyond the steady state is Dynamo tracing the step again in every
 # process, and Inductor loading its Triton kernels and rebuilding its autotuning templates.
 

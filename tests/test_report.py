@@ -698,3 +698,33 @@ def test_split_facts_read_the_timing_files_of_the_newest_nocomm_run(tmp_path):
     assert f["split_comm"] == "2.00" and f["split_clocks"].startswith("—") and f["split_reasons"].startswith("—")
     (new / "timing-fast-4.csv").unlink()  # the newest run incomplete: every fact says what is missing
     assert all(v.startswith("—") for v in split_facts(tmp_path).values()) and set(split_facts(tmp_path)) == set(SPLIT_KEYS)
+
+
+def test_the_readme_is_a_short_page_whose_headline_numbers_come_from_the_store():
+    """Issue 64: the README reads in a minute (≤ 200 lines); its headline numbers are exactly
+    ``headline.readme_lines`` of the committed store, each with its chapter, and its links resolve."""
+    import re
+
+    from medddpm.report.headline import readme_lines
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    lines = readme_lines(ROOT / "data" / "results")
+    section = text.split("## Headline numbers\n")[1].split("\n## ")[0]
+    assert [ln for ln in section.splitlines() if ln.startswith("- ")] == lines and len(lines) >= 5
+    assert all("[chapter " in ln for ln in lines)
+    for link in re.findall(r"\]\(([^)#]+)\)", text):
+        assert (ROOT / link).exists(), link
+
+
+def test_the_store_names_its_runs_by_date_and_content_not_by_work_session():
+    """Issue 64: a kept-apart run folder and a provenance key say what ran and when, never which
+    working session ran it."""
+    import json
+    import re
+
+    store = ROOT / "data" / "results"
+    counter = re.compile(r"^session[_-]?\d+", re.IGNORECASE)
+    assert not [p for p in store.rglob("*") if p.is_dir() and counter.match(p.name)]
+    for prov in store.rglob("provenance*.json"):
+        assert not [k for k in json.loads(prov.read_text()) if counter.match(k)], prov

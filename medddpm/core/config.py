@@ -370,8 +370,8 @@ _TRITON_DENSE = _rung(_TRITON, "fast-tnorm-tconv-dense", dense_skip_grads=True)
 _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
 # And the captured backward owning the gradients (no per-parameter add): every lever above together,
 # the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity). On several
-# ranks it runs the network whole and all-reduces one flat bf16 buffer after the backward (issue 49, session 59:
-# 97.4 % / 97.2 % on 2 / 4 H100s, against 96.4 % at 4 for the three fp32 buckets it all-reduced until then, fast-b3).
+# ranks it runs the network whole and all-reduces one flat bf16 buffer after the backward (issue 49, since
+# 2026-11-26; chapter 06 compares it with the three fp32 buckets it all-reduced before, fast-b3).
 _FAST = _rung(_FOLD, "fast", graph_owned_grads=True, grad_reduce="bf16")
 # Issue 40, lever 1: `fast` with the forward of every ≤ 64-channel 3³ convolution in FP8 (gradients bf16).
 _FP8_FWD = _rung(_FAST, "fast-fp8fwd", fp8_train_convs=True)
@@ -383,11 +383,10 @@ _FP8_SKIPGRAD = _rung(_FP8_FWD, "fast-fp8fwd-skipgrad", fused_skip_grads=True)
 # per-layer table names": Inductor's upsampling backward kernels), on each of the two above.
 _SKIPGRAD_UP = _rung(_SKIPGRAD, "fast-skipgrad-up", triton_upsample=True)
 _FP8_SKIPGRAD_UP = _rung(_FP8_SKIPGRAD, "fast-fp8fwd-skipgrad-up", triton_upsample=True)
-# Issue 49: how `fast`'s ranks reduce, against one bf16 all-reduce after the backward (fast since session 59): three
-# fp32 buckets, each all-reduced beside the rest of the backward (fast from session 50 to 58), one fp32 all-reduce
-# after the backward (fast before that), two fp32 buckets, and three bf16 buckets. Session 59's per-rank profile
-# (2 H100s): three segments cost about 40 kernel launches a step, and NCCL's kernels beside the backward slow its
-# kernels by 0.6–1.0 ms a step, more than the overlap hides.
+# Issue 49: how `fast`'s ranks reduce, against one bf16 all-reduce after the backward (fast's since 2026-11-26): three
+# fp32 buckets, each all-reduced beside the rest of the backward (fast's before), one fp32 all-reduce after the
+# backward (fast's before that), two fp32 buckets, and three bf16 buckets. Chapter 06 says from a per-rank profile
+# (sync-flat-bf16-2026-11-26/) why the three segments lose to one late all-reduce.
 SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-b3", grad_buckets=3, grad_reduce="fp32"),
                                     _rung(_FAST, "fast-flat", grad_reduce="fp32"),
                                     _rung(_FAST, "fast-b2", grad_buckets=2, grad_reduce="fp32"),

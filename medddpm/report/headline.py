@@ -71,3 +71,45 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
         add("`medddpm sample` of one mask, defaults: process start to file written (s)",
             "cold / warm compile cache, 128³", "Time to result", "not reported", walls)
     return pd.DataFrame(rows, columns=["result", "scope", "GPU", "ours", "paper (H100)", "chapter"])
+
+
+README_GPU = "h100-80gb-hbm3"  # the GPU the README quotes (the one every measurement ran on)
+
+
+def readme_lines(root: Path) -> list[str]:
+    """The README's headline numbers, one line each with its chapter, computed from the store (the
+    README holds exactly these lines: ``python -m medddpm.report.headline`` prints them and a test
+    checks them); a line whose data the store lacks is left out."""
+    from . import anatomy, equivalence, fast_facts, tables
+
+    gpus = tables.select_gpus(root, None)
+    g, out = README_GPU, []
+    b = bench(root, [g], ["baseline", "opt1", "opt2", "fast"]).set_index("config")
+    ch = lambda n, name: f"[chapter {n}](notebooks/{name}.py)"  # noqa: E731
+    if {"opt1", "opt2", "fast"} <= set(b.index):
+        out.append(f"- TF32 (OPT1): a training step {b.loc['opt1', 'speedup_vs_baseline']:.1f}× faster than true FP32 "
+                   f"at 128³ on an H100; 3D channels-last (OPT2): {b.loc['opt2', 'speedup_vs_baseline']:.2f}× — "
+                   f"{ch('05', '05_end_to_end')}.")
+        out.append(f"- `fast`: {b.loc['fast', 'speedup_vs_baseline']:.1f}× faster than true FP32, "
+                   f"{b.loc['fast', 'step_ms_median']:.1f} ms a step at 128³ on an H100 — {ch('06', '06_beyond')}.")
+    scaling = fast_facts.beyond(root, gpus).get("fast_scaling", "—")
+    if not scaling.startswith("—"):
+        out.append(f"- Several GPUs: `fast` {scaling} — {ch('06', '06_beyond')}.")
+    an = anatomy.facts(root, gpus)
+    if not an["an_v_gap"].startswith("—"):
+        out.append(f"- Real brains (IXI, 64³, v-prediction): background {an['an_v_gap']} from the scans', in-brain r "
+                   f"{an['an_v_r']} on the validation subjects — {ch('14', '14_anatomy')}.")
+    secs = equivalence.seconds(root, g).set_index("sampler")
+    if {"ddpm 250", "dpm2m-sde 12"} <= set(secs.index):
+        out.append(f"- Sampling a 128³ volume on an H100: DDPM 250 (the default) {secs.loc['ddpm 250', 's / volume']:.2f} s, "
+                   f"the 12-step chain {secs.loc['dpm2m-sde 12', 's / volume']:.2f} s, outside the sampler equivalence "
+                   f"gate — {ch('16', '16_equivalence')}.")
+    one = {c: wall(waiting_rows(root, [g]), "default", 1, c) for c in ("cold", "warm")}
+    if None not in one.values():
+        out.append(f"- `medddpm sample` of one mask by default, process start to file: {one['cold']:.1f} s cold, "
+                   f"{one['warm']:.1f} s warm on an H100 — {ch('15', '15_time_to_result')}.")
+    return out
+
+
+if __name__ == "__main__":
+    print("\n".join(readme_lines(Path(__file__).resolve().parents[2] / "data" / "results")))

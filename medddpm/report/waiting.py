@@ -23,12 +23,12 @@ from .wording import missing, number
 FOLDER = "time_to_result"
 STORE_FREE = ("tr_fast_from_calls", "tr_fast_from_ddpm", "tr_fast_from_chain", "tr_small", "tr_default_sampler")  # the package's rules, whatever the store holds
 # sharded `sample` runs whose ranks still saw every GPU (before distributed.own_gpu_only): ranks 1-3 compiled again
-BEFORE_OWN_GPU = "session58-2026-11-26/before-own-gpu"
+BEFORE_OWN_GPU = "own-gpu-ranks-2026-11-26/before-own-gpu"
 SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernels.precompile, and without its Triton kernels
 # start-up changes measured against main (``code`` "main …") on one machine, alternated, and not kept: a ``call`` and
 # ``code`` column beside time_to_result.csv's
-TRIED = "session60-2026-11-27"
-WARMUP_ALL = "2026-11-27-warmup-every-config"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
+TRIED = "start-up-tried-2026-11-27"
+WARMUP_ALL = "warmup-every-config-2026-11-27"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
 TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler

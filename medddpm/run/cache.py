@@ -35,7 +35,7 @@ def use() -> Path:
     into the graph the cache key hashes). PyTorch bypasses the cache for them by default, so a warm
     ``train --config fast`` traced and partitioned its joint graph again in every process (issue 48:
     "Bypassing autograd cache due to: Unsupported call_function target autograd_function_apply",
-    H100, ``time_to_result/session57-2026-11-26/train-cache/``)."""
+    H100, ``time_to_result/small-job-precompile-2026-11-26/train-cache/``)."""
     folder = root()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
