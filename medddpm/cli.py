@@ -248,9 +248,10 @@ def cmd_train(a: argparse.Namespace) -> None:
     from .data.nifti import VolumeDataset
     from .run.engine import effective_knobs
     import pandas as pd
+    import time
 
     from .train.checkpoint import BEST, CHECKPOINT
-    from .train.trainer import HELDOUT, Trainer, steady_intervals
+    from .train.trainer import HELDOUT, Trainer, steady_intervals, timing_line
 
     if _launching(a):
         return _launch(a, a.argv)
@@ -272,6 +273,7 @@ def cmd_train(a: argparse.Namespace) -> None:
         try:
             if a.resume:
                 world.checked(trainer.resume)
+            ready = time.perf_counter() - a.started
             losses = trainer.fit(a.steps, progress=not a.quiet and world.main, time_limit_s=a.time_limit)
         finally:
             trainer.close()
@@ -295,6 +297,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     if len(steady):
         print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
               f"after the first; {out / 'timing.csv'})")
+    print(timing_line(trainer.phases, ready, a.time_limit))
 
 
 def warmup_configs(config: str | None, device) -> list[str]:

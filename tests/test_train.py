@@ -138,3 +138,25 @@ def test_a_resume_mismatch_names_what_differs_in_one_line():
     assert _difference("knobs", {"name": "fast", "tf32": True}, {"name": "opt1", "tf32": True}).startswith(
         "it was trained with --config fast, not opt1; resume with --config fast")
     assert _difference("size", [16, 16, 16], [32, 32, 32]) == "its size [16, 16, 16] differs from [32, 32, 32]"
+
+
+def test_fit_says_where_its_seconds_went(phantoms, tmp_path):
+    """Issue 64: the first step (read back at once), the held-out evaluations, the checkpoints and
+    the steady steps, each with its count, add up to the fit's wall time; `train` prints them."""
+    import re
+    import time
+
+    from medddpm.train.trainer import timing_line
+
+    t = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2, save_every=3, log_every=1)
+    t0 = time.perf_counter()
+    t.fit(5, progress=False)
+    wall = time.perf_counter() - t0
+    p = t.phases
+    assert (p["first step n"], p["steady steps n"], p["held-out n"], p["checkpoints n"]) == (1, 4, 4, 2)
+    spent = p["first step"] + p["steady steps"] + p["held-out"] + p["checkpoints"]
+    assert 0 < spent <= wall and spent > 0.9 * wall
+    line = timing_line(p, 1.5, 100.0)
+    assert re.fullmatch(r"timing: ready 1\.5 s, first step [0-9.]+ s, steady steps [0-9.]+ s \(4 at [0-9.]+ ms\), "
+                        r"held-out [0-9.]+ s \(4\), checkpoints [0-9.]+ s \(2\), \d+ % of --time-limit in steady steps",
+                        line), line

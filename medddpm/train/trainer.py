@@ -70,6 +70,21 @@ def sample_order(n: int, seed: int, micro_batch: int) -> int:
     return int(np.random.default_rng([seed, epoch]).permutation(n)[pos])
 
 
+def timing_line(phases: dict[str, float], ready_s: float | None = None, time_limit_s: float | None = None) -> str:
+    """``timing: ready 3.2 s, first step 41.0 s, steady steps 150.3 s (14,999 at 10.0 ms), held-out 9.1 s (8),
+    checkpoints 2.2 s (4)`` from ``Trainer.phases`` (``ready_s``: seconds from the command's start to training);
+    with a time limit, the share of it spent in steady steps."""
+    n = int(phases.get("steady steps n", 0))
+    per = f" at {1e3 * phases['steady steps'] / n:.1f} ms" if n else ""
+    parts = ([f"ready {ready_s:.1f} s"] if ready_s is not None else []) + [
+        f"first step {phases.get('first step', 0.0):.1f} s", f"steady steps {phases.get('steady steps', 0.0):.1f} s ({n:,}{per})",
+        f"held-out {phases.get('held-out', 0.0):.1f} s ({int(phases.get('held-out n', 0))})",
+        f"checkpoints {phases.get('checkpoints', 0.0):.1f} s ({int(phases.get('checkpoints n', 0))})"]
+    if time_limit_s:
+        parts.append(f"{100 * phases.get('steady steps', 0.0) / time_limit_s:.0f} % of --time-limit in steady steps")
+    return "timing: " + ", ".join(parts)
+
+
 def steady_intervals(timing: pd.DataFrame) -> pd.Series:
     """ms/step of a run's read-back intervals (``Trainer.timing`` / ``timing.csv``) after the
     first, which holds compilation and warm-up: the steady state."""
@@ -138,6 +153,7 @@ class Trainer:
         self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
         self._pending: list[Tensor] = []
         self._clock: list[tuple[int, float]] = []  # (step, seconds) at each read-back: a synced clock
+        self.phases: dict[str, float] = {}  # seconds of the last fit() by phase (``PHASES``), and its counts
         self.data = data if data is not None else self.data_plan(len(dataset), model_cfg, self.engine.knobs, device,
                                                                   self.size)
         self._volumes = pipeline.stack_cache(dataset, self.data, self.engine.to_device)
@@ -328,43 +344,65 @@ class Trainer:
         late = torch.tensor([float(time.perf_counter() > deadline and self.world.main)], device=self.device)
         return bool(self.world.mean(late).item() > 0)
 
+    def _timed(self, phase: str, fn, *args):
+        """``fn(*args)``, its seconds added to ``phases[phase]`` and its count to ``phases[phase + ' n']``."""
+        t0 = time.perf_counter()
+        out = fn(*args)
+        if phase != "held-out" or out:  # an evaluation that was not due costs nothing
+            self.phases[phase] += time.perf_counter() - t0
+            self.phases[f"{phase} n"] += 1
+        return out
+
     def fit(self, steps: int, progress: bool = True, time_limit_s: float | None = None) -> list[float]:
         """Train until ``steps`` optimizer steps in total; checkpoint every ``save_every`` and at the
         end; losses are read back every ``log_every`` steps. With ``time_limit_s`` training stops at
         the first read-back after that many seconds (``stopped_early``), checkpointed: ``resume``
-        continues it exactly."""
+        continues it exactly. ``phases`` gets where its seconds went (``timing_line``): the first
+        step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
+        checkpoints, and the steady steps (the rest)."""
         if steps < self.step:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
         if time_limit_s is not None and time_limit_s <= 0:
             raise InputError(f"--time-limit must be > 0 seconds, got {time_limit_s}")
         self._clock = [(self.step, time.perf_counter())]
-        deadline = None if time_limit_s is None else self._clock[0][1] + time_limit_s
+        start = self._clock[0][1]
+        deadline = None if time_limit_s is None else start + time_limit_s
         self.stopped_early = False
+        self.phases = {"first step": 0.0, "first step n": 0, "held-out": 0.0, "held-out n": 0, "checkpoints": 0.0,
+                       "checkpoints n": 0, "steady steps": 0.0, "steady steps n": 0}
         from tqdm.auto import tqdm
 
         cfg = self.train_cfg
         bar = tqdm(total=steps, initial=self.step, disable=not progress, desc="train", unit="step")
         self.feed(stop=steps)
+        first = self.step
         try:
-            self._evaluate_if_due(steps)
+            self._timed("held-out", self._evaluate_if_due, steps)
             while self.step < steps:
+                t0 = time.perf_counter()
                 self.train_step()
+                if self.step == first + 1:  # read back at once: the first step's compilation, capture and warm-up
+                    self.flush()
+                    self.phases["first step"], self.phases["first step n"] = time.perf_counter() - t0, 1
                 if self.step % cfg.log_every == 0 or self.step % cfg.save_every == 0:
                     self.flush()
                     bar.update(self.step - bar.n)
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
                     self.stopped_early = self.step < steps and self._out_of_time(deadline)
-                if self._evaluate_if_due(steps):
+                if self._timed("held-out", self._evaluate_if_due, steps):
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
                 if self.stopped_early:
                     break  # saved below
                 if self.step % cfg.save_every == 0:
-                    self.save()
+                    self._timed("checkpoints", self.save)
             bar.update(self.step - bar.n)
         finally:
             bar.close()
             self.close_feed()
-        self.save()
+        self._timed("checkpoints", self.save)
+        p = self.phases
+        p["steady steps"] = max(time.perf_counter() - start - p["first step"] - p["held-out"] - p["checkpoints"], 0.0)
+        p["steady steps n"] = self.step - first - p["first step n"]
         return self.losses
 
     def _held_postfix(self) -> dict[str, str]:
