@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(a: argparse.Namespace) -> None:
     import pandas as pd
 
-    from medddpm.data.nifti import pair_files, strip_nifti_suffix
-    from medddpm.sample.anatomy import anatomy_tables, region_labels, summary, template
+    from medddpm.data.nifti import strip_nifti_suffix
+    from medddpm.sample.anatomy import anatomy_tables, region_labels, run_tags, split_pairs, summary, template
     from medddpm.sample.gate import GateRun, sample_runs
     from medddpm.sample.quality import orthogonal_slices, read_sample
     from medddpm.train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
@@ -66,20 +66,16 @@ def run(a: argparse.Namespace) -> None:
     runs = [GateRun.parse(spec, config, seed) for spec, config in (r.split(":") for r in a.runs.split(","))
             for seed in seeds]
     ckpt = load_checkpoint(a.checkpoint)
-    model_cfg, diff_cfg, train_cfg, knobs = configs_from_checkpoint(ckpt)
+    model_cfg = configs_from_checkpoint(ckpt)[0]
     dcfg = data_config(ckpt)
-    held = pair_files(data / a.split / "images", data / a.split / "masks")
-    val = {p.subject for p in pair_files(data / "val" / "images", data / "val" / "masks")}
-    train = [p for p in pair_files(data / "dev" / "images", data / "dev" / "masks") if p.subject not in val]
+    held, train = split_pairs(data, a.split)
     device = resolve_device(a.device)
     folders = sample_runs(a.checkpoint, data / a.split / "masks", Path(a.work) / a.name / a.split, runs, device,
                           a.batch)
     keyed = {(f"{r.spec}:{r.config}", r.seed): f for r, f in folders.items()}
     mean = template(train, dcfg)
     samples, diversity = anatomy_tables(keyed, held, dcfg, model_cfg.name, mean, a.workers)
-    tag = {"name": a.name, "split": a.split, "step": int(ckpt["step"]), "train_config": knobs.name,
-           "intensity": dcfg.intensity, "prediction": diff_cfg.prediction, "offset_noise": diff_cfg.offset_noise,
-           "train_seed": train_cfg.seed, "lr": train_cfg.lr}
+    tag = run_tags(ckpt, a.name, a.split)
     env = {**env_info(device), "checkpoint": str(a.checkpoint), "data_config": asdict(dcfg),
            "train_subjects": len(train), "held_subjects": [p.subject for p in held]}
     out = Path(a.out) / "anatomy"

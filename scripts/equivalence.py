@@ -124,8 +124,7 @@ def run(a: argparse.Namespace) -> int:
 
     from medddpm.core.io import append_csv
     from medddpm.core.runtime import env_info, resolve_device
-    from medddpm.data.nifti import pair_files
-    from medddpm.sample.anatomy import anatomy_tables, template
+    from medddpm.sample.anatomy import anatomy_tables, run_tags, split_pairs, template
     from medddpm.sample.gate import GateRun
     from medddpm.train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 
@@ -162,19 +161,15 @@ def run(a: argparse.Namespace) -> int:
     if finished.empty:
         raise InputError("no run finished: nothing to measure")
     ckpt = load_checkpoint(a.checkpoint)
-    model_cfg, diff_cfg, train_cfg, knobs = configs_from_checkpoint(ckpt)
+    model_cfg = configs_from_checkpoint(ckpt)[0]
     dcfg = data_config(ckpt)
-    held = pair_files(data / a.split / "images", data / a.split / "masks")
-    val = {p.subject for p in pair_files(data / "val" / "images", data / "val" / "masks")}
-    train = [p for p in pair_files(data / "dev" / "images", data / "dev" / "masks") if p.subject not in val]
+    held, train = split_pairs(data, a.split)
     keyed = {(f"{r.spec}:{r.config}", int(r.seed)): work / GateRun.parse(r.spec, r.config, int(r.seed)).name
              for r in finished.itertuples()}
     samples, diversity = anatomy_tables(keyed, held, dcfg, model_cfg.name, template(train, dcfg), a.workers,
                                         pairs="adjacent")
     print(f"measured {len(keyed)} runs x seeds (t+{time.monotonic() - START:.0f} s)", flush=True)
-    tag = {"name": a.name, "split": a.split, "step": int(ckpt["step"]), "train_config": knobs.name,
-           "intensity": dcfg.intensity, "prediction": diff_cfg.prediction, "offset_noise": diff_cfg.offset_noise,
-           "train_seed": train_cfg.seed, "lr": train_cfg.lr}
+    tag = run_tags(ckpt, a.name, a.split)
     device = resolve_device(None)
     env = {**env_info(device), "checkpoint": str(a.checkpoint), "data_config": asdict(dcfg),
            "train_subjects": len(train), "held_subjects": [p.subject for p in held], "gpus": a.gpus}

@@ -159,3 +159,26 @@ def summary(samples: pd.DataFrame, diversity: pd.DataFrame) -> pd.DataFrame:
     if not diversity.empty:
         out["ssim_between_seeds"] = diversity.groupby("run")["ssim_between_seeds"].mean()
     return out.reset_index()
+
+
+def split_pairs(data: str | Path, split: str = "val") -> tuple[list[Pair], list[Pair]]:
+    """(``split``'s pairs, the training pairs) of a ``medddpm prepare-ixi`` folder: the training
+    subjects are dev/'s less val/'s."""
+    from ..data.nifti import pair_files
+
+    data = Path(data)
+    held = pair_files(data / split / "images", data / split / "masks")
+    val = {p.subject for p in pair_files(data / "val" / "images", data / "val" / "masks")}
+    return held, [p for p in pair_files(data / "dev" / "images", data / "dev" / "masks") if p.subject not in val]
+
+
+def run_tags(ckpt: dict, name: str, split: str) -> dict:
+    """The columns every measured row of one checkpoint carries: the run's name and split, the
+    checkpoint's step and the recipe it was trained with."""
+    from ..train.checkpoint import configs_from_checkpoint, data_config
+
+    _, diff_cfg, train_cfg, knobs = configs_from_checkpoint(ckpt)
+    dcfg = data_config(ckpt)
+    return {"name": name, "split": split, "step": int(ckpt["step"]), "train_config": knobs.name,
+            "intensity": dcfg.intensity, "prediction": diff_cfg.prediction, "offset_noise": diff_cfg.offset_noise,
+            "train_seed": train_cfg.seed, "lr": train_cfg.lr}
