@@ -278,7 +278,7 @@ def test_eta_is_refused_where_a_sampler_has_none():
 @pytest.mark.parametrize("sampler", ["dpm1", "dpm1-sde"])
 def test_first_order_converges_from_below(sampler):
     """The first-order solvers draw too narrow a spread (samples too alike), and its error falls by
-    about half when the steps double: an O(1/steps) bias, as on IXI (book chapter 14)."""
+    about half when the steps double: an O(1/steps) bias, as on IXI (book chapter 16)."""
     err10, err20 = (spread(sampler, n, "logsnr")[1] - 1 for n in (10, 20))
     assert err10 < err20 < 0
     assert 0.35 < err20 / err10 < 0.65

@@ -63,13 +63,14 @@ class Recommendation:
 
 
 # Issues 47 and 62: the default must pass the sampler equivalence gate on real anatomy (medddpm.sample.equivalence).
-# On IXI (book chapter 14) no sampler of fewer denoiser calls has passed it yet: DDPM 250 stays the default.
+# On IXI (book chapter 16) no sampler of fewer denoiser calls has passed it yet: DDPM 250 stays the default.
 RECOMMENDED = Recommendation("ddpm", 250, "", "no sampler of fewer denoiser calls has passed the sampler "
-                             "equivalence gate on real IXI brains (book chapter 14); --sampler dpm2m-sde samples in "
+                             "equivalence gate on real IXI brains (book chapter 16); --sampler dpm2m-sde samples in "
                              "12 calls, with a small shift in in-brain agreement")
 # The few-step chain: the fewest steps inside the band under fast on the MNI demo set (quality/sampler_verdicts.csv)
 FEW_STEP = Recommendation("dpm2m-sde", 12, "logsnr", "the fewest steps inside FP32 DDPM 250's quality band under the "
-                          "fast configuration on the MNI demo set; on IXI its in-brain agreement falls below the band")
+                          "fast configuration on the MNI demo set; on IXI it fails the sampler equivalence gate "
+                          "(book chapter 16)")
 DEFAULT_SPACING = FEW_STEP.spacing  # a solver's spacing unless one is given
 DEFAULT_STEPS = FEW_STEP.steps  # a solver's denoiser calls unless told
 
