@@ -214,3 +214,24 @@ def test_the_phases_of_a_timed_row_and_the_changes_tried_against_main(tmp_path):
         "call A (x changed; against main abc): 1 mask by default, warm (`ddpm`) 11.0 s against 11.0 s (2 and 1 run); "
         "256 masks by default on 4 ranks, warm (`dpm2m-sde`) 30.0 s against 33.0 s (1 and 1 run)")
     assert waiting.facts(tmp_path, ["gpu-b"])["tr_tried"].startswith("—")
+
+
+def test_what_warmup_buys_the_next_sample_per_machine():
+    """Issue 64: after `warmup` the first 1-mask `sample` against a warm run on the same machine, one
+    clause per host, and whether it is within 10 %."""
+    import pandas as pd
+
+    from medddpm.report.waiting import after_warmup, tidy
+
+    rows = []
+    for host, (warm, after) in {"A": (12.0, 13.0), "B": (10.0, 12.0)}.items():
+        for command, cache, wall, n in (("warmup --checkpoint c", "cold", 50.0, 0),
+                                        ("sample --checkpoint c --masks m", "warmup", after, 1),
+                                        ("sample --checkpoint c --masks m", "warm", warm, 1)):
+            rows.append({"gpu": "NVIDIA H100 80GB HBM3", "gpu_slug": "h100-80gb-hbm3", "command": command,
+                         "config": "default", "ran": "fast-eager" if n else "", "sampler": "ddpm" if n else "",
+                         "volumes": n, "cache": cache, "wall_s": wall, "rc": 0, "host": host})
+    text = after_warmup(tidy(pd.DataFrame(rows)))
+    assert text.startswith("host A: `warmup` 50.0 s; then 1 mask by default (`fast-eager`) 13.0 s, against 12.0 s warm (+8 %, within")
+    assert "host B:" in text and "(+20 %, outside the 10 % target)" in text
+    assert after_warmup(tidy(pd.DataFrame())).startswith("—")

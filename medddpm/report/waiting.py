@@ -63,7 +63,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     df["sampler"] = stored.fillna(named.astype(object)).fillna(EARLIER_DEFAULT).where(df["what"] == "sample", "")
     told = df["ran"].astype(object) if "ran" in df else pd.Series(None, index=df.index, dtype=object)
     df["ran"] = told.where(told.notna() & (told != ""), [_earlier(r) for r in df.itertuples()])
-    keys = ["gpu_slug", "what", "config", "sampler", "volumes", "cache", "nproc"]
+    keys = ["gpu_slug", "what", "config", "sampler", "volumes", "cache", "nproc", *(["host"] if "host" in df else [])]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
@@ -247,7 +247,10 @@ AFTER_WARMUP_TARGET = 0.10  # issue 64: after `warmup`, the first `sample` of 1 
 
 def after_warmup(df: pd.DataFrame) -> str:
     """What `warmup` (every configuration `sample` may pick) buys the next 1-mask `sample` by default:
-    its wall time against a warm run's and a cold one's on the same machine, and the warmup's own."""
+    its wall time against a warm run's and a cold one's on the same machine, and the warmup's own;
+    one clause per machine where the rows name theirs (column ``host``)."""
+    if len(df) and "host" in df and df["host"].nunique() > 1:
+        return "; ".join(f"host {h}: {after_warmup(g.drop(columns='host'))}" for h, g in df.groupby("host"))
     w = df[(df["what"] == "warmup") & (df["rc"] == 0)] if len(df) else df
     one = lambda cache: newest(df, "default", 1, cache)  # noqa: E731
     after, warm, cold = one("warmup"), one("warm"), one("cold")
