@@ -12,7 +12,7 @@ from typing import Sequence
 from .core.config import (DEFAULT_ETA, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, SMALL_JOB, USER_CONFIGS, DataConfig,
                           fast_from)
 from .core.errors import InputError, MedddpmError
-from .diffusion.solvers import FEW_STEP, RECOMMENDED, SAMPLERS, SPACINGS
+from .diffusion.solvers import FEW_STEP, RECOMMENDED, SAMPLERS, SPACINGS, denoiser_calls
 
 
 def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -300,17 +300,15 @@ def cmd_train(a: argparse.Namespace) -> None:
     print(timing_line(trainer.phases, ready, a.time_limit))
 
 
-def warmup_configs(config: str | None, device) -> list[str]:
+def warmup_configs(config: str | None, device, calls: int = RECOMMENDED.steps) -> list[str]:
     """The configurations ``warmup`` compiles: ``config`` where given, else every one that ``sample``
-    without ``--config`` may pick on ``device`` (``sampler.default_config``): on a GPU the small
-    jobs' ``SMALL_JOB`` and the large jobs' ``fast``, on a CPU its one."""
+    without ``--config`` may pick on ``device`` for volumes of ``calls`` denoiser calls
+    (``sampler.default_config`` of one volume and of many): on a GPU ``SMALL_JOB`` and ``fast``."""
     from .sample.sampler import default_config
 
     if config is not None:
         return [config]
-    if device.type != "cuda":
-        return [default_config(device)[0]]
-    return [SMALL_JOB, "fast"]
+    return list(dict.fromkeys(default_config(device, n, calls)[0] for n in (1, None)))
 
 
 def cmd_warmup(a: argparse.Namespace) -> None:
@@ -324,12 +322,11 @@ def cmd_warmup(a: argparse.Namespace) -> None:
     if a.batch < 1:
         raise InputError(f"--batch must be >= 1, got {a.batch}")
     device = resolve_device(a.device)
-    configs = warmup_configs(a.config, device)
-    for config in configs:
-        check_options(a.sampler, a.steps, a.spacing, config, "ema", a.batch, DEFAULT_ETA)
+    check_options(a.sampler, a.steps, a.spacing, a.config or "fast", "ema", a.batch, DEFAULT_ETA)
     ckpt = load_checkpoint(a.checkpoint)
-    check_options(a.sampler, a.steps, a.spacing, configs[0], "ema", a.batch, DEFAULT_ETA,
-                  configs_from_checkpoint(ckpt)[1].timesteps)
+    timesteps = configs_from_checkpoint(ckpt)[1].timesteps
+    check_options(a.sampler, a.steps, a.spacing, a.config or "fast", "ema", a.batch, DEFAULT_ETA, timesteps)
+    configs = warmup_configs(a.config, device, denoiser_calls(a.sampler, a.steps, timesteps))
     for config in configs:
         t0 = time.perf_counter()
         sampler = Sampler(ckpt, device, config)

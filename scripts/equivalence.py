@@ -54,44 +54,19 @@ def parse_runs(text: str) -> list[tuple[str, str, list[int]]]:
 
 
 def worker(a: argparse.Namespace) -> int:
-    """Sample this worker's (spec, config, seed) list in order until the deadline."""
+    """Sample this worker's (spec, config, seed) list in order until the deadline (``gate.sample_runs``)."""
     import torch
 
-    from medddpm.sample.gate import GateRun
-    from medddpm.sample.sampler import Sampler, read_masks
-    from medddpm.train.checkpoint import data_config, load_checkpoint
+    from medddpm.sample.gate import GateRun, sample_runs
 
     units = json.loads(Path(a.worker).read_text())
-    ckpt = load_checkpoint(a.checkpoint)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    jobs = read_masks(Path(a.data) / a.split / "masks", Path(a.work), ckpt["config"]["model"]["name"],
-                      tuple(ckpt["config"]["size"]), mask_labels=data_config(ckpt).mask_labels)
-    samplers: dict[str, Sampler] = {}
-    rows = []
-    for spec, config, seed in units:
-        run = GateRun.parse(spec, config, seed)
-        folder = Path(a.work) / run.name
-        if folder.is_dir() and len(list(folder.glob("*.nii.gz"))) == len(jobs):
-            rows.append({"spec": spec, "config": config, "seed": seed, "seconds": float("nan"), "finished": True})
-            continue
-        if time.time() > a.deadline_at:
-            rows.append({"spec": spec, "config": config, "seed": seed, "seconds": float("nan"), "finished": False})
-            continue
-        t0 = time.perf_counter()
-        built = config not in samplers
-        if built:
-            samplers[config] = Sampler(ckpt, device, config)
-        tmp = Path(a.work) / f".{run.name}.tmp"
-        subprocess.run(["rm", "-rf", str(tmp)], check=True)
-        samplers[config].write_jobs([j.to(tmp) for j in jobs], list(range(len(jobs))), run.sampler,
-                                    run.steps if run.sampler != "ddpm" else None, run.eta, seed,
-                                    min(a.batch, len(jobs)), True, run.spacing or None)
-        tmp.rename(folder)
-        seconds = time.perf_counter() - t0
-        rows.append({"spec": spec, "config": config, "seed": seed, "seconds": seconds, "finished": True,
-                     "built_sampler": built, "volumes": len(jobs), "batch": min(a.batch, len(jobs))})
-        print(f"[{os.environ.get('CUDA_VISIBLE_DEVICES', '-')}] {run.name}: {len(jobs)} masks in {seconds:.1f} s "
-              f"(t+{time.monotonic() - START:.0f} s)", flush=True)
+    runs = [GateRun.parse(spec, config, seed) for spec, config, seed in units]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seconds: dict = {}
+    folders = sample_runs(a.checkpoint, Path(a.data) / a.split / "masks", a.work, runs, device, a.batch,
+                          a.deadline_at, seconds)
+    rows = [{"spec": spec, "config": config, "seed": seed, "seconds": seconds.get(r, float("nan")),
+             "finished": r in folders} for (spec, config, seed), r in zip(units, runs)]
     Path(a.worker).with_suffix(".out.json").write_text(json.dumps(rows))
     return 0
 

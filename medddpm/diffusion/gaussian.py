@@ -278,12 +278,11 @@ class GaussianDiffusion(nn.Module):
         and ``DEFAULT_SPACING``); DDIM takes ``steps`` (default all T) uniformly in time; ``eta``
         scales the noise of DDIM (default 0) and of the SDE solvers (default 1; ``solvers.takes_eta``),
         and may only be 1 for the others."""
-        check_sampler(sampler, steps, spacing, self.num_timesteps, 1.0 if eta is None else eta)
+        eta = (0.0 if sampler == "ddim" else 1.0) if eta is None else eta
+        check_sampler(sampler, steps, spacing, self.num_timesteps, eta)
         n = denoiser_calls(sampler, steps, self.num_timesteps)
         if sampler in SOLVERS:
-            return self.solve(mask, channels, sampler, n, spacing or DEFAULT_SPACING, generator, clip, on_step,
-                              1.0 if eta is None else eta)
-        eta = 0.0 if eta is None else eta
+            return self.solve(mask, channels, sampler, n, spacing or DEFAULT_SPACING, generator, clip, on_step, eta)
         if sampler == "ddpm":
             it = self.ddpm_steps(mask, channels, generator, clip)
         else:

@@ -132,7 +132,6 @@ def figure(j: pd.DataFrame):
         return no_data(WHAT, "scripts/equivalence.py")
     runs = list(dict.fromkeys(j["run"]))
     fig, axes = plt.subplots(1, len(MEASURES), figsize=(15, 0.32 * len(runs) + 1.6), sharey=True)
-    colour = {"pass": "tab:green"}
     for ax, m in zip(axes, MEASURES):
         sub = j[j["measure"] == m].set_index("run").loc[runs]
         y = np.arange(len(runs))[::-1]
@@ -140,7 +139,7 @@ def figure(j: pd.DataFrame):
             c = "tab:green" if r["passes"] else ("tab:grey" if r["role"] == "poor sampler" else "tab:red")
             lo, hi, d = (r[k] / r["margin"] for k in ("low", "high", "difference"))
             ax.plot([max(lo, -4), min(hi, 4)], [yi, yi], color=c, lw=2.5)
-            ax.plot([np.clip(d, -4, 4)], [yi], "o", color=colour.get("pass" if r["passes"] else "", c), ms=3)
+            ax.plot([np.clip(d, -4, 4)], [yi], "o", color=c, ms=3)
         ax.axvspan(-1, 1, color="tab:green", alpha=0.08)
         ax.axvline(0, color="k", lw=0.6)
         ax.set_xlim(-4.2, 4.2)
@@ -208,13 +207,20 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     def r_of(run: str) -> str:
         return _interval(m.loc[("candidate", run, "brain_corr")]) if ("candidate", run, "brain_corr") in m.index else "—"
 
-    def runs_like(prefix: str, eta: str = "") -> pd.DataFrame:
-        sel = cands[(cands["measure"] == "brain_corr") & cands["candidate"].str.match(rf"{prefix}\d+-logsnr{eta}:")]
+    def runs_like(prefix: str) -> pd.DataFrame:  # in-brain r of the solver's η = 1 runs on log-SNR steps, by calls
+        sel = cands[(cands["measure"] == "brain_corr") & cands["candidate"].str.match(rf"{prefix}\d+-logsnr:")]
         return sel.sort_values("calls")
 
     sde2, sde1 = runs_like("dpm2m-sde"), runs_like("dpm1-sde")
     eta12 = cands[cands["candidate"].str.match(r"dpm2m-sde12-logsnr(-eta[0-9.]+)?:")]
     eta_of = lambda c: GateRun.parse(*c.split(":")).eta  # noqa: E731
+
+    def by_eta(measure: str) -> str:
+        """The 12-step chain's difference on ``measure`` at each η judged ('η 0.8: -0.0095, η 1: …')."""
+        rows = eta12[eta12["measure"] == measure]
+        return ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in
+                         sorted(zip(rows["candidate"], rows["difference"]), key=lambda p: eta_of(p[0]))) or "—"
+
     util, secs = utility(root, gpu), seconds(root, gpu)
     poor = j[j["role"] == "poor sampler"]
     return {
@@ -238,12 +244,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         "eq_chain_r": r_of(label("dpm2m-sde12-logsnr:fast")),
         "eq_sde2_r": ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sde2["calls"], sde2["difference"])) or "—",
         "eq_sde1_r": ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sde1["calls"], sde1["difference"])) or "—",
-        "eq_eta_r": ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in sorted(
-            zip(eta12.loc[eta12["measure"] == "brain_corr", "candidate"], eta12.loc[eta12["measure"] == "brain_corr", "difference"]),
-            key=lambda p: eta_of(p[0]))) or "—",
-        "eq_eta_ssim": ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in sorted(
-            zip(eta12.loc[eta12["measure"] == "ssim_between_seeds", "candidate"],
-                eta12.loc[eta12["measure"] == "ssim_between_seeds", "difference"]), key=lambda p: eta_of(p[0]))) or "—",
+        "eq_eta_r": by_eta("brain_corr"),
+        "eq_eta_ssim": by_eta("ssim_between_seeds"),
         "eq_util": "; ".join(f"{r['sampler run']} {r['synthetic Dice']:.3f} ({100 * r['against DDPM 250']:.1f} %)"
                              for _, r in util.iterrows()) or missing("utility rows (equivalence/utility.csv)"),
         "eq_seconds": "; ".join(f"{r['sampler']} {r['s / volume']:.3g} s" for _, r in secs.iterrows())

@@ -55,7 +55,7 @@ class Arm:
         return f"{self.run} seeds {seeds}"
 
 
-def _check(samples: pd.DataFrame, diversity: pd.DataFrame, arm: Arm) -> None:
+def _check(samples: pd.DataFrame, arm: Arm) -> None:
     have = set(samples.loc[samples["run"] == arm.run, "seed"])
     missing = sorted(set(arm.seeds) - have)
     if missing:
@@ -67,7 +67,7 @@ def _check(samples: pd.DataFrame, diversity: pd.DataFrame, arm: Arm) -> None:
 def subject_means(samples: pd.DataFrame, diversity: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     """Per subject (index), the mean over ``arm``'s seeds of every ``MEASURES`` entry; SSIM between
     seeds over the pairs of the diversity table whose two seeds both belong to the arm."""
-    _check(samples, diversity, arm)
+    _check(samples, arm)
     own = samples[(samples["run"] == arm.run) & samples["seed"].isin(arm.seeds)]
     out = own.groupby("subject")[[m for m in MEASURES if m != "ssim_between_seeds"]].mean()
     pairs = diversity[(diversity["run"] == arm.run) & diversity["seed_a"].isin(arm.seeds)

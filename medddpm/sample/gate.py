@@ -85,9 +85,14 @@ REFERENCE = ("ddpm", 250, "", "baseline")  # the band's run: FP32 DDPM 250 (RUN_
 
 
 def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, runs: Sequence[GateRun],
-                device, batch: int = 2) -> dict[GateRun, Path]:
+                device, batch: int = 2, deadline: float | None = None,
+                seconds: dict[GateRun, float] | None = None) -> dict[GateRun, Path]:
     """Sample every run's masks into WORK/<run.name>/ (a complete folder from an earlier call is
-    kept; a partial one is sampled again), building each configuration's denoiser once."""
+    kept; a partial one is sampled again), building each configuration's denoiser once; returns the
+    complete folders. With ``deadline`` (a ``time.time()``) no run starts after it; ``seconds`` gets
+    each sampled run's seconds (the first of a configuration's runs includes building its denoiser)."""
+    import time
+
     import torch
 
     from .sampler import Sampler, check_options, read_masks
@@ -104,9 +109,13 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
     for config in dict.fromkeys(r.config for r in runs):
         sampler = None
         for run in (r for r in runs if r.config == config):
-            folder = folders[run] = work / run.name
+            folder = work / run.name
             if folder.is_dir() and len(list(folder.glob("*.nii.gz"))) == len(jobs):
+                folders[run] = folder
                 continue
+            if deadline is not None and time.time() > deadline:
+                continue
+            t0 = time.perf_counter()
             shutil.rmtree(folder, ignore_errors=True)
             sampler = sampler or Sampler(ckpt, torch.device(device), config)
             tmp = work / f".{run.name}.tmp"  # written whole, then renamed: a cut-off run leaves no folder
@@ -115,7 +124,11 @@ def sample_runs(checkpoint: str | Path, masks: str | Path, work: str | Path, run
                           run.steps if run.sampler != "ddpm" else None, run.eta, run.seed, min(batch, len(jobs)), True,
                           run.spacing or None)
             tmp.rename(folder)
-            print(f"{run.name}: sampled {len(jobs)} masks", flush=True)
+            folders[run] = folder
+            took = time.perf_counter() - t0
+            if seconds is not None:
+                seconds[run] = took
+            print(f"{run.name}: sampled {len(jobs)} masks in {took:.1f} s", flush=True)
         del sampler
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -153,7 +153,7 @@ class Trainer:
         self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
         self._pending: list[Tensor] = []
         self._clock: list[tuple[int, float]] = []  # (step, seconds) at each read-back: a synced clock
-        self.phases: dict[str, float] = {}  # seconds of the last fit() by phase (``PHASES``), and its counts
+        self.phases: dict[str, float] = {}  # the last fit()'s seconds by phase, and each phase's count ('<phase> n')
         self.data = data if data is not None else self.data_plan(len(dataset), model_cfg, self.engine.knobs, device,
                                                                   self.size)
         self._volumes = pipeline.stack_cache(dataset, self.data, self.engine.to_device)
@@ -345,10 +345,11 @@ class Trainer:
         return bool(self.world.mean(late).item() > 0)
 
     def _timed(self, phase: str, fn, *args):
-        """``fn(*args)``, its seconds added to ``phases[phase]`` and its count to ``phases[phase + ' n']``."""
+        """``fn(*args)``, its seconds added to ``phases[phase]`` and its count to ``phases[phase + ' n']``,
+        unless it returned False (it had nothing to do: an evaluation that was not due)."""
         t0 = time.perf_counter()
         out = fn(*args)
-        if phase != "held-out" or out:  # an evaluation that was not due costs nothing
+        if out is not False:
             self.phases[phase] += time.perf_counter() - t0
             self.phases[f"{phase} n"] += 1
         return out
