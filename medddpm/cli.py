@@ -12,7 +12,7 @@ from typing import Sequence
 from .core.config import (DEFAULT_ETA, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, SMALL_JOB, USER_CONFIGS, DataConfig,
                           fast_from)
 from .core.errors import InputError, MedddpmError
-from .diffusion.solvers import FEW_STEP, RECOMMENDED, SAMPLERS, SPACINGS, denoiser_calls
+from .diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
 
 
 def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -138,22 +138,32 @@ def _train_inputs(a: argparse.Namespace):
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist"
                          + (" on this node: rank 0 writes the run folder, so every node resuming must read it "
                             "from a filesystem they share" if several else ""))
-    data_cfg, diffusion_cfg = _quality_configs(a, cfg.name)
+    data_cfg, diffusion_cfg = _quality_configs(a, cfg.name, _stored_prediction(out / CHECKPOINT) if a.resume else None)
     pairs, source = _training_data(a, cfg.name)
     train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
     return cfg, knobs, size, train_cfg, out, train, tuple(held), source, data_cfg, diffusion_cfg
 
 
-def _quality_configs(a: argparse.Namespace, model: str):
-    """(DataConfig, DiffusionConfig) of ``train``'s data and diffusion options, checked."""
+def _stored_prediction(checkpoint: Path) -> str:
+    """The prediction target a checkpoint was trained with (one older than the option: ε)."""
     from .core.config import DiffusionConfig
+    from .train.checkpoint import load_checkpoint
+
+    return load_checkpoint(checkpoint)["config"]["diffusion"].get("prediction", DiffusionConfig().prediction)
+
+
+def _quality_configs(a: argparse.Namespace, model: str, resumed: str | None = None):
+    """(DataConfig, DiffusionConfig) of ``train``'s data and diffusion options, checked; without
+    ``--prediction``, ``TRAIN_PREDICTION`` for a new run and the checkpoint's own (``resumed``) for
+    ``--resume``."""
+    from .core.config import TRAIN_PREDICTION, DiffusionConfig
     from .data.labels import parse
 
     labels = parse(a.mask_labels, model).spec if a.mask_labels is not None else ""
     try:
         data = DataConfig(intensity=a.intensity, mask_labels=labels,
                           **({"percentiles": tuple(a.percentiles)} if a.percentiles else {}))
-        diffusion = DiffusionConfig(prediction=a.prediction, offset_noise=a.offset_noise)
+        diffusion = DiffusionConfig(prediction=a.prediction or resumed or TRAIN_PREDICTION, offset_noise=a.offset_noise)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if a.percentiles and a.intensity != "percentile":
@@ -300,7 +310,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     print(timing_line(trainer.phases, ready, a.time_limit))
 
 
-def warmup_configs(config: str | None, device, calls: int = RECOMMENDED.steps) -> list[str]:
+def warmup_configs(config: str | None, device, calls: int = REFERENCE.steps) -> list[str]:
     """The configurations ``warmup`` compiles: ``config`` where given, else every one that ``sample``
     without ``--config`` may pick on ``device`` for volumes of ``calls`` denoiser calls
     (``sampler.default_config`` of one volume and of many): on a GPU ``SMALL_JOB`` and ``fast``."""
@@ -322,19 +332,22 @@ def cmd_warmup(a: argparse.Namespace) -> None:
     if a.batch < 1:
         raise InputError(f"--batch must be >= 1, got {a.batch}")
     device = resolve_device(a.device)
-    check_options(a.sampler, a.steps, a.spacing, a.config or "fast", "ema", a.batch, DEFAULT_ETA)
+    check_options(a.sampler or "ddpm", a.steps, a.spacing if a.sampler else None, a.config or "fast", "ema", a.batch,
+                  DEFAULT_ETA)  # the rest once the checkpoint says
     ckpt = load_checkpoint(a.checkpoint)
-    timesteps = configs_from_checkpoint(ckpt)[1].timesteps
-    check_options(a.sampler, a.steps, a.spacing, a.config or "fast", "ema", a.batch, DEFAULT_ETA, timesteps)
-    configs = warmup_configs(a.config, device, denoiser_calls(a.sampler, a.steps, timesteps))
+    diff_cfg = configs_from_checkpoint(ckpt)[1]
+    _, a.sampler, a.steps, a.spacing, eta = resolve(a.sampler, a.steps, a.spacing, None, diff_cfg.prediction)
+    check_options(a.sampler, a.steps, a.spacing, a.config or "fast", "ema", a.batch, eta, diff_cfg.timesteps)
+    configs = warmup_configs(a.config, device, denoiser_calls(a.sampler, a.steps, diff_cfg.timesteps))
     for config in configs:
         t0 = time.perf_counter()
         sampler = Sampler(ckpt, device, config)
         size = "×".join(map(str, sampler.size))
         print(f"warmup: compiling {config} for {size}, batch {a.batch}, {a.sampler}"
-              f"{'' if a.steps is None else f' {a.steps} steps'}, into {cache.root()} (a first compile of fast takes "
+              f"{'' if a.steps is None else f' {a.steps} steps'}{'' if eta == DEFAULT_ETA else f' η {eta:g}'}, "
+              f"into {cache.root()} (a first compile of fast takes "
               "about a minute on an H100/H200, fast-eager's Triton kernels seconds)", file=sys.stderr, flush=True)
-        path = sampler.warmup(a.batch, a.sampler, a.steps, a.spacing)
+        path = sampler.warmup(a.batch, a.sampler, a.steps, a.spacing, eta)
         took = time.perf_counter() - t0
         if path is None or not path.exists():
             print(f"warmup: {config}: nothing to cache ({config} on {device.type} does not compile); {took:.1f} s")
@@ -539,8 +552,9 @@ def parser() -> argparse.ArgumentParser:
                    "sets the scale)")
     s.add_argument("--percentiles", type=float, nargs=2, metavar=("LOW", "HIGH"), help="with --intensity "
                    f"percentile (default {DataConfig().percentiles[0]:g} {DataConfig().percentiles[1]:g})")
-    s.add_argument("--prediction", default="eps", choices=PREDICTIONS, help="the network predicts the noise (eps, "
-                   "the reference) or v = sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022)")
+    s.add_argument("--prediction", choices=PREDICTIONS, help="the network predicts v = sqrt(abar) eps - sqrt(1 - abar) "
+                   "x0 (Salimans & Ho 2022; the default: right on real brains, book chapter 14) or the noise: eps, the "
+                   "paper's reference recipe; --resume keeps the checkpoint's")
     s.add_argument("--offset-noise", type=float, default=0.0, metavar="S", help="training noise plus S times one "
                    "N(0,1) number per volume (offset noise, Guttenberg 2023; default 0, the reference)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -560,23 +574,25 @@ def parser() -> argparse.ArgumentParser:
                    "subject instead of a folder of four")
     s.add_argument("--mask-labels", metavar="NAME=VALUES,…", help=MASK_LABELS_HELP + " (default: the map the "
                    "checkpoint was trained with)")
-    s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
-                   help=f"ancestral DDPM, DDIM or a few-step solver (default {RECOMMENDED.sampler}: {RECOMMENDED.why})")
-    s.add_argument("--steps", type=int, help="denoising steps (default: all timesteps for ddpm and ddim, "
-                   f"{FEW_STEP.steps} for a few-step solver: {FEW_STEP.sampler}'s {FEW_STEP.why})")
+    s.add_argument("--sampler", choices=SAMPLERS,
+                   help=f"ancestral DDPM, DDIM or a few-step solver (default: by the checkpoint's recipe, and the "
+                   f"command says which ran: for v-prediction {EQUIVALENT.describe()}, which {EQUIVALENT.why}; for "
+                   f"ε-prediction {REFERENCE.describe()}, {REFERENCE.why})")
+    s.add_argument("--steps", type=int, help="denoising steps (default: the default sampler's; all timesteps for ddpm "
+                   f"and ddim, {FEW_STEP.steps} for a few-step solver)")
     s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps: uniform in time, in log-SNR "
                    f"or quadratic in time (default {FEW_STEP.spacing})")
-    s.add_argument("--eta", type=float, default=DEFAULT_ETA, help=f"noise scale of ddim and of the -sde solvers (0 = "
-                   f"deterministic, 1 = DDPM's noise; default {DEFAULT_ETA:g}: at 0 the trained model's samples lose "
-                   "in-brain agreement); the other samplers take none")
+    s.add_argument("--eta", type=float, help=f"noise scale of ddim and of the -sde solvers (0 = deterministic, 1 = "
+                   f"DDPM's noise; default: the default sampler's ({EQUIVALENT.eta:g} for v-prediction's), else "
+                   f"{DEFAULT_ETA:g}: at 0 the trained model's samples lose in-brain agreement); the other samplers take none")
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
     s.add_argument("--no-clip", action="store_true", help="do not clip the predicted x̂₀ to [-1, 1] at each step "
                    "(DDPM Alg. 2 as published; the default clips, as the reference implementation does)")
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast from "
-                   f"{FAST_FROM_CALLS} denoiser calls on (masks × calls a mask: {fast_from(RECOMMENDED.steps)} masks of "
-                   f"DDPM {RECOMMENDED.steps}, {fast_from(FEW_STEP.steps)} of the {FEW_STEP.steps}-step chain), where its "
+                   f"{FAST_FROM_CALLS} denoiser calls on (masks × calls a mask: {fast_from(REFERENCE.steps)} masks of "
+                   f"DDPM {REFERENCE.steps}, {fast_from(EQUIVALENT.steps)} of the {EQUIVALENT.steps}-call chain), where its "
                    f"compilation pays off even with a cold cache, else {SMALL_JOB} (fast's sampler, not compiled), which is "
                    "done first; the rule reads only the command, so a command always writes the same files); "
                    f"one of: {configs}")
@@ -592,8 +608,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help=f"the one run configuration to compile (default: every one that sample may pick: "
                    f"on a GPU {SMALL_JOB} for small jobs and fast for large ones)")
     s.add_argument("--batch", type=int, default=1, help="masks per batch the later commands will use (default 1)")
-    s.add_argument("--sampler", default=RECOMMENDED.sampler, choices=SAMPLERS,
-                   help=f"the sampler the later commands will use (default {RECOMMENDED.sampler}, sample's)")
+    s.add_argument("--sampler", choices=SAMPLERS,
+                   help="the sampler the later commands will use (default: sample's for this checkpoint)")
     s.add_argument("--steps", type=int, help="its steps, as sample takes them")
     s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's spacing, as sample takes it")
     s.add_argument("--device", help=DEVICE_HELP)

@@ -74,8 +74,9 @@ plots.finish(few_step.tradeoff(root, FSG))
 #   (`fast-fp8`, {glue:text}`fs_fp8_10_s` s) is {glue:text}`fs_fp8_10_verdict` on this checkpoint, and
 #   {glue:text}`fs_fp8_10_other`: this close to the band's edge the verdict follows the checkpoint and
 #   the seeds, so a solver's default length is the fewest steps that passed under `fast`. On real
-#   brains no few-step chain passes the same gate, and `medddpm sample` runs DDPM 250 by default
-#   ({doc}`14_anatomy`).
+#   brains no few-step chain passes the same per-subject band ({doc}`14_anatomy`); a sampler of other
+#   noise is judged there by the equivalence gate of {doc}`16_equivalence`, whose verdict sets
+#   `medddpm sample`'s default.
 # - **Only the stochastic form keeps the model's quality.** The deterministic solvers (ODE
 #   DPM-Solver++, iPNDM) lose the in-brain correlation at 10 steps
 #   ({glue:text}`fs_ode_corr`, against DDPM's {glue:text}`fs_ref_corr`), as deterministic DDIM does

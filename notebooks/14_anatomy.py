@@ -182,9 +182,9 @@ show_table(anatomy.utility(root, AG), "segmentation utility (anatomy/anatomy_uti
 # the noise it is {glue:text}`an_gate_dr_verdict`. The per-subject rule is also strict at this many subjects: FP32 DDPM 250
 # judged against itself (the mean of half its seeds inside the band of the other half) passes on
 # only {glue:text}`an_self_check` subjects. The gate's own rows tell the numerics from the sampler:
-# {glue:text}`an_gate_cause`. The fewest denoiser calls that pass: {glue:text}`an_fewest_pass`. So
-# `medddpm sample` runs {glue:text}`an_default` by default, as the gate's rule asks; the 12-step chain
-# stays an option (`--sampler dpm2m-sde`), with the shift above.
+# {glue:text}`an_gate_cause`. The fewest denoiser calls that pass: {glue:text}`an_fewest_pass`. This
+# band judges numerics; a sampler of other noise is judged by the equivalence gate of
+# {doc}`16_equivalence`, and by its verdict `medddpm sample` runs {glue:text}`an_default` by default.
 
 # %% tags=["hide-input"]
 show_table(anatomy.gate_runs(anatomy.gate(root, AG)), "the sampler gate on IXI (FP32 DDPM 250 in anatomy/)",

@@ -36,9 +36,15 @@
 # (`warmup-every-config-2026-11-27/`): {glue:text}`tr_afterwarmup`.
 #
 # **The sampler.** A row without `--sampler` ran the default of its day; the rows quoted against the
-# targets below ran {glue:text}`tr_sampler`. Since real brains failed every few-step chain ({doc}`14_anatomy`),
-# the default is {glue:text}`tr_default_sampler`, many times the chain's denoiser calls; the table names each
-# row's sampler. The rows of today's default: {glue:text}`tr_default_rows`.
+# targets below ran {glue:text}`tr_sampler`. The default follows the checkpoint's recipe
+# ({doc}`16_equivalence`): {glue:text}`tr_default_sampler`; `sample` says which one ran, and the table
+# names each row's sampler. The checkpoint of these rows is an ε-prediction one, so its default rows
+# ran DDPM 250: {glue:text}`tr_default_rows`.
+#
+# **A v-prediction checkpoint's default.** Since `train` predicts v and `sample` runs the 12-call chain on
+# such checkpoints, one H100 of 16 cores (`v-default-chain-2026-11-27/`, the 128³ phantom checkpoint
+# trained as above, now v) timed it: {glue:text}`tr_v_default`. The chain's own sampling is a fraction
+# of a second; what is left is start-up, which these rows do not yet cut.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results

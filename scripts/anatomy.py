@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from medddpm.core.errors import InputError
@@ -107,7 +107,7 @@ def segmentation_utility(a: argparse.Namespace, ckpt: dict, train: list, held: l
 
     from medddpm.data.nifti import read_image, strip_nifti_suffix
     from medddpm.sample.anatomy import brain_mask
-    from medddpm.sample.gate import GateRun, sample_runs
+    from medddpm.sample.gate import sample_runs
     from medddpm.sample.quality import read_sample
     from medddpm.sample.utility import stack, utility
     from medddpm.train.checkpoint import data_config
@@ -118,7 +118,7 @@ def segmentation_utility(a: argparse.Namespace, ckpt: dict, train: list, held: l
     for p in train:
         if not (masks / p.mask.name).exists():
             os.symlink(p.mask.resolve(), masks / p.mask.name)
-    first = GateRun(run.sampler, run.steps, run.spacing, run.config, 0)
+    first = replace(run, seed=0)  # the run itself (its η too), at seed 0
     folder = sample_runs(a.checkpoint, masks, Path(a.work) / a.name / "train", [first], device, a.batch)[first]
     model = ckpt["config"]["model"]["name"]
     brain = lambda p: brain_mask(p, dcfg, model)  # noqa: E731

@@ -9,7 +9,8 @@ every sample is measured against its subject's scan and the training-mean templa
 A run is SPEC:CONFIG@SEEDS (SEEDS: 'A-B' or 'a,b,c'), sampled in the order given. Each GPU's worker
 (one process, CUDA_VISIBLE_DEVICES) builds each configuration's ``Sampler`` once and samples its share
 (run, seed) by (run, seed), batch masks at a time; from ``--deadline`` seconds after the start it
-samples nothing new, so a call ends with what it finished. Then every finished sample is measured
+samples nothing new, so a call ends with what it finished, and a later call over the same ``--work``
+samples only what is left (``--sample-only`` stops there). Then every finished sample is measured
 (``anatomy.anatomy_tables``, SSIM between adjacent seeds) by ``--workers`` processes into
 OUT/equivalence/{samples,diversity,runs}.csv: measures tagged with NAME, the checkpoint's step and
 its recipe; runs.csv holds each (run, seed)'s seconds and whether it was finished.
@@ -71,6 +72,24 @@ def worker(a: argparse.Namespace) -> int:
     return 0
 
 
+def ledger(work: Path, rows: list[dict]) -> "pd.DataFrame":
+    """This call's (run, seed) rows, each sampled one with its seconds and GPU: a unit sampled by an
+    earlier call over the same WORK (its folder kept, so skipped now) takes those recorded then in
+    WORK/units.jsonl, to which this call's sampled units are appended."""
+    import math
+
+    import pandas as pd
+
+    path = work / "units.jsonl"
+    with path.open("a") as f:
+        for r in rows:
+            if r["finished"] and not math.isnan(r["seconds"]):
+                f.write(json.dumps(r) + "\n")
+    timed = {(r["spec"], r["config"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
+    key = lambda r: (r["spec"], r["config"], r["seed"])  # noqa: E731
+    return pd.DataFrame([timed.get(key(r), r) if r["finished"] else r for r in rows])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="a medddpm prepare-ixi folder")
@@ -83,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds from start after which nothing new is sampled")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes measuring")
-    p.add_argument("--work", default="equivalence-work", help="samples (not results)")
+    p.add_argument("--work", default="equivalence-work", help="samples (not results); a later call over the same "
+                   "WORK keeps the (run, seed)s already sampled")
+    p.add_argument("--sample-only", action="store_true", help="sample until the deadline, measure nothing (a later "
+                   "call finishes and measures)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--deadline-at", type=float, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -131,8 +153,14 @@ def run(a: argparse.Namespace) -> int:
         out = work / f"worker-{g}.out.json"
         if out.exists():
             done += [{**r, "gpu": g} for r in json.loads(out.read_text())]
-    table = pd.DataFrame(done)
+            out.unlink()
+    table = ledger(work, done)
     finished = table[table["finished"]] if not table.empty else table
+    left = int((~table["finished"]).sum()) if not table.empty else len(units)
+    if a.sample_only:
+        print(f"sampled {len(finished)} of {len(units)} (run, seed)s; {left} left (t+{time.monotonic() - START:.0f} s)",
+              flush=True)
+        return 0
     if finished.empty:
         raise InputError("no run finished: nothing to measure")
     ckpt = load_checkpoint(a.checkpoint)

@@ -21,6 +21,7 @@
 #   nproc     256 masks under fast on each of NPROCS ranks (default: NPROC, then 1: one process), compared
 #   warm      `medddpm warmup` of fast and fast-eager (the caches nprocddpm and nprocchain read)
 #   afterwarmup  `medddpm warmup` without --config into a fresh cache, then 1 mask by default twice (cache warmup, warm)
+#   hundred   100 masks by default into a fresh cache, then warm
 #   nprocddpm 32 masks by default (DDPM 250, fast) on NPROCS ranks, compared
 #   nprocchain 256 masks of the 12-step chain by default (fast-eager) on NPROCS ranks, compared
 #   pinned    the -pinned rung twice, compared        train   train --config fast's first 100 steps, cold and warm
@@ -139,6 +140,10 @@ sharded() {  # sharded NAME VOLUMES [sample options...]: VOLUMES masks on each o
 stage_nproc() {  # 256 masks under fast (its cache warm after fast8)
   use_cache fast
   sharded nproc 256 --config fast
+}
+stage_hundred() {  # 100 masks by default into a fresh cache, then again warm (what the rule picks for them)
+  fresh_cache hundred
+  left 120 && row default-100-cold cold 100 "$WORK/masks100" && left 60 && row default-100-again warm 100 "$WORK/masks100"
 }
 stage_afterwarmup() {  # `medddpm warmup` (every configuration sample may pick) into a fresh cache, then 1 mask by
   # default (fast-eager) twice: the first right after warmup, the second warm

@@ -38,20 +38,20 @@ def test_summary_reports_the_gap_and_the_spread_between_seeds():
 
 def test_the_script_samples_and_measures_the_validation_masks(ixi16, ixi_checkpoint, tmp_path):
     res = subprocess.run([sys.executable, "scripts/anatomy.py", "--data", str(ixi16), "--checkpoint", str(ixi_checkpoint),
-                          "--out", str(tmp_path / "out"), "--name", "v-s0-tiny", "--runs", "ddim2:baseline",
+                          "--out", str(tmp_path / "out"), "--name", "v-s0-tiny", "--runs", "ddim2-eta0.5:baseline",
                           "--seeds", "0,1", "--work", str(tmp_path / "w"), "--device", "cpu", "--workers", "1",
                           "--utility-steps", "2"],
                          cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     out = tmp_path / "out" / "anatomy"
     s = pd.read_csv(out / "anatomy_summary.csv")
-    assert list(s["run"]) == ["real", "template", "ddim2:baseline"] and (s["prediction"] == "v").all()
-    assert s.set_index("run").loc["ddim2:baseline", "seeds"] == 2 and (s["split"] == "val").all()
+    assert list(s["run"]) == ["real", "template", "ddim2-eta0.5:baseline"] and (s["prediction"] == "v").all()
+    assert s.set_index("run").loc["ddim2-eta0.5:baseline", "seeds"] == 2 and (s["split"] == "val").all()
     assert len(pd.read_csv(out / "anatomy_diversity.csv")) == 1  # one subject, one pair of seeds
     assert (out / "slices-v-s0-tiny-val.parquet").is_file()
     util = pd.read_csv(out / "anatomy_utility.csv")  # segmenters trained on the 3 training scans, real and synthetic
     assert sorted(util["source"]) == ["real", "synthetic"] and util["dice"].between(0, 1).all()
-    assert (util["subject"] == "IXI015").all() and (util["sampler"] == "ddim2:baseline").all()
+    assert (util["subject"] == "IXI015").all() and (util["sampler"] == "ddim2-eta0.5:baseline").all()  # η kept
     # the report keeps both sources of one subject and seed (they are not duplicates of each other)
     from medddpm.report.anatomy import utility
 

@@ -318,5 +318,27 @@ def test_parcellation_options_fail_early_with_one_line(capsys, ixi16, ixi_checkp
     # resuming under another parameterization names what differs, in one line
     code, _, err = run(capsys, "train", *dev[:-5], "--steps", "3", "--size", "16", "--quiet", "--device", "cpu",
                        "--out", str(ixi_checkpoint.parent), "--resume", "--held-out", "1", "--mask-labels",
-                       "brain=nonzero", "--intensity", "percentile", "--offset-noise", "0.1")
+                       "brain=nonzero", "--intensity", "percentile", "--offset-noise", "0.1", "--prediction", "eps")
     assert_one_line_error(code, err, "prediction 'v' → 'eps'")
+
+
+def test_train_defaults_to_v_prediction_and_resume_keeps_the_checkpoints_recipe(capsys, phantoms, tmp_path):
+    """A new run predicts v (right on real brains); the paper's ε is `--prediction eps`; `--resume`
+    without the option continues the checkpoint's own recipe, and against it is one clear error."""
+    from medddpm.train.checkpoint import configs_from_checkpoint, load_checkpoint
+
+    def train(out, *extra):
+        return main(["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+                     "--size", "16", "--out", str(tmp_path / out), "--quiet", "--device", "cpu", "--grad-accum", "1",
+                     *extra])
+
+    def prediction(out):
+        return configs_from_checkpoint(load_checkpoint(tmp_path / out / "checkpoint.pt"))[1].prediction
+
+    assert train("v", "--steps", "1") == 0 and prediction("v") == "v"
+    assert train("eps", "--steps", "1", "--prediction", "eps") == 0 and prediction("eps") == "eps"
+    assert train("eps", "--steps", "2", "--resume") == 0 and prediction("eps") == "eps"
+    capsys.readouterr()
+    assert train("eps", "--steps", "3", "--resume", "--prediction", "v") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot resume" in err and "prediction" in err

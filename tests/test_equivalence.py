@@ -114,6 +114,29 @@ def test_the_chapters_facts_and_tables_on_a_store_with_and_without_the_gate(tmp_
     j = report.judged(tmp_path, "h100-80gb-hbm3")
     assert list(dict.fromkeys(j["role"])) == ["reference, other seeds", "poor sampler", "candidate"]
     assert len(report.intervals(j)) == 4 and len(report.margins(j)) == len(MEASURES)
+    assert f["eq_first"] == "the same checkpoint" and f["eq_default_verdict"].startswith("—")
+    # a second checkpoint written after: the chapter judges the newest, and names the first
+    s2, d2 = tables({report.default_run(): {}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
+    s2.assign(name="v-s1-fast", step=2000).to_csv(folder / "samples.csv", mode="a", header=False, index=False)
+    d2.assign(name="v-s1-fast", step=2000).to_csv(folder / "diversity.csv", mode="a", header=False, index=False)
+    f = report.facts(tmp_path, ["h100-80gb-hbm3"])
+    assert f["eq_checkpoint"] == "v-s1-fast (step 2,000)" and f["eq_first"] == "v-s0-fast (step 1,000)"
+    assert f["eq_candidates"] == "1" and f["eq_default_verdict"].startswith("pass")
+    assert f["eq_first_sde2_r"].startswith("12 calls -0.0")  # the first checkpoint's chain, quoted as such
     empty = report.facts(tmp_path, ["h200"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in report.STORE_FREE)
     assert report.judged(tmp_path, None).empty and report.intervals(report.judged(tmp_path, None)).empty
+
+
+def test_the_packages_v_default_is_a_sampler_the_committed_gate_passed():
+    """``solvers.EQUIVALENT`` (sample's default on v-prediction checkpoints) passes the equivalence
+    gate on the store's newest checkpoint and the segmentation utility test: change one, change both."""
+    from pathlib import Path
+
+    from medddpm.report import equivalence as report
+
+    root = Path(__file__).resolve().parents[1] / "data" / "results"
+    assert report.facts(root, ["h100-80gb-hbm3"])["eq_default_verdict"].startswith("pass")
+    u = report.utility(root, "h100-80gb-hbm3")
+    mine = u[u["sampler run"] == report.label(report.default_run())]
+    assert len(mine) == 1 and mine["passes"].all()

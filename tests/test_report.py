@@ -726,5 +726,16 @@ def test_the_store_names_its_runs_by_date_and_content_not_by_work_session():
     store = ROOT / "data" / "results"
     counter = re.compile(r"^session[_-]?\d+", re.IGNORECASE)
     assert not [p for p in store.rglob("*") if p.is_dir() and counter.match(p.name)]
+    assert not [p for p in store.rglob("*") if re.search(r"session[_-]?\d+", p.name, re.IGNORECASE)]
+
+    def keys(o):  # every key, at any depth
+        if isinstance(o, dict):
+            for k, v in o.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(o, list):
+            for v in o:
+                yield from keys(v)
+
     for prov in store.rglob("provenance*.json"):
-        assert not [k for k in json.loads(prov.read_text()) if counter.match(k)], prov
+        assert not [k for k in keys(json.loads(prov.read_text())) if counter.match(k) or k.lower() == "session"], prov

@@ -149,3 +149,34 @@ def test_the_small_job_sampler_samples_what_fast_samples_on_a_gpu(tiny_checkpoin
     diff = np.concatenate([np.abs(eager[0][k] - fast[0][k]).ravel() for k in fast[0]])
     scale = np.ptp(np.concatenate([v.ravel() for v in fast[0].values()]))  # the samples' range, in their units
     assert diff.mean() < 0.02 * scale and np.percentile(diff, 99) < 0.1 * scale, (diff.mean(), diff.max(), scale)
+
+
+def test_without_a_sampler_the_checkpoints_recipe_picks_one_and_the_command_says_which(
+        capsys, ixi16, ixi_checkpoint, phantoms, tiny_checkpoint, tmp_path):
+    """v-prediction: the equivalence gate's 12-call chain (solvers.EQUIVALENT), the same files as
+    naming it in full; ε-prediction: DDPM 250 (solvers.REFERENCE). The object does as the command."""
+    from medddpm.cli import main
+    from medddpm.diffusion.solvers import EQUIVALENT, REFERENCE
+
+    masks = ixi16 / "val" / "masks"
+    base = ["sample", "--checkpoint", str(ixi_checkpoint), "--masks", str(masks), "--device", "cpu", "--quiet"]
+    assert main([*base, "--out", str(tmp_path / "default")]) == 0
+    err = capsys.readouterr().err
+    assert f"sampler {EQUIVALENT.describe()}: the default for v-prediction checkpoints" in err
+    full = ["--sampler", EQUIVALENT.sampler, "--steps", str(EQUIVALENT.steps), "--spacing", EQUIVALENT.spacing]
+    assert main([*base, *full, "--eta", f"{EQUIVALENT.eta:g}", "--out", str(tmp_path / "named")]) == 0
+    assert main([*base, *full, "--out", str(tmp_path / "eta1")]) == 0  # a sampler named keeps its own η, 1
+    assert "the default for" not in capsys.readouterr().err  # nothing to say when the sampler is named
+
+    def volume(folder):
+        return np.asarray(nib.load(next((tmp_path / folder).glob("*.nii.gz"))).dataobj)
+
+    assert np.array_equal(volume("default"), volume("named")) and not np.array_equal(volume("default"), volume("eta1"))
+    s = Sampler.from_checkpoint(ixi_checkpoint, device="cpu")
+    assert s.choose()[1:] == (EQUIVALENT.sampler, EQUIVALENT.steps, EQUIVALENT.spacing, EQUIVALENT.eta)
+    (image,) = s.sample(masks).values()
+    assert np.allclose(np.asarray(image.dataobj), volume("default"))
+    one = sorted((phantoms / "masks").glob("*.nii.gz"))[0]
+    assert main(["sample", "--checkpoint", str(tiny_checkpoint), "--masks", str(one), "--device", "cpu", "--quiet",
+                 "--out", str(tmp_path / "eps")]) == 0
+    assert f"sampler {REFERENCE.describe()}: the default for eps-prediction checkpoints" in capsys.readouterr().err

@@ -282,3 +282,16 @@ def test_first_order_converges_from_below(sampler):
     err10, err20 = (spread(sampler, n, "logsnr")[1] - 1 for n in (10, 20))
     assert err10 < err20 < 0
     assert 0.35 < err20 / err10 < 0.65
+
+
+def test_the_default_sampler_follows_the_checkpoints_prediction_and_what_is_given():
+    from medddpm.diffusion.solvers import EQUIVALENT, REFERENCE, recommended, resolve
+
+    assert recommended("v") is EQUIVALENT and recommended("eps") is REFERENCE
+    assert resolve(None, None, None, None, "v") == (EQUIVALENT, "dpm2m-sde", 12, "logsnr", EQUIVALENT.eta)
+    assert resolve(None, 20, "time", 0.5, "v") == (EQUIVALENT, "dpm2m-sde", 20, "time", 0.5)  # given options win
+    assert resolve(None, None, None, None, "eps") == (REFERENCE, "ddpm", None, None, 1.0)
+    assert resolve("dpm2m-sde", None, None, None, "v") == (None, "dpm2m-sde", None, None, 1.0)  # named: its own η
+    with pytest.raises(ValueError, match="prediction"):
+        recommended("x0")
+    assert EQUIVALENT.describe() == "dpm2m-sde 12 logsnr η 1.3" and REFERENCE.describe() == "ddpm 250"

@@ -2,7 +2,7 @@
 runs' files compared bit for bit."""
 import pandas as pd
 
-from medddpm.profiling.waiting import COLUMNS, main, option, phases, ran
+from medddpm.profiling.waiting import COLUMNS, main, option, phases, ran, sampler_ran
 
 
 def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_checkpoint, tmp_path, capsys):
@@ -25,8 +25,7 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice"]) == 0
     row = pd.read_csv(same).iloc[0]
     assert row["files"] == 1 and row["identical"] == 1 and row["max_abs_diff"] == 0
-    from medddpm.diffusion.solvers import RECOMMENDED  # compare names the sampler: sample's default unless given
-    assert row["sampler"] == RECOMMENDED.sampler
+    assert row["sampler"] == "default"  # compare names the sampler: sample's default unless given
     assert main(["compare", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(same), "--what", "twice",
                  "--sampler", "dpm2m-sde"]) == 0 and pd.read_csv(same)["sampler"].iloc[-1] == "dpm2m-sde"
     assert main(["compare", str(tmp_path / "s1"), str(ixi16), "--out", str(same), "--what", "x"]) == 2
@@ -38,6 +37,10 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     # the configuration a GPU's `sample` picked, as its `config …` line says; a --config given is what ran
     said = "masks: …\nconfig fast-eager, not compiled: 1 volume(s) of 250 denoiser calls …\n"
     assert ran(["sample", "--masks", "m"], said) == "fast-eager" and ran(["sample", "--config", "bf16"], said) == "bf16"
+    # the sampler it ran: --sampler, else the default its `sampler …` line names
+    said = "sampler dpm2m-sde 12 logsnr η 1.3: the default for v-prediction checkpoints; …\n"
+    assert sampler_ran(["sample", "--masks", "m"], said) == "dpm2m-sde" and sampler_ran(["sample"], "") == ""
+    assert sampler_ran(["sample", "--sampler", "ddim"], said) == "ddim" and sampler_ran(["train"], said) == ""
     assert ran(["sample", "--masks", "m"], "config fast (100 volumes: …)") == "fast" and ran(["train"], said) == ""
     assert phases("x\ntiming: ready 4.1 s, first volume 9.8 s, last volume 12.0 s, written 12.5 s\n") == {
         "ready_s": 4.1, "first_volume_s": 9.8, "last_volume_s": 12.0, "written_s": 12.5}
@@ -130,11 +133,11 @@ def test_the_chapters_facts_judge_the_targets_and_name_what_is_missing(tmp_path)
     assert f["tr_profile_parts"] == ("Python compiling source to bytecode 3.0 s; registering custom operators 2.9 s; "
                                      "sampling 1.4 s") and f["tr_profile_ops"] == "121"
     # a row of the current default sampler (written with the sampler column) is quoted among its own
-    from medddpm.diffusion.solvers import RECOMMENDED
+    from medddpm.diffusion.solvers import REFERENCE
 
     rows = pd.read_csv(folder / "time_to_result.csv").assign(sampler="")
     new = rows.iloc[:1].assign(command="sample --masks m3 --out h --config fast", config="fast", volumes=3, wall_s=61.0,
-                               sampler=RECOMMENDED.sampler)
+                               sampler=REFERENCE.sampler)
     pd.concat([rows, new]).to_csv(folder / "time_to_result.csv", index=False)
     f = waiting.facts(tmp_path, ["gpu-a"])
     assert f["tr_default_rows"] == "3 masks, `--config fast`, cold: 61.0 s" and f["tr_sampler"] == "`dpm2m-sde`"

@@ -59,18 +59,49 @@ class Recommendation:
     sampler: str  # one of SAMPLERS
     steps: int  # denoiser calls (DDPM: the schedule's timesteps)
     spacing: str  # one of SPACINGS ("" for DDPM and DDIM)
-    why: str  # one line for --help
+    why: str  # one line for --help and for `sample`'s own line saying which sampler ran
+    eta: float = 1.0  # noise scale (takes_eta); 1 = the sampler's own (DDPM's noise)
+
+    def describe(self) -> str:
+        """'dpm2m-sde 12 logsnr η 1.3', 'ddpm 250'."""
+        eta = f" η {self.eta:g}" if self.eta != 1.0 else ""
+        return f"{self.sampler} {self.steps}{' ' + self.spacing if self.spacing else ''}{eta}"
 
 
-# Issues 47 and 62: the default must pass the sampler equivalence gate on real anatomy (medddpm.sample.equivalence).
-# On IXI (book chapter 16) no sampler of fewer denoiser calls has passed it yet: DDPM 250 stays the default.
-RECOMMENDED = Recommendation("ddpm", 250, "", "no sampler of fewer denoiser calls has passed the sampler "
-                             "equivalence gate on real IXI brains (book chapter 16); --sampler dpm2m-sde samples in "
-                             "12 calls, with a small shift in in-brain agreement")
+# Med-DDPM's ancestral sampler at every timestep: the reference the equivalence gate judges others against.
+REFERENCE = Recommendation("ddpm", 250, "", "Med-DDPM's own sampler, every timestep: the reference of the sampler "
+                           "equivalence gate (book chapter 16); no sampler of fewer calls has been judged on ε-prediction "
+                           "checkpoints of real anatomy")
+# Issue 62: the sampler that passed the equivalence gate against DDPM 250 and the segmentation utility test on real IXI
+# brains, v-prediction (book chapter 16): of the candidates passing, the fewest calls, then the farthest inside the margins.
+EQUIVALENT = Recommendation("dpm2m-sde", 12, "logsnr", "passed the sampler equivalence gate against DDPM 250 and the "
+                            "segmentation utility test on real IXI brains, v-prediction (book chapter 16)", eta=1.3)
 # The few-step chain: the fewest steps inside the band under fast on the MNI demo set (quality/sampler_verdicts.csv)
 FEW_STEP = Recommendation("dpm2m-sde", 12, "logsnr", "the fewest steps inside FP32 DDPM 250's quality band under the "
-                          "fast configuration on the MNI demo set; on IXI it fails the sampler equivalence gate "
-                          "(book chapter 16)")
+                          "fast configuration on the MNI demo set (ε-prediction)")
+
+
+def recommended(prediction: str) -> Recommendation:
+    """``sample``'s sampler for a checkpoint trained to predict ``prediction``: ``EQUIVALENT`` for
+    v-prediction, the recipe the equivalence gate judged it on (book chapter 16); ``REFERENCE``
+    (DDPM 250) for ε, on which no sampler of fewer calls has been judged on real anatomy."""
+    if prediction not in ("eps", "v"):
+        raise ValueError(f"unknown prediction {prediction!r}; a checkpoint predicts 'eps' or 'v'")
+    return EQUIVALENT if prediction == "v" else REFERENCE
+
+
+def resolve(sampler: str | None, steps: int | None, spacing: str | None, eta: float | None,
+            prediction: str) -> tuple[Recommendation | None, str, int | None, str | None, float]:
+    """(the recommendation used or None, sampler, steps, spacing, η) of a sampling command:
+    without ``sampler`` the checkpoint's ``recommended`` one, its steps, spacing and η unless given;
+    with one, that sampler and its own defaults (η 1)."""
+    if sampler is not None:
+        return None, sampler, steps, spacing, 1.0 if eta is None else eta
+    rec = recommended(prediction)
+    steps = steps if steps is not None else (None if rec.sampler == "ddpm" else rec.steps)
+    return rec, rec.sampler, steps, spacing or rec.spacing or None, rec.eta if eta is None else eta
+
+
 DEFAULT_SPACING = FEW_STEP.spacing  # a solver's spacing unless one is given
 DEFAULT_STEPS = FEW_STEP.steps  # a solver's denoiser calls unless told
 

@@ -8,7 +8,7 @@ files written (``time_to_result.csv``), and whether two runs wrote the same file
 A ``run`` row's ``config`` is the command's ``--config`` (``default`` without one: ``sample`` then
 picks by its masks and denoiser calls, ``core.config.FAST_FROM_CALLS``), ``ran`` the configuration it ran
 (the one it picked, as it said), its ``sampler`` a `sample` command's
-``--sampler`` (``solvers.RECOMMENDED``'s without one; empty for other commands).
+``--sampler``, else the one its ``sampler …`` line names (the checkpoint's default; empty for other commands).
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ import pandas as pd
 from ..core.errors import InputError
 from ..core.io import append_csv
 from ..core.runtime import env_info
-from ..diffusion.solvers import RECOMMENDED
 from ..sample.sampler import TIMING
 
 # a `sample` row's columns of its timing line (``sample.sampler.TIMING``: seconds since the command started, rank 0's)
@@ -52,6 +51,15 @@ def ran(argv: Sequence[str], stderr: str) -> str:
         return ""
     said = re.search(r"^config ([\w.-]+)", stderr, re.MULTILINE)
     return option(argv, "--config", said[1] if said else "")
+
+
+def sampler_ran(argv: Sequence[str], stderr: str) -> str:
+    """The sampler a `sample` command ran: its ``--sampler``, else the one its ``sampler …`` line
+    names (``sample`` says which default it ran); "" where neither tells (other commands)."""
+    if argv[:1] != ["sample"]:
+        return ""
+    said = re.search(r"^sampler ([\w.-]+)", stderr, re.MULTILINE)
+    return option(argv, "--sampler", said[1] if said else "")
 
 
 def phases(stderr: str) -> dict[str, float]:
@@ -100,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("b")
     c.add_argument("--out", required=True, help="same_files.csv to append to")
     c.add_argument("--what", required=True, help="what the two runs were")
-    c.add_argument("--sampler", default=RECOMMENDED.sampler, help="the sampler both runs ran (default: sample's default)")
+    c.add_argument("--sampler", default="default", help="the sampler both runs ran (default: 'default', sample's for the checkpoint)")
     a = p.parse_args(argv)
     env = env_info()
     gpu = env.get("gpu") or "cpu"
@@ -112,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             wall, rc, err = timed(cmd)
             tail = "\n".join(err.strip().splitlines()[-3:])
             row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"), "ran": ran(cmd, err),
-                   "sampler": option(cmd, "--sampler", RECOMMENDED.sampler) if cmd[0] == "sample" else "",
+                   "sampler": sampler_ran(cmd, err),
                    "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
                    "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat(), **phases(err)}
             append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..core.config import DiffusionConfig, SAMPLING_ALIASES
 from ..diffusion.gaussian import GaussianDiffusion
-from ..diffusion.solvers import FEW_STEP, RECOMMENDED
+from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE as DDPM_REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
 from .present import gpu_name
@@ -28,7 +28,7 @@ NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*?)
 BASE_SIZE = 64  # scripts/anatomy_measure.sh's SIZE default; a run at another size ends its name in it (v-s11-fast-96)
 DEFAULT_RUN = f"{FEW_STEP.sampler}{FEW_STEP.steps}-{FEW_STEP.spacing}:fast"  # the 12-step chain
 DDPM_RUN = "ddpm250:bf16"  # DDPM 250 beside it, on every run
-LARGE_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}:fast"  # the default sampler under fast: the larger sizes' measure
+LARGE_RUN = f"{DDPM_REFERENCE.sampler}{DDPM_REFERENCE.steps}:fast"  # DDPM 250 under fast: the larger sizes' measure
 RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentile scaling", "offset": "offset noise 0.1",
            "v": "v-prediction"}
 STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau", "an_default", "an_base_size")  # facts of the schedule and rules, whatever the store holds
@@ -447,7 +447,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                           if len(fp8) else missing("FP8 sampler run in the IXI gate"))
     out["an_gate_checkpoints"] = (", ".join(f"`{n}` (step {s:,})" for n, s in hist.groupby("checkpoint", sort=False)["step"].first().items())
                                   if len(hist) else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
-    out["an_default"] = f"`{RECOMMENDED.sampler}` ({RECOMMENDED.steps} denoiser calls)"
+    out["an_default"] = (f"`{DDPM_REFERENCE.describe()}` on ε-prediction checkpoints and `{EQUIVALENT.describe()}` "
+                         "on v-prediction ones")
     passing = table[table["verdict"] == "pass"] if len(table) else table
     fewest = passing[passing["steps"] == passing["steps"].min()] if len(passing) else passing
     out["an_fewest_pass"] = (", ".join(sorted({f"{r.sampler} {r.steps} under `{r.config}`" for r in fewest.itertuples()}))

@@ -1,11 +1,13 @@
-"""Chapter 14, the sampler equivalence gate (issue 62): ``scripts/equivalence.py``'s tables under
+"""Chapter 16, the sampler equivalence gate (issue 62): ``scripts/equivalence.py``'s tables under
 ``<gpu>/equivalence/`` judged by ``medddpm.sample.equivalence`` — the gate's calibration, every
 candidate's intervals against the margins, the segmentation utility per sampler and the seconds
 per 128³ volume — as tables, a figure and facts.
 
 The reference run's seeds are split in two halves: the first is the reference arm, the second the
 reference again (the calibration's pass case); every other run is a candidate on its own seeds.
-A store may hold none of it: every function returns its full shape then, and every fact reads "—".
+The tables may hold several checkpoints (their ``name``): the chapter judges the newest, and quotes
+the first for what it showed (the solvers' behaviour with calls and η). A store may hold none of it:
+every function returns its full shape then, and every fact reads "—".
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import InputError
-from ..diffusion.solvers import RECOMMENDED
+from ..diffusion.solvers import EQUIVALENT, REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, Arm, judge_all
 from ..sample.gate import GateRun
@@ -24,14 +26,14 @@ from .present import gpu_name
 from .wording import missing, roles
 
 FOLDER = "equivalence"
-REFERENCE_RUN = f"{RECOMMENDED.sampler}{RECOMMENDED.steps}:fast"  # the reference arm: DDPM 250 under fast
+REFERENCE_RUN = f"{REFERENCE.sampler}{REFERENCE.steps}:fast"  # the reference arm: DDPM 250 under fast
 POOR_SPEC = "dpm2m-sde4-logsnr"  # the deliberately poor sampler of the calibration
 UTILITY_FLOOR = 0.99  # issue 62: a sampler's synthetic-trained Dice ≥ 99 % of DDPM 250's
 LABELS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w1": "W1", "background_mean": "background",
           "ssim_between_seeds": "SSIM between seeds"}
 ROLES = ("reference, other seeds", "poor sampler", "candidate")  # the judged arms, in the tables' order
 WHAT = "sampler equivalence results (equivalence/)"
-STORE_FREE = ("eq_default", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
+STORE_FREE = ("eq_default", "eq_reference", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
 
 
 def equivalence_gpu(root: Path, gpus: list[str]) -> str | None:
@@ -44,12 +46,18 @@ def _read(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
     return pd.read_csv(path) if gpu is not None and path.exists() else pd.DataFrame()
 
 
-def load(root: Path, gpu: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(samples, diversity) of the newest checkpoint in the store (the last name written)."""
+def names(root: Path, gpu: str | None) -> list[str]:
+    """The checkpoints the tables judge, in the order they were written (the newest last)."""
+    samples = _read(root, gpu, "samples")
+    return list(dict.fromkeys(samples["name"])) if not samples.empty else []
+
+
+def load(root: Path, gpu: str | None, name: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(samples, diversity) of checkpoint ``name`` (default: the newest, the last name written)."""
     samples, diversity = _read(root, gpu, "samples"), _read(root, gpu, "diversity")
     if samples.empty or diversity.empty:
         return pd.DataFrame(), pd.DataFrame()
-    name = samples["name"].iloc[-1]
+    name = name or samples["name"].iloc[-1]
     return samples[samples["name"] == name], diversity[diversity["name"] == name]
 
 
@@ -80,10 +88,11 @@ def arms(samples: pd.DataFrame) -> tuple[Arm, Arm, list[tuple[str, Arm]]]:
     return reference, again, [("reference, other seeds", again), *judged]
 
 
-def judged(root: Path, gpu: str | None) -> pd.DataFrame:
-    """``equivalence.judge_all`` of every arm against the reference, with its role, label and calls;
-    empty (with those columns) where the store has no equivalence tables."""
-    samples, diversity = load(root, gpu)
+def judged(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:
+    """``equivalence.judge_all`` of every arm of checkpoint ``name`` (default: the newest) against the
+    reference, with its role, label and calls; empty (with those columns) where the store has no
+    equivalence tables."""
+    samples, diversity = load(root, gpu, name)
     cols = ["role", "run", "calls", "measure", "difference", "low", "high", "margin", "passes", "se", "detects", "verdict"]
     if samples.empty:
         return pd.DataFrame(columns=cols)
@@ -151,20 +160,26 @@ def figure(j: pd.DataFrame):
 
 
 def utility(root: Path, gpu: str | None) -> pd.DataFrame:
-    """Per sampler: the mean Dice of the segmenter trained on its samples and of the one trained on the
-    real scans beside it, and the synthetic Dice against DDPM 250's (≥ ``UTILITY_FLOOR`` passes)."""
+    """Per checkpoint and sampler: the mean Dice of the segmenter trained on its samples and of the one
+    trained on the real scans beside it, and the synthetic Dice against DDPM 250's on the same
+    checkpoint (≥ ``UTILITY_FLOOR`` passes)."""
     u = _read(root, gpu, "utility")
-    cols = ["sampler run", "synthetic Dice", "real Dice", "against DDPM 250", "passes"]
+    cols = ["checkpoint", "sampler run", "synthetic Dice", "real Dice", "against DDPM 250", "passes"]
     if u.empty:
         return pd.DataFrame(columns=cols)
-    mean = u.pivot_table(index="sampler", columns="source", values="dice", aggfunc="mean")
-    if REFERENCE_RUN not in mean.index:
+    rows = []
+    for name, part in u.groupby("name", sort=False):
+        mean = part.pivot_table(index="sampler", columns="source", values="dice", aggfunc="mean")
+        if REFERENCE_RUN not in mean.index:
+            continue
+        ratio = mean["synthetic"] / mean.loc[REFERENCE_RUN, "synthetic"]
+        rows += [{"checkpoint": name, "sampler run": label(r), "synthetic Dice": mean.loc[r, "synthetic"],
+                  "real Dice": mean.loc[r, "real"], "against DDPM 250": ratio[r], "passes": bool(ratio[r] >= UTILITY_FLOOR),
+                  "calls": calls(r)} for r in mean.index]
+    if not rows:
         return pd.DataFrame(columns=cols)
-    ratio = mean["synthetic"] / mean.loc[REFERENCE_RUN, "synthetic"]
-    out = pd.DataFrame({"sampler run": [label(r) for r in mean.index], "synthetic Dice": mean["synthetic"].values,
-                        "real Dice": mean["real"].values, "against DDPM 250": ratio.values,
-                        "passes": (ratio >= UTILITY_FLOOR).values})
-    return out.assign(calls=[calls(r) for r in mean.index]).sort_values("calls").drop(columns="calls").reset_index(drop=True)
+    out = pd.DataFrame(rows)
+    return out.sort_values(["checkpoint", "calls"], kind="stable").drop(columns="calls").reset_index(drop=True)
 
 
 def seconds(root: Path, gpu: str | None) -> pd.DataFrame:
@@ -178,54 +193,86 @@ def seconds(root: Path, gpu: str | None) -> pd.DataFrame:
                          "s / volume": b["s_per_volume_median"].values, "GPU": b["gpu"].values})
 
 
+def _checkpoint(samples: pd.DataFrame) -> str:
+    """'v-s21-fast (step 14,000, training seed 21)' of one checkpoint's samples."""
+    row = samples.iloc[0]
+    seed = f", training seed {int(row['train_seed'])}" if "train_seed" in samples else ""
+    return f"{row['name']} (step {int(row['step']):,}{seed})"
+
+
 def _interval(row: pd.Series) -> str:
     return f"{row['difference']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}] against ±{row['margin']:.4f}"
 
 
+def default_run() -> str:
+    """The run spec of ``solvers.EQUIVALENT`` (the default for v-prediction checkpoints) under fast."""
+    r = GateRun(EQUIVALENT.sampler, EQUIVALENT.steps, EQUIVALENT.spacing, "fast", eta=EQUIVALENT.eta)
+    return f"{r.spec}:fast"
+
+
+def _verdicts(j: pd.DataFrame) -> pd.DataFrame:
+    """Per candidate run label: its verdict, calls and worst bound over margin (max |low|, |high| / margin)."""
+    cands = j[j["role"] == "candidate"]
+    worst = np.maximum(cands["low"].abs(), cands["high"].abs()) / cands["margin"]
+    return cands.assign(worst=worst).groupby("run", sort=False).agg(
+        verdict=("verdict", "first"), calls=("calls", "first"), worst=("worst", "max"), candidate=("candidate", "first"))
+
+
+def _by_eta(j: pd.DataFrame, measure: str, steps: int = 12) -> str:
+    """The ``steps``-call second-order chain's difference on ``measure`` at each η judged ('η 1: -0.0051, η 1.3: …')."""
+    eta_of = lambda c: GateRun.parse(*c.split(":")).eta  # noqa: E731
+    rows = j[(j["role"] == "candidate") & j["candidate"].str.match(rf"dpm2m-sde{steps}-logsnr(-eta[0-9.]+)?:")
+             & (j["measure"] == measure)]
+    return ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in
+                     sorted(zip(rows["candidate"], rows["difference"]), key=lambda p: eta_of(p[0]))) or "—"
+
+
+def _runs_like(j: pd.DataFrame, prefix: str) -> str:
+    """In-brain r of the solver's η = 1 runs on log-SNR steps, by calls ('12 calls -0.0073, …')."""
+    sel = j[(j["role"] == "candidate") & (j["measure"] == "brain_corr")
+            & j["candidate"].str.match(rf"{prefix}\d+-logsnr:")].sort_values("calls")
+    return ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sel["calls"], sel["difference"])) or "—"
+
+
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
-    """The section's glued facts (prefix ``eq_``)."""
+    """The section's glued facts (prefix ``eq_``): the newest checkpoint's gate, the first one's
+    exploration (the solvers against calls and η), the utility per checkpoint."""
     gpu = equivalence_gpu(root, gpus)
     j = judged(root, gpu)
     keys = ("gpu", "checkpoint", "subjects", "ref_seeds", "cand_seeds", "margin_r", "margin_region", "margin_w1",
-            "again", "poor", "detects_r", "detects_ssim", "candidates", "passing", "nearest", "chain_r",
-            "sde2_r", "sde1_r", "eta_r", "eta_ssim", "eta_max", "calls", "util", "seconds")
-    rules = {"eq_default": f"{RECOMMENDED.sampler.upper()} {RECOMMENDED.steps}",  # facts of the gate, whatever the store
+            "again", "poor", "detects_r", "detects_ssim", "candidates", "passing", "nearest", "eta_r", "eta_ssim",
+            "calls", "util", "seconds", "first", "first_chain_r", "first_sde2_r", "first_sde1_r", "first_eta_r",
+            "first_eta_ssim", "default_verdict", "default_r", "default_region", "default_util")
+    rules = {"eq_default": f"`{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls)",  # the package's, whatever the store
+             "eq_reference": f"{REFERENCE.sampler.upper()} {REFERENCE.steps}",
              "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %", "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
              "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",
              "eq_power": f"{100 * POWER:g} %"}
     if j.empty:
         return {**{f"eq_{k}": missing(WHAT) for k in keys}, **rules}
     samples, _ = load(root, gpu)
+    every = names(root, gpu)
+    first = judged(root, gpu, every[0])
     m = j.set_index(["role", "run", "measure"])
     again = j[j["role"] == "reference, other seeds"].set_index("measure")
     cands = j[j["role"] == "candidate"]
-    verdicts = cands.groupby("run", sort=False).agg(verdict=("verdict", "first"), calls=("calls", "first"))
-    passing = verdicts[verdicts["verdict"] == "pass"].sort_values("calls")
-    worst = cands.assign(worst=np.maximum(cands["low"].abs(), cands["high"].abs()) / cands["margin"])
-    nearest_run = worst.groupby("run")["worst"].max().idxmin() if len(worst) else None
+    verdicts = _verdicts(j)
+    passing = verdicts[verdicts["verdict"] == "pass"].sort_values(["calls", "worst"])
+    nearest_run = verdicts["worst"].idxmin() if len(verdicts) else None
+    mine = label(default_run())
 
-    def r_of(run: str) -> str:
-        return _interval(m.loc[("candidate", run, "brain_corr")]) if ("candidate", run, "brain_corr") in m.index else "—"
-
-    def runs_like(prefix: str) -> pd.DataFrame:  # in-brain r of the solver's η = 1 runs on log-SNR steps, by calls
-        sel = cands[(cands["measure"] == "brain_corr") & cands["candidate"].str.match(rf"{prefix}\d+-logsnr:")]
-        return sel.sort_values("calls")
-
-    sde2, sde1 = runs_like("dpm2m-sde"), runs_like("dpm1-sde")
-    eta12 = cands[cands["candidate"].str.match(r"dpm2m-sde12-logsnr(-eta[0-9.]+)?:")]
-    eta_of = lambda c: GateRun.parse(*c.split(":")).eta  # noqa: E731
-
-    def by_eta(measure: str) -> str:
-        """The 12-step chain's difference on ``measure`` at each η judged ('η 0.8: -0.0095, η 1: …')."""
-        rows = eta12[eta12["measure"] == measure]
-        return ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in
-                         sorted(zip(rows["candidate"], rows["difference"]), key=lambda p: eta_of(p[0]))) or "—"
+    def measure_of(run: str, measure: str) -> str:
+        return _interval(m.loc[("candidate", run, measure)]) if ("candidate", run, measure) in m.index else "—"
 
     util, secs = utility(root, gpu), seconds(root, gpu)
     poor = j[j["role"] == "poor sampler"]
+    mine_util = util[util["sampler run"] == mine]
+    f1 = first[first["role"] == "candidate"]
+    first_samples, _ = load(root, gpu, every[0])
     return {
         "eq_gpu": gpu_name(gpu),
-        "eq_checkpoint": f"{samples['name'].iloc[0]} (step {int(samples['step'].iloc[0]):,})",
+        "eq_checkpoint": _checkpoint(samples),
+        "eq_first": _checkpoint(first_samples) if len(every) > 1 else "the same checkpoint",
         "eq_subjects": str(int(j["subjects"].iloc[0])),
         "eq_ref_seeds": str(int(j["reference_seeds"].iloc[0])),
         "eq_cand_seeds": str(int(cands["seeds"].min())) if len(cands) else "—",
@@ -239,19 +286,28 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         "eq_detects_ssim": f"{again.loc['ssim_between_seeds', 'detects']:.4f}",
         "eq_candidates": str(len(verdicts)),
         "eq_passing": ", ".join(f"{r} ({c} calls)" for r, c in passing["calls"].items()) or "none",
-        "eq_nearest": (f"{nearest_run}: {verdicts.loc[nearest_run, 'verdict']}; in-brain r {r_of(nearest_run)}"
-                       if nearest_run else "—"),
-        "eq_chain_r": r_of(label("dpm2m-sde12-logsnr:fast")),
-        "eq_sde2_r": ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sde2["calls"], sde2["difference"])) or "—",
-        "eq_sde1_r": ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sde1["calls"], sde1["difference"])) or "—",
-        "eq_eta_r": by_eta("brain_corr"),
-        "eq_eta_ssim": by_eta("ssim_between_seeds"),
-        "eq_util": "; ".join(f"{r['sampler run']} {r['synthetic Dice']:.3f} ({100 * r['against DDPM 250']:.1f} %)"
-                             for _, r in util.iterrows()) or missing("utility rows (equivalence/utility.csv)"),
+        "eq_nearest": (f"{nearest_run}: {verdicts.loc[nearest_run, 'verdict']}; its widest bound "
+                       f"{verdicts.loc[nearest_run, 'worst']:.2f} of its margin" if nearest_run else "—"),
+        "eq_eta_r": _by_eta(j, "brain_corr"),
+        "eq_eta_ssim": _by_eta(j, "ssim_between_seeds"),
+        "eq_calls": f"{j['calls'].min()} to {cands['calls'].max() if len(cands) else j['calls'].max()}",
+        "eq_default_verdict": (f"{verdicts.loc[mine, 'verdict']} (widest bound {verdicts.loc[mine, 'worst']:.2f} of its "
+                               "margin)") if mine in verdicts.index else missing(f"{mine} in the newest checkpoint's runs"),
+        "eq_default_r": measure_of(mine, "brain_corr"),
+        "eq_default_region": measure_of(mine, "region_corr"),
+        "eq_default_util": ("; ".join(f"{r['synthetic Dice']:.3f} against DDPM 250's on {r['checkpoint']}, "
+                                      f"{100 * r['against DDPM 250']:.1f} %" for _, r in mine_util.iterrows())
+                            or missing(f"a utility row of {mine}")),
+        "eq_first_chain_r": _interval(f1.set_index(["run", "measure"]).loc[(label("dpm2m-sde12-logsnr:fast"), "brain_corr")])
+                            if (label("dpm2m-sde12-logsnr:fast"), "brain_corr") in f1.set_index(["run", "measure"]).index else "—",
+        "eq_first_sde2_r": _runs_like(first, "dpm2m-sde"),
+        "eq_first_sde1_r": _runs_like(first, "dpm1-sde"),
+        "eq_first_eta_r": _by_eta(first, "brain_corr"),
+        "eq_first_eta_ssim": _by_eta(first, "ssim_between_seeds"),
+        "eq_util": "; ".join(f"{r['checkpoint']}, {r['sampler run']} {r['synthetic Dice']:.3f} "
+                             f"({100 * r['against DDPM 250']:.1f} %)" for _, r in util.iterrows())
+                   or missing("utility rows (equivalence/utility.csv)"),
         "eq_seconds": "; ".join(f"{r['sampler']} {r['s / volume']:.3g} s" for _, r in secs.iterrows())
                       or missing("128³ timings (equivalence/bench.csv)"),
-        "eq_eta_max": (f"{max(eta_of(c) for c in sde2_all):g}" if len(sde2_all := [c for c in cands["candidate"]
-                       if c.startswith("dpm2m-sde")]) else "—"),
-        "eq_calls": f"{j['calls'].min()} to {cands['calls'].max() if len(cands) else j['calls'].max()}",
         **rules,
     }

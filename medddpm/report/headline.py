@@ -8,6 +8,7 @@ import pandas as pd
 
 from . import paper
 from .few_step import fastest_passing
+from ..diffusion.solvers import EQUIVALENT, REFERENCE
 from .tables import SCOPES, bench, normalized_scopes
 from .waiting import rows as waiting_rows, wall
 
@@ -100,14 +101,17 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Real brains (IXI, 64³, v-prediction): background {an['an_v_gap']} from the scans', in-brain r "
                    f"{an['an_v_r']} on the validation subjects — {ch('14', '14_anatomy')}.")
     secs = equivalence.seconds(root, g).set_index("sampler")
-    if {"ddpm 250", "dpm2m-sde 12"} <= set(secs.index):
-        out.append(f"- Sampling a 128³ volume on an H100: DDPM 250 (the default) {secs.loc['ddpm 250', 's / volume']:.2f} s, "
-                   f"the 12-step chain {secs.loc['dpm2m-sde 12', 's / volume']:.2f} s, outside the sampler equivalence "
-                   f"gate — {ch('16', '16_equivalence')}.")
-    one = {c: wall(waiting_rows(root, [g]), "default", 1, c) for c in ("cold", "warm")}
+    eq = equivalence.facts(root, gpus)
+    chain = f"{EQUIVALENT.sampler} {EQUIVALENT.steps}"
+    if {"ddpm 250", chain} <= set(secs.index) and eq["eq_default_verdict"].startswith("pass"):
+        out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
+                   f"v-prediction checkpoints, {eq['eq_default']}, which passed the sampler equivalence gate against "
+                   f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³ — {ch('16', '16_equivalence')}.")
+    one = {c: wall(waiting_rows(root, [g]), "default", 1, c, sampler=REFERENCE.sampler) for c in ("cold", "warm")}
     if None not in one.values():
-        out.append(f"- `medddpm sample` of one mask by default, process start to file: {one['cold']:.1f} s cold, "
-                   f"{one['warm']:.1f} s warm on an H100 — {ch('15', '15_time_to_result')}.")
+        out.append(f"- `medddpm sample` of one mask with DDPM 250 (the default for ε-prediction checkpoints), process "
+                   f"start to file: {one['cold']:.1f} s cold, {one['warm']:.1f} s warm on an H100 — "
+                   f"{ch('15', '15_time_to_result')}.")
     return out
 
 

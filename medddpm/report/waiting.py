@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, DiffusionConfig, fast_from
-from ..diffusion.solvers import FEW_STEP, RECOMMENDED, denoiser_calls
+from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, denoiser_calls
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .present import gpu_name
 from .tables import results_csv
@@ -29,6 +29,8 @@ SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernel
 # ``code`` column beside time_to_result.csv's
 TRIED = "start-up-tried-2026-11-27"
 WARMUP_ALL = "warmup-every-config-2026-11-27"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
+V_DEFAULT = "v-default-chain-2026-11-27"  # a v-prediction checkpoint's default (the 12-call chain): 1 and 100 masks, warmup
+CHAIN_TARGETS = {(1, "warm"): 5.0, (1, "cold"): 15.0, (100, "warm"): 30.0}  # issue 64: seconds, process start to file
 TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
@@ -264,19 +266,38 @@ def after_warmup(df: pd.DataFrame) -> str:
             + f", {gpu_name(after['gpu_slug'])}")
 
 
+def v_default(df: pd.DataFrame) -> str:
+    """The default of a v-prediction checkpoint (the 12-call chain) from the command line: 1 and 100
+    masks cold and warm against issue 64's targets, where the first volume came, and after `warmup`."""
+    one = {(n, c): newest(df, "default", n, c) for n in (1, 100) for c in ("cold", "warm")}
+    if any(r is None for r in one.values()):
+        return missing(f"1- and 100-mask rows of a v-prediction checkpoint's default ({V_DEFAULT})")
+    w = one[(1, "warm")]
+
+    def vs(n: int, cache: str) -> str:
+        t, target = one[(n, cache)]["wall_s"], CHAIN_TARGETS.get((n, cache))
+        return f"{t:.1f} s" + (f" ({'met' if t <= target else 'missed'}: {target:g} s)" if target else "")
+
+    return (f"`{w['sampler']}` by default under `{w['ran']}`: 1 mask {vs(1, 'warm')} warm (on the command's own clock "
+            f"ready at {w['ready_s']:.1f} s, the volume at {w['first_volume_s']:.1f} s, the file at {w['written_s']:.1f} s; "
+            f"the rest is Python's start, imports and exit) and {vs(1, 'cold')} cold; 100 masks {vs(100, 'warm')} warm "
+            f"and {vs(100, 'cold')} cold; {after_warmup(df)}")
+
+
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
     df = rows(root, have[:1])
-    f = {"tr_fast_from_calls": f"{FAST_FROM_CALLS:,}", "tr_fast_from_ddpm": str(fast_from(RECOMMENDED.steps)),
+    f = {"tr_fast_from_calls": f"{FAST_FROM_CALLS:,}", "tr_fast_from_ddpm": str(fast_from(REFERENCE.steps)),
          "tr_fast_from_chain": str(fast_from(FEW_STEP.steps)), "tr_small": f"`{SMALL_JOB}`",
-         "tr_default_sampler": f"`{RECOMMENDED.sampler}`", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
+         "tr_default_sampler": f"`{EQUIVALENT.describe()}` for v-prediction, `{REFERENCE.describe()}` for ε-prediction", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
     f.update(small_job_facts(root, have[:1]))
     before = results_csv(Path(root), have[:1], f"{FOLDER}/{BEFORE_OWN_GPU}/time_to_result")
     f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1], df))
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
+    f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time
@@ -295,12 +316,12 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     w8 = wall(df, "fast", 8, "warm", sampler=newest(df, "default", 100, "warm")["sampler"]) if w100 is not None else None
     ran = sorted({row["sampler"] for key in TARGETS if (row := newest(df, *key)) is not None})
     f["tr_sampler"] = ", ".join(f"`{s}`" for s in ran) if ran else missing("`sample` rows by default")
-    mine = df[(df["what"] == "sample") & (df["sampler"] == RECOMMENDED.sampler) & (df["rc"] == 0)] if len(df) else df
+    mine = df[(df["what"] == "sample") & (df["sampler"] == REFERENCE.sampler) & (df["rc"] == 0)] if len(df) else df
     f["tr_default_rows"] = ("; ".join(f"{r.volumes} mask{'s' if r.volumes > 1 else ''}, "
                                       f"{'no `--config`' if r.config == 'default' else f'`--config {r.config}`'}"
                                       f"{f', {r.nproc} ranks' if r.nproc > 1 else ''}, {r.cache}: "
                                       f"{r.wall_s:.1f} s" for r in mine.sort_values(["volumes", "config", "nproc", "cache"]).itertuples())
-                            if len(mine) else missing(f"`sample` rows of {RECOMMENDED.sampler}"))
+                            if len(mine) else missing(f"`sample` rows of {REFERENCE.sampler}"))
     f["tr_per_volume"] = (f"{(w100 - w8) / (100 - 8):.2f} s" if w8 is not None and w100 is not None
                           else missing("fast's 8- and 100-mask warm rows"))
     chain = _chain_s(root, have[0]) if have else None
@@ -348,7 +369,7 @@ def _bench_line(bench: pd.DataFrame, configs: list[str]) -> str:
     """Seconds a volume of ``configs`` (in that order) under DDPM 250 and the 12-step chain, from a
     ``bench-sample`` table (the newest row of each)."""
     parts = []
-    for sampler, steps, name in ((RECOMMENDED.sampler, RECOMMENDED.steps, f"DDPM {RECOMMENDED.steps}"),
+    for sampler, steps, name in ((REFERENCE.sampler, REFERENCE.steps, f"DDPM {REFERENCE.steps}"),
                                  (FEW_STEP.sampler, FEW_STEP.steps, f"the {FEW_STEP.steps}-step chain")):
         got = []
         for config in configs:
@@ -378,11 +399,11 @@ def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
         for config, what in ((SMALL_JOB, "its kernels compiled one by one at their first launch"),
                              (f"{SMALL_JOB}-nt", f"without its Triton kernels (`{SMALL_JOB}-nt`)")):
             rows = one[one["ran"] == config].drop_duplicates("cache", keep="last").set_index("cache")["wall_s"]
-            per = bench_nt[(bench_nt["config"] == config) & (bench_nt["sampler"] == RECOMMENDED.sampler)
+            per = bench_nt[(bench_nt["config"] == config) & (bench_nt["sampler"] == REFERENCE.sampler)
                            & (bench_nt["batch"] == 1)] if len(bench_nt) else bench_nt
             if {"cold", "warm"} <= set(rows.index):
                 parts.append(f"{what}: {rows['cold']:.1f} s cold, {rows['warm']:.1f} s warm"
-                             + (f", {per['s_per_volume_median'].iloc[-1]:.3g} s a volume of DDPM {RECOMMENDED.steps}"
+                             + (f", {per['s_per_volume_median'].iloc[-1]:.3g} s a volume of DDPM {REFERENCE.steps}"
                                 if len(per) else ""))
     f["tr_small_before"] = "; ".join(parts) if parts else missing(f"{FOLDER}/{SMALL_RUNS}/time_to_result.csv")
     prof = folder / SMALL_RUNS / "profile-sample-1-cold.txt" if folder is not None else None

@@ -29,7 +29,7 @@ from ..run.distributed import World, draw_seed
 from ..run import cache
 from ..run.engine import autocast, inference
 from ..core.errors import InputError
-from ..diffusion.solvers import FEW_STEP, RECOMMENDED, check_sampler, denoiser_calls
+from ..diffusion.solvers import FEW_STEP, Recommendation, check_sampler, denoiser_calls, resolve
 from ..data.labels import parse
 from ..train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 
@@ -125,8 +125,15 @@ class Sampler:
 
         device = resolve_device(None if device is None else str(device))
         config = config or default_config(device)[0]  # an object kept for many calls: fast on a GPU
-        check_options(RECOMMENDED.sampler, None, None, config, weights, 1, DEFAULT_ETA)
+        check_options("ddpm", None, None, config, weights, 1, DEFAULT_ETA)
         return cls(load_checkpoint(path), device, config, weights)
+
+    def choose(self, sampler: str | None = None, steps: int | None = None, spacing: str | None = None,
+               eta: float | None = None) -> tuple[Recommendation | None, str, int | None, str | None, float]:
+        """(recommendation or None, sampler, steps, spacing, η) that a call with these options runs:
+        without ``sampler`` the one recommended for this checkpoint's prediction target
+        (``solvers.recommended``: v → the equivalence gate's 12-call chain, ε → DDPM 250)."""
+        return resolve(sampler, steps, spacing, eta, self.diff_cfg.prediction)
 
     def jobs(self, masks: str | Path, out: str | Path | None, batch: int = 1, labels: str = "auto",
              one_file: bool = False, say: Callable[[str], None] | None = None,
@@ -136,13 +143,14 @@ class Sampler:
         return read_masks(masks, out, self.model_cfg.name, self.size, batch, labels, one_file, say,
                           label_map(mask_labels, self.data_cfg.mask_labels, self.model_cfg.name), world)
 
-    def volumes(self, jobs: list[Job], mine: list[int], sampler: str = RECOMMENDED.sampler, steps: int | None = None,
-                eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
+    def volumes(self, jobs: list[Job], mine: list[int], sampler: str | None = None, steps: int | None = None,
+                eta: float | None = None, seed: int = 0, batch: int = 1, clip: bool = True,
                 spacing: str | None = None, progress: bool = False) -> Iterator[tuple[int, np.ndarray]]:
         """(job index, (C, I, J, K) volume in the model's space) for jobs ``mine``, ``batch`` at a
-        time, each from its own generator (``mask_seed``)."""
+        time, each from its own generator (``mask_seed``); ``sampler`` None: the checkpoint's own (``choose``)."""
         from tqdm.auto import tqdm
 
+        _, sampler, steps, spacing, eta = self.choose(sampler, steps, spacing, eta)
         check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
         n_steps = denoiser_calls(sampler, steps, self.diff_cfg.timesteps)
         with tqdm(total=len(mine) * n_steps, disable=not progress, desc="sample", unit="step") as bar:
@@ -159,7 +167,7 @@ class Sampler:
                     cache.save(self.cache_key)  # this shape's compiled work, for the next process
                 yield from ((i, x[j]) for j, i in enumerate(chunk))
 
-    def write_jobs(self, jobs: list[Job], mine: list[int], sampler: str, steps: int | None, eta: float, seed: int,
+    def write_jobs(self, jobs: list[Job], mine: list[int], sampler: str | None, steps: int | None, eta: float | None, seed: int,
                    batch: int, clip: bool, spacing: str | None, progress: bool = False,
                    marks: dict[str, float] | None = None) -> list[Path]:
         """Sample jobs ``mine`` (indices of ``jobs``) and write each (``Job.write``: atomically), by
@@ -181,14 +189,14 @@ class Sampler:
         marks["written"] = time.perf_counter()
         return written
 
-    def warmup(self, batch: int = 1, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
-               spacing: str | None = None) -> Path | None:
+    def warmup(self, batch: int = 1, sampler: str | None = None, steps: int | None = None,
+               spacing: str | None = None, eta: float | None = None) -> Path | None:
         """Compile and capture everything one call of ``batch`` masks runs (on empty masks), so the
         compile cache holds it (``run.cache``); returns the cache file (for ``fast-eager``, Triton's
         folder of its kernels), None where nothing compiles."""
         empty = torch.full((self.model_cfg.mask_channels, *self.size), -1.0)  # no label anywhere
         jobs = [Job(f"warmup-{k}", empty, Path("."), lambda volume, target: None) for k in range(batch)]
-        for _ in self.volumes(jobs, list(range(batch)), sampler, steps, DEFAULT_ETA, 0, batch, True, spacing):
+        for _ in self.volumes(jobs, list(range(batch)), sampler, steps, eta, 0, batch, True, spacing):
             pass
         if self.cache_key is not None:
             return cache.artifact(self.cache_key)
@@ -196,8 +204,8 @@ class Sampler:
             return Path(os.environ["TRITON_CACHE_DIR"])  # cache.use() set it when the denoiser was built
         return None
 
-    def sample(self, masks: str | Path, *, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
-               spacing: str | None = None, eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1,
+    def sample(self, masks: str | Path, *, sampler: str | None = None, steps: int | None = None,
+               spacing: str | None = None, eta: float | None = None, seed: int = 0, batch: int = 1,
                clip: bool = True, mask_labels: str | None = None, progress: bool = False) -> dict[str, nib.Nifti1Image]:
         """{mask name: sampled image} for a mask file or a folder of them, each image in its mask's
         voxel grid, affine and orientation: what ``write`` would save, kept in memory."""
@@ -207,12 +215,13 @@ class Sampler:
         return {jobs[i].name: like_mask(v, jobs[i].mask) for i, v in
                 self.volumes(jobs, list(range(len(jobs))), sampler, steps, eta, seed, batch, clip, spacing, progress)}
 
-    def write(self, masks: str | Path, out: str | Path, *, sampler: str = RECOMMENDED.sampler, steps: int | None = None,
-              spacing: str | None = None, eta: float = DEFAULT_ETA, seed: int = 0, batch: int = 1, clip: bool = True,
+    def write(self, masks: str | Path, out: str | Path, *, sampler: str | None = None, steps: int | None = None,
+              spacing: str | None = None, eta: float | None = None, seed: int = 0, batch: int = 1, clip: bool = True,
               labels: str = "auto", one_file: bool = False, mask_labels: str | None = None, world: World = World(),
               progress: bool = False, say: Callable[[str], None] | None = None) -> list[Path]:
         """Sample every mask of ``masks`` (this rank's share: masks r, r + W, … of the sorted list)
         into ``out``, as ``medddpm sample`` does; every mask is read and checked before any file is written."""
+        _, sampler, steps, spacing, eta = self.choose(sampler, steps, spacing, eta)
         check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
         jobs = world.checked(lambda: self.jobs(masks, out, batch, labels, one_file, say, mask_labels, world))
         mine = world.share(len(jobs))  # every rank read its share, and all agreed, before any write
@@ -303,7 +312,7 @@ def timing_line(marks: dict[str, float], started: float) -> str:
 
 
 def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, device: torch.device,
-                 sampler: str = RECOMMENDED.sampler, steps: int | None = None, eta: float = DEFAULT_ETA, seed: int = 0,
+                 sampler: str | None = None, steps: int | None = None, eta: float | None = None, seed: int = 0,
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
                  world: World = World(), clip: bool = True, spacing: str | None = None, labels: str = "auto",
                  one_file: bool = False, say: Callable[[str], None] | None = None,
@@ -311,14 +320,17 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     """Generate one image per mask file (this rank's share); every input is checked before
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
-    ``sampler``: one of ``solvers.SAMPLERS``; ``steps`` and ``spacing``: its chain; ``labels`` and
+    ``sampler``: one of ``solvers.SAMPLERS`` (None: the checkpoint's recommended one, ``solvers.resolve``,
+    which ``say`` hears named); ``steps``, ``spacing`` and ``eta``: its chain; ``labels`` and
     ``one_file``: a BraTS root's label convention and output form (``read_masks``); ``say`` is
     told what the masks are (a BraTS root: its layout and the label rule that applied);
     ``mask_labels`` maps the mask files' labels (``labels.parse``; None: the checkpoint's own map);
     with ``started`` (the command's ``time.perf_counter()``) ``say`` hears ``timing_line`` at the end."""
-    check_options(sampler, steps, spacing, config or "fast", weights, batch, eta)
+    check_options(sampler or "ddpm", steps, spacing if sampler else None, config or "fast", weights, batch,
+                  DEFAULT_ETA if eta is None or not sampler else eta)  # the rest once the checkpoint says
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
+    rec, sampler, steps, spacing, eta = resolve(sampler, steps, spacing, eta, diff_cfg.prediction)
     check_options(sampler, steps, spacing, config or "fast", weights, batch, eta, diff_cfg.timesteps)
     labels_map = label_map(mask_labels, data_config(ckpt).mask_labels, model_cfg.name)
     jobs = world.checked(lambda: read_masks(masks, out, model_cfg.name, tuple(ckpt["config"]["size"]), batch, labels,
@@ -329,6 +341,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
         config, why = default_config(device, len(jobs), calls)  # every rank decides alike
         if say is not None and device.type == "cuda":
             say(f"config {why}")
+    if say is not None and rec is not None:
+        say(f"sampler {rec.describe()}: the default for {diff_cfg.prediction}-prediction checkpoints; {rec.why}")
     denoiser = Sampler(ckpt, device, config, weights)
     marks = {"ready": time.perf_counter()}
     written = denoiser.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress, marks)
