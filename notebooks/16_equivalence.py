@@ -102,9 +102,9 @@ show_table(equivalence.intervals(EJ), "sampler equivalence results (equivalence/
 # (`-twin`). Seconds per 128³ volume, batch 1, `fast` (η changes no work): {glue:text}`eq_seconds`.
 #
 # **The default.** `medddpm sample` without `--sampler` runs {glue:text}`eq_default` on a
-# v-prediction checkpoint: on the newest checkpoint it passes the gate, {glue:text}`eq_default_verdict`
-# (in-brain r {glue:text}`eq_default_r`; region r, its closest measure, {glue:text}`eq_default_region`),
-# and the utility test, {glue:text}`eq_default_util`. On an ε-prediction checkpoint, where no sampler of
+# v-prediction checkpoint. The gate's verdict on the newest checkpoint: {glue:text}`eq_default_verdict`
+# (in-brain r {glue:text}`eq_default_r`; region r, its closest measure, {glue:text}`eq_default_region`);
+# the utility test: {glue:text}`eq_default_util`. On an ε-prediction checkpoint, where no sampler of
 # fewer calls has been judged on real anatomy, the default stays {glue:text}`eq_reference`; the command
 # says which sampler ran. Still open: the separate check on the external test set (IXI ≥ 500), which
 # this project does not run, and a margin that region r passes by a small distance.

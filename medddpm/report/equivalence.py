@@ -243,7 +243,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
             "again", "poor", "detects_r", "detects_ssim", "candidates", "passing", "nearest", "eta_r", "eta_ssim",
             "calls", "util", "seconds", "first", "first_chain_r", "first_sde2_r", "first_sde1_r", "first_eta_r",
             "first_eta_ssim", "default_verdict", "default_r", "default_region", "default_util")
-    rules = {"eq_default": f"`{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls)",  # the package's, whatever the store
+    rules = {"eq_default": f"{EQUIVALENT.describe()} ({EQUIVALENT.steps} denoiser calls)",  # the package's, whatever the store
              "eq_reference": f"{REFERENCE.sampler.upper()} {REFERENCE.steps}",
              "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %", "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
              "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",

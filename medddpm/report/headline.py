@@ -105,7 +105,7 @@ def readme_lines(root: Path) -> list[str]:
     chain = f"{EQUIVALENT.sampler} {EQUIVALENT.steps}"
     if {"ddpm 250", chain} <= set(secs.index) and eq["eq_default_verdict"].startswith("pass"):
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
-                   f"v-prediction checkpoints, {eq['eq_default']}, which passed the sampler equivalence gate against "
+                   f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
                    f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³ — {ch('16', '16_equivalence')}.")
     one = {c: wall(waiting_rows(root, [g]), "default", 1, c, sampler=REFERENCE.sampler) for c in ("cold", "warm")}
     if None not in one.values():
