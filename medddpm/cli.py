@@ -332,8 +332,7 @@ def cmd_warmup(a: argparse.Namespace) -> None:
     if a.batch < 1:
         raise InputError(f"--batch must be >= 1, got {a.batch}")
     device = resolve_device(a.device)
-    check_options(a.sampler or "ddpm", a.steps, a.spacing if a.sampler else None, a.config or "fast", "ema", a.batch,
-                  DEFAULT_ETA)  # the rest once the checkpoint says
+    check_options(a.sampler, a.steps, a.spacing, a.config or "fast", "ema", a.batch, None)  # the rest once the checkpoint says
     ckpt = load_checkpoint(a.checkpoint)
     diff_cfg = configs_from_checkpoint(ckpt)[1]
     _, a.sampler, a.steps, a.spacing, eta = resolve(a.sampler, a.steps, a.spacing, None, diff_cfg.prediction)

@@ -137,6 +137,7 @@ def test_the_packages_v_default_is_a_sampler_the_committed_gate_passed():
 
     root = Path(__file__).resolve().parents[1] / "data" / "results"
     assert report.facts(root, ["h100-80gb-hbm3"])["eq_default_verdict"].startswith("pass")
+    assert report.default_passes(root, "h100-80gb-hbm3") and not report.default_passes(root, "h200")
     u = report.utility(root, "h100-80gb-hbm3")
     mine = u[u["sampler run"] == report.label(report.default_run())]
     assert len(mine) == 1 and mine["passes"].all()

@@ -429,6 +429,9 @@ def test_paper_values_beside_ours_in_one_long_table():
     row = pd.Series({"value": 73.0, "value_high": 80.0, "qualifier": "~"})
     assert paper.label(row) == "~73–80"
     assert paper.label(pd.Series({"value": 0.42, "value_high": np.nan, "qualifier": "="})) == "0.42"
+    from medddpm.report.present import register_gpus
+
+    register_gpus(RESULTS)  # the GPUs' recorded names, as every chapter reads them first (tables.select_gpus)
     T = tables.torch_kernels(RESULTS, ["h200"], "step")
     s8 = tables.kernel_shares_vs_paper(T, "Fig 8", "duration_us")
     paper8 = paper.values(ROOT, figure="Fig 8", metric="kernel_share_pct")

@@ -295,3 +295,10 @@ def test_the_default_sampler_follows_the_checkpoints_prediction_and_what_is_give
     with pytest.raises(ValueError, match="prediction"):
         recommended("x0")
     assert EQUIVALENT.describe() == "dpm2m-sde 12 logsnr η 1.3" and REFERENCE.describe() == "ddpm 250"
+    # before the checkpoint picks (no sampler yet): only what holds for any sampler is checked
+    from medddpm.diffusion.solvers import check_sampler
+
+    check_sampler(None, None, "logsnr", eta=1.3)
+    for bad in ((0, None, None), (None, "cosine", None), (None, None, -1.0)):
+        with pytest.raises(ValueError):
+            check_sampler(None, bad[0], bad[1], eta=bad[2])

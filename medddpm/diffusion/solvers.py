@@ -116,16 +116,24 @@ def takes_eta(sampler: str) -> bool:
     return sampler == "ddim" or (sampler in SOLVERS and sampler.endswith("-sde"))
 
 
-def check_sampler(sampler: str, steps: int | None, spacing: str | None, timesteps: int | None = None,
-                  eta: float = 1.0) -> None:
+def check_sampler(sampler: str | None, steps: int | None, spacing: str | None, timesteps: int | None = None,
+                  eta: float | None = 1.0) -> None:
     """Refuse an unknown sampler or spacing, a step count below 1, an η below 0 or given to a
     sampler without one (ddpm, the ODE solvers, ipndm: only η = 1, the default, is accepted there) and,
-    once the schedule's ``timesteps`` are known, a step count it cannot hold (ValueError)."""
-    if sampler not in SAMPLERS:
+    once the schedule's ``timesteps`` are known, a step count it cannot hold (ValueError). ``sampler``
+    None (the checkpoint will pick, ``resolve``) and ``eta`` None (the sampler's own) check only what
+    holds for any sampler."""
+    if sampler is not None and sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
-    if eta < 0:
+    if eta is not None and eta < 0:
         raise ValueError(f"--eta must be >= 0, got {eta}")
-    if eta != 1.0 and not takes_eta(sampler):
+    if sampler is None:
+        if spacing is not None and spacing not in SPACINGS:
+            raise ValueError(f"unknown spacing {spacing!r}; choose one of {', '.join(SPACINGS)}")
+        if steps is not None and steps < 1:
+            raise ValueError(f"--steps must be >= 1, got {steps}")
+        return
+    if eta is not None and eta != 1.0 and not takes_eta(sampler):
         raise ValueError(f"--eta applies to ddim and the stochastic solvers "
                          f"({', '.join(s for s in SOLVERS if takes_eta(s))}), not to {sampler}")
     if spacing is not None and spacing not in SPACINGS:

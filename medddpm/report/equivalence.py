@@ -193,6 +193,12 @@ def seconds(root: Path, gpu: str | None) -> pd.DataFrame:
                          "s / volume": b["s_per_volume_median"].values, "GPU": b["gpu"].values})
 
 
+def _candidate_interval(j: pd.DataFrame, run: str, measure: str) -> str:
+    """``_interval`` of candidate ``run`` (its label) on ``measure`` in a ``judged`` table, or "—"."""
+    row = j[(j["role"] == "candidate") & (j["run"] == run) & (j["measure"] == measure)]
+    return _interval(row.iloc[0]) if len(row) else "—"
+
+
 def _checkpoint(samples: pd.DataFrame) -> str:
     """'v-s21-fast (step 14,000, training seed 21)' of one checkpoint's samples."""
     row = samples.iloc[0]
@@ -208,6 +214,13 @@ def default_run() -> str:
     """The run spec of ``solvers.EQUIVALENT`` (the default for v-prediction checkpoints) under fast."""
     r = GateRun(EQUIVALENT.sampler, EQUIVALENT.steps, EQUIVALENT.spacing, "fast", eta=EQUIVALENT.eta)
     return f"{r.spec}:fast"
+
+
+def default_passes(root: Path, gpu: str | None) -> bool:
+    """Whether ``solvers.EQUIVALENT`` passed the gate on the store's newest checkpoint."""
+    j = judged(root, gpu)
+    v = _verdicts(j) if not j.empty else pd.DataFrame(columns=["verdict"])
+    return label(default_run()) in v.index and v.loc[label(default_run()), "verdict"] == "pass"
 
 
 def _verdicts(j: pd.DataFrame) -> pd.DataFrame:
@@ -253,7 +266,6 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     samples, _ = load(root, gpu)
     every = names(root, gpu)
     first = judged(root, gpu, every[0])
-    m = j.set_index(["role", "run", "measure"])
     again = j[j["role"] == "reference, other seeds"].set_index("measure")
     cands = j[j["role"] == "candidate"]
     verdicts = _verdicts(j)
@@ -261,13 +273,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     nearest_run = verdicts["worst"].idxmin() if len(verdicts) else None
     mine = label(default_run())
 
-    def measure_of(run: str, measure: str) -> str:
-        return _interval(m.loc[("candidate", run, measure)]) if ("candidate", run, measure) in m.index else "—"
-
     util, secs = utility(root, gpu), seconds(root, gpu)
     poor = j[j["role"] == "poor sampler"]
     mine_util = util[util["sampler run"] == mine]
-    f1 = first[first["role"] == "candidate"]
     first_samples, _ = load(root, gpu, every[0])
     return {
         "eq_gpu": gpu_name(gpu),
@@ -293,13 +301,12 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         "eq_calls": f"{j['calls'].min()} to {cands['calls'].max() if len(cands) else j['calls'].max()}",
         "eq_default_verdict": (f"{verdicts.loc[mine, 'verdict']} (widest bound {verdicts.loc[mine, 'worst']:.2f} of its "
                                "margin)") if mine in verdicts.index else missing(f"{mine} in the newest checkpoint's runs"),
-        "eq_default_r": measure_of(mine, "brain_corr"),
-        "eq_default_region": measure_of(mine, "region_corr"),
+        "eq_default_r": _candidate_interval(j, mine, "brain_corr"),
+        "eq_default_region": _candidate_interval(j, mine, "region_corr"),
         "eq_default_util": ("; ".join(f"{r['synthetic Dice']:.3f} against DDPM 250's on {r['checkpoint']}, "
                                       f"{100 * r['against DDPM 250']:.1f} %" for _, r in mine_util.iterrows())
                             or missing(f"a utility row of {mine}")),
-        "eq_first_chain_r": _interval(f1.set_index(["run", "measure"]).loc[(label("dpm2m-sde12-logsnr:fast"), "brain_corr")])
-                            if (label("dpm2m-sde12-logsnr:fast"), "brain_corr") in f1.set_index(["run", "measure"]).index else "—",
+        "eq_first_chain_r": _candidate_interval(first, label("dpm2m-sde12-logsnr:fast"), "brain_corr"),
         "eq_first_sde2_r": _runs_like(first, "dpm2m-sde"),
         "eq_first_sde1_r": _runs_like(first, "dpm1-sde"),
         "eq_first_eta_r": _by_eta(first, "brain_corr"),

@@ -101,9 +101,8 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Real brains (IXI, 64³, v-prediction): background {an['an_v_gap']} from the scans', in-brain r "
                    f"{an['an_v_r']} on the validation subjects — {ch('14', '14_anatomy')}.")
     secs = equivalence.seconds(root, g).set_index("sampler")
-    eq = equivalence.facts(root, gpus)
     chain = f"{EQUIVALENT.sampler} {EQUIVALENT.steps}"
-    if {"ddpm 250", chain} <= set(secs.index) and eq["eq_default_verdict"].startswith("pass"):
+    if {"ddpm 250", chain} <= set(secs.index) and equivalence.default_passes(root, g):
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
                    f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
                    f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³ — {ch('16', '16_equivalence')}.")

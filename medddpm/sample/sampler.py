@@ -22,7 +22,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..core.config import (CONFIGS, DEFAULT_ETA, SAMPLING_ALIASES, SMALL_JOB, TRITON_KNOBS, fast_from, sampling_config,
+from ..core.config import (CONFIGS, SAMPLING_ALIASES, SMALL_JOB, TRITON_KNOBS, fast_from, sampling_config,
                            switched_on)
 from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
@@ -125,7 +125,7 @@ class Sampler:
 
         device = resolve_device(None if device is None else str(device))
         config = config or default_config(device)[0]  # an object kept for many calls: fast on a GPU
-        check_options("ddpm", None, None, config, weights, 1, DEFAULT_ETA)
+        check_options(None, None, None, config, weights, 1, None)
         return cls(load_checkpoint(path), device, config, weights)
 
     def choose(self, sampler: str | None = None, steps: int | None = None, spacing: str | None = None,
@@ -228,8 +228,8 @@ class Sampler:
         return self.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress)
 
 
-def check_options(sampler: str, steps: int | None, spacing: str | None, config: str, weights: str, batch: int,
-                  eta: float, timesteps: int | None = None) -> None:
+def check_options(sampler: str | None, steps: int | None, spacing: str | None, config: str, weights: str, batch: int,
+                  eta: float | None, timesteps: int | None = None) -> None:
     """Refuse a sampling option (InputError: one line) before anything is read or written; the
     step count against the schedule's ``timesteps`` once the checkpoint says how many it has
     (``solvers.check_sampler``)."""
@@ -326,8 +326,7 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     told what the masks are (a BraTS root: its layout and the label rule that applied);
     ``mask_labels`` maps the mask files' labels (``labels.parse``; None: the checkpoint's own map);
     with ``started`` (the command's ``time.perf_counter()``) ``say`` hears ``timing_line`` at the end."""
-    check_options(sampler or "ddpm", steps, spacing if sampler else None, config or "fast", weights, batch,
-                  DEFAULT_ETA if eta is None or not sampler else eta)  # the rest once the checkpoint says
+    check_options(sampler, steps, spacing, config or "fast", weights, batch, eta)  # the rest once the checkpoint says
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
     rec, sampler, steps, spacing, eta = resolve(sampler, steps, spacing, eta, diff_cfg.prediction)
