@@ -44,7 +44,20 @@
 # **A v-prediction checkpoint's default.** Since `train` predicts v and `sample` runs the 12-call chain on
 # such checkpoints, one H100 of 16 cores (`v-default-chain-2026-11-27/`, the 128³ phantom checkpoint
 # trained as above, now v) timed it: {glue:text}`tr_v_default`. The chain's own sampling is a fraction
-# of a second; what is left is start-up, which these rows do not yet cut.
+# of a second; what is left is start-up.
+#
+# **Triton's key.** Before its first kernel, every process hashes Triton's whole installation (its
+# compiler, backend and language modules, and the 500 MB libtriton) into the key of Triton's cache,
+# even when every kernel is already in that cache. In the warm 1-mask profile of call A
+# (`start-up-tried-2026-11-27/call-a/profile-new-1-warm.txt`) that hash took most of the time between
+# `ready` and the first volume. `medddpm` now keeps the key in `MEDDDPM_CACHE`, under a fingerprint of
+# Triton's files (names, sizes, times: `medddpm/run/cache.py`), so only the first process of an
+# installation computes it. Timed afterwards on another host, two H200s of 32 cores
+# (`triton-key-h200-host-2026-11-27/`, one GPU used): {glue:text}`tr_triton_key`. Its warm profile
+# (`profile-sample-1-warm.txt` there) no longer lists the hash. The host differs from the rows above,
+# so these rows do not isolate the gain. That profile's costliest remaining calls are PyTorch's
+# compiler modules imported on first use, the registration of custom operators and the reads of
+# Triton's cached kernels.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results

@@ -167,3 +167,48 @@ def test_the_gate_history_judges_every_checkpoint_that_holds_the_reference(tmp_p
     f = facts(tmp_path, ["gpu"])
     assert f["an_gate_fp8"].startswith("dpm2m-sde 12 logsnr · fast-fp8 on `v-s1-fast`: fail")
     assert f["an_gate_checkpoints"] == "`v-s1-fast` (step 6,000), `v-s7-fast` (step 16,000)"
+
+
+def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tmp_path):
+    """Sizes 96³ and 128³ in one store: the larger-size table holds both, the facts judge the largest
+    (in-brain r against the base size's runs, Dice against real-trained), name the GPUs and wall time
+    of its run's own record (train/NAME/env.json), and the base size's utility keeps its own rows."""
+    import json
+
+    from medddpm.report.anatomy import LARGE_RUN, facts, larger, largest_run, run_slices
+    from medddpm.sample.anatomy import REAL, TEMPLATE
+
+    folder = tmp_path / "gpu" / "anatomy"
+    rows, util = [], []
+    for name, r in (("v-s0-fast", 0.81), ("v-s1-fast", 0.82), ("v-s11-fast-96", 0.76), ("v-s13-fast-128", 0.80)):
+        for run, corr in ((REAL, 1.0), (TEMPLATE, 0.71), (LARGE_RUN, r)):
+            rows.append({"name": name, "split": "val", "run": run, "step": 1000, "background_mean": -0.92,
+                         "real_background_mean": -0.9, "background_gap": -0.02, "background_seed_spread": 0.01,
+                         "background_seed_spread_max": 0.02, "hist_w1": 0.05, "brain_corr": corr, "region_corr": 0.9,
+                         "ssim": 0.7, "ssim_between_seeds": 0.8})
+        train = folder / "train" / name
+        train.mkdir(parents=True)
+        pd.DataFrame({"step": [0, 3000, 6000], "weights": "ema", "subject": "a", "t": 1,
+                      "loss": [0.5, 0.2, 0.1]}).to_csv(train / "heldout.csv", index=False)
+    (folder / "train" / "v-s13-fast-128" / "env.json").write_text(
+        json.dumps({"gpu": "NVIDIA H200", "gpus": 2, "train_wall_s": [600, 300]}))
+    for name, real, synthetic in (("v-s0-fast", 0.95, 0.95), ("v-s13-fast-128", 0.97, 0.90)):
+        util += [{"name": name, "split": "val", "step": 1000, "source": source, "seed": 0, "subject": s, "dice": d,
+                  "steps": 100} for source, d in (("real", real), ("synthetic", synthetic)) for s in ("a", "b")]
+    pd.DataFrame(rows).to_csv(folder / "anatomy_summary.csv", index=False)
+    pd.DataFrame(util).to_csv(folder / "anatomy_utility.csv", index=False)
+    assert list(larger(tmp_path, "gpu")["size"]) == ["96³", "128³"] and largest_run(tmp_path, "gpu") == "v-s13-fast-128"
+    f = facts(tmp_path, ["gpu"])
+    assert f["an_big_size"] == "128³" and f["an_big_gpus"] == "2 × NVIDIA H200"
+    assert f["an_big_wall"] == "15 min of training processes' wall time, 0.50 GPU-hours"
+    assert "in-brain r above the 64³ runs' (0.81–0.82): missed" in f["an_big_targets"]
+    assert f["an_big_util_ratio"].startswith("92.8 %") and f["an_big_util_ratio"].endswith("missed)")
+    assert f["an_util_ratio"].startswith("100.0 %")  # the base size's runs alone
+    assert f["an_big_state"] == "still learning"  # its held-out loss halved between its last two evaluations
+    assert larger(tmp_path, "none").empty and facts(tmp_path, ["none"])["an_big_wall"].startswith("—")
+    sl = pd.DataFrame([{"source": src, "subject": s, "view": "axial", "row": 0, "col": 0, "value": 0.5}
+                       for src in (LARGE_RUN, "dpm2m-sde12-logsnr-eta1.3:fast") for s in ("IXI441", "IXI440")])
+    sl.to_parquet(folder / "slices-v-s13-fast-128-val.parquet", index=False)
+    shown, titles = run_slices(tmp_path, "gpu", "v-s13-fast-128")
+    assert set(shown["subject"]) == {"IXI440"} and list(titles.values()) == ["ddpm 250", "dpm2m-sde 12, η 1.3"]
+    assert run_slices(tmp_path, "gpu", None) is None

@@ -29,26 +29,51 @@ def medddpm(*args, check=True):
     return p
 
 
+def train_args(phantoms, out, *extra):
+    return ["train", "--images", phantoms / "images", "--masks", phantoms / "masks", "--model", "tiny", "--size", "16",
+            "--out", out, "--quiet", "--save-every", "2", "--ema-start", "1", "--lr", "1e-3", *extra]
+
+
 def train(phantoms, out, *extra, check=True):
-    return medddpm("train", "--images", phantoms / "images", "--masks", phantoms / "masks", "--model", "tiny",
-                   "--size", "16", "--out", out, "--quiet", "--save-every", "2", "--ema-start", "1",
-                   "--lr", "1e-3", *extra, check=check)
+    return medddpm(*train_args(phantoms, out, *extra), check=check)
+
+
+def start(*args):
+    """``python -m medddpm ARGS`` started, not awaited (``finish``)."""
+    return subprocess.Popen([sys.executable, "-m", "medddpm", *map(str, args)], env=cpu_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs):
+    """Wait for every process of ``start``; each must succeed."""
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), [err for _, err in outs]
 
 
 @pytest.fixture(scope="module")
 def runs(phantoms, tmp_path_factory):
+    """The runs the tests compare, started together: each is mostly a process start and a rendezvous, so
+    running them at once costs about the longest of them."""
     root = tmp_path_factory.mktemp("ddp")
-    train(phantoms, root / "two", "--steps", "3", "--grad-accum", "1", "--nproc", "2")
-    train(phantoms, root / "one", "--steps", "3", "--grad-accum", "2")
-    # DistributedDataParallel's buckets instead of the flat all-reduce (TF32 means nothing on a CPU)
-    train(phantoms, root / "ddp", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "opt1-ddp")
-    # three gradient buckets (fast-b3), each all-reduced from a hook inside the backward pass
-    train(phantoms, root / "buckets", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast-b3")
-    train(phantoms, root / "buckets-one", "--steps", "3", "--grad-accum", "2", "--config", "fast")
-    # fast: the network whole and one flat buffer all-reduced in bf16 after the backward
-    train(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")
-    # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
-    two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1")
+    finish([
+        start(*train_args(phantoms, root / "two", "--steps", "3", "--grad-accum", "1", "--nproc", "2")),
+        start(*train_args(phantoms, root / "one", "--steps", "3", "--grad-accum", "2")),
+        # DistributedDataParallel's buckets instead of the flat all-reduce (TF32 means nothing on a CPU)
+        start(*train_args(phantoms, root / "ddp", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "opt1-ddp")),
+        # three gradient buckets (fast-b3), each all-reduced from a hook inside the backward pass
+        start(*train_args(phantoms, root / "buckets", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config",
+                          "fast-b3")),
+        start(*train_args(phantoms, root / "buckets-one", "--steps", "3", "--grad-accum", "2", "--config", "fast")),
+        # fast: the network whole and one flat buffer all-reduced in bf16 after the backward
+        start(*train_args(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")),
+        # the held-out loss at every step, its triples shared between the ranks
+        start(*train_args(phantoms, root / "two-held", "--steps", "2", "--grad-accum", "1", "--nproc", "2",
+                          "--held-out", "1", "--eval-every", "1")),
+        start(*train_args(phantoms, root / "one-held", "--steps", "2", "--grad-accum", "2", "--held-out", "1",
+                          "--eval-every", "1")),
+        # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
+        *two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1"),
+    ])
     return root
 
 
@@ -59,15 +84,9 @@ def two_nodes(phantoms, out, *extra):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "medddpm", "train", "--images", phantoms / "images", "--masks", phantoms / "masks",
-           "--model", "tiny", "--size", "16", "--out", out, "--quiet", "--save-every", "2", "--ema-start", "1",
-           "--lr", "1e-3", *extra, "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
-           "--rdzv-id", f"test-{port}"]
-    env = cpu_env()
-    nodes = [subprocess.Popen(list(map(str, cmd)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    outs = [n.communicate(timeout=300) for n in nodes]
-    assert [n.returncode for n in nodes] == [0, 0], outs
+    args = train_args(phantoms, out, *extra, "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                      "--rdzv-id", f"test-{port}")
+    return [start(*args) for _ in range(2)]
 
 
 def _states(path):
@@ -105,6 +124,19 @@ def test_a_bf16_reduction_averages_the_rounded_gradients(runs):
     a, b = _moments(narrow), _moments(wide)
     assert 0 < (a - b).norm() <= 1e-2 * b.norm()
     assert all(v.dtype == torch.float32 for v in narrow["model"].values())
+
+
+def test_the_ranks_share_the_held_out_evaluation_and_find_one_processs_losses(runs):
+    """Each rank evaluates its share of the (subject, t) triples and the losses are summed: the
+    held-out table and best.pt of two ranks are one process's (the same weights, evaluated in
+    other batches: equal to FP32 rounding)."""
+    import pandas as pd
+
+    two, one = (pd.read_csv(runs / r / "heldout.csv") for r in ("two-held", "one-held"))
+    assert len(two) == len(one) == 3 * 2 * 6 and (two["loss"] > 0).all()  # steps 0-2 × model, ema × 6 t
+    assert two[["step", "weights", "subject", "t"]].equals(one[["step", "weights", "subject", "t"]])
+    np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-5)
+    assert (runs / "two-held" / "best.pt").exists()
 
 
 def test_rank_zero_alone_writes(runs):

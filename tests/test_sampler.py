@@ -1,4 +1,6 @@
 """The Sampler object (medddpm.sample.sampler): loaded once, called many times, in memory or to files."""
+import os
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -180,3 +182,45 @@ def test_without_a_sampler_the_checkpoints_recipe_picks_one_and_the_command_says
     assert main(["sample", "--checkpoint", str(tiny_checkpoint), "--masks", str(one), "--device", "cpu", "--quiet",
                  "--out", str(tmp_path / "eps")]) == 0
     assert f"sampler {REFERENCE.describe()}: the default for eps-prediction checkpoints" in capsys.readouterr().err
+
+
+def test_tritons_key_is_computed_once_per_installation_and_then_read(monkeypatch, tmp_path):
+    """``cache.remember_triton_key``: the first process computes Triton's installation key and keeps
+    it under MEDDDPM_CACHE; a later one reads it without hashing Triton again; another installation
+    (a new fingerprint) computes its own."""
+    tcache = pytest.importorskip("triton.runtime.cache")
+    from medddpm.run import cache
+
+    calls = []
+
+    def computed():
+        calls.append(1)
+        return f"key-{len(calls)}"
+
+    monkeypatch.setattr(tcache, "triton_key", computed)
+    assert cache.remember_triton_key(tmp_path) == "key-1" and len(calls) == 1
+    assert tcache.triton_key() == "key-1" and len(calls) == 1  # installed: Triton's compile asks it
+    assert cache.remember_triton_key(tmp_path) == "key-1" and len(calls) == 1
+    kept = list((tmp_path / "triton-key").iterdir())
+    assert len(kept) == 1 and kept[0].read_text() == "key-1"
+
+    monkeypatch.setattr(tcache, "triton_key", computed)  # a new process: Triton's own function again
+    assert cache.remember_triton_key(tmp_path) == "key-1" and len(calls) == 1  # read, not hashed
+    monkeypatch.setattr(tcache, "triton_key", computed)
+    monkeypatch.setattr(cache, "triton_fingerprint", lambda base, version: "another-installation")
+    assert cache.remember_triton_key(tmp_path) == "key-2" and len(calls) == 2
+
+
+def test_tritons_fingerprint_follows_its_files(tmp_path):
+    """The fingerprint changes with a file's size or time and with the version, and only with them."""
+    from medddpm.run import cache
+
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "cache.py").write_text("x")
+    (tmp_path / "_C").mkdir()
+    lib = tmp_path / "_C" / "libtriton.so"
+    lib.write_bytes(b"a" * 10)
+    first = cache.triton_fingerprint(tmp_path, "3.6.0")
+    assert first == cache.triton_fingerprint(tmp_path, "3.6.0") != cache.triton_fingerprint(tmp_path, "3.7.0")
+    os.utime(lib, ns=(1, 1))
+    assert cache.triton_fingerprint(tmp_path, "3.6.0") != first

@@ -238,3 +238,24 @@ def test_what_warmup_buys_the_next_sample_per_machine():
     assert text.startswith("host A: `warmup` 50.0 s; then 1 mask by default (`fast-eager`) 13.0 s, against 12.0 s warm (+8 %, within")
     assert "host B:" in text and "(+20 %, outside the 10 % target)" in text
     assert after_warmup(tidy(pd.DataFrame())).startswith("—")
+
+
+def test_rows_from_another_host_name_their_own_gpu_and_the_one_mask_targets():
+    """Issue 64: the rows timed with Triton's key kept (``remembered_key``) came from a host that is
+    not their store's: the fact names the rows' GPU, judges 1 mask warm and cold against the targets
+    and says what `warmup` bought."""
+    import pandas as pd
+
+    from medddpm.report.waiting import remembered_key, tidy
+
+    rows = [{"gpu": "NVIDIA H200", "gpu_slug": "h100-80gb-hbm3", "command": command, "config": "default",
+             "ran": "fast-eager" if n else "", "sampler": "dpm2m-sde" if n else "", "volumes": n, "cache": cache,
+             "wall_s": wall, "rc": 0, "ready_s": 0.5, "first_volume_s": 3.5, "written_s": 3.9}
+            for command, cache, wall, n in (("sample --checkpoint c --masks m --out a", "cold", 26.7, 1),
+                                            ("sample --checkpoint c --masks m --out b", "warm", 4.9, 1),
+                                            ("warmup --checkpoint c", "cold", 40.9, 0),
+                                            ("sample --checkpoint c --masks m --out c", "warmup", 5.2, 1))]
+    text = remembered_key(tidy(pd.DataFrame(rows)))
+    assert text.startswith("NVIDIA H200: 1 mask 4.9 s (met: 5 s) warm") and "26.7 s (missed: 15 s) cold" in text
+    assert "then 1 mask by default (`fast-eager`) 5.2 s, against 4.9 s warm (+6 %, within the 10 % target)" in text
+    assert remembered_key(tidy(pd.DataFrame())).startswith("—")

@@ -8,6 +8,7 @@ and every fact reads "—" with what is missing.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE as DDPM_REFERENC
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
 from .present import gpu_name
+from .quality_tables import sample_bench
 from .wording import missing, number, roles
 
 TABLES = ("anatomy_samples", "anatomy_diversity", "anatomy_summary")
@@ -165,10 +167,10 @@ def utility(root: Path, gpu: str | None) -> pd.DataFrame:
     """Segmentation utility per training run and source of the segmenter's training scans: the
     mean and lowest Dice on the real held-out scans, over subjects and segmenter seeds."""
     u = load(root, gpu, "anatomy_utility")
-    cols = ["recipe", "trained with", "run", "segmenter trained on", "Dice", "lowest Dice", "subjects", "steps"]
+    cols = ["recipe", "trained with", "size", "run", "segmenter trained on", "Dice", "lowest Dice", "subjects", "steps"]
     if u.empty:
         return pd.DataFrame(columns=cols)
-    g = u.groupby(["recipe", "config", "name", "source"], as_index=False, sort=False).agg(
+    g = u.groupby(["recipe", "config", "size", "name", "source"], as_index=False, sort=False).agg(
         Dice=("dice", "mean"), lowest=("dice", "min"), subjects=("subject", "nunique"), steps=("steps", "first"))
     return g.rename(columns={"config": "trained with", "name": "run", "source": "segmenter trained on",
                              "lowest": "lowest Dice"})[cols]
@@ -251,6 +253,33 @@ def slices(root: Path, gpu: str | None, names: list[str]) -> tuple[pd.DataFrame,
     out = pd.concat(frames, ignore_index=True)
     out["value"] = out["value"].astype("float32")
     return out, sources
+
+
+def largest_run(root: Path, gpu: str | None) -> str | None:
+    """The name of the newest-named training run at the largest size beyond ``BASE_SIZE`` (None: none)."""
+    big = (sizes(root, gpu) or [None])[-1]
+    c = curves(root, gpu)
+    names = sorted(c.loc[c["size"] == big, "name"].unique()) if big else []
+    return names[-1] if names else None
+
+
+def run_slices(root: Path, gpu: str | None, name: str | None) -> tuple[pd.DataFrame, dict[str, str]] | None:
+    """Every sampler run's slices of the first validation subject in training run ``name``'s
+    parquet (samples only: the scans are not in a results store): (tidy slices, source → column
+    title), or None."""
+    path = Path(root) / str(gpu) / "anatomy" / f"slices-{name}-val.parquet"
+    if gpu is None or name is None or not path.exists():
+        return None
+    sl = pd.read_parquet(path)
+    sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
+    return sl.assign(value=sl["value"].astype("float32")), {r: _run_title(r) for r in sl["source"].unique()}
+
+
+def _run_title(run: str) -> str:
+    """A sampler run as a column title: 'ddpm250:fast' → 'ddpm 250', 'dpm2m-sde12-logsnr-eta1.3:fast' →
+    'dpm2m-sde 12, η 1.3'."""
+    m = re.match(r"^(?P<sampler>.+?)(?P<steps>\d+)(?:-[a-z]+)?(?:-eta(?P<eta>[\d.]+))?:", run)
+    return f"{m['sampler']} {m['steps']}" + (f", η {m['eta']}" if m["eta"] else "") if m else run
 
 
 def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
@@ -342,6 +371,16 @@ def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     return float(t.median()) if len(t) else None
 
 
+def base_runs_r(root: Path, gpu: str | None) -> pd.Series:
+    """In-brain r of ``LARGE_RUN`` per v run under ``fast`` at ``BASE_SIZE`` on the validation set."""
+    s = load(root, gpu, "anatomy_summary")
+    if s.empty:
+        return pd.Series(dtype=float)
+    s = s[(s["split"] == "val") & (s["size"] == BASE_SIZE) & (s["recipe"] == "v") & (s["config"] == "fast")
+          & (s["run"] == LARGE_RUN)]
+    return s.groupby("name")["brain_corr"].mean()
+
+
 def first_step_gain(d: GaussianDiffusion) -> float:
     """√((1 − ᾱ_t)/ᾱ_t) at the 12-step chain's first timestep: how much an error in the predicted
     ε's volume mean grows in x̂₀ = (x_t − √(1 − ᾱ_t) ε̂)/√ᾱ_t."""
@@ -418,16 +457,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
     u = utility(root, gpu)
     dice = {}
-    for source in ("real", "synthetic"):
-        rows = u[(u["segmenter trained on"] == source) & (u["recipe"] == "v")]
-        dice[source] = float(rows["Dice"].mean()) if len(rows) else None
-        out[f"an_util_{source}"] = number(dice[source], ".3f", "segmentation utility (anatomy/anatomy_utility.csv)")
-    if dice["real"] and dice["synthetic"] is not None:
-        ratio = dice["synthetic"] / dice["real"]
-        out["an_util_ratio"] = (f"{100 * ratio:.1f} % of the real-trained Dice (target ≥ {100 * TARGET_UTILITY:g} %: "
-                                f"{'met' if ratio >= TARGET_UTILITY else 'missed'})")
-    else:
-        out["an_util_ratio"] = missing("segmentation utility of both sources")
+    out.update(utility_facts(u[u["size"] == BASE_SIZE], "an_util"))
     c = curves(root, gpu)
     lv = plateaus(c)
     out["an_plateau"] = f"{100 * PLATEAU:g} %"
@@ -460,6 +490,37 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     return out
 
 
+def utility_facts(u: pd.DataFrame, prefix: str) -> dict[str, str]:
+    """Mean Dice of the v recipe's segmenters trained on real and on synthetic scans (``utility``'s
+    rows given), and their ratio against ``TARGET_UTILITY`` (keys ``prefix``_real, _synthetic, _ratio)."""
+    out, dice = {}, {}
+    for source in ("real", "synthetic"):
+        rows = u[(u["segmenter trained on"] == source) & (u["recipe"] == "v")]
+        dice[source] = float(rows["Dice"].mean()) if len(rows) else None
+        out[f"{prefix}_{source}"] = number(dice[source], ".3f", "segmentation utility (anatomy/anatomy_utility.csv)")
+    if dice["real"] and dice["synthetic"] is not None:
+        ratio = dice["synthetic"] / dice["real"]
+        out[f"{prefix}_ratio"] = (f"{100 * ratio:.1f} % of the real-trained Dice (target ≥ {100 * TARGET_UTILITY:g} %: "
+                                  f"{'met' if ratio >= TARGET_UTILITY else 'missed'})")
+    else:
+        out[f"{prefix}_ratio"] = missing("segmentation utility of both sources")
+    return out
+
+
+def larger(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
+    """``recipes`` at every size beyond ``BASE_SIZE``, a column ``size`` first."""
+    frames = [recipes(root, gpu, split, n).assign(size=f"{n}³") for n in sizes(root, gpu)]
+    cols = ["size", *recipes(root, None).columns]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def run_device(root: Path, gpu: str | None, name: str) -> dict:
+    """A training run's own record, ``train/NAME/env.json`` (the GPU it ran on, how many, the training
+    processes' wall seconds), where the run was made on GPUs other than its store's; else {}."""
+    path = Path(root) / str(gpu) / "anatomy" / "train" / name / "env.json"
+    return json.loads(path.read_text()) if gpu is not None and path.exists() else {}
+
+
 def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.DataFrame) -> dict[str, str]:
     """The largest size beyond ``BASE_SIZE`` (prefix ``an_big_``): its v runs under ``fast`` sampled by the
     default sampler (``LARGE_RUN``), each measure beside ``BASE_SIZE``'s, the issue's targets, and how far
@@ -480,10 +541,30 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
         met = {f"background within {TARGET_GAP}": abs(r["gap"]) <= TARGET_GAP,
                f"spread between seeds ≤ {TARGET_SPREAD}": r["spread between seeds"] <= TARGET_SPREAD,
                "W1 at or below the template's": r["W1"] <= r["template W1"]}
+        base_r = base_runs_r(root, gpu)
+        if len(base_r):
+            met[f"in-brain r above the {BASE_SIZE}³ runs' ({base_r.min():.2f}–{base_r.max():.2f})"] = r["in-brain r"] > base_r.max()
         out["an_big_targets"] = "; ".join(f"{k}: {'met' if v else 'missed'}" for k, v in met.items())
     else:
         out["an_big_targets"] = missing(what)
+    u = utility(root, gpu)
+    out.update(utility_facts(u[u["size"] == big] if big else u.iloc[:0], "an_big_util"))
+    sb = sample_bench(root, [gpu]) if gpu else pd.DataFrame()
+    fp32 = sb[(sb["config"] == "baseline") & (sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)] \
+        if len(sb) else sb
+    out["an_big_fp32_s"] = number(float(fp32["s_per_volume_median"].iloc[-1]) if len(fp32) else None, ".0f",
+                                  "FP32 DDPM 250 at 128³ in sample_bench.csv")
     mine = levels[levels["name"].str.endswith(f"-{big}")] if big and len(levels) else levels.iloc[:0]
+    out["an_big_state"] = (("levelled off" if mine["levelled"].all() else "still learning") if len(mine)
+                           else missing(what))
+    dev = [run_device(root, gpu, n) for n in mine["name"]]
+    dev = [d for d in dev if d]
+    out["an_big_gpus"] = (", ".join(sorted({f"{d.get('gpus', 1)} × {d['gpu']}" for d in dev})) if dev
+                          else gpu_name(gpu) if len(mine) else missing(what))
+    wall = [sum(d["train_wall_s"]) * d.get("gpus", 1) / 3600 for d in dev if "train_wall_s" in d]
+    out["an_big_wall"] = (f"{sum(sum(d['train_wall_s']) for d in dev if 'train_wall_s' in d) / 60:.0f} min of training "
+                          f"processes' wall time, {sum(wall):.2f} GPU-hours" if wall
+                          else missing(f"the {big}³ runs' wall time (train/NAME/env.json)" if big else what))
     out["an_big_falling"] = (", ".join(f"`{r['name']}` {100 * r['drop']:.1f} % over its last {r['interval']:,} steps"
                                        for _, r in mine.iterrows()) if len(mine) else missing(what))
     ms = [step_ms(root, gpu, n) for n in mine["name"]] if len(mine) else []

@@ -98,8 +98,11 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Several GPUs: `fast` {scaling} — {ch('06', '06_beyond')}.")
     an = anatomy.facts(root, gpus)
     if not an["an_v_gap"].startswith("—"):
-        out.append(f"- Real brains (IXI, 64³, v-prediction): background {an['an_v_gap']} from the scans', in-brain r "
-                   f"{an['an_v_r']} on the validation subjects — {ch('14', '14_anatomy')}.")
+        big = (f"; at {an['an_big_size']} (one run on {an['an_big_gpus']}, {an['an_big_state']}) background {an['an_big_gap']}, "
+               f"in-brain r {an['an_big_r']}, segmentation Dice {an['an_big_util_ratio'].split(' (')[0]}"
+               if not an["an_big_gap"].startswith("—") and not an["an_big_util_ratio"].startswith("—") else "")
+        out.append(f"- Real brains (IXI, v-prediction, validation subjects): at 64³ background {an['an_v_gap']} from the "
+                   f"scans', in-brain r {an['an_v_r']}{big} — {ch('14', '14_anatomy')}.")
     secs = equivalence.seconds(root, g).set_index("sampler")
     chain = f"{EQUIVALENT.sampler} {EQUIVALENT.steps}"
     if {"ddpm 250", chain} <= set(secs.index) and equivalence.default_passes(root, g):

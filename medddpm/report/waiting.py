@@ -30,6 +30,7 @@ SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernel
 TRIED = "start-up-tried-2026-11-27"
 WARMUP_ALL = "warmup-every-config-2026-11-27"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
 V_DEFAULT = "v-default-chain-2026-11-27"  # a v-prediction checkpoint's default (the 12-call chain): 1 and 100 masks, warmup
+TRITON_KEY = "triton-key-h200-host-2026-11-27"  # the same, with Triton's installation key kept in MEDDDPM_CACHE (run.cache)
 CHAIN_TARGETS = {(1, "warm"): 5.0, (1, "cold"): 15.0, (100, "warm"): 30.0}  # issue 64: seconds, process start to file
 TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
@@ -266,6 +267,19 @@ def after_warmup(df: pd.DataFrame) -> str:
             + f", {gpu_name(after['gpu_slug'])}")
 
 
+def _against(row: pd.Series, n: int, cache: str) -> str:
+    """A default row's wall seconds, with issue 64's target for ``n`` masks ``cache`` where it has one."""
+    t, target = row["wall_s"], CHAIN_TARGETS.get((n, cache))
+    return f"{t:.1f} s" + (f" ({'met' if t <= target else 'missed'}: {target:g} s)" if target else "")
+
+
+def _one_mask(w: pd.Series, cold: pd.Series) -> str:
+    """1 mask warm, where its seconds went on the command's own clock, and cold."""
+    return (f"1 mask {_against(w, 1, 'warm')} warm (on the command's own clock ready at {w['ready_s']:.1f} s, the volume "
+            f"at {w['first_volume_s']:.1f} s, the file at {w['written_s']:.1f} s; the rest is Python's start, imports and "
+            f"exit) and {_against(cold, 1, 'cold')} cold")
+
+
 def v_default(df: pd.DataFrame) -> str:
     """The default of a v-prediction checkpoint (the 12-call chain) from the command line: 1 and 100
     masks cold and warm against issue 64's targets, where the first volume came, and after `warmup`."""
@@ -273,15 +287,20 @@ def v_default(df: pd.DataFrame) -> str:
     if any(r is None for r in one.values()):
         return missing(f"1- and 100-mask rows of a v-prediction checkpoint's default ({V_DEFAULT})")
     w = one[(1, "warm")]
+    return (f"`{w['sampler']}` by default under `{w['ran']}`: {_one_mask(w, one[(1, 'cold')])}; 100 masks "
+            f"{_against(one[(100, 'warm')], 100, 'warm')} warm and {_against(one[(100, 'cold')], 100, 'cold')} cold; "
+            f"{after_warmup(df)}")
 
-    def vs(n: int, cache: str) -> str:
-        t, target = one[(n, cache)]["wall_s"], CHAIN_TARGETS.get((n, cache))
-        return f"{t:.1f} s" + (f" ({'met' if t <= target else 'missed'}: {target:g} s)" if target else "")
 
-    return (f"`{w['sampler']}` by default under `{w['ran']}`: 1 mask {vs(1, 'warm')} warm (on the command's own clock "
-            f"ready at {w['ready_s']:.1f} s, the volume at {w['first_volume_s']:.1f} s, the file at {w['written_s']:.1f} s; "
-            f"the rest is Python's start, imports and exit) and {vs(1, 'cold')} cold; 100 masks {vs(100, 'warm')} warm "
-            f"and {vs(100, 'cold')} cold; {after_warmup(df)}")
+def remembered_key(df: pd.DataFrame) -> str:
+    """The same default with Triton's key kept in the cache (``TRITON_KEY``): 1 mask warm and cold, and
+    after `warmup`, on the GPU its rows name."""
+    if "gpu" in df:  # the rows' own GPU: this folder's host was not its store's
+        df = df.assign(gpu_slug=df["gpu"])
+    w, cold = newest(df, "default", 1, "warm"), newest(df, "default", 1, "cold")
+    if w is None or cold is None:
+        return missing(f"1-mask rows with Triton's key kept ({TRITON_KEY})")
+    return f"{gpu_name(w['gpu_slug'])}: {_one_mask(w, cold)}; {after_warmup(df)}"
 
 
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -298,6 +317,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(train_facts(root, have[:1], df))
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
+    f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time

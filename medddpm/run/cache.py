@@ -4,7 +4,8 @@
 configuration and the volume size. Anything that invalidates compiled code changes the key.
 
 ``medddpm warmup`` fills it; ``Sampler`` loads a key's file before its first compile and saves it
-after each new batch size it compiled.
+after each new batch size it compiled. It also remembers Triton's own cache key
+(``remember_triton_key``), which Triton recomputes in every process before its first kernel.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.io import atomic_path
+from ..core.io import atomic_path, write_text_atomic
 
 CACHE_ENV = "MEDDDPM_CACHE"
 ALLOW_AUTOGRAD_FUNCTIONS = "autograd_cache_allow_custom_autograd_functions"  # torch._functorch.config's switch
@@ -39,11 +40,67 @@ def use() -> Path:
     folder = root()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+    if torch.cuda.is_available():  # where Triton's kernels launch (a CPU runs their references)
+        remember_triton_key(folder)
     import torch._functorch.config as functorch_config
 
     if hasattr(functorch_config, ALLOW_AUTOGRAD_FUNCTIONS):  # a torch without the switch caches as it does
         setattr(functorch_config, ALLOW_AUTOGRAD_FUNCTIONS, True)
     return folder
+
+
+def triton_fingerprint(base: Path, version: str) -> str:
+    """What Triton's key (``triton.runtime.cache.triton_key``) hashes, by path, size and modification
+    time instead of by content: its version, its frontend's cache module and every file of its
+    compiler, backends, language and ``_C`` (libtriton) folders. Stat calls only, no reading."""
+    h = hashlib.sha256(version.encode())
+    for part in ("runtime/cache.py", "compiler", "backends", "language", "_C"):
+        p = base / part
+        for f in [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()):
+            st = f.stat()
+            h.update(f"{f.relative_to(base)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:32]
+
+
+def remember_triton_key(folder: Path) -> str | None:
+    """Triton's installation key, read from ``folder/triton-key/<fingerprint>.txt`` and installed as
+    ``triton.runtime.cache.triton_key`` (and ``triton.compiler.compiler``'s name for it); computed
+    by Triton and written there when the fingerprint is new. The key, or None without Triton.
+
+    Triton hashes its whole installation (every compiler, backend and language module, walked with
+    ``pkgutil``, and the 500 MB libtriton) once in each process, before its first kernel launch,
+    even when every kernel is in its on-disk cache: 3.5 s of a warm 1-mask ``sample`` on an H100
+    (``time_to_result/start-up-tried-2026-11-27/call-a/profile-new-1-warm.txt``). A different
+    installation changes the fingerprint, so its key is computed anew."""
+    try:
+        import triton
+        import triton.compiler.compiler as tcompiler
+        import triton.runtime.cache as tcache
+    except ImportError:
+        return None
+    original = getattr(tcache, "triton_key", None)
+    if original is None:  # a Triton without the function: nothing to remember
+        return None
+    if getattr(original, "remembered", False):
+        return original()
+    path = folder / "triton-key" / f"{triton_fingerprint(Path(triton.__file__).parent, triton.__version__)}.txt"
+    try:
+        value = path.read_text()
+    except OSError:
+        value = original()
+        try:
+            write_text_atomic(path, value)
+        except OSError as exc:  # only a later process's 3 s are lost
+            warnings.warn(f"Triton's key not kept in {path} ({exc})", stacklevel=2)
+
+    def remembered() -> str:
+        return value
+
+    remembered.remembered = True
+    for module in (tcache, tcompiler):
+        if getattr(module, "triton_key", None) is original:
+            module.triton_key = remembered
+    return value
 
 
 def key(config: str, size: tuple[int, ...], device: torch.device) -> str:

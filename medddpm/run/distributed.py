@@ -159,6 +159,14 @@ class World:
         self.agree(error)
         return result
 
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """All-reduce sum of ``values`` over the ranks (pieces each rank computed, zero elsewhere: exact)."""
+        if not self.distributed:
+            return values
+        with self._collective():
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        return values
+
     def mean(self, values: torch.Tensor) -> torch.Tensor:
         """All-reduce average of ``values`` over the ranks (the logged loss is the global mean)."""
         if not self.distributed:

@@ -307,32 +307,42 @@ class Trainer:
     def evaluate(self) -> pd.DataFrame:
         """The held-out loss at this step of the model's weights and of the EMA's (which ``sample``
         uses), one row per (weights, subject, t): ``heldout.held_out_loss``, the same fixed noised
-        inputs and FP32 evaluator at every step, so the curve measures the weights alone. Rank 0
-        evaluates; the rows are kept for the checkpoint and ``heldout.csv``."""
+        inputs and FP32 evaluator at every step, so the curve measures the weights alone. Collective:
+        each rank evaluates its share of the (subject, t) triples (``World.share``) and the losses
+        are summed over the ranks (each triple's is on one rank, zero on the others: exact), so W
+        ranks take 1/W of one's time; the rows are kept for the checkpoint and ``heldout.csv``."""
         if self._triples is None:
             self._triples = held_out_triples(self.held_out, self.model_cfg, self.size, diffusion_cfg=self.diffusion_cfg,
                                              data_cfg=self.data_cfg)
-        frames = [held_out_loss(self.model_cfg, cpu_state(m), self._triples, self.device,
-                                diffusion_cfg=self.diffusion_cfg).assign(weights=w)
-                  for w, m in (("model", self.model), ("ema", self.ema))]
+        keys, *tensors = self._triples
+        mine = self.world.share(len(keys))
+        part = (keys.iloc[mine], *(v[mine] for v in tensors))
+        weights = (("model", self.model), ("ema", self.ema))
+        losses = torch.zeros(len(weights), len(keys), dtype=torch.float64)
+        for i, (_, m) in enumerate(weights):
+            if mine:
+                losses[i, mine] = torch.tensor(held_out_loss(self.model_cfg, cpu_state(m), part, self.device,
+                                                             diffusion_cfg=self.diffusion_cfg)["loss"].to_numpy())
+        losses = self.world.sum(losses.to(self.device)).cpu()
+        frames = [keys.assign(loss=losses[i].numpy(), weights=w) for i, (w, _) in enumerate(weights)]
         df = pd.concat(frames, ignore_index=True).assign(step=self.step)[HELDOUT_COLUMNS]
         self.heldout.extend(df.to_dict("records"))
         return df
 
     def _evaluate_if_due(self, steps: int) -> bool:
         """Every ``eval_every`` steps, at step 0 and at the last step (once per step; every rank
-        decides alike): read the losses back, then rank 0 evaluates the held-out loss and, where
-        the EMA's is the lowest yet, writes the checkpoint also to ``best.pt``. Returns whether
-        it evaluated."""
+        decides alike): read the losses back, then every rank evaluates its share of the held-out
+        loss (``evaluate``) and, where the EMA's is the lowest yet, rank 0 writes the checkpoint
+        also to ``best.pt``. Returns whether it evaluated."""
         due = self.step % self.train_cfg.eval_every == 0 or self.step == steps
         if not self.held_out or not due or self.step == self._last_eval:
             return False
         self._last_eval = self.step
         self.flush()
-        if not self.world.main:
-            return True
         means = pd.DataFrame(self.heldout, columns=HELDOUT_COLUMNS).query("weights == 'ema'").groupby("step")["loss"].mean()
         now = self.evaluate().query("weights == 'ema'")["loss"].mean()
+        if not self.world.main:
+            return True
         if means.empty or now < means.min():
             self._write_checkpoint(self.out / BEST)
         return True
