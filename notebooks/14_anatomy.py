@@ -130,7 +130,7 @@ plots.finish(anatomy.curves_figure(C) if len(C) else plots.no_data("IXI training
 # **Batch and learning rate.** DDP averages the ranks' gradients, so on N GPUs a step sees N
 # volumes: the gradient is the same expectation with 1/N of the variance. Adam divides each update
 # by its own running root-mean-square gradient, so the size of a step is set by the learning rate,
-# not by the batch. The recipe keeps the 64³ rate (1e-4) and does not scale it with N: the larger
+# not by the batch. The recipe keeps the 64³ rate (10⁻⁴) and does not scale it with N: the larger
 # batch buys a less noisy step, and in the same number of steps N times the volumes.
 #
 # DDPM 250 under `fast` sampled the validation masks over 3 seeds. Beside the {glue:text}`an_base_size`
