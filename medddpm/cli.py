@@ -542,7 +542,8 @@ def parser() -> argparse.ArgumentParser:
                    "their denoising loss is evaluated every --eval-every steps into heldout.csv (default 0)")
     s.add_argument("--eval-every", type=int, help="steps between held-out loss evaluations (default 1000)")
     s.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop (checkpointed) at the first loss "
-                   "read-back after this many seconds; --resume continues exactly")
+                   "read-back after this many seconds, leaving a held-out evaluation due there to the resumed run; "
+                   "--resume continues exactly")
     s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names")
     s.add_argument("--mask-labels", metavar="NAME=VALUES,…", help=MASK_LABELS_HELP + "; kept in the checkpoint, "
                    "which sample reuses")

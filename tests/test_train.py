@@ -160,3 +160,23 @@ def test_fit_says_where_its_seconds_went(phantoms, tmp_path):
     assert re.fullmatch(r"timing: ready 1\.5 s, first step [0-9.]+ s, steady steps [0-9.]+ s \(4 at [0-9.]+ ms\), "
                         r"held-out [0-9.]+ s \(4\), checkpoints [0-9.]+ s \(2\), \d+ % of --time-limit in steady steps",
                         line), line
+
+
+def test_a_time_limit_stop_leaves_its_due_evaluation_to_the_resumed_run(phantoms, tmp_path):
+    """Issue 64: a run stopped by --time-limit does not spend the evaluation due at its stop step
+    (it would overrun the limit); the resumed run evaluates that step first, so the held-out table
+    and best.pt end as an uninterrupted run's."""
+    from medddpm.train.checkpoint import BEST
+    from medddpm.train.trainer import HELDOUT
+
+    straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=1, log_every=1)
+    straight.fit(3, progress=False)
+    t = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=1, log_every=1)
+    t.fit(3, progress=False, time_limit_s=1e-9)
+    assert t.stopped_early and t.step == 1 and {r["step"] for r in t.heldout} == {0}  # step 1 not evaluated
+    assert t.phases["held-out n"] == 1
+    rest = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=1, log_every=1)
+    rest.resume()
+    rest.fit(3, progress=False)
+    assert (tmp_path / "b" / HELDOUT).read_text() == (tmp_path / "a" / HELDOUT).read_text()
+    assert load_checkpoint(tmp_path / "b" / BEST)["step"] == load_checkpoint(tmp_path / "a" / BEST)["step"]

@@ -367,8 +367,9 @@ class Trainer:
     def fit(self, steps: int, progress: bool = True, time_limit_s: float | None = None) -> list[float]:
         """Train until ``steps`` optimizer steps in total; checkpoint every ``save_every`` and at the
         end; losses are read back every ``log_every`` steps. With ``time_limit_s`` training stops at
-        the first read-back after that many seconds (``stopped_early``), checkpointed: ``resume``
-        continues it exactly. ``phases`` gets where its seconds went (``timing_line``): the first
+        the first read-back after that many seconds (``stopped_early``), checkpointed, without the
+        held-out evaluation that may be due there (its time would overrun the limit: at 128³ it is
+        tens of seconds): ``resume`` evaluates it first and continues exactly. ``phases`` gets where its seconds went (``timing_line``): the first
         step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
         checkpoints, and the steady steps (the rest)."""
         if steps < self.step:
@@ -400,10 +401,10 @@ class Trainer:
                     bar.update(self.step - bar.n)
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
                     self.stopped_early = self.step < steps and self._out_of_time(deadline)
+                if self.stopped_early:  # an evaluation due at this step is the resumed run's first (fit's start)
+                    break  # saved below
                 if self._timed("held-out", self._evaluate_if_due, steps):
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
-                if self.stopped_early:
-                    break  # saved below
                 if self.step % cfg.save_every == 0:
                     self._timed("checkpoints", self.save)
             bar.update(self.step - bar.n)
