@@ -22,8 +22,9 @@ def cpu_env():
 
 
 def medddpm(*args, check=True):
-    env = cpu_env()
-    p = subprocess.run([sys.executable, "-m", "medddpm", *map(str, args)], capture_output=True, text=True, env=env)
+    proc = start(*args)
+    out, err = proc.communicate(timeout=600)
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check:
         assert p.returncode == 0, p.stderr
     return p

@@ -16,7 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..core.config import DiffusionConfig, SAMPLING_ALIASES
+from ..core.config import DEFAULT_ETA, DiffusionConfig, SAMPLING_ALIASES
 from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE as DDPM_REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
@@ -241,18 +241,23 @@ def slices(root: Path, gpu: str | None, names: list[str]) -> tuple[pd.DataFrame,
     column title), or None."""
     frames, sources = [], {}
     for name in names:
-        path = Path(root) / str(gpu) / "anatomy" / f"slices-{name}-val.parquet"
-        if gpu is None or not path.exists():
+        sl = _first_subject(root, gpu, name)
+        if sl is None:
             continue
-        sl = pd.read_parquet(path)
-        sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
         frames.append(sl[sl["source"] == DEFAULT_RUN].assign(source=name))
         sources[name] = f"{NAME.match(name)['recipe'] if NAME.match(name) else name}, 12 steps"
-    if not frames:
+    return (pd.concat(frames, ignore_index=True), sources) if frames else None
+
+
+def _first_subject(root: Path, gpu: str | None, name: str | None) -> pd.DataFrame | None:
+    """Training run ``name``'s slices parquet (every sampler run's samples; the scans are not in a
+    results store), its first validation subject only, values float32; None where there is none."""
+    path = Path(root) / str(gpu) / "anatomy" / f"slices-{name}-val.parquet"
+    if gpu is None or name is None or not path.exists():
         return None
-    out = pd.concat(frames, ignore_index=True)
-    out["value"] = out["value"].astype("float32")
-    return out, sources
+    sl = pd.read_parquet(path)
+    sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
+    return sl.assign(value=sl["value"].astype("float32"))
 
 
 def largest_run(root: Path, gpu: str | None) -> str | None:
@@ -264,22 +269,13 @@ def largest_run(root: Path, gpu: str | None) -> str | None:
 
 
 def run_slices(root: Path, gpu: str | None, name: str | None) -> tuple[pd.DataFrame, dict[str, str]] | None:
-    """Every sampler run's slices of the first validation subject in training run ``name``'s
-    parquet (samples only: the scans are not in a results store): (tidy slices, source → column
-    title), or None."""
-    path = Path(root) / str(gpu) / "anatomy" / f"slices-{name}-val.parquet"
-    if gpu is None or name is None or not path.exists():
+    """Every sampler run's slices of the first validation subject of training run ``name``:
+    (tidy slices, source → column title: 'ddpm 250', 'dpm2m-sde 12, η 1.3'), or None."""
+    sl = _first_subject(root, gpu, name)
+    if sl is None:
         return None
-    sl = pd.read_parquet(path)
-    sl = sl[sl["subject"] == sorted(sl["subject"].unique())[0]]
-    return sl.assign(value=sl["value"].astype("float32")), {r: _run_title(r) for r in sl["source"].unique()}
-
-
-def _run_title(run: str) -> str:
-    """A sampler run as a column title: 'ddpm250:fast' → 'ddpm 250', 'dpm2m-sde12-logsnr-eta1.3:fast' →
-    'dpm2m-sde 12, η 1.3'."""
-    m = re.match(r"^(?P<sampler>.+?)(?P<steps>\d+)(?:-[a-z]+)?(?:-eta(?P<eta>[\d.]+))?:", run)
-    return f"{m['sampler']} {m['steps']}" + (f", η {m['eta']}" if m["eta"] else "") if m else run
+    runs = {r: GateRun.parse(*r.split(":")) for r in sl["source"].unique()}
+    return sl, {r: f"{g.sampler} {g.steps}" + (f", η {g.eta:g}" if g.eta != DEFAULT_ETA else "") for r, g in runs.items()}
 
 
 def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
@@ -456,7 +452,6 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     mantissa, exponent = f"{schedule.abar_host[-1]:.0e}".split("e")
     out["an_terminal_abar"] = f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
     u = utility(root, gpu)
-    dice = {}
     out.update(utility_facts(u[u["size"] == BASE_SIZE], "an_util"))
     c = curves(root, gpu)
     lv = plateaus(c)
@@ -492,7 +487,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
 
 def utility_facts(u: pd.DataFrame, prefix: str) -> dict[str, str]:
     """Mean Dice of the v recipe's segmenters trained on real and on synthetic scans (``utility``'s
-    rows given), and their ratio against ``TARGET_UTILITY`` (keys ``prefix``_real, _synthetic, _ratio)."""
+    rows given), their ratio (``prefix``_share) and that against ``TARGET_UTILITY`` (keys ``prefix``_real,
+    _synthetic, _share, _ratio)."""
     out, dice = {}, {}
     for source in ("real", "synthetic"):
         rows = u[(u["segmenter trained on"] == source) & (u["recipe"] == "v")]
@@ -500,10 +496,11 @@ def utility_facts(u: pd.DataFrame, prefix: str) -> dict[str, str]:
         out[f"{prefix}_{source}"] = number(dice[source], ".3f", "segmentation utility (anatomy/anatomy_utility.csv)")
     if dice["real"] and dice["synthetic"] is not None:
         ratio = dice["synthetic"] / dice["real"]
-        out[f"{prefix}_ratio"] = (f"{100 * ratio:.1f} % of the real-trained Dice (target ≥ {100 * TARGET_UTILITY:g} %: "
+        out[f"{prefix}_share"] = f"{100 * ratio:.1f} % of the real-trained Dice"
+        out[f"{prefix}_ratio"] = (f"{out[f'{prefix}_share']} (target ≥ {100 * TARGET_UTILITY:g} %: "
                                   f"{'met' if ratio >= TARGET_UTILITY else 'missed'})")
     else:
-        out[f"{prefix}_ratio"] = missing("segmentation utility of both sources")
+        out[f"{prefix}_share"] = out[f"{prefix}_ratio"] = missing("segmentation utility of both sources")
     return out
 
 
@@ -549,11 +546,11 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
         out["an_big_targets"] = missing(what)
     u = utility(root, gpu)
     out.update(utility_facts(u[u["size"] == big] if big else u.iloc[:0], "an_big_util"))
-    sb = sample_bench(root, [gpu]) if gpu else pd.DataFrame()
+    sb = sample_bench(root, [gpu], f"{big}x{big}x{big}") if gpu and big else pd.DataFrame()
     fp32 = sb[(sb["config"] == "baseline") & (sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)] \
         if len(sb) else sb
     out["an_big_fp32_s"] = number(float(fp32["s_per_volume_median"].iloc[-1]) if len(fp32) else None, ".0f",
-                                  "FP32 DDPM 250 at 128³ in sample_bench.csv")
+                                  f"FP32 DDPM 250 at {big}³ in sample_bench.csv" if big else what)
     mine = levels[levels["name"].str.endswith(f"-{big}")] if big and len(levels) else levels.iloc[:0]
     out["an_big_state"] = (("levelled off" if mine["levelled"].all() else "still learning") if len(mine)
                            else missing(what))
@@ -561,9 +558,9 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
     dev = [d for d in dev if d]
     out["an_big_gpus"] = (", ".join(sorted({f"{d.get('gpus', 1)} × {d['gpu']}" for d in dev})) if dev
                           else gpu_name(gpu) if len(mine) else missing(what))
-    wall = [sum(d["train_wall_s"]) * d.get("gpus", 1) / 3600 for d in dev if "train_wall_s" in d]
-    out["an_big_wall"] = (f"{sum(sum(d['train_wall_s']) for d in dev if 'train_wall_s' in d) / 60:.0f} min of training "
-                          f"processes' wall time, {sum(wall):.2f} GPU-hours" if wall
+    walls = [(sum(d["train_wall_s"]), d.get("gpus", 1)) for d in dev if "train_wall_s" in d]
+    out["an_big_wall"] = (f"{sum(s for s, _ in walls) / 60:.0f} min of training processes' wall time, "
+                          f"{sum(s * n for s, n in walls) / 3600:.2f} GPU-hours" if walls
                           else missing(f"the {big}³ runs' wall time (train/NAME/env.json)" if big else what))
     out["an_big_falling"] = (", ".join(f"`{r['name']}` {100 * r['drop']:.1f} % over its last {r['interval']:,} steps"
                                        for _, r in mine.iterrows()) if len(mine) else missing(what))

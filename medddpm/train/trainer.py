@@ -369,8 +369,8 @@ class Trainer:
         end; losses are read back every ``log_every`` steps. With ``time_limit_s`` training stops at
         the first read-back after that many seconds (``stopped_early``), checkpointed, without the
         held-out evaluation that may be due there (its time would overrun the limit: at 128³ it is
-        tens of seconds): ``resume`` evaluates it first and continues exactly. ``phases`` gets where its seconds went (``timing_line``): the first
-        step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
+        tens of seconds): ``resume`` evaluates it first and continues exactly. ``phases`` gets
+        where its seconds went (``timing_line``): the first step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
         checkpoints, and the steady steps (the rest)."""
         if steps < self.step:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
