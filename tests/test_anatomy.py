@@ -172,7 +172,8 @@ def test_the_gate_history_judges_every_checkpoint_that_holds_the_reference(tmp_p
 def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tmp_path):
     """Sizes 96³ and 128³ in one store: the larger-size table holds both, the facts judge the largest
     (in-brain r against the base size's runs, Dice against real-trained), name the GPUs and wall time
-    of its run's own record (train/NAME/env.json), and the base size's utility keeps its own rows."""
+    of its run's own record (train/NAME/env.json), and the base size's utility keeps its own rows; a
+    utility of another checkpoint than the measures' says so."""
     import json
 
     from medddpm.report.anatomy import LARGE_RUN, facts, larger, largest_run, run_slices
@@ -193,7 +194,7 @@ def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tm
     (folder / "train" / "v-s13-fast-128" / "env.json").write_text(
         json.dumps({"gpu": "NVIDIA H200", "gpus": 2, "train_wall_s": [600, 300]}))
     for name, real, synthetic in (("v-s0-fast", 0.95, 0.95), ("v-s13-fast-128", 0.97, 0.90)):
-        util += [{"name": name, "split": "val", "step": 1000, "source": source, "seed": 0, "subject": s, "dice": d,
+        util += [{"name": name, "split": "val", "step": 1000 if name == "v-s0-fast" else 500, "source": source, "seed": 0, "subject": s, "dice": d,
                   "steps": 100} for source, d in (("real", real), ("synthetic", synthetic)) for s in ("a", "b")]
     pd.DataFrame(rows).to_csv(folder / "anatomy_summary.csv", index=False)
     pd.DataFrame(util).to_csv(folder / "anatomy_utility.csv", index=False)
@@ -201,7 +202,9 @@ def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tm
     f = facts(tmp_path, ["gpu"])
     assert f["an_big_size"] == "128³" and f["an_big_gpus"] == "2 × NVIDIA H200"
     assert f["an_big_wall"] == "15 min of training processes' wall time, 0.50 GPU-hours"
-    assert "in-brain r above the 64³ runs' (0.81–0.82): missed" in f["an_big_targets"]
+    assert "in-brain r 0.800 above the 64³ runs' (0.810–0.820): missed" in f["an_big_targets"]
+    # its utility was measured on an earlier checkpoint of the same name: said, with both steps
+    assert f["an_big_util_step"] == "on an earlier training under the same name, at step 500 (the measures above: step 1,000)"
     assert f["an_big_util_ratio"].startswith("92.8 %") and f["an_big_util_ratio"].endswith("missed)")
     assert f["an_util_ratio"].startswith("100.0 %")  # the base size's runs alone
     assert f["an_big_state"] == "still learning"  # its held-out loss halved between its last two evaluations

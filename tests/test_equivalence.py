@@ -123,6 +123,19 @@ def test_the_chapters_facts_and_tables_on_a_store_with_and_without_the_gate(tmp_
     assert f["eq_checkpoint"] == "v-s1-fast (step 2,000)" and f["eq_first"] == "v-s0-fast (step 1,000)"
     assert f["eq_candidates"] == "1" and f["eq_default_verdict"].startswith("pass")
     assert f["eq_first_sde2_r"].startswith("12 calls -0.0")  # the first checkpoint's chain, quoted as such
+    assert f["eq_big_state"].startswith("—")
+    # a 128³ checkpoint written last, its reference arms apart on W1 (the calibration's pass case fails):
+    # the chapter still judges the newest 64³ one, and the larger size's facts say the gate decides nothing there
+    s3, d3 = tables({report.default_run(): {"brain_corr": -0.02}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
+    s3.loc[(s3["run"] == REF) & (s3["seed"] >= 8), "hist_w1"] += 0.01
+    s3.assign(name="v-s13-fast-128", step=3000).to_csv(folder / "samples.csv", mode="a", header=False, index=False)
+    d3.assign(name="v-s13-fast-128", step=3000).to_csv(folder / "diversity.csv", mode="a", header=False, index=False)
+    f = report.facts(tmp_path, ["h100-80gb-hbm3"])
+    assert f["eq_checkpoint"] == "v-s1-fast (step 2,000)" and f["eq_default_verdict"].startswith("pass")
+    assert report.names(tmp_path, "h100-80gb-hbm3") == ["v-s0-fast", "v-s1-fast"]
+    assert report.largest(tmp_path, "h100-80gb-hbm3") == "v-s13-fast-128" and f["eq_big_size"] == "128³"
+    assert f["eq_big_again"] == "fails on W1" and f["eq_big_state"].startswith("not calibrated")
+    assert f["eq_big_default"].startswith("fails on in-brain r") and f["eq_big_seeds"] == "8"
     empty = report.facts(tmp_path, ["h200"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in report.STORE_FREE)
     assert report.judged(tmp_path, None).empty and report.intervals(report.judged(tmp_path, None)).empty

@@ -517,3 +517,21 @@ def test_roofline_points_read_paper_mode_rates_and_refuse_reports_without_dram()
     assert not p["fp32_counted"].any()  # FADD/FMUL missing: said, not guessed
     with pytest.raises(ValueError, match="DRAM"):
         M.roofline_points(k.drop(columns=["dram__bytes_read.sum"]))
+
+
+def test_a_table_is_read_once_per_version_of_its_file_and_callers_get_their_own_copy(tmp_path):
+    """load_table's parquet cache: the same file read twice is one read; a rewritten file is read
+    again; a caller that modifies what it got changes nothing for the next one."""
+    from medddpm.profiling import store
+
+    folder = tmp_path / "h100" / "fast"
+    folder.mkdir(parents=True)
+    (folder.parent / "env.json").write_text("{}")  # what marks a GPU's folder
+    pd.DataFrame({"name": ["a", "b"], "us": [1.0, 2.0]}).to_parquet(folder / "t.parquet")
+    store._parquet.cache_clear()
+    first = load_table("t", tmp_path)
+    first.loc[0, "us"] = 99.0
+    again = load_table("t", tmp_path)
+    assert store._parquet.cache_info().misses == 1 and list(again["us"]) == [1.0, 2.0]
+    pd.DataFrame({"name": ["a"], "us": [3.0]}).to_parquet(folder / "t.parquet")
+    assert list(load_table("t", tmp_path)["us"]) == [3.0] and store._parquet.cache_info().misses == 2

@@ -1,6 +1,7 @@
 """Kernel names → short names, categories and the paper's Table 2 abbreviations."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -47,6 +48,7 @@ def conv_pass(kernel: str) -> str | None:
     return next((what for part, what in CONV_PASSES.items() if part in kernel), None)
 
 
+@functools.cache  # pure, and a results table names the same few hundred kernels thousands of times
 def short_name(kernel: str) -> str:
     """The kernel's function name without return type, namespaces, template and call arguments:
     'void at::native::vectorized_elementwise_kernel<4, …>(int, …)' → 'vectorized_elementwise_kernel'."""
@@ -79,6 +81,7 @@ def _match(text: str) -> str:
 _FUNCTOR_CATEGORIES = {"copy", "optimizer", "upsample", "normalization"}
 
 
+@functools.cache
 def category(kernel: str) -> str:
     """Category of a kernel: CATEGORY_PATTERNS on its short name, first match wins; a generic
     elementwise kernel whose full name shows a copy, optimizer, upsample or normalization functor

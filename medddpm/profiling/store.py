@@ -3,6 +3,7 @@
 across every GPU found, with a ``gpu_slug`` column (the folder name)."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,19 @@ def load_bench(root: str | Path = RESULTS, only: list[str] | None = None) -> pd.
     return b.drop_duplicates(["gpu_slug", "config", "model", "size", "batch"], keep="last").reset_index(drop=True)
 
 
+@functools.lru_cache(maxsize=128)
+def _parquet(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    """One version of a parquet table (path, modification time and size name it), read once: a chapter
+    loads the same kernel tables many times."""
+    return pd.read_parquet(path)
+
+
+def read_parquet(path: Path) -> pd.DataFrame:
+    """``pd.read_parquet(path)``, from ``_parquet``'s cache while the file is unchanged (a copy: callers may modify it)."""
+    st = path.stat()
+    return _parquet(str(path.resolve()), st.st_mtime_ns, st.st_size).copy()
+
+
 def load_table(name: str, root: str | Path = RESULTS, only: list[str] | None = None) -> pd.DataFrame:
     """Concatenate ``<gpu>/<config>/<name>.parquet`` over GPUs and configurations
     (e.g. 'torch_step_kernels', 'ncu_step_kernels', 'ncu_paper_instructions')."""
@@ -83,7 +97,7 @@ def load_table(name: str, root: str | Path = RESULTS, only: list[str] | None = N
     frames = []
     for g in _select(root, only):
         for f in sorted((root / g).glob(f"*/{name}.parquet")):
-            frames.append(pd.read_parquet(f).assign(gpu_slug=g, config=f.parent.name))
+            frames.append(read_parquet(f).assign(gpu_slug=g, config=f.parent.name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

@@ -57,6 +57,12 @@ def load(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
     return df.assign(recipe=parts["recipe"], config=parts["config"], size=_sizes(parts["size"]))
 
 
+def size_of(name: str) -> int:
+    """The volume side of training run ``name`` from its size suffix (``BASE_SIZE`` without one)."""
+    m = NAME.match(name)
+    return int(m["size"]) if m and m["size"] else BASE_SIZE
+
+
 def _sizes(column: pd.Series) -> pd.Series:
     """The volume side of each run from its name's size suffix (``BASE_SIZE`` without one)."""
     return pd.to_numeric(column, errors="coerce").fillna(BASE_SIZE).astype(int)
@@ -167,13 +173,14 @@ def utility(root: Path, gpu: str | None) -> pd.DataFrame:
     """Segmentation utility per training run and source of the segmenter's training scans: the
     mean and lowest Dice on the real held-out scans, over subjects and segmenter seeds."""
     u = load(root, gpu, "anatomy_utility")
-    cols = ["recipe", "trained with", "size", "run", "segmenter trained on", "Dice", "lowest Dice", "subjects", "steps"]
+    cols = ["recipe", "trained with", "size", "run", "checkpoint step", "segmenter trained on", "Dice", "lowest Dice",
+            "subjects", "steps"]
     if u.empty:
         return pd.DataFrame(columns=cols)
-    g = u.groupby(["recipe", "config", "size", "name", "source"], as_index=False, sort=False).agg(
+    g = u.groupby(["recipe", "config", "size", "name", "step", "source"], as_index=False, sort=False).agg(
         Dice=("dice", "mean"), lowest=("dice", "min"), subjects=("subject", "nunique"), steps=("steps", "first"))
-    return g.rename(columns={"config": "trained with", "name": "run", "source": "segmenter trained on",
-                             "lowest": "lowest Dice"})[cols]
+    return g.rename(columns={"config": "trained with", "name": "run", "step": "checkpoint step",
+                             "source": "segmenter trained on", "lowest": "lowest Dice"})[cols]
 
 
 def curves(root: Path, gpu: str | None) -> pd.DataFrame:
@@ -504,6 +511,18 @@ def utility_facts(u: pd.DataFrame, prefix: str) -> dict[str, str]:
     return out
 
 
+def _util_step(u: pd.DataFrame, rows: pd.DataFrame) -> str:
+    """Which checkpoint the segmentation utility ``u`` sampled, beside the step of the measures' ``rows``: a run
+    trained again under the same name replaces its measures, and utility rows of the earlier checkpoint stay."""
+    if u.empty or rows.empty:
+        return missing("segmentation utility at this size (anatomy/anatomy_utility.csv)")
+    have = sorted(int(s) for s in u["checkpoint step"].unique())
+    measured = rows.iloc[0]["steps"]
+    said = ", ".join(f"{s:,}" for s in have)
+    return (f"on the same checkpoint (step {said})" if said == measured else
+            f"on an earlier training under the same name, at step {said} (the measures above: step {measured})")
+
+
 def larger(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
     """``recipes`` at every size beyond ``BASE_SIZE``, a column ``size`` first."""
     frames = [recipes(root, gpu, split, n).assign(size=f"{n}³") for n in sizes(root, gpu)]
@@ -540,12 +559,15 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
                "W1 at or below the template's": r["W1"] <= r["template W1"]}
         base_r = base_runs_r(root, gpu)
         if len(base_r):
-            met[f"in-brain r above the {BASE_SIZE}³ runs' ({base_r.min():.2f}–{base_r.max():.2f})"] = r["in-brain r"] > base_r.max()
+            met[f"in-brain r {r['in-brain r']:.3f} above the {BASE_SIZE}³ runs' ({base_r.min():.3f}–{base_r.max():.3f})"] = \
+                r["in-brain r"] > base_r.max()
         out["an_big_targets"] = "; ".join(f"{k}: {'met' if v else 'missed'}" for k, v in met.items())
     else:
         out["an_big_targets"] = missing(what)
     u = utility(root, gpu)
-    out.update(utility_facts(u[u["size"] == big] if big else u.iloc[:0], "an_big_util"))
+    u = u[u["size"] == big] if big else u.iloc[:0]
+    out.update(utility_facts(u, "an_big_util"))
+    out["an_big_util_step"] = _util_step(u, rows)
     sb = sample_bench(root, [gpu], f"{big}x{big}x{big}") if gpu and big else pd.DataFrame()
     fp32 = sb[(sb["config"] == "baseline") & (sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)] \
         if len(sb) else sb

@@ -22,6 +22,7 @@ from ..diffusion.solvers import EQUIVALENT, REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, Arm, judge_all
 from ..sample.gate import GateRun
+from .anatomy import BASE_SIZE, size_of
 from .present import gpu_name
 from .wording import missing, roles
 
@@ -46,18 +47,25 @@ def _read(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
     return pd.read_csv(path) if gpu is not None and path.exists() else pd.DataFrame()
 
 
-def names(root: Path, gpu: str | None) -> list[str]:
-    """The checkpoints the tables judge, in the order they were written (the newest last)."""
+def names(root: Path, gpu: str | None, size: int | None = BASE_SIZE) -> list[str]:
+    """The checkpoints the tables judge at volume side ``size`` (None: any), in the order they were
+    written (the newest last)."""
     samples = _read(root, gpu, "samples")
-    return list(dict.fromkeys(samples["name"])) if not samples.empty else []
+    every = list(dict.fromkeys(samples["name"])) if not samples.empty else []
+    return [n for n in every if size is None or size_of(n) == size]
+
+
+def sizes(root: Path, gpu: str | None) -> list[int]:
+    """The volume sides beyond ``BASE_SIZE`` that a checkpoint was judged at, smallest first."""
+    return sorted({size_of(n) for n in names(root, gpu, None)} - {BASE_SIZE})
 
 
 def load(root: Path, gpu: str | None, name: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(samples, diversity) of checkpoint ``name`` (default: the newest, the last name written)."""
+    """(samples, diversity) of checkpoint ``name`` (default: the newest at ``BASE_SIZE``, the chapter's)."""
     samples, diversity = _read(root, gpu, "samples"), _read(root, gpu, "diversity")
-    if samples.empty or diversity.empty:
+    name = name or (names(root, gpu) or [None])[-1]
+    if samples.empty or diversity.empty or name is None:
         return pd.DataFrame(), pd.DataFrame()
-    name = name or samples["name"].iloc[-1]
     return samples[samples["name"] == name], diversity[diversity["name"] == name]
 
 
@@ -247,6 +255,54 @@ def _runs_like(j: pd.DataFrame, prefix: str) -> str:
     return ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sel["calls"], sel["difference"])) or "—"
 
 
+def largest(root: Path, gpu: str | None) -> str | None:
+    """The newest checkpoint judged at the largest size beyond ``BASE_SIZE`` (None: none was)."""
+    big = (sizes(root, gpu) or [None])[-1]
+    return names(root, gpu, big)[-1] if big else None
+
+
+def _failed(verdict: str) -> str:
+    """'fail: hist_w1, brain_corr' → 'W1, in-brain r'."""
+    return ", ".join(LABELS.get(m, m) for m in verdict.removeprefix("fail: ").split(", "))
+
+
+def larger_facts(root: Path, gpu: str | None) -> dict[str, str]:
+    """The gate on ``largest``'s checkpoint (prefix ``eq_big_``): its seeds, both calibration checks,
+    whether they let it decide, the default's verdict, and W1's margin against what the seeds resolve."""
+    keys = ("size", "checkpoint", "seeds", "again", "poor", "state", "default", "default_r", "w1")
+    name = largest(root, gpu)
+    if name is None:
+        return {f"eq_big_{k}": missing(f"the gate on a checkpoint beyond {BASE_SIZE}³ (scripts/equivalence.py)")
+                for k in keys}
+    j = judged(root, gpu, name)
+    samples, _ = load(root, gpu, name)
+    again, poor = (j[j["role"] == r] for r in ROLES[:2])
+    checks = {"the reference on other seeds passes": len(again) and again["verdict"].iloc[0] == "pass",
+              "the poor sampler fails": len(poor) and poor["verdict"].iloc[0] != "pass"}
+    broken = [k.replace("passes", "fails").replace("the poor sampler fails", "the poor sampler passes")
+              for k, ok in checks.items() if not ok]
+    mine = label(default_run())
+    v = _verdicts(j)
+    w1 = again.set_index("measure").loc["hist_w1"] if len(again) else None
+    return {
+        "eq_big_size": f"{size_of(name)}³",
+        "eq_big_checkpoint": _checkpoint(samples),
+        "eq_big_seeds": str(int(j["reference_seeds"].iloc[0])),
+        "eq_big_again": (again["verdict"].iloc[0] if again["verdict"].iloc[0] == "pass"
+                         else f"fails on {_failed(again['verdict'].iloc[0])}") if len(again) else missing("the reference's second arm"),
+        "eq_big_poor": (f"{label(poor['candidate'].iloc[0])} "
+                        f"{'passes' if poor['verdict'].iloc[0] == 'pass' else 'fails on ' + _failed(poor['verdict'].iloc[0])}")
+                       if len(poor) else missing("poor sampler run"),
+        "eq_big_state": ("calibrated: its verdicts decide" if not broken else
+                         f"not calibrated ({'; '.join(broken)}): at this many seeds it decides nothing"),
+        "eq_big_default": (("passes" if v.loc[mine, "verdict"] == "pass" else f"fails on {_failed(v.loc[mine, 'verdict'])}")
+                           if mine in v.index else missing(f"{mine} at this size")),
+        "eq_big_default_r": _candidate_interval(j, mine, "brain_corr"),
+        "eq_big_w1": (f"{_interval(w1)}; the smallest shift it fails with {100 * POWER:g} % probability is "
+                      f"{w1['detects']:.4f}" if w1 is not None else missing("the reference's second arm")),
+    }
+
+
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """The section's glued facts (prefix ``eq_``): the newest checkpoint's gate, the first one's
     exploration (the solvers against calls and η), the utility per checkpoint."""
@@ -261,8 +317,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
              "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %", "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
              "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",
              "eq_power": f"{100 * POWER:g} %"}
+    big = larger_facts(root, gpu)
     if j.empty:
-        return {**{f"eq_{k}": missing(WHAT) for k in keys}, **rules}
+        return {**{f"eq_{k}": missing(WHAT) for k in keys}, **rules, **big}
     samples, _ = load(root, gpu)
     every = names(root, gpu)
     first = judged(root, gpu, every[0])
@@ -317,4 +374,5 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         "eq_seconds": "; ".join(f"{r['sampler']} {r['s / volume']:.3g} s" for _, r in secs.iterrows())
                       or missing("128³ timings (equivalence/bench.csv)"),
         **rules,
+        **big,
     }

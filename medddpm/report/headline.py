@@ -100,6 +100,7 @@ def readme_lines(root: Path) -> list[str]:
     if not an["an_v_gap"].startswith("—"):
         big = (f"; at {an['an_big_size']} ({an['an_big_runs']} run{'' if an['an_big_runs'] == '1' else 's'} on {an['an_big_gpus']}, {an['an_big_state']}) "
                f"background {an['an_big_gap']}, in-brain r {an['an_big_r']}, segmentation Dice {an['an_big_util_share']}"
+               f"{' (an earlier training of the same command)' if an['an_big_util_step'].startswith('on an earlier') else ''}"
                if not an["an_big_gap"].startswith("—") and not an["an_big_util_share"].startswith("—") else "")
         out.append(f"- Real brains (IXI, v-prediction, validation subjects): at 64³ background {an['an_v_gap']} from the "
                    f"scans', in-brain r {an['an_v_r']}{big} — {ch('14', '14_anatomy')}.")
