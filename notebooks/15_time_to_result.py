@@ -161,6 +161,13 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # What the first steps still pay beyond the steady state is Dynamo tracing the step again in every
 # process, and Inductor loading its Triton kernels and rebuilding its autotuning templates.
 
+# ## A training time budget
+#
+# `train --time-limit T` stops at the first read-back after T seconds and reports where they went. A
+# run's own timing line under a limit (its output, kept beside its held-out table): {glue:text}`tr_train_limit`.
+# The compile of the first step, the held-out evaluations and the checkpoints are the rest. No run at 64³
+# under a short limit has been timed since the evaluations were shared between ranks.
+
 # ## The same command, the same files
 #
 # {glue:text}`tr_same`. An earlier measurement on an H200 (main 078595a) found `fast`'s files

@@ -259,3 +259,27 @@ def test_rows_from_another_host_name_their_own_gpu_and_the_one_mask_targets():
     assert text.startswith("NVIDIA H200: 1 mask 4.9 s (met: 5 s) warm") and "26.7 s (missed: 15 s) cold" in text
     assert "then 1 mask by default (`fast-eager`) 5.2 s, against 4.9 s warm (+6 %, within the 10 % target)" in text
     assert remembered_key(tidy(pd.DataFrame())).startswith("—")
+
+
+def test_a_training_runs_own_timing_line_under_a_limit_is_quoted_against_the_target(tmp_path):
+    """limit_facts: the timing line `train` printed under --time-limit (kept as train-stdout.txt beside the
+    run's held-out table), its GPUs from the run's env.json, and the 80 % target met or missed; a run
+    without a limit, or a store without runs, quotes nothing."""
+    import json
+
+    from medddpm.report.waiting import limit_facts, limit_runs
+    from medddpm.train.trainer import timing_line
+
+    train = tmp_path / "gpu" / "anatomy" / "train"
+    for name, steady in (("v-s1-fast-128", 81.0), ("v-s2-fast", 60.0)):
+        (train / name).mkdir(parents=True)
+        line = timing_line({"first step": 10.0, "steady steps": steady}, ready_s=2.0, time_limit_s=100.0)
+        (train / name / "train-stdout.txt").write_text(f"trained to step 9\n{line}\n")
+    (train / "v-s1-fast-128" / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "gpus": 2}))
+    (train / "v-s3-fast").mkdir()
+    (train / "v-s3-fast" / "train-stdout.txt").write_text(timing_line({"steady steps": 5.0}, ready_s=1.0) + "\n")
+    assert list(limit_runs(tmp_path, ["gpu"])["share"]) == [0.81, 0.6]
+    said = limit_facts(tmp_path, ["gpu"])["tr_train_limit"]
+    assert said.startswith("`v-s1-fast-128` on 2 × NVIDIA H200: ready 2.0 s")
+    assert "81 % of --time-limit in steady steps (target ≥ 80 %: met)" in said and said.endswith("(target ≥ 80 %: missed)")
+    assert limit_facts(tmp_path, ["none"])["tr_train_limit"].startswith("—")

@@ -246,6 +246,36 @@ def _chain_s(root: Path, gpu: str) -> float | None:
 
 
 AFTER_WARMUP_TARGET = 0.10  # issue 64: after `warmup`, the first `sample` of 1 mask within 10 % of a warm run
+LIMIT_TARGET = 0.80  # issue 64: `train --time-limit T` spends at least this share of T in steady steps
+TIMING_LINE = re.compile(r"^timing: (.*\b(\d+) % of --time-limit in steady steps)\s*$", re.MULTILINE)  # train's last line
+
+
+def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Every training run whose own output (``<gpu>/anatomy/train/NAME/train-stdout.txt``) ends with
+    `train`'s timing line under ``--time-limit``: run, GPU folder, the line and its share of the limit
+    in steady steps."""
+    rows = []
+    for g in gpus:
+        for f in sorted((Path(root) / g / "anatomy" / "train").glob("*/train-stdout.txt")):
+            m = TIMING_LINE.search(f.read_text())
+            if m:
+                rows.append({"run": f.parent.name, "gpu": g, "line": m[1], "share": int(m[2]) / 100})
+    return pd.DataFrame(rows, columns=["run", "gpu", "line", "share"])
+
+
+def limit_facts(root: Path, gpus: list[str]) -> dict[str, str]:
+    """``tr_train_limit``: each ``limit_runs`` row's timing line, the GPUs it trained on (its env.json)
+    and its share against ``LIMIT_TARGET``."""
+    from .anatomy import run_device
+
+    said = []
+    for r in limit_runs(root, gpus).itertuples():
+        env = run_device(root, r.gpu, r.run)
+        on = f"{env.get('gpus', 1)} × {env['gpu']}" if "gpu" in env else gpu_name(r.gpu)
+        said.append(f"`{r.run}` on {on}: {r.line} (target ≥ {100 * LIMIT_TARGET:g} %: "
+                    f"{'met' if r.share >= LIMIT_TARGET else 'missed'})")
+    return {"tr_train_limit": "; ".join(said) or missing("training runs' own output under --time-limit "
+                                                        "(anatomy/train/NAME/train-stdout.txt)")}
 
 
 def after_warmup(df: pd.DataFrame) -> str:
@@ -315,6 +345,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1], df))
+    f.update(limit_facts(root, gpus))
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
