@@ -54,18 +54,18 @@ def load(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
     keys = [c for c in ("name", "split", "run", "source", "seed", "subject", "seed_a", "seed_b") if c in df]
     df = df.drop_duplicates(keys, keep="last").reset_index(drop=True)
     parts = df["name"].str.extract(NAME)
-    return df.assign(recipe=parts["recipe"], config=parts["config"], size=_sizes(parts["size"]))
+    return df.assign(recipe=parts["recipe"], config=parts["config"], size=df["name"].map(size_of).astype(int))
+
+
+def train_folder(root: Path, gpu: str | None) -> Path:
+    """Where a store keeps its IXI training runs' own files (``NAME/heldout.csv``, ``timing.csv``, ``env.json``)."""
+    return Path(root) / str(gpu) / "anatomy" / "train"
 
 
 def size_of(name: str) -> int:
     """The volume side of training run ``name`` from its size suffix (``BASE_SIZE`` without one)."""
     m = NAME.match(name)
     return int(m["size"]) if m and m["size"] else BASE_SIZE
-
-
-def _sizes(column: pd.Series) -> pd.Series:
-    """The volume side of each run from its name's size suffix (``BASE_SIZE`` without one)."""
-    return pd.to_numeric(column, errors="coerce").fillna(BASE_SIZE).astype(int)
 
 
 def sizes(root: Path, gpu: str | None) -> list[int]:
@@ -186,14 +186,14 @@ def utility(root: Path, gpu: str | None) -> pd.DataFrame:
 def curves(root: Path, gpu: str | None) -> pd.DataFrame:
     """The held-out loss (EMA weights, mean over the validation subjects and timesteps) of every
     training run against its steps: name, recipe, config, step, loss."""
-    folder = Path(root) / str(gpu) / "anatomy" / "train"
+    folder = train_folder(root, gpu)
     rows = []
     for run in sorted(folder.glob("*/heldout.csv")) if gpu is not None else []:
         h = pd.read_csv(run)
         ema = h[h["weights"] == "ema"].groupby("step", as_index=False)["loss"].mean()
         m = NAME.match(run.parent.name)
         rows.append(ema.assign(name=run.parent.name, recipe=m["recipe"] if m else "", config=m["config"] if m else "",
-                               size=int(m["size"] or BASE_SIZE) if m else BASE_SIZE))
+                               size=size_of(run.parent.name)))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "loss", "name", "recipe", "config",
                                                                                    "size"])
 
@@ -365,7 +365,7 @@ def reference_self_check(root: Path, gpu: str | None) -> tuple[int, int, int] | 
 
 def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     """A training run's steady-state ms per step (median of its read-back intervals after the first)."""
-    path = Path(root) / str(gpu) / "anatomy" / "train" / name / "timing.csv"
+    path = train_folder(root, gpu) / name / "timing.csv"
     if gpu is None or not path.exists():
         return None
     from ..train.trainer import steady_intervals
@@ -533,7 +533,7 @@ def larger(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
 def run_device(root: Path, gpu: str | None, name: str) -> dict:
     """A training run's own record, ``train/NAME/env.json`` (the GPU it ran on, how many, the training
     processes' wall seconds), where the run was made on GPUs other than its store's; else {}."""
-    path = Path(root) / str(gpu) / "anatomy" / "train" / name / "env.json"
+    path = train_folder(root, gpu) / name / "env.json"
     return json.loads(path.read_text()) if gpu is not None and path.exists() else {}
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, DiffusionConfig, fast_from
 from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, denoiser_calls
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
+from .anatomy import run_device, train_folder
 from .present import gpu_name
 from .tables import results_csv
 from .wording import missing, number
@@ -256,7 +257,7 @@ def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
     in steady steps."""
     rows = []
     for g in gpus:
-        for f in sorted((Path(root) / g / "anatomy" / "train").glob("*/train-stdout.txt")):
+        for f in sorted(train_folder(root, g).glob("*/train-stdout.txt")):
             m = TIMING_LINE.search(f.read_text())
             if m:
                 rows.append({"run": f.parent.name, "gpu": g, "line": m[1], "share": int(m[2]) / 100})
@@ -266,8 +267,6 @@ def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
 def limit_facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """``tr_train_limit``: each ``limit_runs`` row's timing line, the GPUs it trained on (its env.json)
     and its share against ``LIMIT_TARGET``."""
-    from .anatomy import run_device
-
     said = []
     for r in limit_runs(root, gpus).itertuples():
         env = run_device(root, r.gpu, r.run)
