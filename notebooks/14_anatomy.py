@@ -124,8 +124,15 @@ plots.finish(anatomy.curves_figure(C) if len(C) else plots.no_data("IXI training
 # The v recipe also trained at 96³ (`SIZE=96 scripts/anatomy_measure.sh`, one run per GPU) and at
 # {glue:text}`an_big_size`, the size of every speed claim in this book: `prepare-ixi --size 128`, then
 # `medddpm train` (v-prediction by default) under `fast` on {glue:text}`an_big_gpus` (`--nproc`, DDP),
-# {glue:text}`an_big_steps` steps at {glue:text}`an_big_step_ms` ms a step; {glue:text}`an_big_wall`.
+# one run each, {glue:text}`an_big_steps` steps at {glue:text}`an_big_step_ms` ms a step;
+# {glue:text}`an_big_wall`. The table gives each run's GPUs, global batch, steps and wall time, and how
+# far its held-out loss still fell (the plateau rule: less than {glue:text}`an_plateau`).
 #
+# %% tags=["hide-input"]
+show_table(anatomy.larger_runs(root, AG), "IXI training runs at larger sizes (anatomy/train/)",
+           "SIZE=96 scripts/anatomy_measure.sh; medddpm train --size 128 --nproc N", digits=3)
+
+# %% [markdown]
 # **Batch and learning rate.** DDP averages the ranks' gradients, so on N GPUs a step sees N
 # volumes: the gradient is the same expectation with 1/N of the variance. Adam divides each update
 # by its own running root-mean-square gradient, so the size of a step is set by the learning rate,
@@ -148,11 +155,13 @@ plots.finish(anatomy.curves_figure(C) if len(C) else plots.no_data("IXI training
 # {glue:text}`an_big_falling`. No run at a larger size has levelled off by the plateau rule, so each
 # in-brain r is that of a model still learning, not the size's last word.
 #
-# Not run at {glue:text}`an_big_size`: the numerics gate (FP32 DDPM 250 takes {glue:text}`an_big_fp32_s` s a
-# volume there, and the gate needs two seeds of every validation subject). The equivalence gate of
-# {doc}`16_equivalence` ran on this checkpoint with fewer seeds than at 64³; what it shows, and why it
-# cannot decide yet, is at the end of that chapter. The default 12-step chain is measured beside
-# DDPM 250 in the table.
+# **Numerics at {glue:text}`an_big_size`.** FP32 DDPM 250 takes {glue:text}`an_big_fp32_s` s a volume there,
+# so the numerics gate sampled a few subjects: {glue:text}`an_big_numerics`. That band is
+# {glue:text}`an_big_numerics_state`. The same noise makes each pair comparable sample by sample:
+# `fast` less FP32, {glue:text}`an_big_numerics_shift`. The gate's rows are the last of the history table
+# below. The equivalence gate of {doc}`16_equivalence` judged the default sampler at this size; its
+# verdict is at the end of that chapter. The default 12-step chain is measured beside DDPM 250 in the
+# table.
 
 # %% tags=["hide-input"]
 show_table(anatomy.larger(root, AG), "IXI runs at larger sizes", "SIZE=96 scripts/anatomy_measure.sh; "

@@ -119,14 +119,14 @@ show_table(equivalence.seconds(root, EQ), "seconds per 128³ volume (equivalence
 # ## At 128³
 #
 # The same gate, margins and rule on the {glue:text}`eq_big_size` checkpoint of {doc}`14_anatomy`,
-# {glue:text}`eq_big_checkpoint`, with {glue:text}`eq_big_seeds` seeds an arm: as many as fitted beside
-# its training in one session's device time. Calibration: the reference on other seeds
-# {glue:text}`eq_big_again`; {glue:text}`eq_big_poor`. The gate is therefore
-# {glue:text}`eq_big_state`. The reference's W1 against itself was {glue:text}`eq_big_w1`: a margin as
-# narrow as the shift that this many seeds resolve. The default chain {glue:text}`eq_big_default`
-# (in-brain r {glue:text}`eq_big_default_r`). The table below reads these intervals, but the gate does not
-# decide on them: at this size it needs more seeds of DDPM 250. Until then the default rests on the
-# 64³ verdict above.
+# {glue:text}`eq_big_checkpoint`, with {glue:text}`eq_big_seeds` seeds an arm. Calibration: the reference
+# on other seeds {glue:text}`eq_big_again`; {glue:text}`eq_big_poor`. The gate is therefore
+# {glue:text}`eq_big_state`. The reference's W1 against itself was {glue:text}`eq_big_w1`.
+#
+# The default chain {glue:text}`eq_big_default` (in-brain r {glue:text}`eq_big_default_r`). Where it
+# fails: {glue:text}`eq_big_failing`. The gate is two-sided: equivalence means no shift beyond the
+# margin either way, so a chain nearer the scans than DDPM 250 fails it as one farther would.
+# {glue:text}`eq_big_decision`.
 
 # %% tags=["hide-input"]
 BIG = equivalence.largest(root, EQ)

@@ -215,3 +215,62 @@ def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tm
     shown, titles = run_slices(tmp_path, "gpu", "v-s13-fast-128")
     assert set(shown["subject"]) == {"IXI440"} and list(titles.values()) == ["ddpm 250", "dpm2m-sde 12, η 1.3"]
     assert run_slices(tmp_path, "gpu", None) is None
+
+
+def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sampled(tmp_path):
+    """FP32 DDPM 250 at 128³ on 2 of 3 subjects and 2 of 3 seeds: the chapter's gate stays the base
+    size's; the 128³ gate judges fast on FP32's own (subject, seed) pairs only, its band cannot be
+    checked against itself (2 seeds) and says so, and the paired shift is read sample by sample."""
+    import json
+
+    from medddpm.report.anatomy import LARGE_RUN, REF_RUN, facts, gate, gate_history, gate_runs, larger_runs
+    from medddpm.sample.anatomy import REAL, TEMPLATE
+
+    folder = tmp_path / "gpu" / "anatomy"
+    folder.mkdir(parents=True)
+    rows, div = [], []
+    for name, runs, seeds, subjects in (("v-s7-fast", (REF_RUN, LARGE_RUN), range(4), "ab"),
+                                        ("v-s14-fast-128", (REF_RUN,), range(2), "ab"),
+                                        ("v-s14-fast-128", (LARGE_RUN,), range(3), "abc")):
+        for run in runs:
+            # fast at 128³ is 0.001 brighter than FP32 on every shared sample; its third subject and seed
+            # lie far off and must not count
+            shift = 0.001 if name.endswith("128") and run == LARGE_RUN else 0.0
+            far = lambda s, seed: 0.5 if (s == "c" or seed == 2) and shift else 0.0  # noqa: E731
+            rows += [{"name": name, "run": run, "seed": seed, "subject": s, "step": 1000, "split": "val",
+                      "brain_corr": 0.8 + 0.001 * seed - far(s, seed), "background_mean": -0.9 + 0.0001 * seed + shift,
+                      "hist_w1": 0.05} for seed in seeds for s in subjects]
+            div += [{"name": name, "run": run, "subject": s, "seed_a": 0, "seed_b": 1, "ssim_between_seeds": 0.8}
+                    for s in subjects]
+    pd.DataFrame(rows).to_csv(folder / "anatomy_samples.csv", index=False)
+    pd.DataFrame(div).to_csv(folder / "anatomy_diversity.csv", index=False)
+    pd.DataFrame([{"name": n, "split": "val", "run": r, "step": 1000, "background_mean": -0.9, "real_background_mean": -0.9,
+                   "background_gap": 0.0, "background_seed_spread": 0.0, "background_seed_spread_max": 0.0, "hist_w1": 0.05,
+                   "brain_corr": 0.8, "region_corr": 0.9, "ssim": 0.7, "ssim_between_seeds": 0.8}
+                  for n in ("v-s7-fast", "v-s14-fast-128") for r in (REAL, TEMPLATE, LARGE_RUN)]).to_csv(
+        folder / "anatomy_summary.csv", index=False)
+    assert set(gate(tmp_path, "gpu")["name"]) == {"v-s7-fast"}  # the newest at the base size, not the newest
+    big = gate(tmp_path, "gpu", "v-s14-fast-128")
+    assert set(big["subject"]) == {"a", "b"} and set(big["seeds"]) == {2}
+    verdict = gate_runs(big).set_index("sampler run")["verdict"]
+    assert verdict.to_dict() == {"ddpm 250 · baseline": "reference", "ddpm 250 · fast": "fail: background"}
+    assert list(dict.fromkeys(gate_history(tmp_path, "gpu")["checkpoint"])) == ["v-s7-fast", "v-s14-fast-128"]
+    f = facts(tmp_path, ["gpu"])
+    assert f["an_big_numerics"] == ("`v-s14-fast-128`, 2 validation subjects × 2 seeds: DDPM 250 under `fast` fails its "
+                                    "band on background")
+    assert f["an_big_numerics_state"].startswith("not calibrated") and "it had 2" in f["an_big_numerics_state"]
+    assert "background +0.0010 (from +0.0010 to +0.0010, above zero in 4 of 4)" in f["an_big_numerics_shift"]
+    assert f["an_big_numerics_shift"].startswith("in-brain r +0.0000")
+    # the training runs beyond the base size, from their own folders
+    train = folder / "train" / "v-s14-fast-128"
+    train.mkdir(parents=True)
+    pd.DataFrame({"step": [0, 3000, 6000, 6000], "weights": "ema", "subject": "a", "t": 1,
+                  "loss": [0.5, 0.1, 0.0985, 0.0985]}).to_csv(train / "heldout.csv", index=False)
+    pd.DataFrame({"step": [1, 6500], "loss": [0.8, 0.1], "global_batch": [4, 4], "data": "device"}).to_csv(
+        train / "log.csv", index=False)
+    (train / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "gpus": 4, "train_wall_s": [900]}))
+    runs = larger_runs(tmp_path, "gpu")
+    r = runs.set_index("run").loc["v-s14-fast-128"]
+    assert (r["GPUs"], r["global batch"], r["steps"], r["best step"]) == ("4 × NVIDIA H200", 4, 6500, 6000)
+    assert r["last drop"] == "1.5 %" and not r["levelled"] and r["wall min"] == 15 and r["GPU-hours"] == 1.0
+    assert larger_runs(tmp_path, "none").empty

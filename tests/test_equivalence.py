@@ -136,6 +136,17 @@ def test_the_chapters_facts_and_tables_on_a_store_with_and_without_the_gate(tmp_
     assert report.largest(tmp_path, "h100-80gb-hbm3") == "v-s13-fast-128" and f["eq_big_size"] == "128³"
     assert f["eq_big_again"] == "fails on W1" and f["eq_big_state"].startswith("not calibrated")
     assert f["eq_big_default"].startswith("fails on in-brain r") and f["eq_big_seeds"] == "8"
+    assert f["eq_big_failing"].startswith("in-brain r -0.01") and "lower than DDPM 250's, farther from the scans" in f["eq_big_failing"]
+    assert f["eq_big_decision"].startswith("The table below reads these intervals, but the gate does not decide")
+    # a newer 128³ checkpoint whose gate is calibrated: the default's W1 lies below DDPM 250's (nearer the
+    # scans) by more than the margin, and two-sided equivalence fails it for that too
+    s4, d4 = tables({report.default_run(): {"hist_w1": -0.01}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
+    s4.assign(name="v-s14-fast-128", step=4000).to_csv(folder / "samples.csv", mode="a", header=False, index=False)
+    d4.assign(name="v-s14-fast-128", step=4000).to_csv(folder / "diversity.csv", mode="a", header=False, index=False)
+    f = report.facts(tmp_path, ["h100-80gb-hbm3"])
+    assert f["eq_big_checkpoint"] == "v-s14-fast-128 (step 4,000)" and f["eq_big_state"].startswith("calibrated")
+    assert f["eq_big_default"] == "fails on W1" and "lower than DDPM 250's, nearer the scans" in f["eq_big_failing"]
+    assert f["eq_big_decision"].startswith("So at this size the gate does not show the default equivalent")
     empty = report.facts(tmp_path, ["h200"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in report.STORE_FREE)
     assert report.judged(tmp_path, None).empty and report.intervals(report.judged(tmp_path, None)).empty

@@ -37,6 +37,8 @@ STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau", "an_default", "an_bas
 TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
 TARGET_UTILITY = 0.95  # issue 47: the synthetic-trained segmenter's Dice ≥ 95 % of the real-trained one's
 PLATEAU = 0.01  # a run has levelled off when its held-out loss fell by less than this share between its last two evaluations
+GATE_LABELS = {"corr": "in-brain r", "background": "background", "w1": "W1", "diversity": "SSIM between seeds"}  # verdicts' criteria, said
+METRIC_LABELS = {"brain_corr": "in-brain r", "background_mean": "background", "hist_w1": "W1"}  # the numerics' paired shift, as said
 
 
 def anatomy_gpu(root: Path, gpus: list[str]) -> str | None:
@@ -106,15 +108,16 @@ def recipes(root: Path, gpu: str | None, split: str = "val", size: int = BASE_SI
 REF_RUN = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"  # FP32 DDPM 250 as a samples table names it
 
 
-def gate_names(samples: pd.DataFrame) -> list[str]:
-    """The training runs whose samples hold FP32 DDPM 250 (the gate's band), oldest first."""
+def gate_names(samples: pd.DataFrame, size: int | None = None) -> list[str]:
+    """The training runs whose samples hold FP32 DDPM 250 (the gate's band), oldest first; at volume
+    side ``size`` only, where given."""
     ref = samples.loc[samples["run"] == REF_RUN, "name"] if len(samples) else pd.Series(dtype=str)
-    return list(dict.fromkeys(ref))
+    return [n for n in dict.fromkeys(ref) if size is None or size_of(n) == size]
 
 
-def _gate_run(samples: pd.DataFrame) -> str | None:
-    """The training run the gate judges: the newest whose samples hold FP32 DDPM 250."""
-    names = gate_names(samples)
+def _gate_run(samples: pd.DataFrame, size: int = BASE_SIZE) -> str | None:
+    """The training run the chapter's gate judges: the newest at ``size`` whose samples hold FP32 DDPM 250."""
+    names = gate_names(samples, size)
     return names[-1] if names else None
 
 
@@ -126,15 +129,22 @@ def _reference_samples(root: Path, gpu: str | None) -> pd.DataFrame:
 
 
 def gate(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:
-    """The sampler gate (``sample.gate.verdicts``) on training run ``name`` (default: the newest whose
-    samples hold FP32 DDPM 250 over several seeds): per (sampler run, held-out subject), with the run's name."""
+    """The sampler gate (``sample.gate.verdicts``) on training run ``name`` (default: the newest at
+    ``BASE_SIZE`` whose samples hold FP32 DDPM 250 over several seeds), on the subjects and seeds FP32
+    sampled: per (sampler run, held-out subject), with the run's name."""
     samples, div = load(root, gpu, "anatomy_samples"), load(root, gpu, "anatomy_diversity")
     name = name or _gate_run(samples)
     if name is None:
         return pd.DataFrame(columns=["name", *RUN_COLUMNS, "subject", "verdict"])
 
+    ref = samples[(samples["name"] == name) & (samples["run"] == REF_RUN)]
+    subjects, seeds = set(ref["subject"]), set(ref["seed"])
+
     def runs(df: pd.DataFrame) -> pd.DataFrame:
-        df = df[(df["name"] == name) & ~df["run"].isin([REAL, TEMPLATE])].copy()
+        # the band's own subjects and seeds only: at a large size FP32 samples a few subjects, and a
+        # candidate's other seeds carry other noise, which this gate does not judge
+        own = df["seed"].isin(seeds) if "seed" in df else df["seed_a"].isin(seeds) & df["seed_b"].isin(seeds)
+        df = df[(df["name"] == name) & ~df["run"].isin([REAL, TEMPLATE]) & df["subject"].isin(subjects) & own].copy()
         parsed = [GateRun.parse(*r.split(":")) for r in df["run"]]
         for col in RUN_COLUMNS:
             df[col] = [getattr(p, col) for p in parsed]
@@ -537,6 +547,75 @@ def run_device(root: Path, gpu: str | None, name: str) -> dict:
     return json.loads(path.read_text()) if gpu is not None and path.exists() else {}
 
 
+def larger_runs(root: Path, gpu: str | None) -> pd.DataFrame:
+    """Per IXI training run beyond ``BASE_SIZE``: the GPUs it trained on and their global batch, its
+    last step, the step and value of its lowest held-out EMA loss, how much that loss fell over its last
+    interval (``plateaus``), ms a steady step, and its training process's wall time and GPU-hours."""
+    cols = ["run", "size", "GPUs", "global batch", "steps", "best step", "held-out loss", "last drop", "levelled",
+            "ms a step", "wall min", "GPU-hours"]
+    c = curves(root, gpu)
+    c = c[c["size"] != BASE_SIZE]
+    levels = plateaus(c).set_index("name")
+    rows = []
+    for name, g in c[c["step"] > 0].groupby("name"):
+        env = run_device(root, gpu, name)
+        path = train_folder(root, gpu) / name / "log.csv"
+        log = pd.read_csv(path) if path.exists() else pd.DataFrame({"step": [g["step"].max()]})
+        best = g.loc[g["loss"].idxmin()]
+        wall = sum(env["train_wall_s"]) if "train_wall_s" in env else None
+        n = env.get("gpus", 1)
+        rows.append({"run": name, "size": f"{size_of(name)}³", "GPUs": f"{n} × {env.get('gpu', gpu_name(gpu))}",
+                     "global batch": int(log["global_batch"].iloc[-1]) if "global_batch" in log else None,
+                     "steps": int(log["step"].iloc[-1]), "best step": int(best["step"]), "held-out loss": best["loss"],
+                     "last drop": f"{100 * levels.loc[name, 'drop']:.1f} %" if name in levels.index else None,
+                     "levelled": bool(levels.loc[name, "levelled"]) if name in levels.index else None,
+                     "ms a step": step_ms(root, gpu, name), "wall min": wall / 60 if wall else None,
+                     "GPU-hours": wall * n / 3600 if wall else None})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def numerics_shift(root: Path, gpu: str | None, name: str, run: str = LARGE_RUN) -> pd.DataFrame:
+    """``run``'s samples of training run ``name`` less FP32 DDPM 250's of the same subject and seed,
+    which share their noise: per measure, the mean, lowest and highest difference over the pairs FP32
+    sampled, how many lie above zero, and how many pairs there are."""
+    s = load(root, gpu, "anatomy_samples")
+    s = s[s["name"] == name]
+    keys = ["subject", "seed"]
+    ref = s[s["run"] == REF_RUN].set_index(keys)
+    mine = s[s["run"] == run].set_index(keys).reindex(ref.index)
+    d = (mine[list(METRIC_LABELS)] - ref[list(METRIC_LABELS)]).dropna()
+    return pd.DataFrame({"mean": d.mean(), "low": d.min(), "high": d.max(), "above zero": (d > 0).sum(),
+                         "pairs": len(d)}).rename(index=METRIC_LABELS)
+
+
+def numerics_facts(root: Path, gpu: str | None, size: int) -> dict[str, str]:
+    """The numerics gate at ``size`` (prefix ``an_big_numerics``): DDPM 250 under ``fast`` against FP32
+    DDPM 250 on the subjects and seeds FP32 sampled, its band verdict, whether that band could be
+    checked against itself (``reference_self_check`` needs 4 seeds), and the paired shift per measure."""
+    what = f"FP32 DDPM 250 on IXI at {size}³ (scripts/anatomy.py --runs ddpm250:baseline)"
+    names = gate_names(load(root, gpu, "anatomy_samples"), size)
+    if not names:
+        return {k: missing(what) for k in ("an_big_numerics", "an_big_numerics_state", "an_big_numerics_shift")}
+    name = names[-1]
+    table = gate(root, gpu, name)
+    ref = table[table["verdict"] == "reference"]
+    verdict = gate_runs(table).set_index("sampler run")["verdict"]
+    mine = verdict.get(f"{DDPM_REFERENCE.sampler} {DDPM_REFERENCE.steps} · fast")
+    seeds = int(ref["seeds"].min()) if len(ref) else 0
+    d = numerics_shift(root, gpu, name)
+    said = ("was not sampled on them" if mine is None else "passes its band" if mine == "pass" else
+            "fails its band on " + ", ".join(GATE_LABELS.get(c.strip(), c.strip()) for c in mine.removeprefix("fail:").split(",")))
+    return {
+        "an_big_numerics": f"`{name}`, {ref['subject'].nunique()} validation subjects × {seeds} seeds: DDPM 250 under `fast` {said}",
+        "an_big_numerics_state": ("calibrated" if seeds >= 4 else
+                                  f"not calibrated: FP32 against itself needs two halves of at least 2 seeds, and it had "
+                                  f"{seeds}, so this verdict decides nothing"),
+        "an_big_numerics_shift": "; ".join(f"{m} {r['mean']:+.4f} (from {r['low']:+.4f} to {r['high']:+.4f}, above zero in "
+                                           f"{int(r['above zero'])} of {int(r['pairs'])})" for m, r in d.iterrows())
+                                 if len(d) and d["pairs"].iloc[0] else missing(what),
+    }
+
+
 def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.DataFrame) -> dict[str, str]:
     """The largest size beyond ``BASE_SIZE`` (prefix ``an_big_``): its v runs under ``fast`` sampled by the
     default sampler (``LARGE_RUN``), each measure beside ``BASE_SIZE``'s, the issue's targets, and how far
@@ -589,4 +668,6 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
     ms = [step_ms(root, gpu, n) for n in mine["name"]] if len(mine) else []
     ms = [m for m in ms if m]
     out["an_big_step_ms"] = number(sum(ms) / len(ms) if ms else None, ".1f", what)
+    out.update(numerics_facts(root, gpu, big) if big else
+               {k: missing(what) for k in ("an_big_numerics", "an_big_numerics_state", "an_big_numerics_shift")})
     return out

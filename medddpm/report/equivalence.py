@@ -32,6 +32,7 @@ POOR_SPEC = "dpm2m-sde4-logsnr"  # the deliberately poor sampler of the calibrat
 UTILITY_FLOOR = 0.99  # issue 62: a sampler's synthetic-trained Dice ≥ 99 % of DDPM 250's
 LABELS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w1": "W1", "background_mean": "background",
           "ssim_between_seeds": "SSIM between seeds"}
+NEARER = {"brain_corr": 1, "region_corr": 1, "hist_w1": -1}  # the sign of a difference that lies nearer the scans
 ROLES = ("reference, other seeds", "poor sampler", "candidate")  # the judged arms, in the tables' order
 WHAT = "sampler equivalence results (equivalence/)"
 STORE_FREE = ("eq_default", "eq_reference", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
@@ -266,10 +267,35 @@ def _failed(verdict: str) -> str:
     return ", ".join(LABELS.get(m, m) for m in verdict.removeprefix("fail: ").split(", "))
 
 
+def _failing(j: pd.DataFrame, run: str) -> str:
+    """Each measure candidate ``run`` fails on: its interval, and which side of DDPM 250 it lies on."""
+    rows = j[(j["role"] == "candidate") & (j["run"] == run) & ~j["passes"].astype(bool)]
+    said = []
+    for r in rows.itertuples():
+        side = "higher" if r.difference > 0 else "lower"
+        sign = NEARER.get(r.measure)
+        nearer = "" if sign is None else (", nearer the scans" if sign * r.difference > 0 else ", farther from the scans")
+        said.append(f"{LABELS.get(r.measure, r.measure)} {_interval(r._asdict())}: {side} than DDPM 250's{nearer}")
+    return "; ".join(said)
+
+
+def _decision(calibrated: bool, verdict: str | None) -> str:
+    """What the gate at a larger size means for ``sample``'s default, from its state and the default's verdict."""
+    if verdict is None:
+        return missing("the default sampler at this size")
+    if not calibrated:
+        return ("The table below reads these intervals, but the gate does not decide on them: at this size it needs more "
+                "seeds of DDPM 250. The default rests on the 64³ verdict above")
+    if verdict == "pass":
+        return "So the default is equivalent to DDPM 250 at this size too"
+    return ("So at this size the gate does not show the default equivalent to DDPM 250. `medddpm sample` still runs it "
+            "on every v-prediction checkpoint, by the 64³ verdict above, and says so; `--sampler ddpm` runs the reference")
+
+
 def larger_facts(root: Path, gpu: str | None) -> dict[str, str]:
     """The gate on ``largest``'s checkpoint (prefix ``eq_big_``): its seeds, both calibration checks,
     whether they let it decide, the default's verdict, and W1's margin against what the seeds resolve."""
-    keys = ("size", "checkpoint", "seeds", "again", "poor", "state", "default", "default_r", "w1")
+    keys = ("size", "checkpoint", "seeds", "again", "poor", "state", "default", "default_r", "w1", "failing", "decision")
     name = largest(root, gpu)
     if name is None:
         return {f"eq_big_{k}": missing(f"the gate on a checkpoint beyond {BASE_SIZE}³ (scripts/equivalence.py)")
@@ -284,7 +310,10 @@ def larger_facts(root: Path, gpu: str | None) -> dict[str, str]:
     mine = label(default_run())
     v = _verdicts(j)
     w1 = again.set_index("measure").loc["hist_w1"] if len(again) else None
+    verdict = v.loc[mine, "verdict"] if mine in v.index else None
     return {
+        "eq_big_failing": _failing(j, mine) if verdict and verdict != "pass" else "—",
+        "eq_big_decision": _decision(not broken, verdict),
         "eq_big_size": f"{size_of(name)}³",
         "eq_big_checkpoint": _checkpoint(samples),
         "eq_big_seeds": str(int(j["reference_seeds"].iloc[0])),

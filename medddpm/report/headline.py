@@ -100,16 +100,19 @@ def readme_lines(root: Path) -> list[str]:
     if not an["an_v_gap"].startswith("—"):
         big = (f"; at {an['an_big_size']} ({an['an_big_runs']} run{'' if an['an_big_runs'] == '1' else 's'} on {an['an_big_gpus']}, {an['an_big_state']}) "
                f"background {an['an_big_gap']}, in-brain r {an['an_big_r']}, segmentation Dice {an['an_big_util_share']}"
-               f"{' (an earlier training of the same command)' if an['an_big_util_step'].startswith('on an earlier') else ''}"
+               f"{' (on an earlier training)' if an['an_big_util_step'].startswith('on an earlier') else ''}"
                if not an["an_big_gap"].startswith("—") and not an["an_big_util_share"].startswith("—") else "")
         out.append(f"- Real brains (IXI, v-prediction, validation subjects): at 64³ background {an['an_v_gap']} from the "
                    f"scans', in-brain r {an['an_v_r']}{big} — {ch('14', '14_anatomy')}.")
     secs = equivalence.seconds(root, g).set_index("sampler")
     chain = f"{EQUIVALENT.sampler} {EQUIVALENT.steps}"
     if {"ddpm 250", chain} <= set(secs.index) and equivalence.default_passes(root, g):
+        big = equivalence.larger_facts(root, g)
+        at_big = (f"; at {big['eq_big_size']} it {big['eq_big_default']}" if big["eq_big_state"].startswith("calibrated")
+                  else "")
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
                    f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
-                   f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³ — {ch('16', '16_equivalence')}.")
+                   f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³{at_big} — {ch('16', '16_equivalence')}.")
     one = {c: wall(waiting_rows(root, [g]), "default", 1, c, sampler=REFERENCE.sampler) for c in ("cold", "warm")}
     if None not in one.values():
         out.append(f"- `medddpm sample` of one mask with DDPM 250 (the default for ε-prediction checkpoints), process "
