@@ -165,7 +165,7 @@ show_table(anatomy.larger_runs(root, AG), "IXI training runs at larger sizes (an
 
 # %% tags=["hide-input"]
 show_table(anatomy.larger(root, AG), "IXI runs at larger sizes", "SIZE=96 scripts/anatomy_measure.sh; "
-           "medddpm train --size 128 --nproc 2", digits=3)
+           "medddpm train --size 128 --nproc N", digits=3)
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-anatomy-big-slices", "caption": "One validation subject sampled by the largest-size run ({glue:text}`an_big_size`, its best EMA checkpoint), by DDPM 250 and by the default 12-step chain, first seed, under `fast`. The scans are IXI's and are not committed: a user with IXI sees them beside these with `scripts/anatomy.py`."}}
 BIG = anatomy.run_slices(root, AG, anatomy.largest_run(root, AG))

@@ -191,7 +191,7 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
 
     torch.manual_seed(0)
     state = {k: v.clone() for k, v in inference(tiny, run_config("bf16-graphs"), CPU)[0].state_dict().items()}
-    x = torch.randn(2, 3, 16, 16, 16)
+    x = torch.randn(2, 3, 8, 8, 8)  # 8³: bf16 3D convolutions on a CPU are slow
     t = torch.tensor([3, 200])
     outs = {}
     for name in ("bf16-graphs", "fast-w16"):
@@ -324,9 +324,10 @@ def test_graph_owned_gradients_train_the_same_steps(tiny, accum):
 
 
 def _trainer(phantoms, out, config, **train):
-    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (16, 16, 16))
+    """A trainer of the tiny model at 8³ (the phantoms resampled): bf16 3D convolutions on a CPU are slow."""
+    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "whole-head", 1, (8, 8, 8))
     cfg = TrainConfig(**{"save_every": 3, "ema_start_step": 1, "ema_every": 1, "lr": 1e-3, "log_every": 2, **train})
-    return Trainer(ds, dataset_model(), cfg, run_config(config), CPU, out, (16, 16, 16))
+    return Trainer(ds, dataset_model(), cfg, run_config(config), CPU, out, (8, 8, 8))
 
 
 def dataset_model():
@@ -359,7 +360,7 @@ def test_the_sampler_freezes_its_timestep_table_under_its_own_autocast(tiny):
     for k, v in state.items():  # no zero-initialised branch: every addend reaches ε
         if v.is_floating_point():
             v.normal_(std=0.05)
-    x = torch.randn(2, 3, 16, 16, 16).contiguous(memory_format=torch.channels_last_3d)
+    x = torch.randn(2, 3, 8, 8, 8).contiguous(memory_format=torch.channels_last_3d)  # 8³: bf16 on a CPU is slow
     t = torch.tensor([3, 200])
     outs = {}
     for name in ("fast-w16-tnorm-tconv-fold-up", "fast-w16-tnorm-tconv-fold-up-table"):
