@@ -37,8 +37,11 @@ STORE_FREE = ("an_gain", "an_terminal_abar", "an_plateau", "an_default", "an_bas
 TARGET_GAP = TARGET_SPREAD = 0.05  # issue 47: background within 0.05 of the real scans', spread between seeds ≤ 0.05
 TARGET_UTILITY = 0.95  # issue 47: the synthetic-trained segmenter's Dice ≥ 95 % of the real-trained one's
 PLATEAU = 0.01  # a run has levelled off when its held-out loss fell by less than this share between its last two evaluations
-GATE_LABELS = {"corr": "in-brain r", "background": "background", "w1": "W1", "diversity": "SSIM between seeds"}  # verdicts' criteria, said
-METRIC_LABELS = {"brain_corr": "in-brain r", "background_mean": "background", "hist_w1": "W1"}  # the numerics' paired shift, as said
+MEASURE_LABELS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w1": "W1", "background_mean": "background",
+                  "ssim_between_seeds": "SSIM between seeds"}  # a measure's name in the tables, as readers see it
+GATE_CRITERIA = {"corr": "brain_corr", "background": "background_mean", "w1": "hist_w1", "diversity": "ssim_between_seeds"}  # a gate verdict's criterion → its measure
+NUMERICS_MEASURES = ("brain_corr", "background_mean", "hist_w1")  # the numerics' paired shift: the band's own measures
+NUMERICS_KEYS = ("an_big_numerics", "an_big_numerics_state", "an_big_numerics_shift")  # numerics_facts' facts
 
 
 def anatomy_gpu(root: Path, gpus: list[str]) -> str | None:
@@ -121,10 +124,11 @@ def _gate_run(samples: pd.DataFrame, size: int = BASE_SIZE) -> str | None:
     return names[-1] if names else None
 
 
-def _reference_samples(root: Path, gpu: str | None) -> pd.DataFrame:
-    """FP32 DDPM 250's samples (every seed and subject) of the gate's training run; empty without one."""
+def _reference_samples(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:
+    """FP32 DDPM 250's samples (every seed and subject) of training run ``name`` (default: the chapter's
+    gate's); empty without one."""
     samples = load(root, gpu, "anatomy_samples")
-    name = _gate_run(samples)
+    name = name or _gate_run(samples)
     return samples[(samples["run"] == REF_RUN) & (samples["name"] == name)] if name else samples.iloc[:0]
 
 
@@ -295,14 +299,16 @@ def run_slices(root: Path, gpu: str | None, name: str | None) -> tuple[pd.DataFr
     return sl, {r: f"{g.sampler} {g.steps}" + (f", η {g.eta:g}" if g.eta != DEFAULT_ETA else "") for r, g in runs.items()}
 
 
+def _rows_of(table: pd.DataFrame, key: tuple) -> pd.DataFrame:
+    """The rows of a gate table (``gate``) of the run whose (sampler, steps, spacing, config) is ``key``."""
+    return table[(table["sampler"] == key[0]) & (table["steps"] == key[1]) & (table["spacing"].fillna("") == key[2])
+                 & (table["config"] == key[3])]
+
+
 def gate_shift(table: pd.DataFrame, run: str = DEFAULT_RUN) -> dict[str, float]:
     """``run``'s per-subject mean over seeds minus FP32 DDPM 250's, averaged over the subjects:
     in-brain r and background mean (the gate's table, ``gate``)."""
-    spec, config = run.split(":")
-    mine = GateRun.parse(spec, config)
-    key = lambda df, k: df[(df["sampler"] == k[0]) & (df["steps"] == k[1]) & (df["spacing"].fillna("") == k[2])  # noqa: E731
-                           & (df["config"] == k[3])]
-    a, b = key(table, mine.key()), key(table, REFERENCE)
+    a, b = _rows_of(table, GateRun.parse(*run.split(":")).key()), _rows_of(table, REFERENCE)
     if a.empty or b.empty:
         return {}
     d = a.set_index("subject")[["brain_corr", "background_mean"]] - b.set_index("subject")[["brain_corr", "background_mean"]]
@@ -354,11 +360,12 @@ def reference_span(root: Path, gpu: str | None, metric: str = "brain_corr") -> f
     return float(means.max() - means.min()) if len(means) > 1 else None
 
 
-def reference_self_check(root: Path, gpu: str | None) -> tuple[int, int, int] | None:
-    """FP32 DDPM 250 judged by the gate's rule against itself: for each split of its seeds into two
-    halves, the subjects where the mean of one half lies inside the band (min–max) of the other on
-    the correlation, background and W1. Returns (fewest, most, subjects), or None."""
-    ref = _reference_samples(root, gpu)
+def reference_self_check(root: Path, gpu: str | None, name: str | None = None) -> tuple[int, int, int] | None:
+    """FP32 DDPM 250 of training run ``name`` (default: the chapter's gate's) judged by the gate's rule
+    against itself: for each split of its seeds into two halves, the subjects where the mean of one
+    half lies inside the band (min–max) of the other on the correlation, background and W1. Returns
+    (fewest, most, subjects), or None (fewer than 4 seeds: no two halves of 2)."""
+    ref = _reference_samples(root, gpu, name)
     seeds = sorted(ref["seed"].unique()) if len(ref) else []
     if len(seeds) < 4:
         return None
@@ -583,33 +590,36 @@ def numerics_shift(root: Path, gpu: str | None, name: str, run: str = LARGE_RUN)
     keys = ["subject", "seed"]
     ref = s[s["run"] == REF_RUN].set_index(keys)
     mine = s[s["run"] == run].set_index(keys).reindex(ref.index)
-    d = (mine[list(METRIC_LABELS)] - ref[list(METRIC_LABELS)]).dropna()
+    d = (mine[list(NUMERICS_MEASURES)] - ref[list(NUMERICS_MEASURES)]).dropna()
     return pd.DataFrame({"mean": d.mean(), "low": d.min(), "high": d.max(), "above zero": (d > 0).sum(),
-                         "pairs": len(d)}).rename(index=METRIC_LABELS)
+                         "pairs": len(d)}).rename(index=MEASURE_LABELS)
 
 
-def numerics_facts(root: Path, gpu: str | None, size: int) -> dict[str, str]:
-    """The numerics gate at ``size`` (prefix ``an_big_numerics``): DDPM 250 under ``fast`` against FP32
-    DDPM 250 on the subjects and seeds FP32 sampled, its band verdict, whether that band could be
-    checked against itself (``reference_self_check`` needs 4 seeds), and the paired shift per measure."""
+def numerics_facts(root: Path, gpu: str | None, size: int | None) -> dict[str, str]:
+    """The numerics gate at ``size`` (``NUMERICS_KEYS``): DDPM 250 under ``fast`` against FP32 DDPM 250
+    on the subjects and seeds FP32 sampled, its band verdict, FP32 judged against itself
+    (``reference_self_check``), and the paired shift per measure."""
     what = f"FP32 DDPM 250 on IXI at {size}³ (scripts/anatomy.py --runs ddpm250:baseline)"
-    names = gate_names(load(root, gpu, "anatomy_samples"), size)
+    names = gate_names(load(root, gpu, "anatomy_samples"), size) if size else []
     if not names:
-        return {k: missing(what) for k in ("an_big_numerics", "an_big_numerics_state", "an_big_numerics_shift")}
+        return {k: missing(what) for k in NUMERICS_KEYS}
     name = names[-1]
     table = gate(root, gpu, name)
-    ref = table[table["verdict"] == "reference"]
-    verdict = gate_runs(table).set_index("sampler run")["verdict"]
-    mine = verdict.get(f"{DDPM_REFERENCE.sampler} {DDPM_REFERENCE.steps} · fast")
+    ref = _rows_of(table, REFERENCE)
+    mine = _rows_of(table, GateRun.parse(*LARGE_RUN.split(":")).key())["verdict"]
+    verdict = mine.iloc[0] if len(mine) else None
     seeds = int(ref["seeds"].min()) if len(ref) else 0
+    check = reference_self_check(root, gpu, name)
     d = numerics_shift(root, gpu, name)
-    said = ("was not sampled on them" if mine is None else "passes its band" if mine == "pass" else
-            "fails its band on " + ", ".join(GATE_LABELS.get(c.strip(), c.strip()) for c in mine.removeprefix("fail:").split(",")))
+    said = ("was not sampled on them" if verdict is None else "passes its band" if verdict == "pass" else
+            "fails its band on " + ", ".join(MEASURE_LABELS[GATE_CRITERIA[c.strip()]]
+                                             for c in verdict.removeprefix("fail:").split(",")))
     return {
         "an_big_numerics": f"`{name}`, {ref['subject'].nunique()} validation subjects × {seeds} seeds: DDPM 250 under `fast` {said}",
-        "an_big_numerics_state": ("calibrated" if seeds >= 4 else
-                                  f"not calibrated: FP32 against itself needs two halves of at least 2 seeds, and it had "
-                                  f"{seeds}, so this verdict decides nothing"),
+        "an_big_numerics_state": (f"not calibrated: FP32 against itself needs two halves of at least 2 seeds, and it had "
+                                  f"{seeds}, so this verdict decides nothing" if check is None else
+                                  f"judged against itself: one half of FP32's seeds inside the other's band on "
+                                  f"{check[0]}–{check[1]} of {check[2]} subjects"),
         "an_big_numerics_shift": "; ".join(f"{m} {r['mean']:+.4f} (from {r['low']:+.4f} to {r['high']:+.4f}, above zero in "
                                            f"{int(r['above zero'])} of {int(r['pairs'])})" for m, r in d.iterrows())
                                  if len(d) and d["pairs"].iloc[0] else missing(what),
@@ -668,6 +678,5 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
     ms = [step_ms(root, gpu, n) for n in mine["name"]] if len(mine) else []
     ms = [m for m in ms if m]
     out["an_big_step_ms"] = number(sum(ms) / len(ms) if ms else None, ".1f", what)
-    out.update(numerics_facts(root, gpu, big) if big else
-               {k: missing(what) for k in ("an_big_numerics", "an_big_numerics_state", "an_big_numerics_shift")})
+    out.update(numerics_facts(root, gpu, big))
     return out

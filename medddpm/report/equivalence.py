@@ -22,7 +22,7 @@ from ..diffusion.solvers import EQUIVALENT, REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, Arm, judge_all
 from ..sample.gate import GateRun
-from .anatomy import BASE_SIZE, size_of
+from .anatomy import BASE_SIZE, MEASURE_LABELS, size_of
 from .present import gpu_name
 from .wording import missing, roles
 
@@ -30,8 +30,6 @@ FOLDER = "equivalence"
 REFERENCE_RUN = f"{REFERENCE.sampler}{REFERENCE.steps}:fast"  # the reference arm: DDPM 250 under fast
 POOR_SPEC = "dpm2m-sde4-logsnr"  # the deliberately poor sampler of the calibration
 UTILITY_FLOOR = 0.99  # issue 62: a sampler's synthetic-trained Dice ≥ 99 % of DDPM 250's
-LABELS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w1": "W1", "background_mean": "background",
-          "ssim_between_seeds": "SSIM between seeds"}
 NEARER = {"brain_corr": 1, "region_corr": 1, "hist_w1": -1}  # the sign of a difference that lies nearer the scans
 ROLES = ("reference, other seeds", "poor sampler", "candidate")  # the judged arms, in the tables' order
 WHAT = "sampler equivalence results (equivalence/)"
@@ -119,12 +117,12 @@ def judged(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame
 def intervals(j: pd.DataFrame) -> pd.DataFrame:
     """One row per judged arm: role, run, calls, verdict, and each measure's 'difference [low, high]'."""
     if j.empty:
-        return pd.DataFrame(columns=["role", "sampler run", "calls", "verdict", *LABELS.values()])
+        return pd.DataFrame(columns=["role", "sampler run", "calls", "verdict", *MEASURE_LABELS.values()])
     text = j.assign(cell=[f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in zip(j["difference"], j["low"], j["high"])])
     wide = text.pivot_table(index=["role", "run", "calls", "verdict"], columns="measure", values="cell", aggfunc="first",
                             sort=False).reset_index()
-    wide = wide.rename(columns={"run": "sampler run", **LABELS})
-    return wide[["role", "sampler run", "calls", "verdict", *LABELS.values()]]
+    wide = wide.rename(columns={"run": "sampler run", **MEASURE_LABELS})
+    return wide[["role", "sampler run", "calls", "verdict", *MEASURE_LABELS.values()]]
 
 
 def margins(j: pd.DataFrame) -> pd.DataFrame:
@@ -139,7 +137,7 @@ def margins(j: pd.DataFrame) -> pd.DataFrame:
 
     q = float(student.ppf(0.95, int(again["subjects"].iloc[0]) - 1))
     out = again.assign(**{"can pass up to": (again["margin"] - q * again["se"]).clip(lower=0)})
-    return out.assign(measure=out["measure"].map(LABELS))[cols].reset_index(drop=True)
+    return out.assign(measure=out["measure"].map(MEASURE_LABELS))[cols].reset_index(drop=True)
 
 
 def figure(j: pd.DataFrame):
@@ -161,7 +159,7 @@ def figure(j: pd.DataFrame):
         ax.axvspan(-1, 1, color="tab:green", alpha=0.08)
         ax.axvline(0, color="k", lw=0.6)
         ax.set_xlim(-4.2, 4.2)
-        ax.set_title(LABELS[m], fontsize=10)
+        ax.set_title(MEASURE_LABELS[m], fontsize=10)
         ax.set_xlabel("difference / margin")
     axes[0].set_yticks(np.arange(len(runs))[::-1], runs, fontsize=8)
     fig.tight_layout()
@@ -264,7 +262,7 @@ def largest(root: Path, gpu: str | None) -> str | None:
 
 def _failed(verdict: str) -> str:
     """'fail: hist_w1, brain_corr' → 'W1, in-brain r'."""
-    return ", ".join(LABELS.get(m, m) for m in verdict.removeprefix("fail: ").split(", "))
+    return ", ".join(MEASURE_LABELS.get(m, m) for m in verdict.removeprefix("fail: ").split(", "))
 
 
 def _failing(j: pd.DataFrame, run: str) -> str:
@@ -275,7 +273,7 @@ def _failing(j: pd.DataFrame, run: str) -> str:
         side = "higher" if r.difference > 0 else "lower"
         sign = NEARER.get(r.measure)
         nearer = "" if sign is None else (", nearer the scans" if sign * r.difference > 0 else ", farther from the scans")
-        said.append(f"{LABELS.get(r.measure, r.measure)} {_interval(r._asdict())}: {side} than DDPM 250's{nearer}")
+        said.append(f"{MEASURE_LABELS.get(r.measure, r.measure)} {_interval(r._asdict())}: {side} than DDPM 250's{nearer}")
     return "; ".join(said)
 
 
