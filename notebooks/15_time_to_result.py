@@ -103,9 +103,9 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #
 # ## Where a run's seconds go, phase by phase
 #
-# `sample` ends with a timing line on rank 0 (`ready`, `first volume`, `last volume`, `written`:
-# seconds on the command's own clock, which starts once its imports are done), stored with each row:
-# {glue:text}`tr_phases`.
+# `sample` ends with a timing line on rank 0, stored with each row. Until the start-up cut below it
+# counted on the command's own clock, which starts once the imports are done (`ready`,
+# `first volume`, `last volume`, `written`): {glue:text}`tr_phases`.
 #
 # Outside the command's clock lie Python's start, PyTorch's import and the exit, and on several
 # ranks torchrun's launcher, which imports PyTorch before its ranks do, starts them and waits for
@@ -113,7 +113,48 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # captured. Reading and encoding the masks counts in `ready`: a 256-mask job reads them all before
 # its first volume, so that a bad mask stops the run before any file is written.
 #
-# ## Start-up changes measured and not kept
+# The line now counts from the process's start (Linux's `/proc`) and names three more marks:
+# `imports` (Python started and the modules imported), `kernels` (every Triton kernel of the first
+# shape compiled or loaded from the cache, its launcher built) and `captured` (the first CUDA graph
+# captured, where one is). So a row splits its whole wall time, the exit included.
+#
+# ## The start-up cut
+#
+# Four calls, each on a fresh H100 of 16 cores, timed main against this code at three stages, the
+# codes alternated on one machine (`start-up-cut-2026-11-27/`). The stages: {glue:text}`tr_cut_codes`.
+# Each command's mean wall time, per call: {glue:text}`tr_cut`.
+#
+# What each change does:
+#
+# - **A shape's first call runs eagerly** (`Knobs.capture_after`, 1 by default). A one-volume
+#   job of the 12-call chain used to capture the chain as a CUDA graph after two eager runs of it,
+#   then replay it once: three chains' work for one volume. Now it runs the chain once; a shape called
+#   again is captured then. The files are the same bit for bit: a 3-mask job (eager, captured,
+#   replayed) against main's replays and against each mask alone (`same_files.csv` there).
+# - **The Triton kernels without PyTorch's dispatcher in eager inference** (`kernels._forward_op`).
+#   A custom operator's first call through the dispatcher imports `torch._dynamo`
+#   ({glue:text}`tr_cut_dynamo` in a fresh interpreter on that machine). Autograd and `torch.compile` still go
+#   through the operators.
+# - **The process ends when its files are written** (`cli.run`: `os._exit` after flushing, unless
+#   Inductor compiled something). Python's and CUDA's tear-down is skipped.
+# - **`precompile` compiles each kind of launch once.** A dry run of a 12-call chain records every
+#   kernel launch of its 12 denoiser calls, most of them alike; compiling each kind once shortens the
+#   cold start, since threads no longer compile the same kernel side by side. The dry run now keeps one-element stand-ins of its tensors,
+#   not the tensors: recording them kept every output of the dry run alive, and `--batch 4` ran out of
+#   memory at 128³ (on main too). Each thread also loads its kernel and builds its launcher,
+#   which Triton otherwise does at the first launch, one kernel after another.
+#
+# Call d undoes one change at a time in the kept code. Without the dispatcher bypass a warm run takes
+# longer: the import, and the exit, since Inductor is then imported and the process exits the slow way.
+# Without the immediate exit, the exit span returns. Both are kept.
+#
+# **Against issue 64's targets** (the kept code, the 12-call chain of a v-prediction checkpoint):
+# {glue:text}`tr_cut_targets`. A hundred masks spend almost all of their time in the volumes after the
+# first, each a replay of the chain under `fast-eager`, so the start-up no longer decides that
+# target: the chain's replay does. `warmup`, then the first `sample` (stage B, call b):
+# {glue:text}`tr_cut_afterwarmup`.
+#
+# ## Start-up changes measured earlier and not kept then
 #
 # Each was timed against main on one fresh host of four H100s, the two codes alternated:
 # calling the Triton kernels' own functions in eager inference, so that no process imports
@@ -121,8 +162,10 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # call imports it); compiling the first kernel alone before the threads, then at most 16 threads;
 # and a gloo process group for the sampling ranks, which exchange only their inputs' checks:
 # {glue:text}`tr_tried`. None moved a warm run beyond the spread of its repeats, and the thread changes
-# cost the cold run seconds, so all three were removed. Reading the masks through lookup tables
-# instead of sorting every voxel (`nifti.label_values`, `nifti.one_hot`) is kept.
+# cost the cold run seconds, so all three were removed then. Those warm runs were DDPM 250 (11 to
+# 16 s each), whose spread hid a second. The first change came back in the start-up cut above, where
+# call d measured it on the 12-call chain. Reading the masks through lookup tables instead of sorting
+# every voxel (`nifti.label_values`, `nifti.one_hot`) is kept.
 #
 # ## A small job: `fast`'s sampler, not compiled
 #
@@ -165,8 +208,16 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #
 # `train --time-limit T` stops at the first read-back after T seconds and reports where they went. A
 # run's own timing line under a limit (its output, kept beside its held-out table): {glue:text}`tr_train_limit`.
-# The compile of the first step, the held-out evaluations and the checkpoints are the rest. No run at 64³
-# under a short limit has been timed since the evaluations were shared between ranks.
+# The compile of the first step, the held-out evaluations and the checkpoints are the rest.
+#
+# At 64³ a short limit is mostly something else. The README's command on IXI 64³ with
+# `--time-limit 300` on one H100, with empty compile caches and then again (`train-clock-2026-11-27/`,
+# the `train-clock` runs in the line above): the first step's compile takes most of the cold run's
+# overhead, and with warm caches the held-out evaluations (16 subjects, at the default `--eval-every`)
+# are the largest part outside the steps. The issue's 80 % is missed in both. These steps also took
+# about twice the 64³ step time the issue reported; that was not looked into. The same machine timed
+# `train --config fast --steps 100` at 128³ on phantoms: {glue:text}`tr_first_steps`. The first step
+# holds Inductor's cached graphs loaded and the step's CUDA graph captured.
 
 # ## The same command, the same files
 #

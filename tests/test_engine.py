@@ -160,6 +160,8 @@ def test_autotuned_configurations_change_only_their_tuning_knob():
     ({"cudnn_benchmark_limit": 2.5}, "cudnn_benchmark_limit"),
     ({"bf16_weights": True}, "precision 'bf16'"),
     ({"pad_channels": -8}, "pad_channels"),
+    ({"capture_after": -1}, "capture_after"),
+    ({"capture_after": True}, "capture_after"),
 ])
 def test_knobs_are_validated_early(changes, needle):
     with pytest.raises(ValueError, match=needle):
@@ -214,6 +216,41 @@ def test_the_small_job_sampler_is_fasts_with_nothing_to_compile():
     changed = {k for k, v in dataclasses.asdict(eager).items() if v != getattr(fast, k)} - {"name"}
     assert changed == {"compile", "compiled_update", "cudnn_benchmark"} and not eager.compile
     assert eager.triton_norm and eager.triton_conv and eager.triton_upsample and eager.chain_graph and eager.cuda_graphs
+
+
+@pytest.mark.parametrize("capture_after,warmups", [(0, 2), (1, 1), (3, 1)])
+def test_a_shape_runs_eagerly_capture_after_times_then_is_captured_and_replayed(monkeypatch, capture_after, warmups):
+    """``Knobs.capture_after``: a shape's first calls run the denoiser itself (its kernels compiled at
+    the first, once), then it is captured after the warm-up calls left (at least one, on a side
+    stream) and replayed; another shape starts over. The capture is faked: a CPU has no CUDA graphs."""
+    from medddpm.run import engine
+
+    ran, captures, kernels = [], [], []
+
+    class Graph:
+        def __init__(self, static, fn):
+            self.static, self.fn, self.out = static, fn, None
+
+        def replay(self):
+            self.out.copy_(self.fn(*self.static))
+
+    def fake_capture(self, inputs, warmup):
+        captures.append((inputs[0].shape, warmup))
+        static = [a.clone() for a in inputs]
+        graph = Graph(static, lambda *a: a[0] * 2)
+        graph.out = static[0] * 2
+        return static, graph.out, graph
+
+    monkeypatch.setattr(engine.GraphedDenoiser, "_capture", fake_capture)
+    monkeypatch.setattr(engine.GraphedDenoiser, "_kernels", lambda self, inputs: kernels.append(inputs[0].shape))
+    g = engine.GraphedDenoiser(lambda x: ran.append(x.shape) or x * 2, torch.device("cpu"), True, capture_after)
+    a, b = torch.ones(2), torch.ones(3)
+    for k in range(capture_after + 3):
+        assert torch.equal(g(a + k), (a + k) * 2)
+    assert ran == [a.shape] * capture_after and captures == [(a.shape, warmups)] and kernels == [a.shape]
+    assert torch.equal(g(b), b * 2) and kernels == [a.shape, b.shape]
+    assert len(captures) == (1 if capture_after else 2)  # a new shape is eager again unless captured at once
+    assert run_config("fast-eager").capture_after == 1 and Knobs().capture_after == 1
 
 
 def test_triton_kernels_alone_point_the_caches_into_medddpm_cache(tiny, monkeypatch, tmp_path):
@@ -391,3 +428,26 @@ def test_a_model_for_given_weights_is_built_on_its_device_and_loaded(tiny, monke
         torch.testing.assert_close(model(x, t), ref(x, t), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="Missing key"):
         inference(tiny, knobs, CPU, state={k: v for k, v in state.items() if not k.startswith("out")})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("sampler,steps", [("dpm2m-sde", 12), ("ddpm", None)])
+def test_a_shape_run_eagerly_samples_what_its_graph_replays(tiny, sampler, steps):
+    """``capture_after`` changes when a graph is captured, not the numbers: under fast-eager, chains (and DDPM's
+    per-step graphs) sampled eagerly, then captured, then replayed equal those of a graph captured at once."""
+    from medddpm.core.config import SMALL_JOB
+    from medddpm.run.engine import autocast, inference
+    from medddpm.train.parity import phantom_batch, seeded_weights
+
+    device = torch.device("cuda")
+    cfg = tiny
+    _, masks = phantom_batch(cfg, 32, 1, 0)
+    outs = {}
+    for after in (0, 1):
+        knobs = dataclasses.replace(run_config(SMALL_JOB), capture_after=after)
+        _, diffusion, eff = inference(cfg, knobs, device, DiffusionConfig(timesteps=20), seeded_weights(cfg, 0))
+        with torch.inference_mode(), autocast(eff, device):
+            outs[after] = [diffusion.sample(masks.to(device), cfg.out_channels, sampler, steps,
+                                            generator=torch.Generator(device).manual_seed(k)).float().cpu()
+                           for k in range(3)]  # eager (after=1) or replay; the capture; a replay
+    assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1]))

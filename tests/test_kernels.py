@@ -609,3 +609,45 @@ def test_precompile_records_each_launch_of_a_dry_run_and_compiles_them_all(monke
     assert len(a.launched) == 2 and len(b.launched) == 1
     monkeypatch.setattr(kernels, "INTERPRET", True)
     assert kernels.precompile(net) == 0 and len(a.launched) == 4 and len(a.compiled) == 2
+    # launches alike in kernel, dtypes, 16-byte alignment and every other argument are compiled once; a tensor
+    # of another dtype or alignment, or another number, is a launch of its own (Triton may specialize on it)
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    t = torch.zeros(8)
+    calls = [(t, 3), (t.clone(), 3), (t[1:], 3), (t.half(), 3), (t, 4), (t.clone(), 4)]
+
+    def many():
+        for args in calls:
+            kernels._launch(b, (2,), *args, SILU=True)
+    b.compiled.clear()
+    assert kernels.precompile(many) == 6 and len(b.compiled) == 4 and len(b.launched) == 2  # none launched by it
+
+
+@needs_triton
+def test_inference_calls_the_kernels_without_the_dispatcher_and_without_dynamo():
+    """Outside autograd and torch.compile (a sampler in inference mode) the forward kernels run from
+    their Python bodies (``kernels._forward_op``): the same numbers as through the custom ops, and no
+    import of torch._dynamo, which a first custom-op call pulls in. A fresh process, so nothing
+    else has imported it."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from medddpm.net import kernels as k
+x = torch.randn(1, 16, 4, 4, 4).to(memory_format=torch.channels_last_3d)
+w, b, add = torch.rand(16), torch.rand(16), torch.randn(1, 16)
+thin = torch.randn(1, 3, 4, 4, 4).to(memory_format=torch.channels_last_3d)
+with torch.inference_mode():
+    outs = [k.group_norm_silu(x, 4, w, b, add=add), k.upsample2x(x), k.conv3d_thin(thin, torch.randn(8, 3, 3, 3, 3))]
+    cat = k.group_norm_silu_cat(x, x, 4, torch.rand(32), torch.rand(32))[1]
+assert "torch._dynamo" not in sys.modules, "inference imported torch._dynamo"
+with torch.inference_mode():
+    assert torch.equal(outs[0], torch.ops.medddpm.group_norm_silu(x, w, b, add, 4, 1e-5, True, False)[0])
+    assert torch.equal(outs[1], torch.ops.medddpm.upsample2x(x, False))
+y = k.group_norm_silu(x.requires_grad_(), 4, w, b, add=add)  # autograd: through the op, which records its backward
+assert y.grad_fn is not None and "torch._dynamo" in sys.modules
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

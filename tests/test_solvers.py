@@ -209,8 +209,8 @@ def test_chain_graph_plumbing_on_cpu(monkeypatch):
     class Direct:
         released = []
 
-        def __init__(self, fn, device, precompile=False):
-            self.fn, self.precompile = fn, precompile
+        def __init__(self, fn, device, precompile=False, capture_after=0):
+            self.fn, self.precompile, self.capture_after, self.marks = fn, precompile, capture_after, {}
 
         def __call__(self, *inputs):
             return self.fn(*inputs)
@@ -229,9 +229,9 @@ def test_chain_graph_plumbing_on_cpu(monkeypatch):
         d.sample(mask, 1, "ipndm", steps, spacing="time")
     assert len(d.chain.chains) == engine.GraphedChain.KEEP and len(Direct.released) == 1
     assert not any(g.precompile for g in d.chain.chains.values())  # each chain's graph takes the chain's precompile
-    d.chain = engine.GraphedChain(d, d.model, torch.device("cpu"), precompile=True)
+    d.chain = engine.GraphedChain(d, d.model, torch.device("cpu"), precompile=True, capture_after=3)
     d.sample(mask, 1, "ipndm", 2, spacing="time")
-    assert all(g.precompile for g in d.chain.chains.values())
+    assert all(g.precompile and g.capture_after == 3 for g in d.chain.chains.values())
 
 
 def test_the_first_order_sde_solver_on_every_timestep_is_ddpm():

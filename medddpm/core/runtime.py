@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import re
+import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -14,6 +17,19 @@ from .errors import InputError
 def default_device() -> str:
     """The device a command or a ``Sampler`` runs on when none is named: the GPU where there is one."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def process_start() -> float | None:
+    """The ``time.perf_counter()`` reading at which this process started (Linux's /proc, to 10 ms),
+    None where it cannot be read: the origin of ``sample``'s timing line, so that it counts the
+    interpreter's start and the imports too, as a user's clock does."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks after boot
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.perf_counter() - max(uptime - started, 0.0)
 
 
 def resolve_device(name: str | None) -> torch.device:

@@ -32,10 +32,12 @@ kernels on CPU tensors (``tests/test_kernels.py`` compares them with the referen
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -87,42 +89,99 @@ class Tiles:
 TILES = Tiles(upsample_tile=1 << 16, upsample_bwd_tile=1 << 16) if INTERPRET else Tiles()
 
 
-_RECORDED: list | None = None  # within ``precompile``'s dry run: the launches, recorded instead of run
+# within ``precompile``'s dry run: its launches, one of each kind (``_specialization``: the launch, with stand-ins for
+# its tensors), and how many there were
+_RECORDED: dict[tuple, tuple] | None = None
+_LAUNCHES = 0
 
 
 def _launch(kernel, grid: tuple, *args, **meta) -> None:
     """``kernel[grid](*args, **meta)``, or (inside ``precompile``'s dry run) the launch recorded."""
+    global _LAUNCHES
     if _RECORDED is not None:
-        _RECORDED.append((kernel, grid, args, meta))
+        _LAUNCHES += 1
+        key = _specialization(kernel, args, meta)
+        if key not in _RECORDED:
+            _RECORDED[key] = (kernel, grid, tuple(_stand_in(a) if isinstance(a, Tensor) else a for a in args), meta)
     else:
         kernel[grid](*args, **meta)
 
 
+def _specialization(kernel, args: tuple, meta: dict) -> tuple:
+    """What of a launch can make Triton compile another kernel: the kernel, each tensor's dtype,
+    device and whether its address is 16-byte aligned, every other argument's value. Launches
+    alike in all of it are compiled once (a chain of 12 denoiser calls: 1,020 launches, 97 kernels,
+    cProfile, ``time_to_result/triton-key-h200-host-2026-11-27/``): each warm-up otherwise computes
+    Triton's key and looks its cache up again, and threads compiling the same kernel at once each
+    compile it."""
+    return (kernel, tuple((a.dtype, a.device, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else a for a in args),
+            tuple(sorted(meta.items())))
+
+
+def _stand_in(t: Tensor) -> Tensor:
+    """A one-element tensor that Triton specializes as it does ``t`` (dtype, device, 16-byte alignment)
+    and that holds none of ``t``'s memory: the dry run's tensors are freed as its real run would free
+    them (recording them kept every output of a 12-call chain alive: out of memory at --batch 4, 128³)."""
+    buf = torch.empty(16, dtype=t.dtype, device=t.device)  # a fresh block: aligned
+    return buf[:1] if t.data_ptr() % 16 == 0 else buf[1:2]
+
+
+_BODIES: dict[str, Callable[..., Any]] = {}  # the Python body of each forward custom op medddpm::NAME, by NAME
+
+
+def _forward(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """Register the decorated function as the custom op medddpm::NAME, its body kept for ``_forward_op``."""
+    def register(body: Callable[..., Any]) -> Any:
+        _BODIES[name] = body
+        return torch.library.custom_op(f"medddpm::{name}", mutates_args=())(body)
+    return register
+
+
+def _forward_op(name: str) -> Callable[..., Any]:
+    """``torch.ops.medddpm.NAME`` where autograd may record it or torch.compile traces it, else its
+    body itself, which launches the same kernels with the same arguments: the first call of a
+    custom op through PyTorch's dispatcher imports torch._dynamo (0.9 s of a one-volume ``sample``
+    on an H200 host, ``time_to_result/triton-key-h200-host-2026-11-27/importtime-sample-1.txt``)
+    and every call passes a dynamo-disabled wrapper, which eager inference (``fast-eager``) needs not."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return getattr(torch.ops.medddpm, name)
+    return _BODIES[name]
+
+
 def precompile(run, threads: int | None = None) -> int:
     """Compile, in ``threads`` threads at once (default: one per CPU), every Triton kernel that
-    ``run()`` launches, and return how many launches it made. ``run`` is called once as a dry run:
-    each launch is recorded, not run (its outputs keep whatever memory they got: call it on inputs
-    whose results do not matter), then each recorded launch is compiled (``JITFunction.warmup``)
-    into Triton's caches, where the real launches find it. Triton otherwise compiles each kernel at
-    its first launch, one after another (issue 48: 25 kernels of ``fast-eager``'s denoiser); its
-    compiler's assembler and launcher builds are processes of their own, so threads overlap them (a
-    cold 1-mask ``sample`` on an H100: 37.9 s without, 22.9 s with, ``time_to_result/``). Where
-    Triton cannot run (a CPU, its interpreter) ``run`` runs as it is."""
-    global _RECORDED
+    ``run()`` launches, load it and build its launcher, and return how many launches it made.
+    ``run`` is called once as a dry run: each launch is recorded, not run (its outputs keep whatever
+    memory they got: call it on inputs whose results do not matter), one of each kind
+    (``_specialization``); then each is compiled (``JITFunction.warmup``) into Triton's caches, where
+    the real launches find it, and its module loaded and launcher built (``CompiledKernel.run``).
+    Triton otherwise does all of it at each kernel's first launch, one kernel after another (issue
+    48: 25 kernels of ``fast-eager``'s denoiser); its compiler's assembler and launcher builds are
+    processes of their own, so threads overlap them (a cold 1-mask ``sample`` on an H100: 37.9 s
+    without, 22.9 s with, ``time_to_result/``). Where Triton cannot run (a CPU, its interpreter)
+    ``run`` runs as it is."""
+    global _RECORDED, _LAUNCHES
     if triton is None or INTERPRET:
         run()
         return 0
-    _RECORDED = []
+    _RECORDED, _LAUNCHES = {}, 0
     try:
         run()
-        calls = _RECORDED
+        calls, launches = list(_RECORDED.values()), _LAUNCHES
     finally:
         _RECORDED = None
     from concurrent.futures import ThreadPoolExecutor
 
+    def ready(call: tuple) -> None:
+        kernel, grid, args, meta = call
+        device = next((a.device for a in args if isinstance(a, Tensor)), None)
+        with torch.cuda.device(device) if device is not None and device.type == "cuda" else contextlib.nullcontext():
+            compiled = kernel.warmup(*args, grid=grid, **meta)
+            getattr(compiled, "run", None)  # loads the module and builds the launcher on this device
+
     with ThreadPoolExecutor(max(1, min(threads or os.cpu_count() or 4, len(calls)))) as pool:
-        list(pool.map(lambda c: c[0].warmup(*c[2], grid=c[1], **c[3]), calls))
-    return len(calls)
+        list(pool.map(ready, calls))
+    return launches
 
 
 def reference_group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
@@ -156,7 +215,7 @@ def group_norm_silu(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: f
     _check_norm_args(x.shape, groups, add)
     if not runs_on(x):
         return reference_group_norm_silu(x, groups, weight, bias, eps, silu, add, fp8)
-    return torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, fp8)[0]
+    return _forward_op("group_norm_silu")(x, weight, bias, add, groups, eps, silu, fp8)[0]
 
 
 def group_norm_silu_dual(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float = 1e-5,
@@ -169,7 +228,7 @@ def group_norm_silu_dual(x: Tensor, groups: int, weight: Tensor, bias: Tensor, e
     if not runs_on(x):
         y = reference_group_norm_silu(x, groups, weight, bias, eps, silu, add)
         return y, reference_e4m3(x, groups, weight, bias, eps, silu, add)
-    y, _, _, y8 = torch.ops.medddpm.group_norm_silu(x, weight, bias, add, groups, eps, silu, False, True)
+    y, _, _, y8 = _forward_op("group_norm_silu")(x, weight, bias, add, groups, eps, silu, False, True)
     return y, y8.view(E4M3)
 
 
@@ -202,7 +261,7 @@ class _CatNorm(torch.autograd.Function):
     def forward(ctx, h: Tensor, skip: Tensor, weight: Tensor, bias: Tensor, groups: int, eps: float,  # type: ignore[override]
                 silu: bool, dual: bool) -> tuple[Tensor, Tensor, Tensor]:
         c = _as_nsc(torch.cat([h, skip], dim=1))
-        y, mean, rstd, y8 = torch.ops.medddpm.group_norm_silu(c, weight, bias, None, groups, eps, silu, False, dual)
+        y, mean, rstd, y8 = _forward_op("group_norm_silu")(c, weight, bias, None, groups, eps, silu, False, dual)
         ctx.save_for_backward(c, weight, bias, mean, rstd)
         ctx.groups, ctx.silu, ctx.split = groups, silu, h.shape[1]
         ctx.mark_non_differentiable(y8)
@@ -624,7 +683,7 @@ if triton is not None:
         else:
             tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=m)
 
-    @torch.library.custom_op("medddpm::group_norm_silu", mutates_args=())
+    @_forward("group_norm_silu")
     def _gn_forward(x: Tensor, weight: Tensor, bias: Tensor, add: Tensor | None, groups: int, eps: float,
                     silu: bool, fp8: bool = False, dual: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(y, group mean, group rstd, y8) of SiLU(GroupNorm(x + add)); x channels-last; y in E4M3 with
@@ -758,7 +817,7 @@ def conv3d_thin(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
         raise ValueError(f"conv3d_thin needs at most {THIN} channels on one side, got {cin}→{cout}")
     if not runs_on(x) or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         return torch.nn.functional.conv3d(x, weight, bias, padding=1)
-    return torch.ops.medddpm.conv3d_thin(x, weight, bias)
+    return _forward_op("conv3d_thin")(x, weight, bias)
 
 
 def _per_tap(weight: Tensor, dgrad: bool) -> Tensor:
@@ -1017,7 +1076,7 @@ if triton is not None:
         r = tl.arange(0, BLOCK_K)[:, None] * BLOCK_W + cw[None, :]
         tl.store(part_ptr + p * BLOCK_K * BLOCK_W + r, acc)
 
-    @torch.library.custom_op("medddpm::conv3d_thin", mutates_args=())
+    @_forward("conv3d_thin")
     def _tc_forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """conv3d(x, weight, bias, padding=1), 3³, a thin side (``conv3d_thin``)."""
         return _thin_pass(x, weight, bias, dgrad=False)
@@ -1077,7 +1136,7 @@ def upsample2x(x: Tensor, fp8: bool = False) -> Tensor:
     if not runs_on(x):
         y = ndhwc.upsample2x(x)
         return quantize_activation(y) if fp8 else y
-    return torch.ops.medddpm.upsample2x(x, fp8)
+    return _forward_op("upsample2x")(x, fp8)
 
 
 def _doubled(x: Tensor, fp8: bool = False) -> Tensor:
@@ -1217,7 +1276,7 @@ if triton is not None:
     def _(dy, d, h, w):
         return _halved(dy, d, h, w)
 
-    @torch.library.custom_op("medddpm::upsample2x", mutates_args=())
+    @_forward("upsample2x")
     def _up_forward(x: Tensor, fp8: bool = False) -> Tensor:
         """Trilinear ×2 of a channels-last (N, C, D, H, W) tensor (``upsample2x``), E4M3 with ``fp8``."""
         x = _as_nsc(x)

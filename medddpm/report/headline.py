@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import paper
+from . import paper, waiting
 from .few_step import fastest_passing
-from ..diffusion.solvers import EQUIVALENT, REFERENCE
+from ..diffusion.solvers import EQUIVALENT
 from .tables import SCOPES, bench, normalized_scopes
 from .waiting import rows as waiting_rows, wall
 
@@ -113,10 +113,14 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
                    f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
                    f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³{at_big} — {ch('16', '16_equivalence')}.")
-    one = {c: wall(waiting_rows(root, [g]), "default", 1, c, sampler=REFERENCE.sampler) for c in ("cold", "warm")}
-    if None not in one.values():
-        out.append(f"- `medddpm sample` of one mask with DDPM 250 (the default for ε-prediction checkpoints), process "
-                   f"start to file: {one['cold']:.1f} s cold, {one['warm']:.1f} s warm on an H100 — "
+    cut = waiting.cut_rows(root, g)
+    kept = cut[(cut["short"] == waiting.KEPT) & (cut["rc"] == 0) & (cut["what"] == "sample") & (cut["volumes"] == 1)
+               & (cut["batch"] == 1)] if len(cut) else cut
+    warm, cold = (kept[kept["cache"] == c]["wall_s"] if len(kept) else pd.Series(dtype=float) for c in ("warm", "cold"))
+    if len(warm) and len(cold):
+        out.append(f"- `medddpm sample` of one mask by default (`{EQUIVALENT.describe()}` for a v-prediction checkpoint), "
+                   f"process start to file: {warm.median():.1f} s warm (median of {len(warm)}), "
+                   f"{cold.min():.1f}–{cold.max():.1f} s with an empty compile cache, on an H100 — "
                    f"{ch('15', '15_time_to_result')}.")
     return out
 

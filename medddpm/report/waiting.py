@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, DiffusionConfig, fast_from
 from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, denoiser_calls
-from ..profiling.waiting import COLUMNS, SAME_COLUMNS
+from ..profiling.waiting import COLUMNS, PHASES, SAME_COLUMNS
 from .anatomy import run_device, train_folder
 from .present import gpu_name
 from .tables import results_csv
@@ -33,6 +33,9 @@ WARMUP_ALL = "warmup-every-config-2026-11-27"  # `warmup` without --config (fast
 V_DEFAULT = "v-default-chain-2026-11-27"  # a v-prediction checkpoint's default (the 12-call chain): 1 and 100 masks, warmup
 TRITON_KEY = "triton-key-h200-host-2026-11-27"  # the same, with Triton's installation key kept in MEDDDPM_CACHE (run.cache)
 CHAIN_TARGETS = {(1, "warm"): 5.0, (1, "cold"): 15.0, (100, "warm"): 30.0}  # issue 64: seconds, process start to file
+# start-up cut against main on one machine per call (``call``, ``code`` columns): the code kept is the one named KEPT
+CUT = "start-up-cut-2026-11-27"
+KEPT = "C (this commit)"
 TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
 # `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
@@ -168,23 +171,38 @@ def _label(row) -> str:
     return f"{row['volumes']} mask{'s' if row['volumes'] > 1 else ''} {how}{ranks}, {row['cache']} (`{row['sampler']}`)"
 
 
+# What ends at each mark of `sample`'s timing line (``sample.sampler.TIMING``), in a reader's words
+SPAN_ENDING = {"imports": "Python's start and the imports", "ready": "checkpoint and masks read, denoiser built",
+               "kernels": "Triton kernels compiled or loaded", "captured": "warm-up and the first CUDA graph's capture",
+               "first volume": "the first volume's denoiser calls", "last volume": "the other volumes",
+               "written": "the last files written"}
+
+
+def spans(row: pd.Series) -> list[tuple[str, float]]:
+    """(what, seconds) from a `sample` row's timing columns, in the order its marks fell: on the
+    process's clock where the row has ``imports_s`` (the exit last), else on the command's clock,
+    which starts once the imports are done (what lies outside it first)."""
+    marks = sorted(((float(row[c]), name) for name, c in PHASES.items() if c in row and pd.notna(row[c])))
+    if not marks:
+        return []
+    wall, process = float(row["wall_s"]), any(name == "imports" for _, name in marks)
+    out = [] if process else [("outside the command's clock", wall - marks[-1][0])]
+    before = 0.0
+    for t, name in marks:
+        out.append((SPAN_ENDING[name], t - before))
+        before = t
+    return out + ([("the exit", wall - before)] if process else [])
+
+
 def phases(df: pd.DataFrame) -> str:
-    """Where the seconds of each newest `sample` row with a timing line went (``PHASES``, rank 0's
-    clock, which starts once the command's imports are done): outside that clock (Python and its
-    imports, torchrun's launch, the exit), the inputs read and the denoiser built, the first volume
-    (kernels loaded, graphs captured, its denoiser calls), the other volumes, the last files written."""
+    """Where the seconds of each newest `sample` row with a timing line went (``spans``, rank 0's)."""
     timed = df[(df["what"] == "sample") & (df["rc"] == 0) & df["written_s"].notna()] if "written_s" in df else df.iloc[:0]
     if not len(timed):
         return missing("`sample` row with its timing line (ready_s … written_s)")
     parts = []
     for _, r in timed.sort_values(["nproc", "volumes", "cache"]).iterrows():
-        spans = [("outside the command's clock", r["wall_s"] - r["written_s"]),
-                 ("inputs read and denoiser built", r["ready_s"]),
-                 ("the first volume", r["first_volume_s"] - r["ready_s"]),
-                 ("the other volumes", r["last_volume_s"] - r["first_volume_s"]),
-                 ("the last files written", r["written_s"] - r["last_volume_s"])]
         parts.append(f"{_label(r)}, ran `{r['ran']}`, {r['wall_s']:.1f} s: "
-                     + ", ".join(f"{name} {sec:.1f} s" for name, sec in spans))
+                     + ", ".join(f"{name} {sec:.1f} s" for name, sec in spans(r)))
     return "; ".join(parts)
 
 
@@ -207,6 +225,72 @@ def tried(root: Path, gpu: str | None) -> str:
             changed = group[~group["main"]]["code"].iloc[0]
             parts.append(f"call {call} ({changed}; against {group[group['main']]['code'].iloc[0]}): " + "; ".join(said))
     return "; ".join(parts) if parts else missing(f"changed and main rows of one command in {TRIED}")
+
+
+def cut_rows(root: Path, gpu: str | None) -> pd.DataFrame:
+    """``CUT``'s rows with ``what``, ``nproc`` and ``batch`` (its ``--batch``, else 1), and each code's short name
+    (``short``: what its description says before the first colon)."""
+    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{CUT}/time_to_result")
+    if df.empty:
+        return df
+    df = df.assign(what=df["command"].str.split().str[0], nproc=_nproc(df["command"]),
+                   batch=pd.to_numeric(df["command"].str.extract(r"--batch (\d+)")[0]).fillna(1).astype(int),
+                   short=df["code"].str.split(":").str[0])
+    df["sampler"] = df["sampler"].fillna("")
+    return df
+
+
+def cut_codes(df: pd.DataFrame) -> str:
+    """What each code of ``CUT`` changed, as its rows say."""
+    return "; ".join(f"{short}: {code.split(':', 1)[1].strip()}" if ":" in code else short
+                     for short, code in df.drop_duplicates("short")[["short", "code"]].itertuples(index=False))
+
+
+def cut(df: pd.DataFrame) -> str:
+    """Per call (one machine), each command's mean wall time under each code (successful runs), codes in the
+    order the call ran them."""
+    if df.empty:
+        return missing(f"{FOLDER}/{CUT}/time_to_result.csv")
+    ok = df[(df["rc"] == 0) & (df["what"] == "sample")]
+    parts = []
+    for call, group in ok.groupby("call"):
+        said = []
+        for _, runs in group.groupby(["volumes", "cache", "sampler", "batch"], sort=False):
+            if runs["short"].nunique() > 1:
+                said.append(f"{_label(runs.iloc[0])}" + (f", --batch {runs['batch'].iloc[0]}" if runs["batch"].iloc[0] > 1 else "")
+                            + ": " + ", ".join(
+                    f"{code} {g['wall_s'].mean():.1f} s ({len(g)})" for code, g in runs.groupby("short", sort=False)))
+        if said:
+            parts.append(f"call {call}: " + "; ".join(said))
+    return "; ".join(parts) if parts else missing(f"rows of two codes of one command in {CUT}")
+
+
+def cut_targets(df: pd.DataFrame) -> str:
+    """The kept code's rows (``KEPT``) against issue 64's targets: 1 mask warm (median of its runs),
+    each cold run, 100 masks warm at batch 1, and where one warm and one cold run's seconds went
+    (``spans``)."""
+    if df.empty:
+        return missing(f"{FOLDER}/{CUT}/time_to_result.csv")
+    mine = df[(df["short"] == KEPT) & (df["rc"] == 0) & (df["what"] == "sample") & (df["batch"] == 1)]
+    one = lambda n, cache: mine[(mine["volumes"] == n) & (mine["cache"] == cache)]  # noqa: E731
+    warm, cold, hundred = one(1, "warm"), one(1, "cold"), one(100, "warm")
+    if warm.empty or cold.empty or hundred.empty:
+        return missing(f"{KEPT}'s 1-mask warm and cold and 100-mask warm rows in {CUT}")
+
+    def verdict(seconds: float, n: int, cache: str) -> str:
+        return "met" if seconds <= CHAIN_TARGETS[(n, cache)] else "missed"
+
+    med = warm["wall_s"].median()
+    said = [f"1 mask warm {med:.1f} s, the median of {len(warm)} runs on {warm['call'].nunique()} machines "
+            f"({verdict(med, 1, 'warm')}: {CHAIN_TARGETS[(1, 'warm')]:g} s)",
+            "cold " + ", ".join(f"{t:.1f} s" for t in cold["wall_s"]) + f" on {cold['call'].nunique()} machines "
+            f"({sum(t <= CHAIN_TARGETS[(1, 'cold')] for t in cold['wall_s'])} of {len(cold)} within "
+            f"{CHAIN_TARGETS[(1, 'cold')]:g} s)",
+            "100 masks warm " + ", ".join(f"{t:.1f} s" for t in hundred["wall_s"])
+            + f" ({verdict(hundred['wall_s'].median(), 100, 'warm')}: {CHAIN_TARGETS[(100, 'warm')]:g} s)"]
+    for name, row in (("a warm run", warm.iloc[-1]), ("a cold one", cold.iloc[-1])):
+        said.append(f"{name} ({row['wall_s']:.1f} s): " + ", ".join(f"{what} {sec:.1f} s" for what, sec in spans(row)))
+    return "; ".join(said)
 
 
 def _rate(per_s: float) -> str:
@@ -252,16 +336,43 @@ TIMING_LINE = re.compile(r"^timing: (.*\b(\d+) % of --time-limit in steady steps
 
 
 def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Every training run whose own output (``<gpu>/anatomy/train/NAME/train-stdout.txt``) ends with
-    `train`'s timing line under ``--time-limit``: run, GPU folder, the line and its share of the limit
-    in steady steps."""
+    """Every training run whose own output (``<gpu>/anatomy/train/NAME/train-stdout.txt``, or a timed
+    command's ``<gpu>/time_to_result/FOLDER/train*-stdout-*.txt``) ends with `train`'s timing line under
+    ``--time-limit``: run, GPU folder, the line and its share of the limit in steady steps."""
     rows = []
     for g in gpus:
-        for f in sorted(train_folder(root, g).glob("*/train-stdout.txt")):
+        runs = [(f.parent.name, f) for f in sorted(train_folder(root, g).glob("*/train-stdout.txt"))]
+        runs += [(f"{f.parent.name}/{f.stem}", f) for f in sorted((Path(root) / g / FOLDER).glob("*/train*-stdout-*.txt"))]
+        for run, f in runs:
             m = TIMING_LINE.search(f.read_text())
             if m:
-                rows.append({"run": f.parent.name, "gpu": g, "line": m[1], "share": int(m[2]) / 100})
+                rows.append({"run": run, "gpu": g, "line": m[1], "share": int(m[2]) / 100})
     return pd.DataFrame(rows, columns=["run", "gpu", "line", "share"])
+
+
+TRAIN_CLOCK = "train-clock-2026-11-27"  # train --time-limit 300 at 64³ and train's first 100 steps at 128³, cold and warm
+FIRST_STEPS_OVER = 10.0  # issue 64: s; warm, train's first 100 steps at 128³ within the steady state's 100 steps plus this
+
+
+def first_steps(root: Path, gpu: str | None) -> str:
+    """``TRAIN_CLOCK``'s `train --config fast --steps 100` at 128³, cold and warm: wall time, its first step
+    (the step's compile and capture) and the steady state's 100 steps from its own timing.csv, against
+    ``FIRST_STEPS_OVER``."""
+    folder = Path(root) / (gpu or "") / FOLDER / TRAIN_CLOCK
+    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{TRAIN_CLOCK}/time_to_result")
+    said = []
+    for state in ("cold", "warm"):
+        row, timing = df[df["cache"] == state] if len(df) else df, folder / f"timing128-{state}.csv"
+        if row.empty or not timing.is_file():
+            continue
+        t = pd.read_csv(timing)
+        first = t[t["step_from"] == 0]["ms_per_step"].iloc[0] / 1e3
+        steady = t[t["step_from"] > 0].iloc[-1]["ms_per_step"] * 100 / 1e3
+        wall_s = float(row["wall_s"].iloc[-1])
+        said.append(f"{state} {wall_s:.1f} s (its first step {first:.1f} s; 100 steady steps {steady:.1f} s)"
+                    + (f", {'within' if wall_s <= steady + FIRST_STEPS_OVER else 'beyond'} the target of steady + "
+                       f"{FIRST_STEPS_OVER:g} s" if state == "warm" else ""))
+    return "; ".join(said) or missing(f"train's first 100 steps at 128³ ({TRAIN_CLOCK})")
 
 
 def limit_facts(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -345,6 +456,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1], df))
     f.update(limit_facts(root, gpus))
+    f["tr_first_steps"] = first_steps(root, have[0] if have else None)
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
@@ -383,6 +495,17 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_nproc"] = sharded(df)
     f["tr_phases"] = phases(df)
     f["tr_tried"] = tried(root, have[0] if have else None)
+    c = cut_rows(root, have[0] if have else None)
+    f["tr_cut_codes"] = cut_codes(c) if len(c) else missing(f"{FOLDER}/{CUT}/time_to_result.csv")
+    f["tr_cut"] = cut(c)
+    f["tr_cut_targets"] = cut_targets(c)
+    dyn = Path(root) / have[0] / FOLDER / CUT / "dynamo_import_s.txt" if have else None
+    secs = [float(x) for x in dyn.read_text().split()] if dyn is not None and dyn.is_file() else []
+    f["tr_cut_dynamo"] = (f"{sum(secs) / len(secs):.1f} s (mean of {len(secs)})" if secs
+                          else missing(f"{CUT}/dynamo_import_s.txt"))
+    b = c[c["short"] == "B"] if len(c) else c
+    f["tr_cut_afterwarmup"] = after_warmup(tidy(b[b["call"] == b["call"].min()][[*COLUMNS, "gpu_slug"]])) if len(b) else \
+        missing(f"B's rows of `warmup` then `sample` in {CUT}")
     prof = Path(root) / have[0] / FOLDER / "profile-sample-1-warm.txt" if have else None
     split = profile_parts(prof) if prof is not None and prof.is_file() else {}
     f["tr_profile_total"] = (f"{split['total']:.1f} s" if "total" in split

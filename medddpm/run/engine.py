@@ -11,6 +11,7 @@ Without a GPU, the knobs that need one fall back to the PyTorch reference path
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -163,36 +164,61 @@ def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> tor
 class GraphedDenoiser:
     """The denoiser ε_θ(cat[x_t, mask], t) of one sampling step (or any function of tensors: a
     sampler's whole chain, ``GraphedChain``), captured as a CUDA graph per input shape and
-    replayed. A shape not seen before is captured anew, never replayed into a graph of another
-    shape. Call it inside ``autocast`` and inference mode."""
+    replayed. A shape's first ``capture_after`` calls run eagerly (``Knobs.capture_after``: a shape
+    called once is never captured); a shape not seen before is captured anew, never replayed into
+    a graph of another shape. Call it inside ``autocast`` and inference mode. ``marks`` gets the
+    ``time.perf_counter()`` (after a synchronize) at which the first shape's Triton kernels were
+    ready ("kernels", with ``precompile``) and the first shape was captured ("captured"): where a
+    first volume's seconds go (``sample``'s timing line)."""
 
-    WARMUP = 2  # eager calls on a side stream before a shape is captured (compile, autotune)
+    WARMUP = 2  # eager calls of a shape before it is captured (compile, autotune), the capture_after ones included;
+    # at least one of them on a side stream right before the capture (PyTorch's warm-up rule)
 
-    def __init__(self, net: nn.Module | Callable, device: torch.device, precompile: bool = False) -> None:
-        self.net, self.device = net, device
+    def __init__(self, net: nn.Module | Callable, device: torch.device, precompile: bool = False,
+                 capture_after: int = 0) -> None:
+        self.net, self.device, self.capture_after = net, device, capture_after
         self.precompile = precompile  # a dry run first compiles every Triton kernel of a shape at once (kernels.precompile)
         self.graphs: dict[tuple, tuple[list[Tensor], Tensor, torch.cuda.CUDAGraph]] = {}
+        self.eager: dict[tuple, int] = {}  # eager calls made of each shape not captured yet
+        self.marks: dict[str, float] = {}
 
     def __call__(self, *inputs: Tensor) -> Tensor:
         key = tuple((tuple(a.shape), a.dtype, a.stride()) for a in inputs)
         if key not in self.graphs:
-            self.graphs[key] = self._capture(inputs)
+            done = self.eager.get(key, 0)
+            if done == 0:
+                self._kernels(inputs)
+            if done < self.capture_after:
+                self.eager[key] = done + 1
+                return self.net(*inputs)
+            self.graphs[key] = self._capture(inputs, max(self.WARMUP - done, 1))
         static, out, graph = self.graphs[key]
         for dst, src in zip(static, inputs):
             dst.copy_(src, non_blocking=True)
         graph.replay()
         return out.clone()  # the graph's output buffer is overwritten by the next replay
 
-    def _capture(self, inputs: Sequence[Tensor]):
+    def _mark(self, name: str) -> None:
+        torch.cuda.synchronize(self.device)
+        self.marks.setdefault(name, time.perf_counter())
+
+    def _kernels(self, inputs: Sequence[Tensor]) -> None:
+        """Compile (or load from Triton's cache) every Triton kernel of this shape at once: a dry run on copies."""
+        if self.precompile:
+            copies = [a.clone() for a in inputs]
+            kernels.precompile(lambda: self.net(*copies))
+            self._mark("kernels")
+
+    def _capture(self, inputs: Sequence[Tensor], warmup: int):
         static = [a.clone() for a in inputs]
         with side_stream(self.device):
-            if self.precompile:
-                kernels.precompile(lambda: self.net(*static))
-            for _ in range(self.WARMUP):
+            for _ in range(warmup):
                 self.net(*static)
+        torch.cuda.empty_cache()  # the eager calls' and warm-up's cached blocks (each stream's own) to the graph's pool
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = self.net(*static)
+        self._mark("captured")
         return static, out, graph
 
     def release(self) -> None:
@@ -213,9 +239,11 @@ class GraphedChain:
     KEEP = 4  # plans whose graphs are held at once: each holds its chain's memory
 
     def __init__(self, diffusion: GaussianDiffusion, net: nn.Module | Callable, device: torch.device,
-                 precompile: bool = False) -> None:
+                 precompile: bool = False, capture_after: int = 0) -> None:
         self.diffusion, self.net, self.device, self.precompile = diffusion, net, device, precompile
+        self.capture_after = capture_after  # GraphedDenoiser's: a chain run once is never captured
         self.chains: dict[tuple, GraphedDenoiser] = {}
+        self.marks: dict[str, float] = {}  # the first chain's GraphedDenoiser.marks
 
     def __call__(self, plan: Plan, mask: Tensor, channels: int, x: Tensor, noises: Sequence[Tensor],
                  clip: bool = True) -> Tensor:
@@ -227,7 +255,8 @@ class GraphedChain:
             def chain(mask: Tensor, x: Tensor, *noises: Tensor) -> Tensor:  # the mask is written inside the graph
                 eps = self.diffusion.conditioned(mask, channels, self.net)
                 return run_plan(plan, eps, x, self.diffusion.abar_host, noises, clip)
-            self.chains[key] = GraphedDenoiser(chain, self.device, self.precompile)
+            self.chains[key] = GraphedDenoiser(chain, self.device, self.precompile, self.capture_after)
+            self.chains[key].marks = self.marks  # shared: the first chain's phases are the process's
         return self.chains[key](mask, x, *noises)
 
 
@@ -272,11 +301,20 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     net = compiled(model, knobs)  # the diffusion hands it its input in the model's layout
     # uncompiled Triton kernels (fast-eager): each new shape's kernels compiled at once, not one by one at first launch
     precompile = not knobs.compile and bool(switched_on(knobs, TRITON_KNOBS))
-    diffusion = GaussianDiffusion(GraphedDenoiser(net, device, precompile) if knobs.cuda_graphs else net, diffusion_cfg,
-                                  memory_format(knobs), knobs.compile and knobs.compiled_update)
+    diffusion = GaussianDiffusion(GraphedDenoiser(net, device, precompile, knobs.capture_after) if knobs.cuda_graphs
+                                  else net, diffusion_cfg, memory_format(knobs), knobs.compile and knobs.compiled_update)
     if knobs.chain_graph:
-        diffusion.chain = GraphedChain(diffusion, net, device, precompile)
+        diffusion.chain = GraphedChain(diffusion, net, device, precompile, knobs.capture_after)
     return model, diffusion.to(device), knobs
+
+
+def start_marks(diffusion: GaussianDiffusion) -> dict[str, float]:
+    """The phases its CUDA graphs recorded (``GraphedDenoiser.marks``: "kernels", "captured"), the earliest of each."""
+    marks: dict[str, float] = {}
+    for graphed in (diffusion.model, diffusion.chain):
+        for name, t in getattr(graphed, "marks", {}).items():
+            marks[name] = min(t, marks.get(name, t))
+    return marks
 
 
 def data_parallel(model: nn.Module, device: torch.device, knobs: Knobs) -> nn.Module:

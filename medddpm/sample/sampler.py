@@ -27,7 +27,7 @@ from ..core.config import (CONFIGS, SAMPLING_ALIASES, SMALL_JOB, TRITON_KNOBS, f
 from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
 from ..run import cache
-from ..run.engine import autocast, inference
+from ..run.engine import autocast, inference, start_marks
 from ..core.errors import InputError
 from ..diffusion.solvers import FEW_STEP, Recommendation, check_sampler, denoiser_calls, resolve
 from ..data.labels import parse
@@ -92,8 +92,9 @@ def mask_seed(seed: int, name: str) -> int:
 
 class Sampler:
     """A checkpoint's denoiser under one run configuration, loaded and built once, then called
-    many times (the shape of diffusers' pipelines): compiled, and its CUDA graphs captured, on
-    the first call of each shape; later calls replay them. ``medddpm sample`` makes one per
+    many times (the shape of diffusers' pipelines): compiled on the first call of each shape, which
+    runs eagerly, its CUDA graphs captured at the second (``Knobs.capture_after``); later calls
+    replay them. ``medddpm sample`` makes one per
     command; the sampler gate one per configuration for all its runs; a notebook keeps one::
 
         s = Sampler.from_checkpoint("RUN/best.pt", config="fast")
@@ -180,19 +181,22 @@ class Sampler:
         with ThreadPoolExecutor(IO_THREADS) as pool:
             pending: collections.deque = collections.deque()
             for i, v in self.volumes(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress):
-                marks.setdefault("first volume", time.perf_counter())
+                if "first volume" not in marks:
+                    marks["first volume"] = time.perf_counter()
+                    marks.update({k: t for k, t in start_marks(self.diffusion).items() if k not in marks})
                 pending.append(pool.submit(jobs[i].write, v))
                 if len(pending) > 2 * IO_THREADS:
                     written.append(pending.popleft().result())
             marks["last volume"] = time.perf_counter()
+            marks.update({k: t for k, t in start_marks(self.diffusion).items() if k not in marks})  # a later capture
             written += [f.result() for f in pending]
         marks["written"] = time.perf_counter()
         return written
 
     def warmup(self, batch: int = 1, sampler: str | None = None, steps: int | None = None,
                spacing: str | None = None, eta: float | None = None) -> Path | None:
-        """Compile and capture everything one call of ``batch`` masks runs (on empty masks), so the
-        compile cache holds it (``run.cache``); returns the cache file (for ``fast-eager``, Triton's
+        """Compile everything one call of ``batch`` masks runs (on empty masks), so the compile cache
+        holds it for the next process (``run.cache``; CUDA graphs live in one process only); returns the cache file (for ``fast-eager``, Triton's
         folder of its kernels), None where nothing compiles."""
         empty = torch.full((self.model_cfg.mask_channels, *self.size), -1.0)  # no label anywhere
         jobs = [Job(f"warmup-{k}", empty, Path("."), lambda volume, target: None) for k in range(batch)]
@@ -300,15 +304,18 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
     return jobs
 
 
-# What `sample` times from its start (``sample_masks``' ``started``): the inputs read and the
-# denoiser built, the first volume sampled (its compilation, capture and kernels included), the last,
-# and the last file written; rank 0's, under torchrun
-TIMING = ("ready", "first volume", "last volume", "written")
+# What `sample` times from its start (``sample_masks``' ``started``: the process's start, where the
+# command line gives it): the interpreter started and the modules imported, the inputs read and the
+# denoiser built, the Triton kernels compiled or loaded from their cache, the first CUDA graph
+# captured (where the configuration has them and a shape runs often enough, ``Knobs.capture_after``),
+# the first volume sampled, the last, and the last file written; rank 0's, under torchrun
+TIMING = ("imports", "ready", "kernels", "captured", "first volume", "last volume", "written")
 
 
 def timing_line(marks: dict[str, float], started: float) -> str:
-    """``timing: ready 4.1 s, first volume 9.8 s, …`` (seconds since ``started``, ``TIMING``'s order)."""
-    return "timing: " + ", ".join(f"{k} {marks[k] - started:.1f} s" for k in TIMING if k in marks)
+    """``timing: imports 1.9 s, ready 2.6 s, …`` (seconds since ``started``, in the order they fell)."""
+    return "timing: " + ", ".join(f"{k} {marks[k] - started:.1f} s" for k in sorted((k for k in TIMING if k in marks),
+                                                                                     key=marks.__getitem__))
 
 
 def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, device: torch.device,
@@ -316,7 +323,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
                  weights: str = "ema", progress: bool = True, config: str | None = None, batch: int = 1,
                  world: World = World(), clip: bool = True, spacing: str | None = None, labels: str = "auto",
                  one_file: bool = False, say: Callable[[str], None] | None = None,
-                 mask_labels: str | None = None, started: float | None = None) -> list[Path]:
+                 mask_labels: str | None = None, started: float | None = None,
+                 imported: float | None = None) -> list[Path]:
     """Generate one image per mask file (this rank's share); every input is checked before
     anything is written, and each file is written atomically. ``clip``: x̂₀ clipped to [−1, 1] at
     every step (as the reference implementation does; ``False`` is DDPM Alg. 2 as published).
@@ -325,7 +333,8 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     ``one_file``: a BraTS root's label convention and output form (``read_masks``); ``say`` is
     told what the masks are (a BraTS root: its layout and the label rule that applied);
     ``mask_labels`` maps the mask files' labels (``labels.parse``; None: the checkpoint's own map);
-    with ``started`` (the command's ``time.perf_counter()``) ``say`` hears ``timing_line`` at the end."""
+    with ``started`` (the ``time.perf_counter()`` of the process's start, or of the command's) ``say``
+    hears ``timing_line`` at the end; ``imported``: when the command line was read (its imports done)."""
     check_options(sampler, steps, spacing, config or "fast", weights, batch, eta)  # the rest once the checkpoint says
     ckpt = load_checkpoint(checkpoint)
     model_cfg, diff_cfg, _, _ = configs_from_checkpoint(ckpt)
@@ -343,7 +352,7 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
     if say is not None and rec is not None:
         say(f"sampler {rec.describe()}: the default for {diff_cfg.prediction}-prediction checkpoints; {rec.why}")
     denoiser = Sampler(ckpt, device, config, weights)
-    marks = {"ready": time.perf_counter()}
+    marks = {"ready": time.perf_counter(), **({} if imported is None else {"imports": imported})}
     written = denoiser.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress, marks)
     if say is not None and started is not None:
         say(timing_line(marks, started))
