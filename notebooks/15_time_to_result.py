@@ -148,7 +148,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # longer: the import, and the exit, since Inductor is then imported and the process exits the slow way.
 # Without the immediate exit, the exit span returns. Both are kept.
 #
-# **Against issue 64's targets** (the kept code, the 12-call chain of a v-prediction checkpoint):
+# **Against the time-to-result targets** (the kept code, the 12-call chain of a v-prediction checkpoint):
 # {glue:text}`tr_cut_targets`. A hundred masks spend almost all of their time in the volumes after the
 # first, each a replay of the chain under `fast-eager`, so the start-up no longer decides that
 # target: the chain's replay does. `warmup`, then the first `sample` (stage B, call b):
@@ -214,8 +214,8 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # `--time-limit 300` on one H100, with empty compile caches and then again (`train-clock-2026-11-27/`,
 # the `train-clock` runs in the line above): the first step's compile takes most of the cold run's
 # overhead, and with warm caches the held-out evaluations (16 subjects, at the default `--eval-every`)
-# are the largest part outside the steps. The issue's 80 % is missed in both. These steps also took
-# about twice the 64³ step time the issue reported; that was not looked into. The same machine timed
+# are the largest part outside the steps. The issue's 80 % is missed in both. Each of these steps is two
+# micro-batches (`--grad-accum`'s default); the 64³ runs of {doc}`14_anatomy` trained with one. The same machine timed
 # `train --config fast --steps 100` at 128³ on phantoms: {glue:text}`tr_first_steps`. The first step
 # holds Inductor's cached graphs loaded and the step's CUDA graph captured.
 
