@@ -440,14 +440,13 @@ def test_a_shape_run_eagerly_samples_what_its_graph_replays(tiny, sampler, steps
     from medddpm.train.parity import phantom_batch, seeded_weights
 
     device = torch.device("cuda")
-    cfg = tiny
-    _, masks = phantom_batch(cfg, 32, 1, 0)
+    _, masks = phantom_batch(tiny, 32, 1, 0)
     outs = {}
     for after in (0, 1):
         knobs = dataclasses.replace(run_config(SMALL_JOB), capture_after=after)
-        _, diffusion, eff = inference(cfg, knobs, device, DiffusionConfig(timesteps=20), seeded_weights(cfg, 0))
+        _, diffusion, eff = inference(tiny, knobs, device, DiffusionConfig(timesteps=20), seeded_weights(tiny, 0))
         with torch.inference_mode(), autocast(eff, device):
-            outs[after] = [diffusion.sample(masks.to(device), cfg.out_channels, sampler, steps,
+            outs[after] = [diffusion.sample(masks.to(device), tiny.out_channels, sampler, steps,
                                             generator=torch.Generator(device).manual_seed(k)).float().cpu()
                            for k in range(3)]  # eager (after=1) or replay; the capture; a replay
     assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1]))

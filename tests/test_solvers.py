@@ -209,8 +209,8 @@ def test_chain_graph_plumbing_on_cpu(monkeypatch):
     class Direct:
         released = []
 
-        def __init__(self, fn, device, precompile=False, capture_after=0):
-            self.fn, self.precompile, self.capture_after, self.marks = fn, precompile, capture_after, {}
+        def __init__(self, fn, device, precompile=False, capture_after=0, marks=None):
+            self.fn, self.precompile, self.capture_after, self.marks = fn, precompile, capture_after, marks
 
         def __call__(self, *inputs):
             return self.fn(*inputs)

@@ -113,11 +113,9 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
                    f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
                    f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³{at_big} — {ch('16', '16_equivalence')}.")
-    cut = waiting.cut_rows(root, g)
-    kept = cut[(cut["short"] == waiting.KEPT) & (cut["rc"] == 0) & (cut["what"] == "sample") & (cut["volumes"] == 1)
-               & (cut["batch"] == 1)] if len(cut) else cut
+    kept = waiting.kept_rows(waiting.cut_rows(root, g), 1)
     warm, cold = (kept[kept["cache"] == c]["wall_s"] if len(kept) else pd.Series(dtype=float) for c in ("warm", "cold"))
-    if len(warm) and len(cold):
+    if len(warm) and len(cold) and equivalence.default_passes(root, g):
         out.append(f"- `medddpm sample` of one mask by default (`{EQUIVALENT.describe()}` for a v-prediction checkpoint), "
                    f"process start to file: {warm.median():.1f} s warm (median of {len(warm)}), "
                    f"{cold.min():.1f}–{cold.max():.1f} s with an empty compile cache, on an H100 — "

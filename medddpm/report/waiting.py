@@ -64,7 +64,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         df = pd.DataFrame(columns=[*COLUMNS, "gpu_slug"])
         return df.assign(what=pd.Series(dtype=str), nproc=pd.Series(dtype=int), sampler=pd.Series(dtype=str))
-    df = df.assign(what=df["command"].str.split().str[0], nproc=_nproc(df["command"]))
+    df = _parsed(df)
     named = df["command"].str.extract(r"--sampler (\S+)")[0]
     stored = df["sampler"].astype(object) if "sampler" in df else pd.Series(None, index=df.index, dtype=object)
     df["sampler"] = stored.fillna(named.astype(object)).fillna(EARLIER_DEFAULT).where(df["what"] == "sample", "")
@@ -72,6 +72,13 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     df["ran"] = told.where(told.notna() & (told != ""), [_earlier(r) for r in df.itertuples()])
     keys = ["gpu_slug", "what", "config", "sampler", "volumes", "cache", "nproc", *(["host"] if "host" in df else [])]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
+def _parsed(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with what their command says: ``what`` (sample, train, …), ``nproc`` (its ranks) and ``batch``
+    (its ``--batch``, else 1)."""
+    return df.assign(what=df["command"].str.split().str[0], nproc=_nproc(df["command"]),
+                     batch=pd.to_numeric(df["command"].str.extract(r"--batch (\d+)")[0]).fillna(1).astype(int))
 
 
 def _earlier(row) -> str:
@@ -233,11 +240,17 @@ def cut_rows(root: Path, gpu: str | None) -> pd.DataFrame:
     df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{CUT}/time_to_result")
     if df.empty:
         return df
-    df = df.assign(what=df["command"].str.split().str[0], nproc=_nproc(df["command"]),
-                   batch=pd.to_numeric(df["command"].str.extract(r"--batch (\d+)")[0]).fillna(1).astype(int),
-                   short=df["code"].str.split(":").str[0])
+    df = _parsed(df).assign(short=df["code"].str.split(":").str[0])
     df["sampler"] = df["sampler"].fillna("")
     return df
+
+
+def kept_rows(df: pd.DataFrame, volumes: int | None = None) -> pd.DataFrame:
+    """``cut_rows``' successful `sample` runs of the kept code (``KEPT``) at batch 1 (of ``volumes`` masks)."""
+    if df.empty:
+        return df
+    mine = df[(df["short"] == KEPT) & (df["rc"] == 0) & (df["what"] == "sample") & (df["batch"] == 1)]
+    return mine if volumes is None else mine[mine["volumes"] == volumes]
 
 
 def cut_codes(df: pd.DataFrame) -> str:
@@ -271,8 +284,7 @@ def cut_targets(df: pd.DataFrame) -> str:
     (``spans``)."""
     if df.empty:
         return missing(f"{FOLDER}/{CUT}/time_to_result.csv")
-    mine = df[(df["short"] == KEPT) & (df["rc"] == 0) & (df["what"] == "sample") & (df["batch"] == 1)]
-    one = lambda n, cache: mine[(mine["volumes"] == n) & (mine["cache"] == cache)]  # noqa: E731
+    one = lambda n, cache: kept_rows(df, n)[lambda k: k["cache"] == cache]  # noqa: E731
     warm, cold, hundred = one(1, "warm"), one(1, "cold"), one(100, "warm")
     if warm.empty or cold.empty or hundred.empty:
         return missing(f"{KEPT}'s 1-mask warm and cold and 100-mask warm rows in {CUT}")

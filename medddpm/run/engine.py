@@ -175,12 +175,12 @@ class GraphedDenoiser:
     # at least one of them on a side stream right before the capture (PyTorch's warm-up rule)
 
     def __init__(self, net: nn.Module | Callable, device: torch.device, precompile: bool = False,
-                 capture_after: int = 0) -> None:
+                 capture_after: int = 0, marks: dict[str, float] | None = None) -> None:
         self.net, self.device, self.capture_after = net, device, capture_after
         self.precompile = precompile  # a dry run first compiles every Triton kernel of a shape at once (kernels.precompile)
         self.graphs: dict[tuple, tuple[list[Tensor], Tensor, torch.cuda.CUDAGraph]] = {}
         self.eager: dict[tuple, int] = {}  # eager calls made of each shape not captured yet
-        self.marks: dict[str, float] = {}
+        self.marks = {} if marks is None else marks  # a dict of its owner's (GraphedChain's), where given
 
     def __call__(self, *inputs: Tensor) -> Tensor:
         key = tuple((tuple(a.shape), a.dtype, a.stride()) for a in inputs)
@@ -243,7 +243,7 @@ class GraphedChain:
         self.diffusion, self.net, self.device, self.precompile = diffusion, net, device, precompile
         self.capture_after = capture_after  # GraphedDenoiser's: a chain run once is never captured
         self.chains: dict[tuple, GraphedDenoiser] = {}
-        self.marks: dict[str, float] = {}  # the first chain's GraphedDenoiser.marks
+        self.marks: dict[str, float] = {}  # every chain's GraphedDenoiser.marks: the first kernels and capture
 
     def __call__(self, plan: Plan, mask: Tensor, channels: int, x: Tensor, noises: Sequence[Tensor],
                  clip: bool = True) -> Tensor:
@@ -255,8 +255,7 @@ class GraphedChain:
             def chain(mask: Tensor, x: Tensor, *noises: Tensor) -> Tensor:  # the mask is written inside the graph
                 eps = self.diffusion.conditioned(mask, channels, self.net)
                 return run_plan(plan, eps, x, self.diffusion.abar_host, noises, clip)
-            self.chains[key] = GraphedDenoiser(chain, self.device, self.precompile, self.capture_after)
-            self.chains[key].marks = self.marks  # shared: the first chain's phases are the process's
+            self.chains[key] = GraphedDenoiser(chain, self.device, self.precompile, self.capture_after, self.marks)
         return self.chains[key](mask, x, *noises)
 
 

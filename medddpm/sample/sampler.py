@@ -181,14 +181,13 @@ class Sampler:
         with ThreadPoolExecutor(IO_THREADS) as pool:
             pending: collections.deque = collections.deque()
             for i, v in self.volumes(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress):
-                if "first volume" not in marks:
-                    marks["first volume"] = time.perf_counter()
-                    marks.update({k: t for k, t in start_marks(self.diffusion).items() if k not in marks})
+                marks.setdefault("first volume", time.perf_counter())
                 pending.append(pool.submit(jobs[i].write, v))
                 if len(pending) > 2 * IO_THREADS:
                     written.append(pending.popleft().result())
             marks["last volume"] = time.perf_counter()
-            marks.update({k: t for k, t in start_marks(self.diffusion).items() if k not in marks})  # a later capture
+            for k, t in start_marks(self.diffusion).items():  # when its kernels were ready and a graph captured
+                marks.setdefault(k, t)
             written += [f.result() for f in pending]
         marks["written"] = time.perf_counter()
         return written
@@ -196,8 +195,8 @@ class Sampler:
     def warmup(self, batch: int = 1, sampler: str | None = None, steps: int | None = None,
                spacing: str | None = None, eta: float | None = None) -> Path | None:
         """Compile everything one call of ``batch`` masks runs (on empty masks), so the compile cache
-        holds it for the next process (``run.cache``; CUDA graphs live in one process only); returns the cache file (for ``fast-eager``, Triton's
-        folder of its kernels), None where nothing compiles."""
+        holds it for the next process (``run.cache``; CUDA graphs live in one process only); returns
+        the cache file (for ``fast-eager``, Triton's folder of its kernels), None where nothing compiles."""
         empty = torch.full((self.model_cfg.mask_channels, *self.size), -1.0)  # no label anywhere
         jobs = [Job(f"warmup-{k}", empty, Path("."), lambda volume, target: None) for k in range(batch)]
         for _ in self.volumes(jobs, list(range(batch)), sampler, steps, eta, 0, batch, True, spacing):
