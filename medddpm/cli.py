@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .core.config import (DEFAULT_ETA, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, SMALL_JOB, USER_CONFIGS, DataConfig,
-                          fast_from)
+from .core.config import (DEFAULT_ETA, EVAL_WEIGHTS, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, SMALL_JOB,
+                          USER_CONFIGS, DataConfig, fast_from)
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
 
@@ -125,9 +125,10 @@ def _train_inputs(a: argparse.Namespace):
                                {"lr": a.lr, "grad_accum": a.grad_accum, "save_every": a.save_every,
                                 "log_every": a.log_every, "seed": a.seed,
                                 "ema_start_step": a.ema_start, "held_out": a.held_out,
-                                "eval_every": a.eval_every}.items() if v is not None})
-    if a.eval_every is not None and not a.held_out:
-        raise InputError("--eval-every needs --held-out N (the subjects whose loss is evaluated)")
+                                "eval_every": a.eval_every, "eval_weights": a.eval_weights}.items() if v is not None})
+    for flag, given in (("--eval-every", a.eval_every), ("--eval-weights", a.eval_weights)):
+        if given is not None and not a.held_out:
+            raise InputError(f"{flag} needs --held-out N (the subjects whose loss is evaluated)")
     if a.time_limit is not None and a.time_limit <= 0:
         raise InputError(f"--time-limit must be > 0 seconds, got {a.time_limit}")
     out = Path(a.out)
@@ -542,6 +543,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--held-out", type=int, help="last N subjects (in subject order) never trained on: "
                    "their denoising loss is evaluated every --eval-every steps into heldout.csv (default 0)")
     s.add_argument("--eval-every", type=int, help="steps between held-out loss evaluations (default 1000)")
+    s.add_argument("--eval-weights", choices=list(EVAL_WEIGHTS), help="whose held-out loss: the EMA's (default: "
+                   "the weights sampled and best.pt's choice) or both, the raw model's too (twice the evaluation time)")
     s.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop (checkpointed) at the first loss "
                    "read-back after this many seconds, leaving a held-out evaluation due there to the resumed run; "
                    "--resume continues exactly")

@@ -118,7 +118,7 @@ if not GAP.empty:
 #
 # Most of that gap is in cuDNN's convolution kernels, so one more knob lets cuDNN's autotuner time
 # every algorithm it offers for each convolution instead of PyTorch's first ten
-# (`cudnn_benchmark_limit=0`, configuration `bf16-graphs-cudnn-all`). Timed in one session on the {glue:text}`ref_gpu`,
+# (`cudnn_benchmark_limit=0`, configuration `bf16-graphs-cudnn-all`). Timed on one machine, the {glue:text}`ref_gpu`,
 # beside `bf16-graphs` before and after it, it takes {glue:text}`cudnn_all_ms` ms a step against
 # {glue:text}`cudnn_all_fast_ms` ms: the algorithms cuDNN has do not close the gap.
 #

@@ -151,7 +151,12 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # **Against the time-to-result targets** (the kept code, the 12-call chain of a v-prediction checkpoint):
 # {glue:text}`tr_cut_targets`. A hundred masks spend almost all of their time in the volumes after the
 # first, each a replay of the chain under `fast-eager`, so the start-up no longer decides that
-# target: the chain's replay does. `warmup`, then the first `sample` (stage B, call b):
+# target: the chain's replay does. Every kernel of ten warm denoiser calls at 128³ under both
+# configurations, on one H100 (`eager-kernels-2026-11-27/`, `scripts/probes/eager_kernels.sh`):
+# {glue:text}`tr_eager_kernels`. Without Inductor, `fast-eager` runs the residual additions, the
+# skip concatenations and the other pointwise work as separate PyTorch kernels, which `fast` fuses
+# into a few Triton ones; the convolutions are nearly the same. Those kernels, twelve calls a volume,
+# are what the 100-mask target misses by. `warmup`, then the first `sample` (stage B, call b):
 # {glue:text}`tr_cut_afterwarmup`.
 #
 # ## Start-up changes measured earlier and not kept then
@@ -214,10 +219,28 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # `--time-limit 300` on one H100, with empty compile caches and then again (`train-clock-2026-11-27/`,
 # the `train-clock` runs in the line above): the first step's compile takes most of the cold run's
 # overhead, and with warm caches the held-out evaluations (16 subjects, at the default `--eval-every`)
-# are the largest part outside the steps. The issue's 80 % is missed in both. Each of these steps is two
+# are the largest part outside the steps. Each of these steps is two
 # micro-batches (`--grad-accum`'s default); the 64³ runs of {doc}`14_anatomy` trained with one. The same machine timed
 # `train --config fast --steps 100` at 128³ on phantoms: {glue:text}`tr_first_steps`. The first step
 # holds Inductor's cached graphs loaded and the step's CUDA graph captured.
+#
+# **The evaluations cut.** Three changes shrink what a run spends outside its steps:
+# - the held-out loss judges the EMA's weights alone by default, the weights `sample` uses and `best.pt`
+#   is chosen by (`--eval-weights both` adds the raw model's, at twice the cost);
+# - where `best.pt` and `checkpoint.pt` fall on one step (`--eval-every` and `--save-every` alike by
+#   default), the second is a hard link to the first: the weights, the EMA's and Adam's moments are
+#   serialized once;
+# - the FP32 evaluator is built once a run, and each evaluation's weights are copied into it on the GPU
+#   (`heldout.Evaluator`), where a fresh model was built from a host copy each time.
+#
+# The same warm command on another machine of the same kind (`train-eval-cut-2026-11-27/`), against
+# the warm run above: {glue:text}`tr_eval_cut`. Each run's full line is in the list at the top of this
+# section. A cold run still spends most of a 300 s limit compiling its first step.
+#
+# **Again on a fresh machine.** The v-prediction default's rows and the 128³ training steps were run
+# once more after the start-up cut, on a fresh machine asked for as an H200 that came as an H100 of 16
+# cores (`after-cut-2026-11-27/`): {glue:text}`tr_after_cut`. The newest warm run is the one quoted there;
+# all of them: {glue:text}`tr_after_cut_warm`.
 
 # ## The same command, the same files
 #

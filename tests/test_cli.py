@@ -243,6 +243,8 @@ def test_train_with_held_out_subjects_reports_their_loss(capsys, phantoms, tmp_p
     assert (out / "heldout.csv").exists() and (out / "best.pt").exists()
     code, _, err = run(capsys, *base, "--steps", "2", "--eval-every", "5")
     assert_one_line_error(code, err, "--eval-every needs --held-out")
+    code, _, err = run(capsys, *base, "--steps", "2", "--eval-weights", "both")
+    assert_one_line_error(code, err, "--eval-weights needs --held-out")
     n = len(list((phantoms / "images").iterdir()))
     code, _, err = run(capsys, *base[:-1], str(tmp_path / "x"), "--steps", "2", "--held-out", str(n))
     assert_one_line_error(code, err, f"--held-out must be in [1, {n - 1}]")

@@ -71,9 +71,9 @@ def runs(phantoms, tmp_path_factory):
         start(*train_args(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")),
         # the held-out loss at every step, its triples shared between the ranks
         start(*train_args(phantoms, root / "two-held", "--steps", "2", "--grad-accum", "1", "--nproc", "2",
-                          "--held-out", "1", "--eval-every", "1")),
+                          "--held-out", "1", "--eval-every", "1", "--eval-weights", "both")),
         start(*train_args(phantoms, root / "one-held", "--steps", "2", "--grad-accum", "2", "--held-out", "1",
-                          "--eval-every", "1")),
+                          "--eval-every", "1", "--eval-weights", "both")),
         # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
         *two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1"),
     ])

@@ -742,3 +742,6 @@ def test_the_store_names_its_runs_by_date_and_content_not_by_work_session():
 
     for prov in store.rglob("provenance*.json"):
         assert not [k for k in keys(json.loads(prov.read_text())) if counter.match(k) or k.lower() == "session"], prov
+    anywhere = re.compile(rb"\bsession[ _-]?\d+", re.IGNORECASE)  # nor in a value, a table's cell or a log
+    texts = [p for p in store.rglob("*") if p.suffix in {".json", ".csv", ".txt", ".log", ".jsonl", ".md"}]
+    assert texts and not [p for p in texts if anywhere.search(p.read_bytes())]

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -91,31 +92,74 @@ def test_grad_accum_validation():
 
 
 def test_held_out_loss_is_evaluated_kept_and_resumed_exactly(phantoms, tmp_path):
-    """Every eval_every steps, at step 0 and at the last step: both weights, every (subject, t);
-    the rows live in the checkpoint, so a resumed run writes the same heldout.csv; best.pt is the
-    checkpoint of the EMA's lowest held-out loss."""
+    """Every eval_every steps, at step 0 and at the last step: both weights (eval_weights "both"),
+    every (subject, t); the rows live in the checkpoint, so a resumed run writes the same
+    heldout.csv; best.pt is the checkpoint of the EMA's lowest held-out loss."""
     import pandas as pd
 
     from medddpm.train.parity import HELDOUT_TIMESTEPS
     from medddpm.train.checkpoint import BEST
     from medddpm.train.trainer import HELDOUT
 
-    straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2)
+    straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2, eval_weights="both")
     straight.fit(5, progress=False)
     h = pd.read_csv(tmp_path / "a" / HELDOUT)
     assert sorted(h["step"].unique()) == [0, 2, 4, 5] and set(h["weights"]) == {"model", "ema"}
     assert len(h) == 4 * 2 * len(HELDOUT_TIMESTEPS) and h["subject"].nunique() == 1
     ema = h[h["weights"] == "ema"].groupby("step")["loss"].mean()
     assert load_checkpoint(tmp_path / "a" / BEST)["step"] == ema.idxmin()
-    first = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2)
+    first = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2, eval_weights="both")
     first.fit(4, progress=False)  # stops at an evaluation: the resumed run does not evaluate step 4 again
-    second = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2)
+    second = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2, eval_weights="both")
     second.resume()
     second.fit(5, progress=False)
     assert (tmp_path / "b" / HELDOUT).read_text() == (tmp_path / "a" / HELDOUT).read_text()
     with pytest.raises(ValueError, match="held_out is 1 but 0 held-out pairs"):
         Trainer(straight.dataset, MODEL_PRESETS["tiny"], TrainConfig(held_out=1), run_config("baseline"), CPU,
                 tmp_path / "c", (16, 16, 16))
+
+
+def test_held_out_evaluates_the_ema_alone_by_default_and_a_shared_step_is_written_once(phantoms, tmp_path):
+    """The default evaluates the weights sampled (the EMA's), the raw model's the same as with
+    "both"; where best.pt and checkpoint.pt fall on one step the second is a link to the first,
+    and a checkpoint of another step is a file of its own."""
+    import os
+
+    import pandas as pd
+
+    from medddpm.train.checkpoint import BEST
+    from medddpm.train.trainer import HELDOUT
+
+    both = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2, eval_weights="both")
+    both.fit(4, progress=False)
+    ema = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=2)
+    ema.fit(4, progress=False)
+    a, b = (pd.read_csv(tmp_path / run / HELDOUT) for run in "ab")
+    assert set(b["weights"]) == {"ema"}
+    assert b.reset_index(drop=True).equals(a[a["weights"] == "ema"].reset_index(drop=True))
+    best, last = tmp_path / "b" / BEST, tmp_path / "b" / CHECKPOINT
+    assert load_checkpoint(best)["step"] == load_checkpoint(last)["step"] == 4 and os.path.samefile(best, last)
+    ema.train_step()
+    ema.save()  # step 5: no evaluation
+    assert load_checkpoint(last)["step"] == 5 and load_checkpoint(best)["step"] == 4
+    assert not os.path.samefile(best, last)
+    with pytest.raises(ValueError, match="eval_weights must be one of ema, both"):
+        TrainConfig(eval_weights="model")
+
+
+def test_the_kept_evaluator_judges_each_evaluation_as_a_fresh_one_would(phantoms, tmp_path):
+    """The trainer builds its FP32 evaluator once and copies each evaluation's weights into it: the
+    losses of later evaluations, of either weights, are those of an evaluator built for them alone."""
+    import pandas as pd
+
+    from medddpm.train.heldout import cpu_state, held_out_loss
+
+    t = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2, eval_weights="both")
+    t.fit(4, progress=False)
+    kept = pd.DataFrame(t.heldout).query("step == 4")
+    for weights, module in (("model", t.model), ("ema", t.ema)):
+        fresh = held_out_loss(t.model_cfg, cpu_state(module), t._triples, CPU)
+        assert np.array_equal(kept[kept["weights"] == weights]["loss"].to_numpy(), fresh["loss"].to_numpy())
 
 
 def test_time_limit_stops_checkpointed_and_resume_finishes_the_same_run(phantoms, tmp_path):
@@ -158,7 +202,7 @@ def test_fit_says_where_its_seconds_went(phantoms, tmp_path):
     assert 0 < spent <= wall and spent > 0.9 * wall
     line = timing_line(p, 1.5, 100.0)
     assert re.fullmatch(r"timing: ready 1\.5 s, first step [0-9.]+ s, steady steps [0-9.]+ s \(4 at [0-9.]+ ms\), "
-                        r"held-out [0-9.]+ s \(4\), checkpoints [0-9.]+ s \(2\), \d+ % of --time-limit in steady steps",
+                        r"held-out [0-9.]+ s \(4\), checkpoints [0-9.]+ s \(2\), \d+\.\d % of --time-limit in steady steps",
                         line), line
 
 

@@ -149,6 +149,9 @@ class DataConfig:
             raise ValueError(f"percentiles must satisfy 0 <= low < high <= 100, got {self.percentiles}")
 
 
+EVAL_WEIGHTS = {"ema": ("ema",), "both": ("model", "ema")}  # TrainConfig.eval_weights: the weights each names
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation hyper-parameters (paper §3.2 / Med-DDPM defaults)."""
@@ -164,6 +167,8 @@ class TrainConfig:
     log_every: int = 50  # steps between loss read-backs (NaN check, progress): the loop's only syncs
     held_out: int = 0  # last subjects (in subject order) never trained on; their loss is evaluated
     eval_every: int = 1000  # steps between held-out loss evaluations (with held_out > 0)
+    eval_weights: str = "ema"  # whose held-out loss: "ema" (the weights sampled, best.pt's choice) or "both" (the
+    # raw model's too, for its curve: twice the FP32 evaluation time)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every", "eval_every"):
@@ -171,6 +176,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.held_out < 0:
             raise ValueError(f"held_out must be >= 0, got {self.held_out}")
+        if self.eval_weights not in EVAL_WEIGHTS:
+            raise ValueError(f"eval_weights must be one of {', '.join(EVAL_WEIGHTS)}, got {self.eval_weights!r}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.lr <= 0:

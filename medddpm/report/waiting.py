@@ -344,7 +344,8 @@ def _chain_s(root: Path, gpu: str) -> float | None:
 
 AFTER_WARMUP_TARGET = 0.10  # issue 64: after `warmup`, the first `sample` of 1 mask within 10 % of a warm run
 LIMIT_TARGET = 0.80  # issue 64: `train --time-limit T` spends at least this share of T in steady steps
-TIMING_LINE = re.compile(r"^timing: (.*\b(\d+) % of --time-limit in steady steps)\s*$", re.MULTILINE)  # train's last line
+# train's last line (its share printed whole until 2026-11-27, with one decimal since)
+TIMING_LINE = re.compile(r"^timing: (.*?(\d+(?:\.\d+)?) % of --time-limit in steady steps)\s*$", re.MULTILINE)
 
 
 def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -358,7 +359,7 @@ def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
         for run, f in runs:
             m = TIMING_LINE.search(f.read_text())
             if m:
-                rows.append({"run": run, "gpu": g, "line": m[1], "share": int(m[2]) / 100})
+                rows.append({"run": run, "gpu": g, "line": m[1], "share": float(m[2]) / 100})
     return pd.DataFrame(rows, columns=["run", "gpu", "line", "share"])
 
 
@@ -366,12 +367,13 @@ TRAIN_CLOCK = "train-clock-2026-11-27"  # train --time-limit 300 at 64³ and tra
 FIRST_STEPS_OVER = 10.0  # issue 64: s; warm, train's first 100 steps at 128³ within the steady state's 100 steps plus this
 
 
-def first_steps(root: Path, gpu: str | None) -> str:
-    """``TRAIN_CLOCK``'s `train --config fast --steps 100` at 128³, cold and warm: wall time, its first step
+def first_steps(root: Path, gpu: str | None, run: str = TRAIN_CLOCK) -> str:
+    """``run``'s `train --config fast --steps 100` at 128³, cold and warm: wall time, its first step
     (the step's compile and capture) and the steady state's 100 steps from its own timing.csv, against
     ``FIRST_STEPS_OVER``."""
-    folder = Path(root) / (gpu or "") / FOLDER / TRAIN_CLOCK
-    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{TRAIN_CLOCK}/time_to_result")
+    folder = Path(root) / (gpu or "") / FOLDER / run
+    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
+    df = df[df["command"].str.startswith("train ")] if len(df) else df
     said = []
     for state in ("cold", "warm"):
         row, timing = df[df["cache"] == state] if len(df) else df, folder / f"timing128-{state}.csv"
@@ -384,7 +386,46 @@ def first_steps(root: Path, gpu: str | None) -> str:
         said.append(f"{state} {wall_s:.1f} s (its first step {first:.1f} s; 100 steady steps {steady:.1f} s)"
                     + (f", {'within' if wall_s <= steady + FIRST_STEPS_OVER else 'beyond'} the target of steady + "
                        f"{FIRST_STEPS_OVER:g} s" if state == "warm" else ""))
-    return "; ".join(said) or missing(f"train's first 100 steps at 128³ ({TRAIN_CLOCK})")
+    return "; ".join(said) or missing(f"train's first 100 steps at 128³ ({run})")
+
+
+EVAL_CUT = "train-eval-cut-2026-11-27"  # TRAIN_CLOCK's warm 64³ run again, its held-out evaluations and checkpoints cut
+AFTER_CUT = "after-cut-2026-11-27"  # V_DEFAULT's rows and TRAIN_CLOCK's 128³ steps again, on a fresh machine after the cut
+PHASE = re.compile(r"(held-out|checkpoints) ([0-9.]+) s \((\d+)\)")  # a phase of train's timing line: seconds (count)
+
+
+def eval_cut(root: Path, gpu: str | None) -> str:
+    """The warm 64³ `train --time-limit` run before (``TRAIN_CLOCK``) and after (``EVAL_CUT``) the
+    held-out and checkpoint changes: each phase's seconds a time, and the share in steady steps."""
+    said = []
+    for run in (TRAIN_CLOCK, EVAL_CUT):
+        f = Path(root) / (gpu or "") / FOLDER / run / "train64-stdout-warm.txt"
+        m = TIMING_LINE.search(f.read_text()) if gpu and f.is_file() else None
+        if m is None:
+            return missing(f"the warm 64³ runs' output ({TRAIN_CLOCK}, {EVAL_CUT}: train64-stdout-warm.txt)")
+        each = {p: float(sec) / int(n) for p, sec, n in PHASE.findall(m[1]) if int(n)}
+        said.append(f"{each['held-out']:.1f} s an evaluation, {each['checkpoints']:.2f} s a checkpoint, "
+                    f"{float(m[2]):g} % of the limit in steady steps (`{run}`)")
+    return "; ".join(said)
+
+
+EAGER_KERNELS = "eager-kernels-2026-11-27"  # every kernel of 10 warm DDPM steps at 128³, fast-eager and fast (denoise_kernels)
+
+
+def eager_kernels(root: Path, gpu: str | None) -> str:
+    """Where a denoiser call's GPU time goes under ``SMALL_JOB`` and under ``fast`` (``EAGER_KERNELS``'s
+    tables): milliseconds of kernels a call, the categories that differ most, and the GPU idle."""
+    folder = Path(root) / (gpu or "") / FOLDER / EAGER_KERNELS
+    files = {c: folder / f"denoise_kernels_{c}.csv" for c in (SMALL_JOB, "fast")}
+    if not gpu or not all(f.is_file() for f in files.values()):
+        return missing(f"kernel tables of {SMALL_JOB} and fast ({EAGER_KERNELS})")
+    k = {c: pd.read_csv(f) for c, f in files.items()}
+    by = pd.DataFrame({c: t.groupby("category")["ms_per_step"].sum() for c, t in k.items()}).fillna(0.0)
+    by = by.assign(diff=by[SMALL_JOB] - by["fast"]).sort_values("diff", key=abs, ascending=False, kind="stable")
+    parts = ", ".join(f"{cat} {r[SMALL_JOB]:.2f} against {r['fast']:.2f} ms" for cat, r in by.head(4).iterrows())
+    return (f"{k[SMALL_JOB]['ms_per_step'].sum():.2f} ms of kernels a call under `{SMALL_JOB}` against "
+            f"{k['fast']['ms_per_step'].sum():.2f} ms under `fast` (GPU idle {k[SMALL_JOB]['idle_ms_before'].sum():.2f} "
+            f"and {k['fast']['idle_ms_before'].sum():.2f} ms); by category: {parts}")
 
 
 def limit_facts(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -469,6 +510,18 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(train_facts(root, have[:1], df))
     f.update(limit_facts(root, gpus))
     f["tr_first_steps"] = first_steps(root, have[0] if have else None)
+    f["tr_eval_cut"] = eval_cut(root, have[0] if have else None)
+    f["tr_eager_kernels"] = eager_kernels(root, have[0] if have else None)
+    raw = results_csv(Path(root), have[:1], f"{FOLDER}/{AFTER_CUT}/time_to_result")
+    again = tidy(raw)
+    warm = raw[raw["command"].str.startswith("sample ") & (raw["volumes"] == 1) & (raw["cache"] == "warm")
+               & ~raw["command"].str.contains("--sampler")]["wall_s"] if len(raw) else raw
+    target = CHAIN_TARGETS[(1, "warm")]
+    f["tr_after_cut_warm"] = (f"{len(warm)} warm runs of 1 mask by default, {warm.min():.1f} to {warm.max():.1f} s, "
+                              f"median {warm.median():.1f} s ({(warm <= target).sum()} of them within {target:g} s)"
+                              if len(warm) else missing(f"warm 1-mask rows ({AFTER_CUT})"))
+    f["tr_after_cut"] = (f"{v_default(again[again['what'] != 'train'] if len(again) else again)}; "
+                         f"`train`'s first 100 steps at 128³: {first_steps(root, have[0] if have else None, AFTER_CUT)}")
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))

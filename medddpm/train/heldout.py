@@ -14,7 +14,7 @@ from ..core.config import DataConfig, DiffusionConfig, Knobs, ModelConfig, run_c
 from ..data.nifti import Pair, VolumeDataset
 from ..run.engine import autocast, inference, to_device
 from ..core.errors import InputError
-from ..core.runtime import preserved_backend_flags
+from ..core.runtime import preserved_backend_flags, set_backend_flags
 
 HELDOUT_TIMESTEPS = (1, 25, 50, 125, 200, 249)  # held-out loss: near-clean to almost pure noise
 
@@ -77,15 +77,44 @@ def held_out_triples(pairs: Sequence[Pair], model_cfg: ModelConfig, size: tuple[
     return pd.DataFrame(keys), x_t, torch.stack(masks), t, noise
 
 
+class Evaluator:
+    """The judge of the held-out loss (``held_out_loss``): the FP32 baseline forward, built once on
+    ``device`` from the first weights it is given and handed each evaluation's weights by copy, on
+    the device (a training run evaluates every ``eval_every`` steps: no rebuild, no host round trip).
+    The process-wide backend flags are the baseline's during a call and as they were after it."""
+
+    def __init__(self, model_cfg: ModelConfig, state: dict[str, Tensor], device: torch.device,
+                 diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> None:
+        with preserved_backend_flags():
+            self.model, self.diffusion, self.knobs = inference(model_cfg, run_config("baseline"), device, diffusion_cfg,
+                                                               state=state)
+        self.device = device
+
+    @torch.no_grad()
+    def loss(self, state: dict[str, Tensor], triples, chunk: int = 4) -> pd.DataFrame:
+        """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1) of the
+        weights ``state`` (a module's ``state_dict()``, any device and float dtype), in ε for either
+        parameterization."""
+        keys, x_t, mask, t, noise = triples
+        with preserved_backend_flags():
+            set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark, self.knobs.cudnn_benchmark_limit)
+            self.model.load_state_dict(state)
+            out = []
+            for k in range(0, len(t), chunk):
+                inputs = [to_device(v[k:k + chunk], self.device, self.knobs) for v in (x_t, mask)]
+                with autocast(self.knobs, self.device):
+                    out.append(self.diffusion.eps(inputs[0], inputs[1], t[k:k + chunk].to(self.device)).cpu())
+        eps = torch.cat(out).double()
+        return keys.assign(loss=(eps - noise.double()).abs().flatten(1).mean(1).numpy())
+
+
 def held_out_loss(model_cfg: ModelConfig, state: dict[str, Tensor], triples, device: torch.device,
                   chunk: int = 4, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> pd.DataFrame:
     """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1), always from
     the FP32 baseline forward of the weights ``state`` (in ε for either parameterization): every configuration is judged by the same
-    evaluator, so the loss measures the weights, not the evaluator's numerics."""
-    keys, x_t, mask, t, noise = triples
-    eps = predict_eps(model_cfg, run_config("baseline"), device, state, x_t, mask, t, chunk=chunk,
-                      diffusion_cfg=diffusion_cfg)
-    return keys.assign(loss=(eps - noise.double()).abs().flatten(1).mean(1).numpy())
+    evaluator, so the loss measures the weights, not the evaluator's numerics. One evaluation;
+    many of them keep an ``Evaluator``."""
+    return Evaluator(model_cfg, state, device, diffusion_cfg).loss(state, triples, chunk)
 
 
 def cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:

@@ -144,7 +144,7 @@ def training_parity(pairs: Sequence[Pair], model_cfg: ModelConfig, config: str, 
     while True:
         if trainer.step % eval_every == 0 or trainer.step == steps:
             trainer.flush()
-            evals.append(trainer.evaluate().query("weights == 'model'").drop(columns="weights"))
+            evals.append(trainer.evaluate(("model",)).drop(columns="weights"))
         if trainer.step == steps:
             break
         trainer.train_step()

@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import math
+import os
 import random
 import time
 from dataclasses import asdict
@@ -30,14 +31,14 @@ import torch
 from torch import Tensor
 
 from ..data import pipeline
-from ..core.config import PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
+from ..core.config import EVAL_WEIGHTS, PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
 from ..run.distributed import World, draw_seed
 from ..run.engine import Engine
 from ..core.errors import DivergedError, InputError
 from ..data.nifti import Pair
 from ..core.io import atomic_path, write_text_atomic
 from .checkpoint import BEST, CHECKPOINT, configs_from_checkpoint, data_config, load_checkpoint
-from .heldout import cpu_state, held_out_loss, held_out_triples
+from .heldout import Evaluator, held_out_triples
 
 HELDOUT = "heldout.csv"  # held-out loss per (step, weights, subject, t), beside log.csv
 HELDOUT_COLUMNS = ["step", "weights", "subject", "t", "loss"]
@@ -70,6 +71,16 @@ def sample_order(n: int, seed: int, micro_batch: int) -> int:
     return int(np.random.default_rng([seed, epoch]).permutation(n)[pos])
 
 
+def _linked(source: Path, target: Path) -> bool:
+    """``target`` replaced by a hard link to ``source``; False where the file system has none."""
+    try:
+        target.unlink(missing_ok=True)
+        os.link(source, target)
+        return True
+    except OSError:
+        return False
+
+
 def timing_line(phases: dict[str, float], ready_s: float | None = None, time_limit_s: float | None = None) -> str:
     """``timing: ready 3.2 s, first step 41.0 s, steady steps 150.3 s (14,999 at 10.0 ms), held-out 9.1 s (8),
     checkpoints 2.2 s (4)`` from ``Trainer.phases`` (``ready_s``: seconds from the command's start to training);
@@ -81,7 +92,7 @@ def timing_line(phases: dict[str, float], ready_s: float | None = None, time_lim
         f"held-out {phases.get('held-out', 0.0):.1f} s ({int(phases.get('held-out n', 0))})",
         f"checkpoints {phases.get('checkpoints', 0.0):.1f} s ({int(phases.get('checkpoints n', 0))})"]
     if time_limit_s:
-        parts.append(f"{100 * phases.get('steady steps', 0.0) / time_limit_s:.0f} % of --time-limit in steady steps")
+        parts.append(f"{100 * phases.get('steady steps', 0.0) / time_limit_s:.1f} % of --time-limit in steady steps")
     return "timing: " + ", ".join(parts)
 
 
@@ -135,9 +146,11 @@ class Trainer:
         self.dataset, self.device, self.out, self.world = dataset, device, Path(out), world
         self.data_cfg = getattr(dataset, "data_config", DataConfig())  # how its files became tensors
         self.held_out, self._triples = tuple(held_out), None
+        self._evaluator: Evaluator | None = None  # the FP32 judge of the held-out loss, built at the first evaluation
         self.heldout: list[dict[str, Any]] = []  # evaluate()'s rows, kept in the checkpoint
         self.stopped_early = False  # fit() stopped at its time limit before its last step
         self._last_eval: int | None = None  # the step of the latest held-out evaluation (every rank)
+        self._written: dict[tuple[int, int, int], Path] = {}  # the last checkpoint file written, by what it holds
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
         self.size = tuple(size)
         model_cfg.check_size(self.size)
@@ -201,11 +214,19 @@ class Trainer:
         return path
 
     def _write_checkpoint(self, path: Path) -> None:
-        ckpt = {"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
-                "rng": rng_state(), "losses": list(self.losses), "heldout": list(self.heldout)}
+        """This step's checkpoint to ``path``, atomically. Where ``best.pt`` and ``checkpoint.pt`` fall
+        on one step (``eval_every`` and ``save_every`` alike by default), the second is a hard link to
+        the first: one serialization of the weights, the EMA's and Adam's moments, not two."""
+        mark = (self.step, len(self.losses), len(self.heldout))  # nothing a checkpoint holds changes otherwise
+        done = self._written.get(mark)
         with atomic_path(path) as tmp:
-            torch.save(ckpt, tmp)
+            if done is not None and done.is_file() and _linked(done, tmp):
+                pass
+            else:
+                torch.save({"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
+                            "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
+                            "rng": rng_state(), "losses": list(self.losses), "heldout": list(self.heldout)}, tmp)
+        self._written = {mark: path}
 
     def timing(self) -> pd.DataFrame:
         """Wall-clock ms/step between consecutive loss read-backs of this process (each one waits
@@ -304,10 +325,10 @@ class Trainer:
                     f"({self.out / CHECKPOINT}) is left as it was")
         self.losses.extend(values)
 
-    def evaluate(self) -> pd.DataFrame:
-        """The held-out loss at this step of the model's weights and of the EMA's (which ``sample``
-        uses), one row per (weights, subject, t): ``heldout.held_out_loss``, the same fixed noised
-        inputs and FP32 evaluator at every step, so the curve measures the weights alone. Collective:
+    def evaluate(self, weights: tuple[str, ...] | None = None) -> pd.DataFrame:
+        """The held-out loss at this step of ``weights`` ("model", "ema": the EMA's is what ``sample``
+        uses; default ``TrainConfig.eval_weights``), one row per (weights, subject, t): ``heldout.held_out_loss``,
+        the same fixed noised inputs and FP32 evaluator at every step, so the curve measures the weights alone. Collective:
         each rank evaluates its share of the (subject, t) triples (``World.share``) and the losses
         are summed over the ranks (each triple's is on one rank, zero on the others: exact), so W
         ranks take 1/W of one's time; the rows are kept for the checkpoint and ``heldout.csv``."""
@@ -317,12 +338,14 @@ class Trainer:
         keys, *tensors = self._triples
         mine = self.world.share(len(keys))
         part = (keys.iloc[mine], *(v[mine] for v in tensors))
-        weights = (("model", self.model), ("ema", self.ema))
+        modules = {"model": self.model, "ema": self.ema}
+        weights = [(w, modules[w]) for w in (weights or EVAL_WEIGHTS[self.train_cfg.eval_weights])]
         losses = torch.zeros(len(weights), len(keys), dtype=torch.float64)
         for i, (_, m) in enumerate(weights):
             if mine:
-                losses[i, mine] = torch.tensor(held_out_loss(self.model_cfg, cpu_state(m), part, self.device,
-                                                             diffusion_cfg=self.diffusion_cfg)["loss"].to_numpy())
+                if self._evaluator is None:  # built once, from the first weights it judges
+                    self._evaluator = Evaluator(self.model_cfg, m.state_dict(), self.device, self.diffusion_cfg)
+                losses[i, mine] = torch.tensor(self._evaluator.loss(m.state_dict(), part)["loss"].to_numpy())
         losses = self.world.sum(losses.to(self.device)).cpu()
         frames = [keys.assign(loss=losses[i].numpy(), weights=w) for i, (w, _) in enumerate(weights)]
         df = pd.concat(frames, ignore_index=True).assign(step=self.step)[HELDOUT_COLUMNS]
