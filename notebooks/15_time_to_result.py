@@ -228,19 +228,18 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # - the held-out loss judges the EMA's weights alone by default, the weights `sample` uses and `best.pt`
 #   is chosen by (`--eval-weights both` adds the raw model's, at twice the cost);
 # - where `best.pt` and `checkpoint.pt` fall on one step (`--eval-every` and `--save-every` alike by
-#   default), the second is a hard link to the first: the weights, the EMA's and Adam's moments are
-#   serialized once;
-# - the FP32 evaluator is built once a run, and each evaluation's weights are copied into it on the GPU
-#   (`heldout.Evaluator`), where a fresh model was built from a host copy each time.
+#   default), the second is a hard link to the first: the weights and Adam's moments are serialized once;
+# - the FP32 evaluator is built once a run and given each evaluation's weights on the GPU (`heldout.Evaluator`).
 #
 # The same warm command on another machine of the same kind (`train-eval-cut-2026-11-27/`), against
-# the warm run above: {glue:text}`tr_eval_cut`. Each run's full line is in the list at the top of this
-# section. A cold run still spends most of a 300 s limit compiling its first step.
+# the warm run above: {glue:text}`tr_eval_cut`. Each run's full line, and the H200's run of the same
+# command, are in the list at the top of this section. A cold run still spends most of a 300 s limit
+# compiling its first step.
 #
-# **Again on a fresh machine.** The v-prediction default's rows and the 128³ training steps were run
-# once more after the start-up cut, on a fresh machine asked for as an H200 that came as an H100 of 16
-# cores (`after-cut-2026-11-27/`): {glue:text}`tr_after_cut`. The newest warm run is the one quoted there;
-# all of them: {glue:text}`tr_after_cut_warm`.
+# **Again on fresh machines.** The v-prediction default's rows and the 128³ training steps were run
+# once more after the start-up cut (`scripts/probes/default_rows.sh`, `after-cut-2026-11-27/` of each GPU),
+# on two fresh machines of 16 cores, both asked for as H200s: one came as an H100, the other as an H200.
+# The single rows quoted are each machine's newest: {glue:text}`tr_after_cut`.
 
 # ## The same command, the same files
 #

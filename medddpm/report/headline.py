@@ -120,6 +120,14 @@ def readme_lines(root: Path) -> list[str]:
                    f"process start to file: {warm.median():.1f} s warm (median of {len(warm)}), "
                    f"{cold.min():.1f}–{cold.max():.1f} s with an empty compile cache, on an H100 — "
                    f"{ch('15', '15_time_to_result')}.")
+    runs = waiting.limit_runs(root, gpus)
+    clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
+    if len(clock):
+        from .present import gpu_name
+
+        shares = ", ".join(f"{100 * r.share:g} % on an {gpu_name(r.gpu).split()[0]}" for r in clock.itertuples())
+        out.append(f"- `medddpm train --time-limit 300` on IXI 64³ (the command `prepare-ixi` prints, warm compile cache) "
+                   f"spends {shares} of its time in steady steps — {ch('15', '15_time_to_result')}.")
     return out
 
 

@@ -428,6 +428,22 @@ def eager_kernels(root: Path, gpu: str | None) -> str:
             f"and {k['fast']['idle_ms_before'].sum():.2f} ms); by category: {parts}")
 
 
+def after_cut(root: Path, gpu: str | None) -> str:
+    """``AFTER_CUT``'s rows on ``gpu``: the v-prediction default's (``v_default``), every warm 1-mask run
+    of it against its target, and `train`'s first 100 steps at 128³ (``first_steps``)."""
+    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{AFTER_CUT}/time_to_result")
+    if raw.empty:
+        return missing(f"rows of the default after the start-up cut ({AFTER_CUT})")
+    warm = raw[raw["command"].str.startswith("sample ") & (raw["volumes"] == 1) & (raw["cache"] == "warm")
+               & ~raw["command"].str.contains("--sampler")]["wall_s"]
+    target = CHAIN_TARGETS[(1, "warm")]
+    spread = (f"; its {len(warm)} warm runs of 1 mask by default {warm.min():.1f} to {warm.max():.1f} s, median "
+              f"{warm.median():.1f} s ({(warm <= target).sum()} within {target:g} s)" if len(warm) > 1 else "")
+    again = tidy(raw)
+    return (f"{v_default(again[again['what'] != 'train'])}{spread}; `train`'s first 100 steps at 128³: "
+            f"{first_steps(root, gpu, AFTER_CUT)}")
+
+
 def limit_facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """``tr_train_limit``: each ``limit_runs`` row's timing line, the GPUs it trained on (its env.json)
     and its share against ``LIMIT_TARGET``."""
@@ -510,18 +526,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(train_facts(root, have[:1], df))
     f.update(limit_facts(root, gpus))
     f["tr_first_steps"] = first_steps(root, have[0] if have else None)
-    f["tr_eval_cut"] = eval_cut(root, have[0] if have else None)
+    both = [g for g in gpus if (Path(root) / g / FOLDER / TRAIN_CLOCK).is_dir() and (Path(root) / g / FOLDER / EVAL_CUT).is_dir()]
+    f["tr_eval_cut"] = "; ".join(f"{gpu_name(g)}: {eval_cut(root, g)}" for g in both) or eval_cut(root, None)
     f["tr_eager_kernels"] = eager_kernels(root, have[0] if have else None)
-    raw = results_csv(Path(root), have[:1], f"{FOLDER}/{AFTER_CUT}/time_to_result")
-    again = tidy(raw)
-    warm = raw[raw["command"].str.startswith("sample ") & (raw["volumes"] == 1) & (raw["cache"] == "warm")
-               & ~raw["command"].str.contains("--sampler")]["wall_s"] if len(raw) else raw
-    target = CHAIN_TARGETS[(1, "warm")]
-    f["tr_after_cut_warm"] = (f"{len(warm)} warm runs of 1 mask by default, {warm.min():.1f} to {warm.max():.1f} s, "
-                              f"median {warm.median():.1f} s ({(warm <= target).sum()} of them within {target:g} s)"
-                              if len(warm) else missing(f"warm 1-mask rows ({AFTER_CUT})"))
-    f["tr_after_cut"] = (f"{v_default(again[again['what'] != 'train'] if len(again) else again)}; "
-                         f"`train`'s first 100 steps at 128³: {first_steps(root, have[0] if have else None, AFTER_CUT)}")
+    again = [g for g in gpus if (Path(root) / g / FOLDER / AFTER_CUT).is_dir()]
+    f["tr_after_cut"] = "; ".join(f"**{gpu_name(g)}**: {after_cut(root, g)}" for g in again) or after_cut(root, None)
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
