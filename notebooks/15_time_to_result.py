@@ -156,8 +156,9 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # {glue:text}`tr_eager_kernels`. Without Inductor, `fast-eager` runs the residual additions, the
 # skip concatenations and the other pointwise work as separate PyTorch kernels, which `fast` fuses
 # into a few Triton ones; the convolutions are nearly the same. Those kernels, twelve calls a volume,
-# are what the 100-mask target misses by. `warmup`, then the first `sample` (stage B, call b):
-# {glue:text}`tr_cut_afterwarmup`.
+# are where an H100's 100-mask time goes (each GPU's 100-mask rows are quoted below).
+#
+# `warmup`, then the first `sample` (stage B, call b): {glue:text}`tr_cut_afterwarmup`.
 #
 # ## Start-up changes measured earlier and not kept then
 #

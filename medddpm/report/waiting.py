@@ -530,7 +530,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_eval_cut"] = "; ".join(f"{gpu_name(g)}: {eval_cut(root, g)}" for g in both) or eval_cut(root, None)
     f["tr_eager_kernels"] = eager_kernels(root, have[0] if have else None)
     again = [g for g in gpus if (Path(root) / g / FOLDER / AFTER_CUT).is_dir()]
-    f["tr_after_cut"] = "; ".join(f"**{gpu_name(g)}**: {after_cut(root, g)}" for g in again) or after_cut(root, None)
+    f["tr_after_cut"] = "; ".join(f"{gpu_name(g)}: {after_cut(root, g)}" for g in again) or after_cut(root, None)
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
