@@ -28,26 +28,11 @@ def noised(x0: Tensor, t: Tensor, seed: int, diffusion_cfg: DiffusionConfig = Di
     return x_t, noise
 
 
-@torch.no_grad()
 def predict_eps(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, state: dict[str, Tensor],
                 x_t: Tensor, mask: Tensor, t: Tensor, dtype: torch.dtype = torch.float32,
                 chunk: int | None = None, diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> Tensor:
-    """ε_θ(x_t, mask, t) under ``knobs`` on ``device`` (``dtype`` float64 for a CPU reference),
-    ``chunk`` inputs per forward (all at once by default), returned as float64 on the CPU (a
-    v-predicting model's output converted to ε, ``diffusion_cfg.prediction``). The
-    process-wide backend flags are left as they were, so this can run inside another
-    configuration's training."""
-    with preserved_backend_flags():
-        model, diffusion, eff = inference(model_cfg, knobs, device, diffusion_cfg, state=state)
-        if dtype != torch.float32:  # the float64 reference (a bf16_weights model keeps its bf16 weights)
-            model.to(dtype)
-        out = []
-        for k in range(0, len(t), chunk or len(t)):
-            sl = slice(k, k + (chunk or len(t)))
-            inputs = [to_device(v[sl].to(dtype), device, eff) for v in (x_t, mask)]
-            with autocast(eff, device):
-                out.append(diffusion.eps(inputs[0], inputs[1], t[sl].to(device)).double().cpu())
-    return torch.cat(out)
+    """ε_θ(x_t, mask, t) of the weights ``state`` under ``knobs`` (``Evaluator.eps``), once."""
+    return Evaluator(model_cfg, state, device, diffusion_cfg, knobs, dtype).eps(x_t, mask, t, chunk)
 
 
 def split_held_out(pairs: Sequence[Pair], held_out: int) -> tuple[list[Pair], list[Pair]]:
@@ -78,33 +63,50 @@ def held_out_triples(pairs: Sequence[Pair], model_cfg: ModelConfig, size: tuple[
 
 
 class Evaluator:
-    """The judge of the held-out loss (``held_out_loss``): the FP32 baseline forward, built once on
-    ``device`` from the first weights it is given and handed each evaluation's weights by copy, on
-    the device (a training run evaluates every ``eval_every`` steps: no rebuild, no host round trip).
-    The process-wide backend flags are the baseline's during a call and as they were after it."""
+    """A forward that judges weights: the model built once under ``knobs`` (default: the FP32
+    baseline, the held-out loss's judge, ``held_out_loss``) on ``device`` from the weights ``state``,
+    in ``dtype`` (float64 for a CPU reference). A call may copy other weights in first, on the device
+    (a training run evaluates every ``eval_every`` steps: no rebuild, no host round trip). The
+    process-wide backend flags are the knobs' during a call and as they were after it, so it can run
+    inside another configuration's training."""
 
     def __init__(self, model_cfg: ModelConfig, state: dict[str, Tensor], device: torch.device,
-                 diffusion_cfg: DiffusionConfig = DiffusionConfig()) -> None:
+                 diffusion_cfg: DiffusionConfig = DiffusionConfig(), knobs: Knobs | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
         with preserved_backend_flags():
-            self.model, self.diffusion, self.knobs = inference(model_cfg, run_config("baseline"), device, diffusion_cfg,
-                                                               state=state)
-        self.device = device
+            self.model, self.diffusion, self.knobs = inference(model_cfg, knobs or run_config("baseline"), device,
+                                                               diffusion_cfg, state=state)
+        if dtype != torch.float32:  # the float64 reference
+            self.model.to(dtype)
+        self.device, self.dtype = device, dtype
 
     @torch.no_grad()
-    def loss(self, state: dict[str, Tensor], triples, chunk: int = 4) -> pd.DataFrame:
-        """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1) of the
-        weights ``state`` (a module's ``state_dict()``, any device and float dtype), in ε for either
-        parameterization."""
-        keys, x_t, mask, t, noise = triples
+    def eps(self, x_t: Tensor, mask: Tensor, t: Tensor, chunk: int | None = None,
+            state: dict[str, Tensor] | None = None) -> Tensor:
+        """ε_θ(x_t, mask, t), ``chunk`` inputs per forward (all at once by default), as float64 on the
+        CPU (a v-predicting model's output converted to ε); ``state``: other weights of the same
+        model (a ``state_dict()``, any device and float dtype) copied in first. Only where the knobs
+        keep the weights as loaded: bf16 copies, a frozen timestep table or FP8 weights are made
+        once, from the weights the model was built with."""
+        if state is not None and (self.knobs.bf16_weights or self.knobs.timestep_table or self.knobs.fp8_convs != "none"):
+            raise ValueError(f"configuration {self.knobs.name!r} derives its weights at build: build an Evaluator per state")
+        n = chunk or len(t)
         with preserved_backend_flags():
             set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark, self.knobs.cudnn_benchmark_limit)
-            self.model.load_state_dict(state)
+            if state is not None:
+                self.model.load_state_dict(state)
             out = []
-            for k in range(0, len(t), chunk):
-                inputs = [to_device(v[k:k + chunk], self.device, self.knobs) for v in (x_t, mask)]
+            for k in range(0, len(t), n):
+                inputs = [to_device(v[k:k + n].to(self.dtype), self.device, self.knobs) for v in (x_t, mask)]
                 with autocast(self.knobs, self.device):
-                    out.append(self.diffusion.eps(inputs[0], inputs[1], t[k:k + chunk].to(self.device)).cpu())
-        eps = torch.cat(out).double()
+                    out.append(self.diffusion.eps(inputs[0], inputs[1], t[k:k + n].to(self.device)).cpu())
+        return torch.cat(out).double()
+
+    def loss(self, state: dict[str, Tensor], triples, chunk: int = 4) -> pd.DataFrame:
+        """L1 between ε and ε_θ(x_t, mask, t) per held-out triple (DDPM eq. 14 with L1) of the
+        weights ``state``, in ε for either parameterization."""
+        keys, x_t, mask, t, noise = triples
+        eps = self.eps(x_t, mask, t, chunk, state)
         return keys.assign(loss=(eps - noise.double()).abs().flatten(1).mean(1).numpy())
 
 

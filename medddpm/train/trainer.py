@@ -31,7 +31,8 @@ import torch
 from torch import Tensor
 
 from ..data import pipeline
-from ..core.config import EVAL_WEIGHTS, PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig, from_dict
+from ..core.config import (EVAL_WEIGHTS, PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig,
+                           from_dict)
 from ..run.distributed import World, draw_seed
 from ..run.engine import Engine
 from ..core.errors import DivergedError, InputError
@@ -150,7 +151,7 @@ class Trainer:
         self.heldout: list[dict[str, Any]] = []  # evaluate()'s rows, kept in the checkpoint
         self.stopped_early = False  # fit() stopped at its time limit before its last step
         self._last_eval: int | None = None  # the step of the latest held-out evaluation (every rank)
-        self._written: dict[tuple[int, int, int], Path] = {}  # the last checkpoint file written, by what it holds
+        self._written: tuple[tuple[int, int, int], Path] | None = None  # the last checkpoint file and what it holds
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
         self.size = tuple(size)
         model_cfg.check_size(self.size)
@@ -218,15 +219,13 @@ class Trainer:
         on one step (``eval_every`` and ``save_every`` alike by default), the second is a hard link to
         the first: one serialization of the weights, the EMA's and Adam's moments, not two."""
         mark = (self.step, len(self.losses), len(self.heldout))  # nothing a checkpoint holds changes otherwise
-        done = self._written.get(mark)
         with atomic_path(path) as tmp:
-            if done is not None and done.is_file() and _linked(done, tmp):
-                pass
-            else:
+            same = self._written is not None and self._written[0] == mark and self._written[1].is_file()
+            if not (same and _linked(self._written[1], tmp)):
                 torch.save({"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
                             "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
                             "rng": rng_state(), "losses": list(self.losses), "heldout": list(self.heldout)}, tmp)
-        self._written = {mark: path}
+        self._written = (mark, path)
 
     def timing(self) -> pd.DataFrame:
         """Wall-clock ms/step between consecutive loss read-backs of this process (each one waits
