@@ -54,10 +54,8 @@
 # Triton's files (names, sizes, times: `medddpm/run/cache.py`), so only the first process of an
 # installation computes it. Timed afterwards on another host, two H200s of 32 cores
 # (`triton-key-h200-host-2026-11-27/`, one GPU used): {glue:text}`tr_triton_key`. Its warm profile
-# (`profile-sample-1-warm.txt` there) no longer lists the hash. The host differs from the rows above,
-# so these rows do not isolate the gain. That profile's costliest remaining calls are PyTorch's
-# compiler modules imported on first use, the registration of custom operators and the reads of
-# Triton's cached kernels.
+# (`profile-sample-1-warm.txt` there) no longer lists the hash (another host: the rows do not isolate
+# the gain). Its costliest calls left: compiler modules imported on first use, operator registration.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -107,16 +105,13 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # counted on the command's own clock, which starts once the imports are done (`ready`,
 # `first volume`, `last volume`, `written`): {glue:text}`tr_phases`.
 #
-# Outside the command's clock lie Python's start, PyTorch's import and the exit, and on several
-# ranks torchrun's launcher, which imports PyTorch before its ranks do, starts them and waits for
-# their exit. The first volume carries the kernels loaded from Triton's cache and the CUDA graphs
-# captured. Reading and encoding the masks counts in `ready`: a 256-mask job reads them all before
-# its first volume, so that a bad mask stops the run before any file is written.
+# Outside the command's clock lie Python's start, PyTorch's import, the exit and, on several ranks,
+# torchrun's launcher. The first volume carries Triton's cached kernels loaded and the CUDA graphs captured;
+# `ready` holds every mask read and checked, so a bad mask stops the run before any file is written.
 #
-# The line now counts from the process's start (Linux's `/proc`) and names three more marks:
-# `imports` (Python started and the modules imported), `kernels` (every Triton kernel of the first
-# shape compiled or loaded from the cache, its launcher built) and `captured` (the first CUDA graph
-# captured, where one is). So a row splits its whole wall time, the exit included.
+# The line now counts from the process's start (Linux's `/proc`) and adds `imports`, `kernels` (the first
+# shape's Triton kernels compiled or loaded, launchers built) and `captured` (the first CUDA graph captured,
+# where one is): a row splits its whole wall time, the exit included.
 #
 # ## The start-up cut
 #
@@ -158,20 +153,28 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # into a few Triton ones; the convolutions are nearly the same. Those kernels, twelve calls a volume,
 # are where an H100's 100-mask time goes (each GPU's 100-mask rows are quoted below).
 #
+# **The residual additions fused.** `fast-eager` now writes each ResBlock's output with one Triton kernel
+# that adds the convolution's bias, the skip term and that term's bias in fp32 as it rewrites the
+# convolution's output (`fused_residual`, `medddpm/net/residual.py`); `fast-eager-unfused` is the sampler
+# before. Both on one fresh H100 (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
+# by `scripts/probes/eager_ops.py`): {glue:text}`tr_fused_residual`. What still separates it from `fast` is
+# mostly the skip concatenation, which the Triton norm reads as one tensor.
+#
 # `warmup`, then the first `sample` (stage B, call b): {glue:text}`tr_cut_afterwarmup`.
 #
 # ## Start-up changes measured earlier and not kept then
 #
-# Each was timed against main on one fresh host of four H100s, the two codes alternated:
-# calling the Triton kernels' own functions in eager inference, so that no process imports
-# `torch._dynamo` (the dispatcher runs a custom operator under `torch._disable_dynamo`, whose first
-# call imports it); compiling the first kernel alone before the threads, then at most 16 threads;
-# and a gloo process group for the sampling ranks, which exchange only their inputs' checks:
-# {glue:text}`tr_tried`. None moved a warm run beyond the spread of its repeats, and the thread changes
-# cost the cold run seconds, so all three were removed then. Those warm runs were DDPM 250 (11 to
-# 16 s each), whose spread hid a second. The first change came back in the start-up cut above, where
-# call d measured it on the 12-call chain. Reading the masks through lookup tables instead of sorting
-# every voxel (`nifti.label_values`, `nifti.one_hot`) is kept.
+# Timed against main on one fresh host of four H100s, the codes alternated: calling the Triton kernels'
+# own functions in eager inference (no `torch._dynamo` import), compiling the first kernel alone before at
+# most 16 threads, and a gloo process group for the sampling ranks: {glue:text}`tr_tried`. None moved a
+# warm DDPM 250 run (11 to 16 s) beyond its spread, and the thread changes cost the cold run seconds. The
+# first came back in the start-up cut above, measured on the 12-call chain. Reading the masks through
+# lookup tables (`nifti.label_values`, `nifti.one_hot`) is kept.
+#
+# **Compile workers, tried.** Triton's front end holds the GIL, so the precompile threads overlap only its
+# assembler. Worker processes that compiled a cold cache's kernels, alternated with the threads alone on one
+# H100 (`process-pool-tried-2026-11-28/`): {glue:text}`tr_pool_tried`. Each worker imports PyTorch and opens
+# a CUDA context before it compiles, which costs more than the threads lose; the change was removed.
 #
 # ## A small job: `fast`'s sampler, not compiled
 #
@@ -180,11 +183,10 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # In the steady state (`bench-sample`, 128³, batch 1): {glue:text}`tr_small_bench`. So `fast` saves a few
 # milliseconds a denoiser call and pays for it with its compilation; the rule's threshold is where the
 # two meet with cold caches. Triton still compiles the kernels themselves,
-# {glue:text}`tr_small_kernels` in a cold 1-mask run. Compiled one by one at their first launch, as Triton
-# does, they made the cold start long; `medddpm.net.kernels.precompile` now runs each new shape once as a
-# dry run that records every launch, and compiles them all at once in threads before the real
-# call (the assembler and the launcher builds are processes of their own). The same 1-mask command
-# before that change, and without the Triton kernels at all (`small-job-2026-11-26/`):
+# {glue:text}`tr_small_kernels` in a cold 1-mask run. Compiled one by one at their first launch, they made
+# the cold start long; `kernels.precompile` now records every launch of a new shape in a dry run and compiles
+# them all at once in threads. The same command before that, and without the Triton kernels at all
+# (`small-job-2026-11-26/`):
 # {glue:text}`tr_small_before`.
 #
 # Against the targets set for this work: {glue:text}`tr_targets`.
@@ -207,8 +209,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # told to, so every process traced and partitioned the joint graph again. `medddpm/run/cache.py` now
 # tells it to; the caches of a warm run since (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`.
 # A warm run under cProfile since (`start-up-tried-2026-11-27/call-d/`, another H100 host): {glue:text}`tr_train_now`.
-# What the first steps still pay beyond the steady state is Dynamo tracing the step again in every
-# process, and Inductor loading its Triton kernels and rebuilding its autotuning templates.
+# The first steps still pay Dynamo tracing the step in every process and Inductor loading its kernels.
 
 # ## A training time budget
 #
@@ -238,9 +239,8 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # compiling its first step.
 #
 # **Again on fresh machines.** The v-prediction default's rows and the 128³ training steps were run
-# once more after the start-up cut (`scripts/probes/default_rows.sh`, `after-cut-2026-11-27/` of each GPU),
-# on two fresh machines of 16 cores, both asked for as H200s: one came as an H100, the other as an H200.
-# The single rows quoted are each machine's newest: {glue:text}`tr_after_cut`.
+# once more after the start-up cut (`scripts/probes/default_rows.sh`, `after-cut-2026-11-27/` of each GPU) on
+# two fresh machines of 16 cores, an H100 and an H200; single rows are each machine's newest: {glue:text}`tr_after_cut`.
 
 # ## The same command, the same files
 #

@@ -209,12 +209,14 @@ def test_bf16_weights_are_the_numbers_autocast_casts_to(tiny):
 
 def test_the_small_job_sampler_is_fasts_with_nothing_to_compile():
     """`fast-eager` (sample's pick for a small job): fast's pinned sampler, compile off, so no
-    Inductor work and no Mega-Cache key; its Triton kernels still cache under MEDDDPM_CACHE."""
+    Inductor work and no Mega-Cache key; its Triton kernels still cache under MEDDDPM_CACHE. Where
+    Inductor would fuse the ResBlocks' bias and residual adds, one Triton kernel does (fused_residual)."""
     from medddpm.core.config import SAMPLING_ALIASES, SMALL_JOB
 
     eager, fast = run_config(SMALL_JOB), CONFIGS[SAMPLING_ALIASES["fast"]]
     changed = {k for k, v in dataclasses.asdict(eager).items() if v != getattr(fast, k)} - {"name"}
-    assert changed == {"compile", "compiled_update", "cudnn_benchmark"} and not eager.compile
+    assert changed == {"compile", "compiled_update", "cudnn_benchmark", "fused_residual"} and not eager.compile
+    assert eager.fused_residual and not fast.fused_residual
     assert eager.triton_norm and eager.triton_conv and eager.triton_upsample and eager.chain_graph and eager.cuda_graphs
 
 

@@ -331,8 +331,55 @@ def test_the_eager_kernels_are_quoted_against_fasts_by_category(tmp_path):
         pd.DataFrame([{"category": c, "short_name": c, "ms_per_step": ms, "idle_ms_before": 0.1} for c, ms in rows]
                      ).to_csv(folder / f"denoise_kernels_{cfg}.csv", index=False)
     said = eager_kernels(tmp_path, "gpu")
-    assert said.startswith("17.50 ms of kernels a call under `fast-eager` against 13.00 ms under `fast`")
+    assert said.startswith("17.50 ms of kernels a call under `fast-eager` as it was then (`fast-eager-unfused` since) "
+                           "against 13.00 ms under `fast`")
     assert said.endswith("elementwise 4.00 against 0.00 ms, Triton pointwise 0.00 against 1.50 ms, copy 1.50 against "
                          "0.00 ms, convolution/GEMM 12.00 against 11.50 ms")
     (folder / "denoise_kernels_fast.csv").unlink()
     assert eager_kernels(tmp_path, "gpu").startswith("—")
+
+
+def _timed_rows(rows: list[tuple]) -> "pd.DataFrame":
+    import pandas as pd
+
+    cols = ["config", "volumes", "cache", "wall_s", "kernels_s", "first_volume_s", "last_volume_s"]
+    base = {"gpu": "G", "command": "sample --masks m --out o", "ran": "fast-eager", "sampler": "dpm2m-sde", "rc": 0,
+            "torch": "t", "cuda": "c", "date": "d", "imports_s": 1.0, "ready_s": 2.0, "captured_s": 3.0, "written_s": 9.0}
+    return pd.DataFrame([{**base, **dict(zip(cols, r))} for r in rows])
+
+
+def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine(tmp_path):
+    """The 100-mask rows of both configurations, their first-to-last-volume spans, the kernel
+    milliseconds of a call (kernel rows only: an aten op's row repeats its kernels' time), the bias and
+    residual adds and the new kernel; nothing without the op tables. The pool rows by their arm."""
+    import pandas as pd
+
+    from medddpm.report.waiting import FOLDER, FUSED_RESIDUAL, POOL_TRIED, fused_residual, pool_tried
+
+    folder = tmp_path / "gpu" / FOLDER / FUSED_RESIDUAL
+    folder.mkdir(parents=True)
+    _timed_rows([("default", 1, "cold", 19.0, 18.0, 18.5, 18.5), ("default", 1, "warm", 6.5, 5.8, 6.0, 6.0),
+                 ("default", 1, "warm", 7.0, 6.0, 6.5, 6.5), ("default", 100, "warm", 33.0, 7.0, 7.5, 32.5),
+                 ("fast-eager-unfused", 100, "warm", 36.0, 7.0, 7.0, 35.5)]).to_csv(folder / "time_to_result.csv",
+                                                                                    index=False)
+    for cfg, ops in (("fast-eager", [("aten::add_", 0.5), ("void elementwise_kernel<add>", 0.5), ("conv_kernel", 12.0),
+                                     ("aten::cudnn_convolution", 12.0), ("_residual_kernel", 1.0)]),
+                     ("fast-eager-unfused", [("aten::add_", 3.0), ("aten::add", 1.0), ("void elementwise_kernel<add>", 4.0),
+                                             ("conv_kernel", 12.0), ("aten::cudnn_convolution", 12.0)])):
+        pd.DataFrame([{"op": o, "shapes": "[]", "calls_per_step": 1.0, "ms_per_step": ms} for o, ms in ops]
+                     ).to_csv(folder / f"ops_{cfg}.csv", index=False)
+    assert fused_residual(tmp_path, "gpu") == (
+        "100 masks by default, warm: 33.0 s against 36.0 s under `fast-eager-unfused` on the same machine (25.0 "
+        "against 28.5 s from the first volume to the last); a denoiser call's kernels 13.50 against 16.00 ms, of them "
+        "the bias adds 0.50 against 3.00 ms, the residual adds 0.00 against 1.00 ms and the new kernel 1.00 ms; 1 mask "
+        "by default on that machine 19.0 s cold (its first process), warm 6.5 to 7.0 s")
+    (folder / "ops_fast-eager.csv").unlink()
+    assert fused_residual(tmp_path, "gpu").startswith("—")
+    pool = tmp_path / "gpu" / FOLDER / POOL_TRIED
+    pool.mkdir(parents=True)
+    _timed_rows([("default", 1, "cold", w, k, w - 0.5, w - 0.5) for w, k in ((22.0, 21.0), (15.0, 14.0), (20.0, 19.0))]
+                ).to_csv(pool / "time_to_result.csv", index=False)
+    assert pool_tried(tmp_path, "gpu").startswith("—")  # which arm each row is: arms.csv
+    pd.DataFrame({"row": [1, 2, 3], "compiled_by": ["workers", "threads", "workers"]}).to_csv(pool / "arms.csv", index=False)
+    assert pool_tried(tmp_path, "gpu") == ("workers: 22.0, 20.0 s (Triton's kernels ready after 21.0, 19.0 s); "
+                                           "threads: 15.0 s (Triton's kernels ready after 14.0 s)")

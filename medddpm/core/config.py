@@ -242,6 +242,7 @@ class Knobs:
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
     fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/net/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
     fp8_train_convs: bool = False  # training: every ResBlock's and upsampling's 3³ convolution of ≤ 64 output channels (fp8.MAX_OUT_CHANNELS) runs its forward with E4M3 operands through cuDNN's graph API (the weight quantized per output channel at every step, the input unscaled) and its data and weight gradients in bf16 (medddpm/net/fp8.py, Fp8ForwardConv3d; issue 40 lever 1); needs precision 'bf16' and channels_last; excludes fp8_convs
+    fused_residual: bool = False  # sampling only: each ResBlock's second convolution and 1×1 skip convolution run without their biases, which one Triton kernel (medddpm/net/residual.py) adds with the skip term in fp32 as it rewrites the convolution's output: one pass instead of PyTorch's bias add (its strided broadcast kernel: 2.4 ms of fast-eager's 22.4 ms call at 128³ on an H100) and the residual add; needs channels_last; where the kernel cannot run, its PyTorch reference
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
     chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/diffusion/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
     capture_after: int = 1  # sampling, cuda_graphs: calls of one input shape run eagerly before the shape is captured as a CUDA graph and replayed (engine.GraphedDenoiser): a shape called once (a one-volume job's chain, a notebook's single call) is never captured, which costs its capture and a second eager run (warm-up) for nothing; 0 = captured at its first call, as until 2026-11-27; the eager call is the first of the warm-up calls, so a job of many volumes runs as many eager calls as before
@@ -295,6 +296,8 @@ class Knobs:
             raise ValueError("triton_norm replaces the fused NDHWC GroupNorm: it needs fused_ops=True")
         if self.triton_conv and not self.channels_last:
             raise ValueError("triton_conv's kernels read and write NDHWC activations: it needs channels_last=True")
+        if self.fused_residual and not self.channels_last:
+            raise ValueError("fused_residual's kernel reads and writes NDHWC activations: it needs channels_last=True")
         if self.triton_upsample and not self.fused_ops:
             raise ValueError("triton_upsample replaces the fused NDHWC upsampling: it needs fused_ops=True")
         if isinstance(self.capture_after, bool) or not isinstance(self.capture_after, int) or self.capture_after < 0:
@@ -428,12 +431,16 @@ _PINNED = _rung(_CHAIN, "fast-w16-tnorm-tconv-fold-up-update-chain-pinned", cudn
 # Issue 48: the pinned sampler with nothing for torch.compile to do (its DDPM update eager too): NDHWC, bf16 weights,
 # the Triton kernels (compiled once by Triton itself, in seconds, and cached) and the CUDA graphs: what `sample` runs
 # for a small job, which would finish before `fast` had compiled
-_EAGER = _rung(_PINNED, "fast-eager", compile=False, compiled_update=False)
+_EAGER_UNFUSED = _rung(_PINNED, "fast-eager-unfused", compile=False, compiled_update=False)  # fast-eager until 2026-11-28
+# and since: each ResBlock's output written by one Triton kernel that adds both biases and the skip term (issue 64)
+_EAGER = _rung(_EAGER_UNFUSED, "fast-eager", fused_residual=True)
 # and the same without the Triton kernels (nothing to compile at all: PyTorch's NDHWC norm and upsampling)
-_EAGER_NT = _rung(_EAGER, "fast-eager-nt", triton_norm=False, fold_conv_bias=False, triton_conv=False, triton_upsample=False)
+_EAGER_NT = _rung(_EAGER, "fast-eager-nt", triton_norm=False, fold_conv_bias=False, triton_conv=False, triton_upsample=False,
+                  fused_residual=False)
 SAMPLING_VARIANTS: tuple[Knobs, ...] = (_W16, _P8, _P8_TNORM, _W16_TRITON, _W16_FOLD, _W16_UP, _W16_UPDATE, _W16_TABLE,
-                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8, _PINNED, _EAGER, _EAGER_NT)
-SAMPLING_ONLY_KNOBS = ("bf16_weights", "timestep_table", "compiled_update", "fp8_convs", "chain_graph")  # knobs training refuses (run_config(training=True))
+                                        _FP8_SKIP, _FP8_ALL, _CHAIN, _CHAIN_FP8, _PINNED, _EAGER_UNFUSED, _EAGER, _EAGER_NT)
+SAMPLING_ONLY_KNOBS = ("bf16_weights", "timestep_table", "compiled_update", "fp8_convs", "chain_graph",
+                       "fused_residual")  # knobs training refuses (run_config(training=True))
 
 CONFIGS: dict[str, Knobs] = {**PAPER_CONFIGS, **{k.name: k for k in (_BF16, _COMPILED, _TUNED, _NDHWC, _LEAN, _GRAPHS, _FAST)},
                              **{k.name: k for k in (*AUTOTUNED, *DDP_VARIANTS, *SYNC_VARIANTS, *KERNEL_VARIANTS, *SAMPLING_VARIANTS)}}
@@ -464,11 +471,12 @@ USER_CONFIGS: dict[str, str] = {
             "sampling: its sampling variant, a few-step chain as one CUDA graph",
     "fast-fp8": "sampling only: fast with FP8 (E4M3) convolutions in the decoder (needs nvidia-cudnn-frontend)",
     "fast-eager": "sampling only: fast's sampler without torch.compile (its Triton kernels, bf16 weights, NDHWC, CUDA "
-                  "graphs, cuDNN's heuristics): little to compile, so a small job finishes first",
+                  "graphs, cuDNN's heuristics; each ResBlock's output in one Triton kernel): little to compile, so a "
+                  "small job finishes first",
 }
-TRITON_KNOBS = ("triton_norm", "triton_conv", "triton_upsample")  # knobs whose kernels Triton compiles itself (and caches)
+TRITON_KNOBS = ("triton_norm", "triton_conv", "triton_upsample", "fused_residual")  # knobs whose kernels Triton compiles itself (and caches)
 GPU_LEVERS = ("compile", "cuda_graphs", "fused_adam", "triton_norm", "triton_conv", "triton_upsample", "fp8_convs",
-              "chain_graph")  # knobs that act only on a GPU; a CPU runs their PyTorch reference path, eagerly
+              "chain_graph", "fused_residual")  # knobs that act only on a GPU; a CPU runs their PyTorch reference path, eagerly
 
 
 def knob_changes(knobs: Knobs, base: Knobs) -> list[str]:

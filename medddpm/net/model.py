@@ -19,6 +19,7 @@ from ..core.config import FP8_CONV_SETS, ModelConfig
 from . import kernels
 from .fp8 import MAX_OUT_CHANNELS, Fp8Conv3d, Fp8ForwardConv3d, quantize_activation
 from .ndhwc import group_norm_silu, per_channel, upsample2x
+from .residual import residual_add
 
 
 def timestep_embedding(t: Tensor, dim: int, max_period: float = 1000.0) -> Tensor:
@@ -101,12 +102,14 @@ class ResBlock(nn.Module):
     With ``triton`` the embedding is added inside the second GroupNorm's kernels (in fp32, never
     written out as its own tensor). ``fold_bias`` runs the first convolution without its bias and
     adds the bias there too, with the embedding (both are per channel): the same sum, one rounding
-    fewer, and no kernel of its own that reads and writes the convolution's output."""
+    fewer, and no kernel of its own that reads and writes the convolution's output. ``fused_residual``
+    (sampling) likewise runs the second convolution and the 1×1 skip convolution without their
+    biases, which ``residual.residual_add`` adds with the skip term as it writes the block's output."""
 
     def __init__(self, cin: int, cout: int, emb_dim: int, cfg: ModelConfig, fused: bool = False,
-                 triton: bool = False, fold_bias: bool = False) -> None:
+                 triton: bool = False, fold_bias: bool = False, fused_residual: bool = False) -> None:
         super().__init__()
-        self.fold_bias = fold_bias
+        self.fold_bias, self.fused_residual = fold_bias, fused_residual
         self.table_cols: tuple[int, int] | None = None  # its columns of UNet3D's timestep table, once frozen
         self.in_layers = nn.Sequential(*norm_act(cfg, cin, fused, triton), nn.Conv3d(cin, cout, 3, padding=1))
         self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, cout))
@@ -132,8 +135,13 @@ class ResBlock(nn.Module):
             h = self._stack(self.in_layers, x, None, bias=not self.fold_bias)  # fold_bias: the bias joins the next norm
         else:
             x, h = self._cat_stack(x, skip, bias=not self.fold_bias)  # x is now the concatenation
-        h = self._stack(self.out_layers, h, add, bias=True)
-        return self.skip(x) + h
+        h = self._stack(self.out_layers, h, add, bias=not self.fused_residual)
+        if not self.fused_residual:
+            return self.skip(x) + h
+        conv = self.out_layers[-1]  # fused_residual: its bias, the skip term and that term's bias added at once
+        if isinstance(self.skip, nn.Identity):
+            return residual_add(h, conv.bias, x)
+        return residual_add(h, conv.bias, _conv(self.skip, x, bias=False), self.skip.bias)
 
     @staticmethod
     def _stack(layers: nn.Sequential, x: Tensor, add: Tensor | None, bias: bool) -> Tensor:
@@ -382,15 +390,15 @@ class UNet3D(nn.Module):
     the predicted noise of shape (N, out_channels, D, H, W).
 
     ``fused_ops``, ``sdpa``, ``triton_norm``, ``pad_channels``, ``triton_conv``,
-    ``dense_skip_grads``, ``fold_conv_bias``, ``triton_upsample`` and ``fused_skip_grads`` choose the
-    fast-path implementations (``Knobs``);
+    ``dense_skip_grads``, ``fold_conv_bias``, ``triton_upsample``, ``fused_skip_grads`` and
+    ``fused_residual`` choose the fast-path implementations (``Knobs``);
     they change no parameter, so a state dict loads into the model built either way.
     """
 
     def __init__(self, cfg: ModelConfig, checkpoint_attention: bool = True, fused_ops: bool = False,
                  sdpa: bool = False, triton_norm: bool = False, pad_channels: int = 0,
                  triton_conv: bool = False, dense_skip_grads: bool = False, fold_conv_bias: bool = False,
-                 triton_upsample: bool = False, fused_skip_grads: bool = False) -> None:
+                 triton_upsample: bool = False, fused_skip_grads: bool = False, fused_residual: bool = False) -> None:
         super().__init__()
         if fused_skip_grads and not triton_norm:
             raise ValueError("fused_skip_grads writes the skip concatenation's gradients in the Triton norm's "
@@ -405,7 +413,7 @@ class UNet3D(nn.Module):
             return Attention(ch, cfg, checkpoint_attention, fused_ops, sdpa, triton_norm)
 
         def resblock(cin: int, cout: int) -> ResBlock:
-            return ResBlock(cin, cout, emb_dim, cfg, fused_ops, triton_norm, fold_conv_bias)
+            return ResBlock(cin, cout, emb_dim, cfg, fused_ops, triton_norm, fold_conv_bias, fused_residual)
 
         ch = mc * cfg.channel_mult[0]
         self.input_blocks = nn.ModuleList([Block([Stem(cfg.in_channels, ch)])])

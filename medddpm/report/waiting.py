@@ -423,9 +423,57 @@ def eager_kernels(root: Path, gpu: str | None) -> str:
     by = pd.DataFrame({c: t.groupby("category")["ms_per_step"].sum() for c, t in k.items()}).fillna(0.0)
     by = by.assign(diff=by[SMALL_JOB] - by["fast"]).sort_values("diff", key=abs, ascending=False, kind="stable")
     parts = ", ".join(f"{cat} {r[SMALL_JOB]:.2f} against {r['fast']:.2f} ms" for cat, r in by.head(4).iterrows())
-    return (f"{k[SMALL_JOB]['ms_per_step'].sum():.2f} ms of kernels a call under `{SMALL_JOB}` against "
+    return (f"{k[SMALL_JOB]['ms_per_step'].sum():.2f} ms of kernels a call under `{SMALL_JOB}` as it was then "
+            f"(`{UNFUSED}` since) against "
             f"{k['fast']['ms_per_step'].sum():.2f} ms under `fast` (GPU idle {k[SMALL_JOB]['idle_ms_before'].sum():.2f} "
             f"and {k['fast']['idle_ms_before'].sum():.2f} ms); by category: {parts}")
+
+
+FUSED_RESIDUAL = "fused-residual-2026-11-28"  # fast-eager with fused_residual against fast-eager-unfused, one machine
+POOL_TRIED = "process-pool-tried-2026-11-28"  # cold 1-mask runs: Triton's kernels compiled by worker processes or threads
+UNFUSED = "fast-eager-unfused"  # SMALL_JOB before fused_residual (until 2026-11-28)
+BIAS_ADD, RESIDUAL_ADD = "aten::add_", "aten::add"  # PyTorch's bias add after cuDNN's convolution; the residual add
+
+
+def fused_residual(root: Path, gpu: str | None) -> str:
+    """``FUSED_RESIDUAL``'s rows on ``gpu``: 100 masks by default (``SMALL_JOB``, fused) against
+    ``fast-eager-unfused`` on the same machine, wall and first-to-last-volume span; a denoiser call's
+    kernels under each (``scripts/probes/eager_ops.py``'s tables); the default's 1-mask rows."""
+    folder = Path(root) / (gpu or "") / FOLDER / FUSED_RESIDUAL
+    unfused = UNFUSED
+    ops = {c: folder / f"ops_{c}.csv" for c in (SMALL_JOB, unfused)}
+    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{FUSED_RESIDUAL}/time_to_result")
+    if raw.empty or not all(f.is_file() for f in ops.values()):
+        return missing(f"rows and op tables of {SMALL_JOB} with and without its fused residual ({FUSED_RESIDUAL})")
+    hundred = raw[(raw["volumes"] == 100) & (raw["cache"] == "warm")]
+    arm = {c: hundred[hundred["config"] == ("default" if c == SMALL_JOB else c)] for c in (SMALL_JOB, unfused)}
+    walls = {c: " and ".join(f"{w:.1f}" for w in a["wall_s"]) for c, a in arm.items()}
+    spans = {c: " and ".join(f"{w:.1f}" for w in a["last_volume_s"] - a["first_volume_s"]) for c, a in arm.items()}
+    t = {c: pd.read_csv(f) for c, f in ops.items()}
+
+    def ms(c: str, op: str | None = None) -> float:
+        d = t[c]
+        return d[d["op"] == op]["ms_per_step"].sum() if op else d[~d["op"].str.startswith("aten::")]["ms_per_step"].sum()
+    one = raw[(raw["volumes"] == 1) & (raw["config"] == "default")]
+    warm, cold = one[one["cache"] == "warm"]["wall_s"], one[one["cache"] == "cold"]["wall_s"]
+    return (f"100 masks by default, warm: {walls[SMALL_JOB]} s against {walls[unfused]} s under `{unfused}` on the "
+            f"same machine ({spans[SMALL_JOB]} against {spans[unfused]} s from the first volume to the last); a denoiser "
+            f"call's kernels {ms(SMALL_JOB):.2f} against {ms(unfused):.2f} ms, of them the bias adds "
+            f"{ms(SMALL_JOB, BIAS_ADD):.2f} against {ms(unfused, BIAS_ADD):.2f} ms, the residual adds "
+            f"{ms(SMALL_JOB, RESIDUAL_ADD):.2f} against {ms(unfused, RESIDUAL_ADD):.2f} ms and the new kernel "
+            f"{ms(SMALL_JOB, '_residual_kernel'):.2f} ms; 1 mask by default on that machine {cold.min():.1f} s cold "
+            f"(its first process), warm {warm.min():.1f} to {warm.max():.1f} s")
+
+
+def pool_tried(root: Path, gpu: str | None) -> str:
+    """``POOL_TRIED``'s cold 1-mask rows on ``gpu``, each with how its Triton kernels were compiled (``arms.csv``)."""
+    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{POOL_TRIED}/time_to_result")
+    arms = Path(root) / (gpu or "") / FOLDER / POOL_TRIED / "arms.csv"
+    if raw.empty or not arms.is_file():
+        return missing(f"cold rows with and without compile worker processes ({POOL_TRIED})")
+    raw = raw.assign(arm=pd.read_csv(arms)["compiled_by"].to_numpy()[:len(raw)])
+    return "; ".join(f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s (Triton's kernels ready after "
+                     f"{', '.join(f'{k:.1f}' for k in g['kernels_s'])} s)" for arm, g in raw.groupby("arm", sort=False))
 
 
 def after_cut(root: Path, gpu: str | None) -> str:
@@ -531,6 +579,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_eager_kernels"] = eager_kernels(root, have[0] if have else None)
     again = [g for g in gpus if (Path(root) / g / FOLDER / AFTER_CUT).is_dir()]
     f["tr_after_cut"] = "; ".join(f"{gpu_name(g)}: {after_cut(root, g)}" for g in again) or after_cut(root, None)
+    fused = [g for g in gpus if (Path(root) / g / FOLDER / FUSED_RESIDUAL).is_dir()]
+    f["tr_fused_residual"] = "; ".join(f"{gpu_name(g)}: {fused_residual(root, g)}" for g in fused) or \
+        fused_residual(root, None)
+    pool = [g for g in gpus if (Path(root) / g / FOLDER / POOL_TRIED).is_dir()]
+    f["tr_pool_tried"] = "; ".join(f"{gpu_name(g)}: {pool_tried(root, g)}" for g in pool) or pool_tried(root, None)
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))

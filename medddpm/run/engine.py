@@ -110,7 +110,7 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, init
                        sdpa=knobs.sdpa, triton_norm=knobs.triton_norm, pad_channels=knobs.pad_channels,
                        triton_conv=knobs.triton_conv, dense_skip_grads=knobs.dense_skip_grads,
                        fold_conv_bias=knobs.fold_conv_bias, triton_upsample=knobs.triton_upsample,
-                       fused_skip_grads=knobs.fused_skip_grads)
+                       fused_skip_grads=knobs.fused_skip_grads, fused_residual=knobs.fused_residual)
     if knobs.fp8_train_convs:
         if why := fp8.available(device):
             raise ValueError(f"configuration {knobs.name!r} (fp8_train_convs): {why}")

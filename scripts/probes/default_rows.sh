@@ -10,17 +10,7 @@ export PYTHONPYCACHEPREFIX=/tmp/w/pycache
 R=$PWD; W=/tmp/w; O=$OUT; rm -rf $W; mkdir -p $W $O
 END=${END:-570}
 left() { [ $((END - SECONDS)) -gt "$1" ]; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
-export PYTHONPATH=$R:/tmp/site
-{ nvidia-smi -L; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import torch,triton,sys;print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), triton.__version__, sys.version.split()[0])"
-  git -C $R log -1 --format=%h 2>/dev/null; } > $O/env.txt 2>&1
-python3 -c "import medddpm.cli, medddpm.sample.sampler, medddpm.net.kernels, torch._dynamo, torch._inductor, triton"  # bytecode once
-cd $W
-P=$W/ph; python3 -m medddpm phantom --out $P --n 4 --size 128 >/dev/null
-python3 -m medddpm train --images $P/images --masks $P/masks --config bf16 --steps 2 --size 128 --quiet --out $W/ckpt >/dev/null || exit 1
-for n in 1 8 100; do d=$W/masks$n; mkdir -p $d; for i in $(seq 0 $((n - 1))); do cp $P/masks/phantom_00$((i % 4)).nii.gz $d/m$(printf %03d $i).nii.gz; done; done
-echo "prepared at $SECONDS s"
+source $R/scripts/probes/prepare128.sh
 k=0
 run() {  # run CACHE-NAME STATE VOLUMES ARGS...
   local cname=$1 state=$2 vols=$3; shift 3; k=$((k + 1))
