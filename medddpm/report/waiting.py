@@ -436,17 +436,25 @@ BIAS_ADD, RESIDUAL_ADD = "aten::add_", "aten::add"  # PyTorch's bias add after c
 
 
 def fused_residual(root: Path, gpu: str | None) -> str:
-    """``FUSED_RESIDUAL``'s rows on ``gpu``: 100 masks by default (``SMALL_JOB``, fused) against
-    ``fast-eager-unfused`` on the same machine, wall and first-to-last-volume span; a denoiser call's
-    kernels under each (``scripts/probes/eager_ops.py``'s tables); the default's 1-mask rows."""
+    """``FUSED_RESIDUAL``'s rows on ``gpu``, per machine (the folder itself, then each ``machine-*`` in
+    it; ``fused_machine``); an absent folder or table is named."""
     folder = Path(root) / (gpu or "") / FOLDER / FUSED_RESIDUAL
-    unfused = UNFUSED
-    ops = {c: folder / f"ops_{c}.csv" for c in (SMALL_JOB, unfused)}
-    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{FUSED_RESIDUAL}/time_to_result")
-    if raw.empty or not all(f.is_file() for f in ops.values()):
+    said = [fused_machine(f) for f in [folder, *sorted(folder.glob("machine-*"))]] if gpu else [None]
+    if None in said:
         return missing(f"rows and op tables of {SMALL_JOB} with and without its fused residual ({FUSED_RESIDUAL})")
+    return said[0] + "".join(f"; again on another machine of the same kind: {s}" for s in said[1:])
+
+
+def fused_machine(folder: Path) -> str | None:
+    """One machine's rows: 100 masks by default (``SMALL_JOB``, fused) against ``UNFUSED``, wall and
+    first-to-last-volume span; a denoiser call's kernels under each (``scripts/probes/eager_ops.py``'s
+    tables: kernel rows only, an aten op's row repeats its kernels' time); the default's 1-mask rows."""
+    ops = {c: folder / f"ops_{c}.csv" for c in (SMALL_JOB, UNFUSED)}
+    if not (folder / "time_to_result.csv").is_file() or not all(f.is_file() for f in ops.values()):
+        return None
+    raw = pd.read_csv(folder / "time_to_result.csv")
     hundred = raw[(raw["volumes"] == 100) & (raw["cache"] == "warm")]
-    arm = {c: hundred[hundred["config"] == ("default" if c == SMALL_JOB else c)] for c in (SMALL_JOB, unfused)}
+    arm = {c: hundred[hundred["config"] == ("default" if c == SMALL_JOB else c)] for c in (SMALL_JOB, UNFUSED)}
     walls = {c: " and ".join(f"{w:.1f}" for w in a["wall_s"]) for c, a in arm.items()}
     spans = {c: " and ".join(f"{w:.1f}" for w in a["last_volume_s"] - a["first_volume_s"]) for c, a in arm.items()}
     t = {c: pd.read_csv(f) for c, f in ops.items()}
@@ -456,11 +464,11 @@ def fused_residual(root: Path, gpu: str | None) -> str:
         return d[d["op"] == op]["ms_per_step"].sum() if op else d[~d["op"].str.startswith("aten::")]["ms_per_step"].sum()
     one = raw[(raw["volumes"] == 1) & (raw["config"] == "default")]
     warm, cold = one[one["cache"] == "warm"]["wall_s"], one[one["cache"] == "cold"]["wall_s"]
-    return (f"100 masks by default, warm: {walls[SMALL_JOB]} s against {walls[unfused]} s under `{unfused}` on the "
-            f"same machine ({spans[SMALL_JOB]} against {spans[unfused]} s from the first volume to the last); a denoiser "
-            f"call's kernels {ms(SMALL_JOB):.2f} against {ms(unfused):.2f} ms, of them the bias adds "
-            f"{ms(SMALL_JOB, BIAS_ADD):.2f} against {ms(unfused, BIAS_ADD):.2f} ms, the residual adds "
-            f"{ms(SMALL_JOB, RESIDUAL_ADD):.2f} against {ms(unfused, RESIDUAL_ADD):.2f} ms and the new kernel "
+    return (f"100 masks by default, warm: {walls[SMALL_JOB]} s against {walls[UNFUSED]} s under `{UNFUSED}` on the "
+            f"same machine ({spans[SMALL_JOB]} against {spans[UNFUSED]} s from the first volume to the last); a denoiser "
+            f"call's kernels {ms(SMALL_JOB):.2f} against {ms(UNFUSED):.2f} ms, of them the bias adds "
+            f"{ms(SMALL_JOB, BIAS_ADD):.2f} against {ms(UNFUSED, BIAS_ADD):.2f} ms, the residual adds "
+            f"{ms(SMALL_JOB, RESIDUAL_ADD):.2f} against {ms(UNFUSED, RESIDUAL_ADD):.2f} ms and the new kernel "
             f"{ms(SMALL_JOB, '_residual_kernel'):.2f} ms; 1 mask by default on that machine {cold.min():.1f} s cold "
             f"(its first process), warm {warm.min():.1f} to {warm.max():.1f} s")
 
