@@ -15,12 +15,10 @@
 # %% [markdown]
 # # Time to result: what a user waits for
 #
-# The benchmarks of the earlier chapters time the steady state: a step or a chain replayed many
-# times after everything has been compiled, captured and autotuned. A user who types
-# `medddpm sample` waits for something else: Python and PyTorch starting, the checkpoint loading,
-# every mask read, the compilation or its cache, the sampling, and every file written. This
-# chapter times that, from process start to the last file written
-# (`scripts/time_to_result.sh`, `medddpm/profiling/waiting.py`), on the {glue:text}`tr_gpu`.
+# The earlier chapters time the steady state, after everything is compiled, captured and autotuned. A user
+# who types `medddpm sample` waits for Python and PyTorch starting, the checkpoint, every mask read, the
+# compilation or its cache, the sampling and every file written. This chapter times that, from process start
+# to the last file written (`scripts/time_to_result.sh`, `medddpm/profiling/waiting.py`), on the {glue:text}`tr_gpu`.
 #
 # **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from {glue:text}`tr_fast_from_calls`
 # denoiser calls on (masks × calls a mask: {glue:text}`tr_fast_from_ddpm` masks of DDPM 250,
@@ -171,10 +169,13 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # first came back in the start-up cut above, measured on the 12-call chain. Reading the masks through
 # lookup tables (`nifti.label_values`, `nifti.one_hot`) is kept.
 #
-# **Compile workers, tried.** Triton's front end holds the GIL, so the precompile threads overlap only its
-# assembler. Worker processes that compiled a cold cache's kernels, alternated with the threads alone on one
-# H100 (`process-pool-tried-2026-11-28/`): {glue:text}`tr_pool_tried`. Each worker imports PyTorch and opens
-# a CUDA context before it compiles, which costs more than the threads lose; the change was removed.
+# **Compile workers, tried.** Worker processes compiling a cold cache's kernels (Triton's front end holds
+# the GIL), alternated with the threads alone on one H100 (`process-pool-tried-2026-11-28/`): {glue:text}`tr_pool_tried`.
+# Each worker imports PyTorch and opens a CUDA context first, which costs more than the threads lose: removed.
+#
+# **Fewer kernels compiled, kept.** The dry run tells launches apart as Triton does: an integer by whether it
+# is 1, a multiple of 16 and its type, not by its value (`kernels._int_key`). Cold, alternated on one H100
+# (`triton-keys-2026-11-28/`, `scripts/probes/triton_keys.sh`): {glue:text}`tr_triton_keys`.
 #
 # ## A small job: `fast`'s sampler, not compiled
 #
@@ -195,8 +196,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #
 # `python -m cProfile -m medddpm sample` of the one-mask default, cache warm (`STAGES=profile`;
 # {glue:text}`tr_profile_total` under the profiler, which sees only the main thread):
-# {glue:text}`tr_profile_parts`. The torch build on that machine registered {glue:text}`tr_profile_ops`
-# custom operators as it started.
+# {glue:text}`tr_profile_parts`. That torch build registered {glue:text}`tr_profile_ops` custom operators at start.
 
 # ## Training's first 100 steps
 #

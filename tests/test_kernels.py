@@ -609,17 +609,19 @@ def test_precompile_records_each_launch_of_a_dry_run_and_compiles_them_all(monke
     assert len(a.launched) == 2 and len(b.launched) == 1
     monkeypatch.setattr(kernels, "INTERPRET", True)
     assert kernels.precompile(net) == 0 and len(a.launched) == 4 and len(a.compiled) == 2
-    # launches alike in kernel, dtypes, 16-byte alignment and every other argument are compiled once; a tensor
-    # of another dtype or alignment, or another number, is a launch of its own (Triton may specialize on it)
+    # launches alike in kernel, dtypes, 16-byte alignment and what Triton sees of each integer (1, a multiple of
+    # 16, its type) are compiled once; a tensor of another dtype or alignment, an integer Triton tells apart or
+    # another float is a launch of its own
     monkeypatch.setattr(kernels, "INTERPRET", False)
     t = torch.zeros(8)
-    calls = [(t, 3), (t.clone(), 3), (t[1:], 3), (t.half(), 3), (t, 4), (t.clone(), 4)]
+    calls = [(t, 3), (t.clone(), 5), (t[1:], 3), (t.half(), 3), (t, 32), (t.clone(), 48), (t, 1), (t, 2 ** 40),
+             (t, 0.5), (t, 0.5), (t, True)]
 
     def many():
         for args in calls:
             kernels._launch(b, (2,), *args, SILU=True)
     b.compiled.clear()
-    assert kernels.precompile(many) == 6 and len(b.compiled) == 4 and len(b.launched) == 2  # none launched by it
+    assert kernels.precompile(many) == 11 and len(b.compiled) == 8 and len(b.launched) == 2  # none launched by it
 
 
 @needs_triton

@@ -354,7 +354,7 @@ def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine
     residual adds and the new kernel; nothing without the op tables. The pool rows by their arm."""
     import pandas as pd
 
-    from medddpm.report.waiting import FOLDER, FUSED_RESIDUAL, POOL_TRIED, fused_residual, pool_tried
+    from medddpm.report.waiting import FOLDER, FUSED_RESIDUAL, POOL_TRIED, cold_arms, fused_residual
 
     folder = tmp_path / "gpu" / FOLDER / FUSED_RESIDUAL
     folder.mkdir(parents=True)
@@ -391,7 +391,7 @@ def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine
     pool.mkdir(parents=True)
     _timed_rows([("default", 1, "cold", w, k, w - 0.5, w - 0.5) for w, k in ((22.0, 21.0), (15.0, 14.0), (20.0, 19.0))]
                 ).to_csv(pool / "time_to_result.csv", index=False)
-    assert pool_tried(tmp_path, "gpu").startswith("—")  # which arm each row is: arms.csv
-    pd.DataFrame({"row": [1, 2, 3], "compiled_by": ["workers", "threads", "workers"]}).to_csv(pool / "arms.csv", index=False)
-    assert pool_tried(tmp_path, "gpu") == ("workers: 22.0, 20.0 s (Triton's kernels ready after 21.0, 19.0 s); "
-                                           "threads: 15.0 s (Triton's kernels ready after 14.0 s)")
+    assert cold_arms(tmp_path, "gpu", POOL_TRIED).startswith("—")  # which arm each row is: arms.csv
+    pd.DataFrame({"row": [1, 2, 3], "arm": ["workers", "threads", "workers"]}).to_csv(pool / "arms.csv", index=False)
+    assert cold_arms(tmp_path, "gpu", POOL_TRIED) == ("workers: 22.0, 20.0 s (Triton's kernels ready 19.0, 17.0 s after "
+                                                      "`ready`); threads: 15.0 s (Triton's kernels ready 12.0 s after `ready`)")

@@ -431,6 +431,7 @@ def eager_kernels(root: Path, gpu: str | None) -> str:
 
 FUSED_RESIDUAL = "fused-residual-2026-11-28"  # fast-eager with fused_residual against fast-eager-unfused, one machine
 POOL_TRIED = "process-pool-tried-2026-11-28"  # cold 1-mask runs: Triton's kernels compiled by worker processes or threads
+TRITON_KEYS = "triton-keys-2026-11-28"  # cold 1-mask runs: precompile's launches by exact integers or Triton's integer keys
 UNFUSED = "fast-eager-unfused"  # SMALL_JOB before fused_residual (until 2026-11-28)
 BIAS_ADD, RESIDUAL_ADD = "aten::add_", "aten::add"  # PyTorch's bias add after cuDNN's convolution; the residual add
 
@@ -473,15 +474,17 @@ def fused_machine(folder: Path) -> str | None:
             f"(its first process), warm {warm.min():.1f} to {warm.max():.1f} s")
 
 
-def pool_tried(root: Path, gpu: str | None) -> str:
-    """``POOL_TRIED``'s cold 1-mask rows on ``gpu``, each with how its Triton kernels were compiled (``arms.csv``)."""
-    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{POOL_TRIED}/time_to_result")
-    arms = Path(root) / (gpu or "") / FOLDER / POOL_TRIED / "arms.csv"
+def cold_arms(root: Path, gpu: str | None, run: str) -> str:
+    """A run folder's cold 1-mask rows on ``gpu`` by arm (its ``arms.csv``: row, arm, in the rows' order):
+    each arm's wall times and how long after ``ready`` Triton's kernels were ready (compiled)."""
+    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
+    arms = Path(root) / (gpu or "") / FOLDER / run / "arms.csv"
     if raw.empty or not arms.is_file():
-        return missing(f"cold rows with and without compile worker processes ({POOL_TRIED})")
-    raw = raw.assign(arm=pd.read_csv(arms)["compiled_by"].to_numpy()[:len(raw)])
-    return "; ".join(f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s (Triton's kernels ready after "
-                     f"{', '.join(f'{k:.1f}' for k in g['kernels_s'])} s)" for arm, g in raw.groupby("arm", sort=False))
+        return missing(f"cold rows of each arm ({run}: time_to_result.csv, arms.csv)")
+    raw = raw.assign(arm=pd.read_csv(arms)["arm"].to_numpy()[:len(raw)], compile=raw["kernels_s"] - raw["ready_s"])
+    return "; ".join(f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s (Triton's kernels ready "
+                     f"{', '.join(f'{k:.1f}' for k in g['compile'])} s after `ready`)"
+                     for arm, g in raw.groupby("arm", sort=False))
 
 
 def after_cut(root: Path, gpu: str | None) -> str:
@@ -591,7 +594,11 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_fused_residual"] = "; ".join(f"{gpu_name(g)}: {fused_residual(root, g)}" for g in fused) or \
         fused_residual(root, None)
     pool = [g for g in gpus if (Path(root) / g / FOLDER / POOL_TRIED).is_dir()]
-    f["tr_pool_tried"] = "; ".join(f"{gpu_name(g)}: {pool_tried(root, g)}" for g in pool) or pool_tried(root, None)
+    f["tr_pool_tried"] = "; ".join(f"{gpu_name(g)}: {cold_arms(root, g, POOL_TRIED)}" for g in pool) or \
+        cold_arms(root, None, POOL_TRIED)
+    keys = [g for g in gpus if (Path(root) / g / FOLDER / TRITON_KEYS).is_dir()]
+    f["tr_triton_keys"] = "; ".join(f"{gpu_name(g)}: {cold_arms(root, g, TRITON_KEYS)}" for g in keys) or \
+        cold_arms(root, None, TRITON_KEYS)
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
