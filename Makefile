@@ -1,8 +1,6 @@
 # medddpm task runner. `make book` (the main job) and `make test` do all set-up themselves.
 PYTHON ?= python3
 VENV   ?= .venv
-# pip installs with --no-compile: Python compiles a module's bytecode when it is first imported, only the modules
-# the commands import (all of torch's sources compiled at install took 17 of its 24 s on CI's two cores)
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BOOK_STAMP := $(VENV)/.book-installed
@@ -18,13 +16,13 @@ $(STAMP): pyproject.toml scripts/install_torch.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python scripts/install_torch.py
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[test,plot]"
+	$(BIN)/python -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
 setup-book: $(BOOK_STAMP)
 
 $(BOOK_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[test,plot,book]"
+	$(BIN)/python -m pip install --quiet -e ".[test,plot,book]"
 	touch $(BOOK_STAMP)
 
 ## Headless Chromium for the rendered-book check (Debian's package; installed when missing).

@@ -52,7 +52,7 @@ def candidate(*extra: str) -> tuple[str, bool] | None:
 
 def pip_install(*args: str) -> None:
     print("+ pip install", " ".join(args), flush=True)
-    subprocess.run(PIP + ["install", "--no-compile", *args], check=True)  # bytecode at first import: the modules used
+    subprocess.run(PIP + ["install", *args], check=True)
 
 
 def main() -> int:
