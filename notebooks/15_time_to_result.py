@@ -153,8 +153,8 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #
 # **The residual additions fused.** `fast-eager` now writes each ResBlock's output with one Triton kernel
 # that adds the convolution's bias, the skip term and that term's bias in fp32 as it rewrites the
-# convolution's output (`fused_residual`, `medddpm/net/residual.py`); `fast-eager-unfused` is the sampler
-# before. Both on one fresh H100 (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
+# convolution's output (`fused_residual`, `medddpm/net/residual.py`); `fast-eager-unfused` is the same sampler
+# without it. Both, on each of two fresh H100s (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
 # by `scripts/probes/eager_ops.py`): {glue:text}`tr_fused_residual`. What still separates it from `fast` is
 # mostly the skip concatenation, which the Triton norm reads as one tensor.
 #

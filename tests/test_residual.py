@@ -14,6 +14,15 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 NDHWC = torch.channels_last_3d
 
 
+@pytest.fixture
+def launched(monkeypatch) -> list:
+    """Every kernel launched through ``kernels._launch`` from now on (each still runs)."""
+    kernels_seen: list = []
+    real = kernels._launch
+    monkeypatch.setattr(kernels, "_launch", lambda *a, **k: (kernels_seen.append(a[0]), real(*a, **k)))
+    return kernels_seen
+
+
 def _tensors(c: int, dtype: torch.dtype, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     h, s = (torch.randn(2, c, 3, 4, 5, generator=g).to(DEVICE, dtype).contiguous(memory_format=NDHWC) for _ in "hs")
@@ -24,7 +33,7 @@ def _tensors(c: int, dtype: torch.dtype, seed: int = 0):
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("biases", ["both", "conv", "none"])
-def test_the_kernel_writes_the_reference_into_h(monkeypatch, dtype, biases):
+def test_the_kernel_writes_the_reference_into_h(monkeypatch, launched, dtype, biases):
     """The same fp32 sums in the same order, rounded once, over several programs and a channel count
     that is no power of two; the output is h itself. Bit for bit in fp32; in bf16 within the one
     rounding (Triton's interpreter casts to bf16 by truncating, a GPU to nearest)."""
@@ -32,9 +41,6 @@ def test_the_kernel_writes_the_reference_into_h(monkeypatch, dtype, biases):
     h, b, s, sb = _tensors(3, dtype)
     b, sb = {"both": (b, sb), "conv": (b, None), "none": (None, None)}[biases]
     want = residual.reference_residual_add(h, b, s, sb)
-    launched = []
-    real = kernels._launch
-    monkeypatch.setattr(kernels, "_launch", lambda *a, **k: (launched.append(a[0]), real(*a, **k)))
     with torch.no_grad():
         got = residual.residual_add(h, b, s, sb)
     assert launched and got.data_ptr() == h.data_ptr()
@@ -60,7 +66,7 @@ def test_the_reference_runs_where_the_kernel_cannot_and_bad_shapes_are_refused()
 
 
 @needs_triton
-def test_a_model_with_fused_residual_samples_the_same_eps(monkeypatch):
+def test_a_model_with_fused_residual_samples_the_same_eps(launched):
     """fused_residual: the ResBlocks' output convolutions and 1×1 skip convolutions without their
     biases, added by the kernel — the same ε in fp32 (other rounding only), the same parameters."""
     torch.set_num_threads(2)  # as on CI: oneDNN then returns the small convolutions' outputs NDHWC
@@ -74,9 +80,6 @@ def test_a_model_with_fused_residual_samples_the_same_eps(monkeypatch):
     assert fused.state_dict().keys() == ref.state_dict().keys()
     fused.load_state_dict(ref.state_dict())
     fused = fused.to(DEVICE, memory_format=NDHWC).eval()
-    launched = []
-    real = kernels._launch
-    monkeypatch.setattr(kernels, "_launch", lambda *a, **k: (launched.append(a[0]), real(*a, **k)))
     x = torch.randn(2, cfg.in_channels, 8, 8, 8, device=DEVICE).contiguous(memory_format=NDHWC)
     t = torch.tensor([3, 120], device=DEVICE)
     with torch.no_grad():

@@ -331,8 +331,8 @@ def test_the_eager_kernels_are_quoted_against_fasts_by_category(tmp_path):
         pd.DataFrame([{"category": c, "short_name": c, "ms_per_step": ms, "idle_ms_before": 0.1} for c, ms in rows]
                      ).to_csv(folder / f"denoise_kernels_{cfg}.csv", index=False)
     said = eager_kernels(tmp_path, "gpu")
-    assert said.startswith("17.50 ms of kernels a call under `fast-eager` as it was then (`fast-eager-unfused` since) "
-                           "against 13.00 ms under `fast`")
+    assert said.startswith("17.50 ms of kernels a call under `fast-eager` without its fused residual "
+                           "(`fast-eager-unfused`) against 13.00 ms under `fast`")
     assert said.endswith("elementwise 4.00 against 0.00 ms, Triton pointwise 0.00 against 1.50 ms, copy 1.50 against "
                          "0.00 ms, convolution/GEMM 12.00 against 11.50 ms")
     (folder / "denoise_kernels_fast.csv").unlink()

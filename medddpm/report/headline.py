@@ -8,6 +8,7 @@ import pandas as pd
 
 from . import paper, waiting
 from .few_step import fastest_passing
+from .present import gpu_name
 from ..diffusion.solvers import EQUIVALENT
 from .tables import SCOPES, bench, normalized_scopes
 from .waiting import rows as waiting_rows, wall
@@ -18,8 +19,6 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
     store holds: per result, one row per GPU with a measurement (ours), the result's scope, the
     paper's value where it states one (its H100) and the chapter, written on the result's first
     row only."""
-    from .present import gpu_name
-
     rows: list[dict] = []
 
     def add(result: str, scope: str, chapter: str, paper_value, per_gpu: dict) -> None:
@@ -123,8 +122,6 @@ def readme_lines(root: Path) -> list[str]:
     runs = waiting.limit_runs(root, gpus)
     clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
     if len(clock):
-        from .present import gpu_name
-
         shares = ", ".join(f"{100 * r.share:g} % on an {gpu_name(r.gpu).split()[0]}" for r in clock.itertuples())
         out.append(f"- `medddpm train --time-limit 300` on IXI 64³ (the command `prepare-ixi` prints, warm compile cache) "
                    f"spends {shares} of its time in steady steps — {ch('15', '15_time_to_result')}.")

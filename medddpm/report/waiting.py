@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -423,8 +424,8 @@ def eager_kernels(root: Path, gpu: str | None) -> str:
     by = pd.DataFrame({c: t.groupby("category")["ms_per_step"].sum() for c, t in k.items()}).fillna(0.0)
     by = by.assign(diff=by[SMALL_JOB] - by["fast"]).sort_values("diff", key=abs, ascending=False, kind="stable")
     parts = ", ".join(f"{cat} {r[SMALL_JOB]:.2f} against {r['fast']:.2f} ms" for cat, r in by.head(4).iterrows())
-    return (f"{k[SMALL_JOB]['ms_per_step'].sum():.2f} ms of kernels a call under `{SMALL_JOB}` as it was then "
-            f"(`{UNFUSED}` since) against "
+    return (f"{k[SMALL_JOB]['ms_per_step'].sum():.2f} ms of kernels a call under `{SMALL_JOB}` without its fused "
+            f"residual (`{UNFUSED}`) against "
             f"{k['fast']['ms_per_step'].sum():.2f} ms under `fast` (GPU idle {k[SMALL_JOB]['idle_ms_before'].sum():.2f} "
             f"and {k['fast']['idle_ms_before'].sum():.2f} ms); by category: {parts}")
 
@@ -571,6 +572,13 @@ def remembered_key(df: pd.DataFrame) -> str:
     return f"{gpu_name(w['gpu_slug'])}: {_one_mask(w, cold)}; {after_warmup(df)}"
 
 
+def per_gpu(root: Path, gpus: list[str], run: str, quote: Callable[[Path, str | None], str], also: str = "") -> str:
+    """``quote(root, gpu)`` for every GPU of the store holding the run folder ``run`` (and ``also``),
+    each after its name; where none does, ``quote(root, None)``, which names what is missing."""
+    have = [g for g in gpus if all((Path(root) / g / FOLDER / r).is_dir() for r in (run, also) if r)]
+    return "; ".join(f"{gpu_name(g)}: {quote(root, g)}" for g in have) or quote(root, None)
+
+
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """Chapter 15's facts (``tr_``), from the first GPU of the store that holds the measurement."""
     have = [g for g in gpus if (Path(root) / g / FOLDER / "time_to_result.csv").exists()]
@@ -585,20 +593,12 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f.update(train_facts(root, have[:1], df))
     f.update(limit_facts(root, gpus))
     f["tr_first_steps"] = first_steps(root, have[0] if have else None)
-    both = [g for g in gpus if (Path(root) / g / FOLDER / TRAIN_CLOCK).is_dir() and (Path(root) / g / FOLDER / EVAL_CUT).is_dir()]
-    f["tr_eval_cut"] = "; ".join(f"{gpu_name(g)}: {eval_cut(root, g)}" for g in both) or eval_cut(root, None)
+    f["tr_eval_cut"] = per_gpu(root, gpus, EVAL_CUT, eval_cut, also=TRAIN_CLOCK)
     f["tr_eager_kernels"] = eager_kernels(root, have[0] if have else None)
-    again = [g for g in gpus if (Path(root) / g / FOLDER / AFTER_CUT).is_dir()]
-    f["tr_after_cut"] = "; ".join(f"{gpu_name(g)}: {after_cut(root, g)}" for g in again) or after_cut(root, None)
-    fused = [g for g in gpus if (Path(root) / g / FOLDER / FUSED_RESIDUAL).is_dir()]
-    f["tr_fused_residual"] = "; ".join(f"{gpu_name(g)}: {fused_residual(root, g)}" for g in fused) or \
-        fused_residual(root, None)
-    pool = [g for g in gpus if (Path(root) / g / FOLDER / POOL_TRIED).is_dir()]
-    f["tr_pool_tried"] = "; ".join(f"{gpu_name(g)}: {cold_arms(root, g, POOL_TRIED)}" for g in pool) or \
-        cold_arms(root, None, POOL_TRIED)
-    keys = [g for g in gpus if (Path(root) / g / FOLDER / TRITON_KEYS).is_dir()]
-    f["tr_triton_keys"] = "; ".join(f"{gpu_name(g)}: {cold_arms(root, g, TRITON_KEYS)}" for g in keys) or \
-        cold_arms(root, None, TRITON_KEYS)
+    f["tr_after_cut"] = per_gpu(root, gpus, AFTER_CUT, after_cut)
+    f["tr_fused_residual"] = per_gpu(root, gpus, FUSED_RESIDUAL, fused_residual)
+    f["tr_pool_tried"] = per_gpu(root, gpus, POOL_TRIED, lambda r, g: cold_arms(r, g, POOL_TRIED))
+    f["tr_triton_keys"] = per_gpu(root, gpus, TRITON_KEYS, lambda r, g: cold_arms(r, g, TRITON_KEYS))
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
