@@ -147,16 +147,15 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # target: the chain's replay does. Every kernel of ten warm denoiser calls at 128³ under both
 # configurations, on one H100 (`eager-kernels-2026-11-27/`, `scripts/probes/eager_kernels.sh`):
 # {glue:text}`tr_eager_kernels`. Without Inductor, `fast-eager` runs the residual additions, the
-# skip concatenations and the other pointwise work as separate PyTorch kernels, which `fast` fuses
-# into a few Triton ones; the convolutions are nearly the same. Those kernels, twelve calls a volume,
-# are where an H100's 100-mask time goes (each GPU's 100-mask rows are quoted below).
+# skip concatenations and the other pointwise work as separate PyTorch kernels, which `fast` fuses into a few Triton
+# ones; the convolutions are nearly the same. Those kernels, twelve calls a volume, are the 100-mask time.
 #
 # **The residual additions fused.** `fast-eager` now writes each ResBlock's output with one Triton kernel
 # that adds the convolution's bias, the skip term and that term's bias in fp32 as it rewrites the
 # convolution's output (`fused_residual`, `medddpm/net/residual.py`); `fast-eager-unfused` is the same sampler
-# without it. Both, on each of two fresh H100s (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
-# by `scripts/probes/eager_ops.py`): {glue:text}`tr_fused_residual`. What still separates it from `fast` is
-# mostly the skip concatenation, which the Triton norm reads as one tensor.
+# without it. Both, on two fresh H100s and an H200 (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
+# by `scripts/probes/eager_ops.py`; that script then kept no bytecode, so each process's start was 3–4 s slower, both
+# arms alike): {glue:text}`tr_fused_residual`. What still separates it from `fast` is mostly the skip concatenation.
 #
 # `warmup`, then the first `sample` (stage B, call b): {glue:text}`tr_cut_afterwarmup`.
 #
@@ -169,9 +168,10 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # first came back in the start-up cut above, measured on the 12-call chain. Reading the masks through
 # lookup tables (`nifti.label_values`, `nifti.one_hot`) is kept.
 #
-# **Compile workers, tried.** Worker processes compiling a cold cache's kernels (Triton's front end holds
-# the GIL), alternated with the threads alone on one H100 (`process-pool-tried-2026-11-28/`): {glue:text}`tr_pool_tried`.
-# Each worker imports PyTorch and opens a CUDA context first, which costs more than the threads lose: removed.
+# **Compile workers, tried.** Worker processes compiling a cold cache's kernels (Triton's front end holds the GIL),
+# alternated with the threads alone on one H100 (`process-pool-tried-2026-11-28/`): {glue:text}`tr_pool_tried`. Each worker
+# imports PyTorch (that probe kept no bytecode, so each compiled torch's sources, widening the gap) and opens a CUDA
+# context first, which costs more than the threads lose: removed.
 #
 # **Fewer kernels compiled, kept.** The dry run tells launches apart as Triton does: an integer by whether it
 # is 1, a multiple of 16 and its type, not by its value (`kernels._int_key`). Cold, alternated on one H100
@@ -238,9 +238,9 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # command, are in the list at the top of this section. A cold run still spends most of a 300 s limit
 # compiling its first step.
 #
-# **Again on fresh machines.** The v-prediction default's rows and the 128³ training steps were run
-# once more after the start-up cut (`scripts/probes/default_rows.sh`, `after-cut-2026-11-27/` of each GPU) on
-# two fresh machines of 16 cores, an H100 and an H200; single rows are each machine's newest: {glue:text}`tr_after_cut`.
+# **Again on fresh machines.** The v-prediction default's rows and the 128³ training steps, after the start-up cut
+# (`scripts/probes/default_rows.sh`, `after-cut-2026-11-27/` of each GPU, fresh machines of 16 cores; single rows are each
+# machine's newest): {glue:text}`tr_after_cut`. With the fused residual (`default-rows-2026-11-28/`): {glue:text}`tr_default_rows_now`.
 
 # ## The same command, the same files
 #

@@ -392,6 +392,7 @@ def first_steps(root: Path, gpu: str | None, run: str = TRAIN_CLOCK) -> str:
 
 EVAL_CUT = "train-eval-cut-2026-11-27"  # TRAIN_CLOCK's warm 64³ run again, its held-out evaluations and checkpoints cut
 AFTER_CUT = "after-cut-2026-11-27"  # V_DEFAULT's rows and TRAIN_CLOCK's 128³ steps again, on a fresh machine after the cut
+DEFAULT_ROWS = "default-rows-2026-11-28"  # the same rows again with the fused residual, on a fresh machine of each GPU
 PHASE = re.compile(r"(held-out|checkpoints) ([0-9.]+) s \((\d+)\)")  # a phase of train's timing line: seconds (count)
 
 
@@ -450,7 +451,8 @@ def fused_residual(root: Path, gpu: str | None) -> str:
 def fused_machine(folder: Path) -> str | None:
     """One machine's rows: 100 masks by default (``SMALL_JOB``, fused) against ``UNFUSED``, wall and
     first-to-last-volume span; a denoiser call's kernels under each (``scripts/probes/eager_ops.py``'s
-    tables: kernel rows only, an aten op's row repeats its kernels' time); the default's 1-mask rows."""
+    tables: kernel rows only, an aten op's row repeats its kernels' time). Not its 1-mask rows: the probe
+    that timed them kept no bytecode, so every process compiled torch's sources (3–4 s more a process)."""
     ops = {c: folder / f"ops_{c}.csv" for c in (SMALL_JOB, UNFUSED)}
     if not (folder / "time_to_result.csv").is_file() or not all(f.is_file() for f in ops.values()):
         return None
@@ -464,15 +466,12 @@ def fused_machine(folder: Path) -> str | None:
     def ms(c: str, op: str | None = None) -> float:
         d = t[c]
         return d[d["op"] == op]["ms_per_step"].sum() if op else d[~d["op"].str.startswith("aten::")]["ms_per_step"].sum()
-    one = raw[(raw["volumes"] == 1) & (raw["config"] == "default")]
-    warm, cold = one[one["cache"] == "warm"]["wall_s"], one[one["cache"] == "cold"]["wall_s"]
     return (f"100 masks by default, warm: {walls[SMALL_JOB]} s against {walls[UNFUSED]} s under `{UNFUSED}` on the "
             f"same machine ({spans[SMALL_JOB]} against {spans[UNFUSED]} s from the first volume to the last); a denoiser "
             f"call's kernels {ms(SMALL_JOB):.2f} against {ms(UNFUSED):.2f} ms, of them the bias adds "
             f"{ms(SMALL_JOB, BIAS_ADD):.2f} against {ms(UNFUSED, BIAS_ADD):.2f} ms, the residual adds "
             f"{ms(SMALL_JOB, RESIDUAL_ADD):.2f} against {ms(UNFUSED, RESIDUAL_ADD):.2f} ms and the new kernel "
-            f"{ms(SMALL_JOB, '_residual_kernel'):.2f} ms; 1 mask by default on that machine {cold.min():.1f} s cold "
-            f"(its first process), warm {warm.min():.1f} to {warm.max():.1f} s")
+            f"{ms(SMALL_JOB, '_residual_kernel'):.2f} ms")
 
 
 def cold_arms(root: Path, gpu: str | None, run: str) -> str:
@@ -488,12 +487,13 @@ def cold_arms(root: Path, gpu: str | None, run: str) -> str:
                      for arm, g in raw.groupby("arm", sort=False))
 
 
-def after_cut(root: Path, gpu: str | None) -> str:
-    """``AFTER_CUT``'s rows on ``gpu``: the v-prediction default's (``v_default``), every warm 1-mask run
-    of it against its target, and `train`'s first 100 steps at 128³ (``first_steps``)."""
-    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{AFTER_CUT}/time_to_result")
+def after_cut(root: Path, gpu: str | None, run: str = AFTER_CUT) -> str:
+    """``run``'s rows on ``gpu`` (``scripts/probes/default_rows.sh``'s: ``AFTER_CUT``, ``DEFAULT_ROWS``): the
+    v-prediction default's (``v_default``), every warm 1-mask run of it against its target, and `train`'s
+    first 100 steps at 128³ (``first_steps``)."""
+    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
     if raw.empty:
-        return missing(f"rows of the default after the start-up cut ({AFTER_CUT})")
+        return missing(f"rows of the v-prediction default and of train's first steps ({run})")
     warm = raw[raw["command"].str.startswith("sample ") & (raw["volumes"] == 1) & (raw["cache"] == "warm")
                & ~raw["command"].str.contains("--sampler")]["wall_s"]
     target = CHAIN_TARGETS[(1, "warm")]
@@ -501,7 +501,7 @@ def after_cut(root: Path, gpu: str | None) -> str:
               f"{warm.median():.1f} s ({(warm <= target).sum()} within {target:g} s)" if len(warm) > 1 else "")
     again = tidy(raw)
     return (f"{v_default(again[again['what'] != 'train'])}{spread}; `train`'s first 100 steps at 128³: "
-            f"{first_steps(root, gpu, AFTER_CUT)}")
+            f"{first_steps(root, gpu, run)}")
 
 
 def limit_facts(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -596,6 +596,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_eval_cut"] = per_gpu(root, gpus, EVAL_CUT, eval_cut, also=TRAIN_CLOCK)
     f["tr_eager_kernels"] = eager_kernels(root, have[0] if have else None)
     f["tr_after_cut"] = per_gpu(root, gpus, AFTER_CUT, after_cut)
+    f["tr_default_rows_now"] = per_gpu(root, gpus, DEFAULT_ROWS, lambda r, g: after_cut(r, g, DEFAULT_ROWS))
     f["tr_fused_residual"] = per_gpu(root, gpus, FUSED_RESIDUAL, fused_residual)
     f["tr_pool_tried"] = per_gpu(root, gpus, POOL_TRIED, lambda r, g: cold_arms(r, g, POOL_TRIED))
     f["tr_triton_keys"] = per_gpu(root, gpus, TRITON_KEYS, lambda r, g: cold_arms(r, g, TRITON_KEYS))

@@ -5,8 +5,6 @@
 # `train --config fast --steps 100` at 128³, cold and warm.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX=/tmp/w/pycache
 R=$PWD; W=/tmp/w; O=$OUT; rm -rf $W; mkdir -p $W $O
 END=${END:-570}
 left() { [ $((END - SECONDS)) -gt "$1" ]; }

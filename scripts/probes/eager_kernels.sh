@@ -4,6 +4,7 @@
 # kernel of 10 warm DDPM steps at 128³ (seeded weights, torch.profiler; sample_bench.denoise_kernels), per configuration.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/w/pycache
+unset PYTHONDONTWRITEBYTECODE  # the image ships no .pyc: keep bytecode in the prefix
 R=$PWD; O=$OUT; mkdir -p /tmp/w $O
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$R:/tmp/site MEDDDPM_CACHE=/tmp/w/cache TORCHINDUCTOR_CACHE_DIR=/tmp/w/cache/inductor TRITON_CACHE_DIR=/tmp/w/cache/triton

@@ -4,7 +4,7 @@
 # the default's 1-mask rows cold and warm, 8 and 100 masks warm, 100 masks unfused on the same machine, and which ops
 # launch the denoiser's kernels under each (scripts/probes/eager_ops.py).
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/w/pycache
+export PYTHONUNBUFFERED=1
 R=$PWD; W=/tmp/w; O=$OUT; rm -rf $W; mkdir -p $W $O
 source $R/scripts/probes/prepare128.sh
 k=0

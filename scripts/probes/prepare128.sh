@@ -1,6 +1,10 @@
 # Sourced by the time-to-result probes (default_rows.sh, fused_residual.sh) on the device machine, from the repository
 # root with R, W (work folder) and O ($OUT) set: the carried nibabel wheel on PYTHONPATH, the machine in $O/env.txt,
 # bytecode compiled once, then in $W four 128³ phantoms, a 2-step bf16 checkpoint and folders of 1, 8 and 100 masks.
+# The device image sets PYTHONDONTWRITEBYTECODE and ships no .pyc: without bytecode kept in a prefix every process
+# compiles torch's sources anew (3–4 s of each timed process; scripts/time_to_result.sh says the same).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=$W/pycache
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
 export PYTHONPATH=$R:/tmp/site
 { nvidia-smi -L; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

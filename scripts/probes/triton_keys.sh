@@ -4,7 +4,7 @@
 # (empty compile caches each), precompile's launches deduplicated by exact integer values (old) against what Triton
 # specializes integers on (new, kernels._int_key), alternated after one discarded cold run that warms the OS's caches.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/w/pycache
+export PYTHONUNBUFFERED=1
 R=$PWD; W=/tmp/w; O=$OUT; rm -rf $W; mkdir -p $W $O
 source $R/scripts/probes/prepare128.sh
 k=0
