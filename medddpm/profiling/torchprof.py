@@ -4,14 +4,14 @@ window (``--launch-skip 10 --launch-count 100`` from process start, §3.2) cover
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
-from torch.profiler import ProfilerActivity, profile
 
 from ..core.config import Knobs, ModelConfig
-from .workload import Workload
+
+if TYPE_CHECKING:  # the tables below are read by the book's chapters, which need not import torch
+    import torch
 
 PAPER_SKIP, PAPER_COUNT = 10, 100  # paper §3.2: --launch-skip 10 --launch-count 100
 # A GPU-side user annotation such as "Optimizer.step#Adam.step" (PyTorch's optimizers wrap their
@@ -30,6 +30,8 @@ def kernels_only(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kernels(prof) -> pd.DataFrame:
+    import torch
+
     rows = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA and not ev.name.startswith(("Memcpy", "Memset")):
@@ -43,6 +45,11 @@ def step_kernels(cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], dev
                  warmup: int = 2) -> dict[str, Any]:
     """Kernels of the process's first step (launch order from process start, as ncu counts them)
     and of one steady-state step after ``warmup`` more steps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .workload import Workload
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as first:
         work = Workload(cfg, knobs, size, device)
         work.step()
