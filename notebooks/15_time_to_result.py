@@ -103,13 +103,10 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # counted on the command's own clock, which starts once the imports are done (`ready`,
 # `first volume`, `last volume`, `written`): {glue:text}`tr_phases`.
 #
-# Outside the command's clock lie Python's start, PyTorch's import, the exit and, on several ranks,
-# torchrun's launcher. The first volume carries Triton's cached kernels loaded and the CUDA graphs captured;
-# `ready` holds every mask read and checked, so a bad mask stops the run before any file is written.
-#
-# The line now counts from the process's start (Linux's `/proc`) and adds `imports`, `kernels` (the first
-# shape's Triton kernels compiled or loaded, launchers built) and `captured` (the first CUDA graph captured,
-# where one is): a row splits its whole wall time, the exit included.
+# Outside the command's clock lie Python's start, PyTorch's import, the exit and, on several ranks, torchrun's
+# launcher; `ready` holds every mask read and checked, so a bad mask stops the run before any file is written.
+# The line now counts from the process's start (Linux's `/proc`) and adds `imports`, `kernels` (the first shape's
+# Triton kernels compiled or loaded) and `captured` (the first CUDA graph): a row splits its whole wall time.
 #
 # ## The start-up cut
 #
@@ -156,6 +153,9 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # without it. Both, on two fresh H100s and an H200 (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
 # by `scripts/probes/eager_ops.py`; that script then kept no bytecode, so each process's start was 3–4 s slower, both
 # arms alike): {glue:text}`tr_fused_residual`. What still separates it from `fast` is mostly the skip concatenation.
+#
+# **Between volumes.** `sample` now queues each volume before it reads the one before back (a CUDA stream of its own),
+# and reads masks as int8. Against the code before, alternated on a fresh H100 (`sample-overlap-2026-11-28/`): {glue:text}`tr_overlap`.
 #
 # `warmup`, then the first `sample` (stage B, call b): {glue:text}`tr_cut_afterwarmup`.
 #

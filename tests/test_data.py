@@ -101,6 +101,21 @@ def test_label_values_and_one_hot_agree_with_sorting_and_isin(low, high):
         want = np.stack([np.isin(arr, g) for g in groups]).astype(np.float32) * 2 - 1
         got = one_hot(arr, groups)
         assert got.dtype == np.float32 and got.shape == want.shape and np.array_equal(got, want)
+        small = one_hot(arr, groups, np.int8)  # what `sample` reads its masks as
+        assert small.dtype == np.int8 and np.array_equal(small, want)
+
+
+@pytest.mark.parametrize("stored, read", [(np.uint8, np.uint8), (np.int16, np.int16), (np.uint16, np.int64),
+                                          (np.float32, np.int64)])
+def test_labels_keep_their_stored_integer_type_where_torch_has_it(tmp_path, stored, read):
+    """A uint8 mask is copied and indexed as uint8, not widened to int64; a type torch lacks
+    (uint16) or a float map of integers becomes int64. The values and the one-hot are the same."""
+    lab = np.zeros((6, 5, 4), stored)
+    lab[1:4, 1:4, 1:3] = 1
+    lab[2, 2, 1] = 2
+    got = read_labels(_save(tmp_path / "m.nii.gz", lab), MASK_LABELS["whole-head"])
+    assert got.dtype == read and got.flags.c_contiguous and np.array_equal(got, lab.astype(np.int64))
+    assert np.array_equal(one_hot(got, MASK_LABELS["whole-head"]), one_hot(lab.astype(np.int64), MASK_LABELS["whole-head"]))
 
 
 def test_masks_come_from_dataobj_not_scaled_floats(tmp_path):

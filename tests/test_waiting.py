@@ -354,7 +354,7 @@ def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine
     residual adds and the new kernel, not the 1-mask rows; nothing without the op tables. The pool rows by their arm."""
     import pandas as pd
 
-    from medddpm.report.waiting import FOLDER, FUSED_RESIDUAL, POOL_TRIED, cold_arms, fused_residual
+    from medddpm.report.waiting import FOLDER, FUSED_RESIDUAL, OVERLAP, POOL_TRIED, cold_arms, fused_residual, warm_arms
 
     folder = tmp_path / "gpu" / FOLDER / FUSED_RESIDUAL
     folder.mkdir(parents=True)
@@ -393,3 +393,13 @@ def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine
     pd.DataFrame({"row": [1, 2, 3], "arm": ["workers", "threads", "workers"]}).to_csv(pool / "arms.csv", index=False)
     assert cold_arms(tmp_path, "gpu", POOL_TRIED) == ("workers: 22.0, 20.0 s (Triton's kernels ready 19.0, 17.0 s after "
                                                       "`ready`); threads: 15.0 s (Triton's kernels ready 12.0 s after `ready`)")
+    overlap = tmp_path / "gpu" / FOLDER / OVERLAP  # warm 100-mask rows by arm, and the arms' files compared
+    overlap.mkdir(parents=True)
+    _timed_rows([("default", 1, "cold", 12.0, 11.0, 11.5, 11.5), ("default", 100, "warm", 29.0, 3.0, 5.0, 28.5),
+                 ("default", 100, "warm", 31.0, 3.0, 4.5, 30.5)]).to_csv(overlap / "time_to_result.csv", index=False)
+    pd.DataFrame({"row": [1, 2, 3], "arm": ["new", "new", "old"]}).to_csv(overlap / "arms.csv", index=False)
+    assert warm_arms(tmp_path, "gpu", OVERLAP).startswith("—")  # the files not compared: named as missing
+    (overlap / "same_files.txt").write_text("new-h1 against old-h1: 100 of 100 files identical\ndistinct files: 100\n")
+    assert warm_arms(tmp_path, "gpu", OVERLAP) == (
+        "new: 29.0 s (23.5 s from the first volume to the last); old: 31.0 s (26.0 s from the first volume to the "
+        "last); new-h1 against old-h1: 100 of 100 files identical; distinct files: 100")

@@ -176,6 +176,9 @@ def percentile_range(arr: np.ndarray, name: str, percentiles: tuple[float, float
     return np.clip((arr - lo) / (hi - lo) * 2 - 1, -1, 1).astype(np.float32)
 
 
+LABEL_DTYPES = (np.uint8, np.int8, np.int16, np.int32, np.int64)  # stored label types read as they are (native order)
+
+
 def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], label_map: LabelMap | None = None) -> np.ndarray:
     """Canonical integer label map (I, J, K) read from ``dataobj``, as the preset's label values
     (``labels``): mapped by ``label_map`` (a parsed ``--mask-labels``) where given; a value the
@@ -192,7 +195,9 @@ def read_labels(path: Path, labels: tuple[tuple[int, ...], ...], label_map: Labe
     if not np.issubdtype(raw.dtype, np.integer):
         if not np.isfinite(raw).all() or np.any(raw != np.round(raw)):
             raise InputError(f"{path.name}: label map has non-integer values")
-    lab = np.ascontiguousarray(raw, dtype=np.int64)  # canonical() views the file's array transposed: one copy
+    # canonical() views the file's array transposed: one copy, in the stored integer type where torch has it (a uint8
+    # mask stays uint8: an eighth of int64's bytes to copy and index), else int64
+    lab = np.ascontiguousarray(raw, dtype=raw.dtype if raw.dtype in LABEL_DTYPES else np.int64)
     if label_map is not None:
         return label_map.apply(lab, path.name)
     known = {0, *(v for group in labels for v in group)}
@@ -218,18 +223,21 @@ def label_values(labels: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.bincount(labels.ravel())) if _small(labels) else np.unique(labels)
 
 
-def one_hot(labels: np.ndarray, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
-    """(I, J, K) integer labels → (len(groups), I, J, K) float32 in {-1, 1}: 1 where a voxel's label
-    is in the group. Small non-negative labels index a table of each group's ±1 (``np.take``);
-    others go through ``np.isin``. ``load_mask_tensor`` of a 128³ phantom mask: 0.10 s with
-    ``np.unique`` and ``np.isin``, 0.02 s with the tables (one core of a 2-core CPU), for each of the
-    masks a ``sample`` reads before its first volume."""
+def one_hot(labels: np.ndarray, groups: tuple[tuple[int, ...], ...], dtype: type = np.float32) -> np.ndarray:
+    """(I, J, K) integer labels → (len(groups), I, J, K) of ``dtype`` in {-1, 1}: 1 where a voxel's
+    label is in the group. Small non-negative labels index a table of each group's ±1 (``np.take``,
+    straight into the output); others go through ``np.isin``. ``load_mask_tensor`` of a 128³ phantom
+    mask: 0.10 s with ``np.unique`` and ``np.isin``, 0.02 s with the tables (one core of a 2-core CPU),
+    for each of the masks a ``sample`` reads before its first volume (which asks for int8)."""
     if not _small(labels):
-        return np.stack([np.isin(labels, g) for g in groups]).astype(np.float32) * 2 - 1
-    table = np.full((len(groups), int(labels.max()) + 1), -1.0, np.float32)
+        return np.stack([np.isin(labels, g) for g in groups]).astype(dtype) * 2 - 1
+    table = np.full((len(groups), int(labels.max()) + 1), -1, dtype)
     for row, group in zip(table, groups):
-        row[[v for v in group if 0 <= v < table.shape[1]]] = 1.0
-    return np.stack([np.take(row, labels) for row in table])
+        row[[v for v in group if 0 <= v < table.shape[1]]] = 1
+    out = np.empty((len(groups), *labels.shape), dtype)
+    for row, channel in zip(table, out):
+        np.take(row, labels, out=channel)
+    return out
 
 
 def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor:
@@ -240,12 +248,14 @@ def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor
     return F.interpolate(volume[None].float(), size=tuple(size), mode=mode, **kwargs)[0].to(volume.dtype)
 
 
-def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None, mask_labels: str = "") -> torch.Tensor:
+def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None, mask_labels: str = "",
+                     dtype: type = np.float32) -> torch.Tensor:
+    """A mask file as the model's ±1 channels (``one_hot``) of ``dtype``, resized to ``size`` (nearest)."""
     label_map = parse(mask_labels, preset) if mask_labels else None
     labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset], label_map))[None]
     if size is not None:
         labels = resize(labels, size, "nearest")
-    return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset]))
+    return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset], dtype))
 
 
 # Largest difference between an image's and its mask's affine entries (mm, or mm per voxel) that

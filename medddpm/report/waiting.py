@@ -434,6 +434,7 @@ def eager_kernels(root: Path, gpu: str | None) -> str:
 FUSED_RESIDUAL = "fused-residual-2026-11-28"  # fast-eager with fused_residual against fast-eager-unfused, one machine
 POOL_TRIED = "process-pool-tried-2026-11-28"  # cold 1-mask runs: Triton's kernels compiled by worker processes or threads
 TRITON_KEYS = "triton-keys-2026-11-28"  # cold 1-mask runs: precompile's launches by exact integers or Triton's integer keys
+OVERLAP = "sample-overlap-2026-11-28"  # 100 masks warm: int8 masks and read-backs beside the sampling (new) against before
 UNFUSED = "fast-eager-unfused"  # SMALL_JOB before fused_residual (until 2026-11-28)
 BIAS_ADD, RESIDUAL_ADD = "aten::add_", "aten::add"  # PyTorch's bias add after cuDNN's convolution; the residual add
 
@@ -485,6 +486,22 @@ def cold_arms(root: Path, gpu: str | None, run: str) -> str:
     return "; ".join(f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s (Triton's kernels ready "
                      f"{', '.join(f'{k:.1f}' for k in g['compile'])} s after `ready`)"
                      for arm, g in raw.groupby("arm", sort=False))
+
+
+def warm_arms(root: Path, gpu: str | None, run: str) -> str:
+    """A run folder's warm 100-mask rows on ``gpu`` by arm (``arms.csv``, as ``cold_arms``): each arm's
+    wall times and first-to-last-volume spans, and its ``same_files.txt`` (the arms' files compared)."""
+    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
+    folder = Path(root) / (gpu or "") / FOLDER / run
+    if raw.empty or not (folder / "arms.csv").is_file() or not (folder / "same_files.txt").is_file():
+        return missing(f"warm rows of each arm and their files compared ({run}: time_to_result.csv, arms.csv, "
+                       "same_files.txt)")
+    raw = raw.assign(arm=pd.read_csv(folder / "arms.csv")["arm"].to_numpy()[:len(raw)])
+    hundred = raw[(raw["volumes"] == 100) & (raw["cache"] == "warm")]
+    said = [f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s ("
+            f"{', '.join(f'{v:.1f}' for v in g['last_volume_s'] - g['first_volume_s'])} s from the first volume to the last)"
+            for arm, g in hundred.groupby("arm", sort=False)]
+    return "; ".join(said + (folder / "same_files.txt").read_text().strip().splitlines())
 
 
 def after_cut(root: Path, gpu: str | None, run: str = AFTER_CUT) -> str:
@@ -600,6 +617,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_fused_residual"] = per_gpu(root, gpus, FUSED_RESIDUAL, fused_residual)
     f["tr_pool_tried"] = per_gpu(root, gpus, POOL_TRIED, lambda r, g: cold_arms(r, g, POOL_TRIED))
     f["tr_triton_keys"] = per_gpu(root, gpus, TRITON_KEYS, lambda r, g: cold_arms(r, g, TRITON_KEYS))
+    f["tr_overlap"] = per_gpu(root, gpus, OVERLAP, lambda r, g: warm_arms(r, g, OVERLAP))
     f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
     f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
     f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))

@@ -114,6 +114,7 @@ class Sampler:
         if self.cache_key is not None:
             cache.load(self.cache_key)  # before anything compiles
         self._shapes: set[int] = set()  # batch sizes sampled: a new one compiles, then the cache is saved
+        self._copies = torch.cuda.Stream(device) if device.type == "cuda" else None  # read-backs beside the sampling
         _, self.diffusion, self.knobs = inference(self.model_cfg, sampling_config(config), device, self.diff_cfg,
                                                   ckpt[weights])
 
@@ -148,25 +149,51 @@ class Sampler:
                 eta: float | None = None, seed: int = 0, batch: int = 1, clip: bool = True,
                 spacing: str | None = None, progress: bool = False) -> Iterator[tuple[int, np.ndarray]]:
         """(job index, (C, I, J, K) volume in the model's space) for jobs ``mine``, ``batch`` at a
-        time, each from its own generator (``mask_seed``); ``sampler`` None: the checkpoint's own (``choose``)."""
+        time, each from its own generator (``mask_seed``); ``sampler`` None: the checkpoint's own (``choose``).
+        On a GPU each batch is queued before the one before it is read back (``_read_back``), so the GPU
+        does not wait between volumes for a copy, the host or the next batch's inputs."""
         from tqdm.auto import tqdm
 
         _, sampler, steps, spacing, eta = self.choose(sampler, steps, spacing, eta)
         check_options(sampler, steps, spacing, self.config, "ema", batch, eta, self.diff_cfg.timesteps)
         n_steps = denoiser_calls(sampler, steps, self.diff_cfg.timesteps)
         with tqdm(total=len(mine) * n_steps, disable=not progress, desc="sample", unit="step") as bar:
+            queued = None  # (a batch's indices, its samples on the device, the event after their last kernel)
             for start in range(0, len(mine), batch):
                 chunk = mine[start:start + batch]
                 gens = [torch.Generator(self.device).manual_seed(mask_seed(seed, jobs[i].name)) for i in chunk]
-                cond = torch.stack([jobs[i].cond for i in chunk]).to(self.device).float()  # int8 ±1: exact
+                cond = torch.stack([jobs[i].cond for i in chunk])  # int8 ±1: exact
+                if self.device.type == "cuda":  # pinned, so the copy need not wait for the batch still sampling
+                    cond = cond.pin_memory()
+                cond = cond.to(self.device, non_blocking=True).float()
                 with torch.inference_mode(), autocast(self.knobs, self.device):
                     x = self.diffusion.sample(cond, self.model_cfg.out_channels, sampler, steps, eta, gens, clip,
                                               on_step=lambda: bar.update(len(chunk)), spacing=spacing)
-                x = x.float().cpu().numpy()
-                if self.cache_key is not None and len(chunk) not in self._shapes:
-                    self._shapes.add(len(chunk))
-                    cache.save(self.cache_key)  # this shape's compiled work, for the next process
-                yield from ((i, x[j]) for j, i in enumerate(chunk))
+                done = torch.cuda.Event() if self.device.type == "cuda" else None
+                if done is not None:
+                    done.record()
+                if queued is not None:
+                    yield from self._read_back(*queued)
+                queued = (chunk, x, done)
+            if queued is not None:
+                yield from self._read_back(*queued)
+
+    def _read_back(self, chunk: list[int], x: torch.Tensor, done: torch.cuda.Event | None
+                   ) -> Iterator[tuple[int, np.ndarray]]:
+        """A batch's samples on the host, once ``done`` (on a GPU: copied on a stream of its own into
+        pinned memory while the next batch samples); a compiled shape's first batch saves the cache."""
+        if done is None:
+            host = x.float().cpu()
+        else:
+            with torch.cuda.stream(self._copies):
+                self._copies.wait_event(done)
+                host = x.to("cpu", torch.float32, non_blocking=True)
+            self._copies.synchronize()
+        if self.cache_key is not None and len(chunk) not in self._shapes:
+            self._shapes.add(len(chunk))
+            cache.save(self.cache_key)  # this shape's compiled work, for the next process
+        volumes = host.numpy()
+        yield from ((i, volumes[j]) for j, i in enumerate(chunk))
 
     def write_jobs(self, jobs: list[Job], mine: list[int], sampler: str | None, steps: int | None, eta: float | None, seed: int,
                    batch: int, clip: bool, spacing: str | None, progress: bool = False,
@@ -289,8 +316,8 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
         files = [Path(masks)] if Path(masks).is_file() else list_nifti(masks, "masks")
         read = world.share(len(files))
         with ThreadPoolExecutor(IO_THREADS) as pool:  # the first bad mask (in order) raises
-            conds = dict(zip(read, pool.map(lambda k: load_mask_tensor(files[k], model, size, mask_labels)
-                                            .to(torch.int8), read)))
+            conds = dict(zip(read, pool.map(lambda k: load_mask_tensor(files[k], model, size, mask_labels, np.int8),
+                                            read)))
         jobs = [Job(strip_nifti_suffix(f.name), conds.get(k), (out or Path(".")) / f"{strip_nifti_suffix(f.name)}.nii.gz",
                     lambda volume, target, f=f: write_like_mask(volume, f, target), f) for k, f in enumerate(files)]
     if batch > len(jobs):
