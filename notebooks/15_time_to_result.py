@@ -155,7 +155,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # arms alike): {glue:text}`tr_fused_residual`. What still separates it from `fast` is mostly the skip concatenation.
 #
 # **Between volumes.** `sample` now queues each volume before it reads the one before back (a CUDA stream of its own),
-# and reads masks as int8. Against the code before, alternated on a fresh H100 (`sample-overlap-2026-11-28/`): {glue:text}`tr_overlap`.
+# and reads masks as int8. Against the code before, alternated on two fresh H100s (`sample-overlap-2026-11-28/`): {glue:text}`tr_overlap`.
 #
 # `warmup`, then the first `sample` (stage B, call b): {glue:text}`tr_cut_afterwarmup`.
 #

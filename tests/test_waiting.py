@@ -403,3 +403,10 @@ def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine
     assert warm_arms(tmp_path, "gpu", OVERLAP) == (
         "new: 29.0 s (23.5 s from the first volume to the last); old: 31.0 s (26.0 s from the first volume to the "
         "last); new-h1 against old-h1: 100 of 100 files identical; distinct files: 100")
+    (overlap / "machine-2").mkdir()  # a second machine follows the first
+    for f in overlap.glob("*.*"):
+        (overlap / "machine-2" / f.name).write_text(f.read_text())
+    assert warm_arms(tmp_path, "gpu", OVERLAP).endswith("; again on another machine of the same kind: new: 29.0 s (23.5 s "
+                                                        "from the first volume to the last); old: 31.0 s (26.0 s from the "
+                                                        "first volume to the last); new-h1 against old-h1: 100 of 100 "
+                                                        "files identical; distinct files: 100")

@@ -489,13 +489,22 @@ def cold_arms(root: Path, gpu: str | None, run: str) -> str:
 
 
 def warm_arms(root: Path, gpu: str | None, run: str) -> str:
-    """A run folder's warm 100-mask rows on ``gpu`` by arm (``arms.csv``, as ``cold_arms``): each arm's
-    wall times and first-to-last-volume spans, and its ``same_files.txt`` (the arms' files compared)."""
-    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
+    """A run folder's warm 100-mask rows on ``gpu`` by arm (``arms.csv``, as ``cold_arms``), per machine (the
+    folder, then each ``machine-*`` in it): each arm's wall times and first-to-last-volume spans, and the
+    machine's ``same_files.txt`` (the arms' files compared)."""
     folder = Path(root) / (gpu or "") / FOLDER / run
-    if raw.empty or not (folder / "arms.csv").is_file() or not (folder / "same_files.txt").is_file():
+    said = [_warm_machine(f) for f in [folder, *sorted(folder.glob("machine-*"))]] if gpu else [None]
+    if None in said:
         return missing(f"warm rows of each arm and their files compared ({run}: time_to_result.csv, arms.csv, "
                        "same_files.txt)")
+    return said[0] + "".join(f"; again on another machine of the same kind: {s}" for s in said[1:])
+
+
+def _warm_machine(folder: Path) -> str | None:
+    """One machine's part of ``warm_arms``; None where a file is missing."""
+    if not all((folder / f).is_file() for f in ("time_to_result.csv", "arms.csv", "same_files.txt")):
+        return None
+    raw = pd.read_csv(folder / "time_to_result.csv")
     raw = raw.assign(arm=pd.read_csv(folder / "arms.csv")["arm"].to_numpy()[:len(raw)])
     hundred = raw[(raw["volumes"] == 100) & (raw["cache"] == "warm")]
     said = [f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s ("
