@@ -157,8 +157,12 @@ def test_resume_with_the_same_ranks_is_exact_and_another_world_is_refused(phanto
     assert p.returncode == 2 and "trained with 2" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
-def test_bad_input_stops_every_rank_with_one_line(phantoms, tmp_path):
+def test_bad_input_stops_every_rank_with_one_line(phantoms, tmp_path, capsys):
+    """A bad mask found by the ranks: one line, exit 2, no checkpoint. Launch options refused before
+    anything starts (in this process: no rank would run)."""
     import shutil
+
+    from medddpm.cli import main
 
     data = tmp_path / "data"
     shutil.copytree(phantoms, data)
@@ -168,14 +172,15 @@ def test_bad_input_stops_every_rank_with_one_line(phantoms, tmp_path):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "phantom_002" in lines[0], p.stderr
     assert not (tmp_path / "r" / CHECKPOINT).exists()
-    p = medddpm("train", "--images", data / "images", "--masks", data / "masks", "--model", "tiny", "--steps", "1",
-                "--out", tmp_path / "r", "--nproc", "0", check=False)
-    assert p.returncode == 2 and "--nproc must be >= 1" in p.stderr
-    for extra, says in ((["--nnodes", "2"], "give --nproc"), (["--nproc", "1", "--nnodes", "2"], "go together"),
+    capsys.readouterr()
+    for extra, says in ((["--nproc", "0"], "--nproc must be >= 1"), (["--nnodes", "2"], "give --nproc"),
+                        (["--nproc", "1", "--nnodes", "2"], "go together"),
                         (["--nproc", "1", "--nnodes", "0", "--rdzv-endpoint", "h:1"], "--nnodes must be >= 1")):
-        p = medddpm("train", "--images", data / "images", "--masks", data / "masks", "--model", "tiny", "--steps", "1",
-                    "--out", tmp_path / "r", *extra, check=False)
-        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        code = main(["train", "--images", str(data / "images"), "--masks", str(data / "masks"), "--model", "tiny",
+                     "--steps", "1", "--out", str(tmp_path / "r"), *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r" / CHECKPOINT).exists()
 
 
 def test_sampling_is_sharded_and_writes_the_files_of_one_process(phantoms, runs, tmp_path):
