@@ -187,10 +187,10 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # {glue:text}`tr_small_kernels` in a cold 1-mask run. Compiled one by one at their first launch, they made
 # the cold start long; `kernels.precompile` now records every launch of a new shape in a dry run and compiles
 # them all at once in threads. The same command before that, and without the Triton kernels at all
-# (`small-job-2026-11-26/`):
-# {glue:text}`tr_small_before`.
+# (`small-job-2026-11-26/`): {glue:text}`tr_small_before`.
 #
-# Against the targets set for this work: {glue:text}`tr_targets`.
+# The first targets, against this chapter's first rows (an ε checkpoint, 2026-11-26): {glue:text}`tr_targets`. The
+# newest rows meet or miss today's targets in the quotes of the run folders above and below.
 #
 # ## Where the one-mask seconds go
 #
