@@ -439,14 +439,26 @@ UNFUSED = "fast-eager-unfused"  # SMALL_JOB before fused_residual (until 2026-11
 BIAS_ADD, RESIDUAL_ADD = "aten::add_", "aten::add"  # PyTorch's bias add after cuDNN's convolution; the residual add
 
 
-def fused_residual(root: Path, gpu: str | None) -> str:
-    """``FUSED_RESIDUAL``'s rows on ``gpu``, per machine (the folder itself, then each ``machine-*`` in
-    it; ``fused_machine``); an absent folder or table is named."""
-    folder = Path(root) / (gpu or "") / FOLDER / FUSED_RESIDUAL
-    said = [fused_machine(f) for f in [folder, *sorted(folder.glob("machine-*"))]] if gpu else [None]
+def per_machine(root: Path, gpu: str | None, run: str, quote: Callable[[Path], str | None], what: str) -> str:
+    """``quote(folder)`` for the run folder ``run`` on ``gpu`` and each ``machine-*`` in it (the same
+    script on another machine of that kind); where one returns None (a file missing), ``what`` is
+    named as missing."""
+    folder = Path(root) / (gpu or "") / FOLDER / run
+    said = [quote(f) for f in [folder, *sorted(folder.glob("machine-*"))]] if gpu else [None]
     if None in said:
-        return missing(f"rows and op tables of {SMALL_JOB} with and without its fused residual ({FUSED_RESIDUAL})")
+        return missing(f"{what} in {run}/")
     return said[0] + "".join(f"; again on another machine of the same kind: {s}" for s in said[1:])
+
+
+def with_arms(raw: pd.DataFrame, arms: Path) -> pd.DataFrame:
+    """A run folder's rows with the ``arm`` its ``arms.csv`` gives each (row, arm, in the rows' order)."""
+    return raw.assign(arm=pd.read_csv(arms)["arm"].to_numpy()[:len(raw)])
+
+
+def fused_residual(root: Path, gpu: str | None) -> str:
+    """``FUSED_RESIDUAL``'s rows on ``gpu``, per machine (``per_machine``, ``fused_machine``)."""
+    return per_machine(root, gpu, FUSED_RESIDUAL, fused_machine,
+                       f"rows and op tables of {SMALL_JOB} with and without its fused residual")
 
 
 def fused_machine(folder: Path) -> str | None:
@@ -482,30 +494,25 @@ def cold_arms(root: Path, gpu: str | None, run: str) -> str:
     arms = Path(root) / (gpu or "") / FOLDER / run / "arms.csv"
     if raw.empty or not arms.is_file():
         return missing(f"cold rows of each arm ({run}: time_to_result.csv, arms.csv)")
-    raw = raw.assign(arm=pd.read_csv(arms)["arm"].to_numpy()[:len(raw)], compile=raw["kernels_s"] - raw["ready_s"])
+    raw = with_arms(raw, arms).assign(compile=raw["kernels_s"] - raw["ready_s"])
     return "; ".join(f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s (Triton's kernels ready "
                      f"{', '.join(f'{k:.1f}' for k in g['compile'])} s after `ready`)"
                      for arm, g in raw.groupby("arm", sort=False))
 
 
 def warm_arms(root: Path, gpu: str | None, run: str) -> str:
-    """A run folder's warm 100-mask rows on ``gpu`` by arm (``arms.csv``, as ``cold_arms``), per machine (the
-    folder, then each ``machine-*`` in it): each arm's wall times and first-to-last-volume spans, and the
-    machine's ``same_files.txt`` (the arms' files compared)."""
-    folder = Path(root) / (gpu or "") / FOLDER / run
-    said = [_warm_machine(f) for f in [folder, *sorted(folder.glob("machine-*"))]] if gpu else [None]
-    if None in said:
-        return missing(f"warm rows of each arm and their files compared ({run}: time_to_result.csv, arms.csv, "
-                       "same_files.txt)")
-    return said[0] + "".join(f"; again on another machine of the same kind: {s}" for s in said[1:])
+    """A run folder's warm 100-mask rows on ``gpu`` by arm (``with_arms``), per machine (``per_machine``):
+    each arm's wall times and first-to-last-volume spans, and the machine's ``same_files.txt`` (the arms'
+    files compared)."""
+    return per_machine(root, gpu, run, _warm_machine,
+                       "warm rows of each arm and their files compared (time_to_result.csv, arms.csv, same_files.txt)")
 
 
 def _warm_machine(folder: Path) -> str | None:
     """One machine's part of ``warm_arms``; None where a file is missing."""
     if not all((folder / f).is_file() for f in ("time_to_result.csv", "arms.csv", "same_files.txt")):
         return None
-    raw = pd.read_csv(folder / "time_to_result.csv")
-    raw = raw.assign(arm=pd.read_csv(folder / "arms.csv")["arm"].to_numpy()[:len(raw)])
+    raw = with_arms(pd.read_csv(folder / "time_to_result.csv"), folder / "arms.csv")
     hundred = raw[(raw["volumes"] == 100) & (raw["cache"] == "warm")]
     said = [f"{arm}: {', '.join(f'{w:.1f}' for w in g['wall_s'])} s ("
             f"{', '.join(f'{v:.1f}' for v in g['last_volume_s'] - g['first_volume_s'])} s from the first volume to the last)"

@@ -163,14 +163,15 @@ class Sampler:
                 chunk = mine[start:start + batch]
                 gens = [torch.Generator(self.device).manual_seed(mask_seed(seed, jobs[i].name)) for i in chunk]
                 cond = torch.stack([jobs[i].cond for i in chunk])  # int8 ±1: exact
-                if self.device.type == "cuda":  # pinned, so the copy need not wait for the batch still sampling
+                if self._copies is not None:  # pinned, so the copy need not wait for the batch still sampling
                     cond = cond.pin_memory()
                 cond = cond.to(self.device, non_blocking=True).float()
                 with torch.inference_mode(), autocast(self.knobs, self.device):
                     x = self.diffusion.sample(cond, self.model_cfg.out_channels, sampler, steps, eta, gens, clip,
                                               on_step=lambda: bar.update(len(chunk)), spacing=spacing)
-                done = torch.cuda.Event() if self.device.type == "cuda" else None
-                if done is not None:
+                done = None
+                if self._copies is not None:
+                    done = torch.cuda.Event()
                     done.record()
                 if queued is not None:
                     yield from self._read_back(*queued)
