@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .core.config import (DEFAULT_ETA, EVAL_WEIGHTS, FAST_FROM_CALLS, INTENSITIES, PREDICTIONS, SMALL_JOB,
-                          USER_CONFIGS, DataConfig, fast_from)
+from .core.config import (DEFAULT_ETA, DEFAULT_RECIPE, EVAL_WEIGHTS, FAST_FROM_CALLS, INTENSITIES, LR_DECAYS,
+                          PREDICTIONS, RECIPES, SMALL_JOB, USER_CONFIGS, DataConfig, fast_from)
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
 
@@ -112,7 +112,9 @@ def _train_inputs(a: argparse.Namespace):
     """Everything ``train`` can check without decoding volumes: config, size, steps, folders, the
     held-out split; returns (model config, knobs, size, train config, run folder, training pairs,
     held-out pairs, what the data is)."""
-    from .core.config import TrainConfig, model_preset, run_config
+    from dataclasses import replace
+
+    from .core.config import DEFAULT_RECIPE, TrainConfig, from_dict, model_preset, recipe_config, run_config
     from .train.parity import split_held_out
     from .train.checkpoint import CHECKPOINT
 
@@ -121,36 +123,52 @@ def _train_inputs(a: argparse.Namespace):
     cfg.check_size(size)
     if a.steps < 1:
         raise InputError(f"--steps must be >= 1, got {a.steps}")
-    train_cfg = TrainConfig(**{k: v for k, v in
-                               {"lr": a.lr, "grad_accum": a.grad_accum, "save_every": a.save_every,
-                                "log_every": a.log_every, "seed": a.seed,
-                                "ema_start_step": a.ema_start, "held_out": a.held_out,
-                                "eval_every": a.eval_every, "eval_weights": a.eval_weights}.items() if v is not None})
-    for flag, given in (("--eval-every", a.eval_every), ("--eval-weights", a.eval_weights)):
-        if given is not None and not a.held_out:
-            raise InputError(f"{flag} needs --held-out N (the subjects whose loss is evaluated)")
-    if a.time_limit is not None and a.time_limit <= 0:
-        raise InputError(f"--time-limit must be > 0 seconds, got {a.time_limit}")
     out = Path(a.out)
-    if (out / CHECKPOINT).exists() and not a.resume:
-        raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     if a.resume and not (out / CHECKPOINT).exists():
         several = int(os.environ.get("WORLD_SIZE", "1")) > int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # nodes
         raise InputError(f"--resume: {out / CHECKPOINT} does not exist"
                          + (" on this node: rank 0 writes the run folder, so every node resuming must read it "
                             "from a filesystem they share" if several else ""))
-    data_cfg, diffusion_cfg = _quality_configs(a, cfg.name, _stored_prediction(out / CHECKPOINT) if a.resume else None)
+    stored = _stored_config(out / CHECKPOINT) if a.resume else None
+    given = {"lr": a.lr, "lr_warmup": a.lr_warmup, "lr_decay": a.lr_decay, "lr_final": a.lr_final,
+             "min_snr_gamma": a.min_snr_gamma, "ema_decay": a.ema_decay, "grad_accum": a.grad_accum,
+             "save_every": a.save_every, "log_every": a.log_every, "seed": a.seed, "ema_start_step": a.ema_start,
+             "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights}
+    try:
+        if stored is None:
+            train_cfg = recipe_config(a.recipe or DEFAULT_RECIPE, **given)
+        else:  # the checkpoint's recipe and cadences, with what was given on top (Trainer.resume judges it)
+            train_cfg = from_dict(TrainConfig, stored["train"])
+            if a.recipe is not None and a.recipe != train_cfg.recipe:
+                raise InputError(f"cannot resume {out}: it was trained with --recipe {train_cfg.recipe}, not {a.recipe}")
+            train_cfg = replace(train_cfg, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    for flag, value in (("--eval-every", a.eval_every), ("--eval-weights", a.eval_weights)):
+        if value is not None and not train_cfg.held_out:
+            raise InputError(f"{flag} needs --held-out N (the subjects whose loss is evaluated)")
+    if a.time_limit is not None and a.time_limit <= 0:
+        raise InputError(f"--time-limit must be > 0 seconds, got {a.time_limit}")
+    if (out / CHECKPOINT).exists() and not a.resume:
+        raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
+    data_cfg, diffusion_cfg = _quality_configs(a, cfg.name, _stored_prediction(stored) if stored else None)
     pairs, source = _training_data(a, cfg.name)
     train, held = split_held_out(pairs, train_cfg.held_out) if train_cfg.held_out else (pairs, [])
     return cfg, knobs, size, train_cfg, out, train, tuple(held), source, data_cfg, diffusion_cfg
 
 
-def _stored_prediction(checkpoint: Path) -> str:
-    """The prediction target a checkpoint was trained with (one older than the option: ε)."""
-    from .core.config import DiffusionConfig
+def _stored_config(checkpoint: Path) -> dict:
+    """The configuration a checkpoint was trained under (``Trainer.config_dict``), its file checked."""
     from .train.checkpoint import load_checkpoint
 
-    return load_checkpoint(checkpoint)["config"]["diffusion"].get("prediction", DiffusionConfig().prediction)
+    return load_checkpoint(checkpoint)["config"]
+
+
+def _stored_prediction(config: dict) -> str:
+    """The prediction target a checkpoint's config was trained with (one older than the option: ε)."""
+    from .core.config import DiffusionConfig
+
+    return config["diffusion"].get("prediction", DiffusionConfig().prediction)
 
 
 def _quality_configs(a: argparse.Namespace, model: str, resumed: str | None = None):
@@ -474,6 +492,7 @@ def parser() -> argparse.ArgumentParser:
     configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items()) + more
     train_configs = "; ".join(f"{n} = {d}" for n, d in USER_CONFIGS.items() if describe(n)["use"] != "sample") + more
     model_help = "model preset: whole-head (the paper's), brats, or tiny and brats-tiny (tests, demos)"
+    recipes_help = "; ".join(f"{n} = " + ", ".join(f"{k} {v}" for k, v in r.items()) for n, r in RECIPES.items())
 
     s = sub.add_parser("summary", help="parameters, forward FLOPs and shapes of a model preset")
     s.add_argument("--model", default="whole-head", help=model_help)
@@ -534,11 +553,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, nargs="+", metavar="N", help="1 or 3 sides to resize to (default: the preset's)")
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
-    s.add_argument("--lr", type=float, help="Adam learning rate (default 1e-5)")
+    s.add_argument("--recipe", choices=list(RECIPES), help=f"the optimisation recipe (default {DEFAULT_RECIPE}; "
+                   f"paper = Med-DDPM's: Adam at a constant 1e-5, EMA 0.995): {recipes_help}; the flags below "
+                   "override its values; --resume keeps the checkpoint's")
+    s.add_argument("--lr", type=float, help="Adam's (peak) learning rate (default: the recipe's)")
+    s.add_argument("--lr-warmup", type=int, metavar="STEPS", help="linear warm-up steps (default: the recipe's)")
+    s.add_argument("--lr-decay", choices=list(LR_DECAYS), help="after the warm-up: constant, or a cosine to "
+                   "--lr-final × lr at the last step (--steps, or where --time-limit ends) (default: the recipe's)")
+    s.add_argument("--lr-final", type=float, metavar="FRACTION", help="with --lr-decay cosine: the last step's rate "
+                   "as a fraction of --lr (default: the recipe's)")
+    s.add_argument("--min-snr-gamma", type=float, metavar="GAMMA", help="Min-SNR-γ loss weighting (Hang et al. 2023; "
+                   "0 = unweighted) (default: the recipe's)")
+    s.add_argument("--ema-decay", type=float, help="decay of the weights' EMA (default: the recipe's)")
     s.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 2)")
     s.add_argument("--save-every", type=int, help="checkpoint period in steps (default 1000)")
     s.add_argument("--log-every", type=int, help="steps between loss read-backs and NaN checks (default 50)")
-    s.add_argument("--ema-start", type=int, help="step from which the EMA averages (default 2000)")
+    s.add_argument("--ema-start", type=int, help="step from which the EMA averages (default: the recipe's)")
     s.add_argument("--seed", type=int, help="random seed (default 0)")
     s.add_argument("--held-out", type=int, help="last N subjects (in subject order) never trained on: "
                    "their denoising loss is evaluated every --eval-every steps into heldout.csv (default 0)")

@@ -5,6 +5,7 @@ from that dict (``from_dict``), so a number on disk always says which configurat
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, TypeVar
 
@@ -150,6 +151,7 @@ class DataConfig:
 
 
 EVAL_WEIGHTS = {"ema": ("ema",), "both": ("model", "ema")}  # TrainConfig.eval_weights: the weights each names
+LR_DECAYS = ("constant", "cosine")  # TrainConfig.lr_decay
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,13 @@ class TrainConfig:
     eval_every: int = 1000  # steps between held-out loss evaluations (with held_out > 0)
     eval_weights: str = "ema"  # whose held-out loss: "ema" (the weights sampled, best.pt's choice) or "both" (the
     # raw model's too, for its curve: twice the FP32 evaluation time)
+    # The recipe beyond Med-DDPM's (``RECIPES``): each default below is the paper's, so a checkpoint written before these
+    # fields existed resumes as it was trained.
+    lr_warmup: int = 0  # steps of linear warm-up from lr/lr_warmup to lr (0 = none, the reference)
+    lr_decay: str = "constant"  # after the warm-up: "constant" (the reference) or "cosine" to lr·lr_final at the run's --steps (LR_DECAYS)
+    lr_final: float = 0.0  # with lr_decay "cosine": the rate at the last step, as a fraction of lr
+    min_snr_gamma: float = 0.0  # Min-SNR-γ loss weighting (Hang et al. 2023, eq. 6): each volume's loss × min(SNR(t), γ)/(SNR(t) + 1) for v-prediction (/SNR(t) for ε), normalised to mean 1 over t; 0 = unweighted (the reference)
+    recipe: str = "paper"  # the name of the recipe these values came from (RECIPES), recorded with the run
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every", "eval_every"):
@@ -182,6 +191,41 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.lr_warmup < 0:
+            raise ValueError(f"lr_warmup must be >= 0 steps, got {self.lr_warmup}")
+        if self.lr_decay not in LR_DECAYS:
+            raise ValueError(f"lr_decay must be one of {', '.join(LR_DECAYS)}, got {self.lr_decay!r}")
+        if not 0 <= self.lr_final <= 1:
+            raise ValueError(f"lr_final must be in [0, 1] (a fraction of lr), got {self.lr_final}")
+        if self.min_snr_gamma < 0:
+            raise ValueError(f"min_snr_gamma must be >= 0 (0 = unweighted), got {self.min_snr_gamma}")
+
+    def lr_at(self, step: int, steps: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based) of a run of ``steps``: linear warm-up over
+        ``lr_warmup`` steps, then constant or a half cosine down to ``lr · lr_final`` at the last step."""
+        if step < self.lr_warmup:
+            return self.lr * (step + 1) / self.lr_warmup
+        if self.lr_decay == "constant":
+            return self.lr
+        span = max(steps - 1 - self.lr_warmup, 1)
+        done = min(max(step - self.lr_warmup, 0) / span, 1.0)
+        return self.lr * (self.lr_final + (1 - self.lr_final) * 0.5 * (1 + math.cos(math.pi * done)))
+
+
+RECIPE_FIELDS = ("lr", "lr_warmup", "lr_decay", "lr_final", "min_snr_gamma", "ema_decay", "ema_start_step", "ema_every")
+RECIPES: dict[str, dict[str, Any]] = {  # `train --recipe NAME`: TrainConfig values of RECIPE_FIELDS; flags given override them
+    # Med-DDPM's (paper §3.2): Adam at a constant 1e-5, no warm-up, EMA 0.995 from step 2000, the unweighted loss
+    "paper": {"lr": 1e-5, "lr_warmup": 0, "lr_decay": "constant", "lr_final": 0.0, "min_snr_gamma": 0.0,
+              "ema_decay": 0.995, "ema_start_step": 2000, "ema_every": 10},
+}
+DEFAULT_RECIPE = "paper"  # what `train` runs without --recipe
+
+
+def recipe_config(name: str, **given: Any) -> TrainConfig:
+    """The TrainConfig of recipe ``name`` with ``given`` fields (flags the user passed; None = not given) on top."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    return TrainConfig(**{**RECIPES[name], **{k: v for k, v in given.items() if v is not None}, "recipe": name})
 
 
 DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) samples of the trained model lose

@@ -148,18 +148,31 @@ class GaussianDiffusion(nn.Module):
         return eps
 
     # ---- training ---------------------------------------------------------------------------
-    def loss(self, x0: Tensor, mask: Tensor, t: Tensor | None = None, noise: Tensor | None = None) -> Tensor:
+    def loss(self, x0: Tensor, mask: Tensor, t: Tensor | None = None, noise: Tensor | None = None,
+             weights: Tensor | None = None) -> Tensor:
         """‖ε − ε_θ(x_t, mask, t)‖ with t ~ U{0..T−1}: L1 in the reference (DDPM eq. 14 with L1);
-        with v-prediction the same norm of v − v_θ."""
+        with v-prediction the same norm of v − v_θ. ``weights`` (one per timestep, ``min_snr_weights``)
+        scales each volume's loss by its t's weight; None = unweighted (the reference)."""
         if t is None:
             t = torch.randint(0, self.num_timesteps, (x0.shape[0],), device=x0.device)
         if noise is None:
             noise = self.draw_noise(x0)
         pred = self.net(self.q_sample(x0, t, noise), mask, t)
         target = self.target(x0, t, noise)
-        if self.cfg.loss == "l1":
-            return F.l1_loss(pred.float(), target.float())
-        return F.mse_loss(pred.float(), target.float())
+        norm = F.l1_loss if self.cfg.loss == "l1" else F.mse_loss
+        if weights is None:
+            return norm(pred.float(), target.float())
+        per_volume = norm(pred.float(), target.float(), reduction="none").flatten(1).mean(1)
+        return (per_volume * weights[t]).mean()
+
+    def min_snr_weights(self, gamma: float) -> Tensor:
+        """Min-SNR-γ weights per timestep (Hang et al. 2023, eq. 6 and §3.4): min(SNR, γ)/SNR for an ε target,
+        min(SNR, γ)/(SNR + 1) for v, with SNR(t) = ᾱ_t/(1 − ᾱ_t); scaled to mean 1 over t so the rate means what it
+        means unweighted."""
+        abar = self.alphas_cumprod.double()
+        snr = abar / (1 - abar)
+        w = snr.clamp(max=gamma) / (snr + 1 if self.cfg.prediction == "v" else snr)
+        return (w / w.mean()).float()
 
     # ---- sampling ---------------------------------------------------------------------------
     def p_mean_variance(self, x_t: Tensor, t: Tensor, eps: Tensor, clip: bool = True) -> tuple[Tensor, Tensor]:

@@ -155,8 +155,11 @@ class Segmented(nn.Module):
 
 
 def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> torch.optim.Adam:
-    """Adam (paper §3.2); fused on CUDA when asked, capturable when the step is a CUDA graph."""
+    """Adam (paper §3.2); fused on CUDA when asked, capturable when the step is a CUDA graph, and then its rate
+    a device tensor that the graph reads at every replay (``set_lr`` writes it)."""
     cuda = device.type == "cuda"
+    if knobs.cuda_graphs and cuda:
+        lr = torch.tensor(lr, dtype=torch.float32, device=device)
     return torch.optim.Adam(params, lr=lr, fused=bool(knobs.fused_adam and cuda) or None,
                             capturable=bool(knobs.cuda_graphs and cuda))
 
@@ -465,6 +468,15 @@ def broadcast_from_rank0(tensors: Sequence[Tensor]) -> None:
         offset += t.numel()
 
 
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group's rate to ``lr``: written into the device tensor a captured step reads, else set."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
 class Engine:
     """A model, its diffusion wrapper, optimizer and training step under one configuration.
 
@@ -533,6 +545,7 @@ class TrainStep:
                  grads: FlatGrads | None = None) -> None:
         self.diffusion, self.optimizer, self.knobs, self.device = diffusion, optimizer, knobs, device
         self.no_sync, self.grads = no_sync, grads
+        self.loss_weights: Tensor | None = None  # per-timestep loss weights on the device (Min-SNR-γ), None = unweighted
         self.graphed = knobs.cuda_graphs and device.type == "cuda"
         # each backward writes gradients of its own (FlatGrads on several ranks, graph_owned_grads on
         # one): .grad is None between steps, never a static buffer added into
@@ -554,7 +567,7 @@ class TrainStep:
                 self.grads.arm()  # this backward starts the buckets' all-reduces as they complete
             with contextlib.nullcontext() if sync else self.no_sync():
                 with nvtx("forward"), autocast(self.knobs, self.device):
-                    loss = self.diffusion.loss(image, mask, t, noise)
+                    loss = self.diffusion.loss(image, mask, t, noise, self.loss_weights)
                 if mark is not None and k == 0:
                     marks.append(mark())
                 with nvtx("backward"):

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -34,7 +35,7 @@ from ..data import pipeline
 from ..core.config import (EVAL_WEIGHTS, PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig,
                            from_dict)
 from ..run.distributed import World, draw_seed
-from ..run.engine import Engine
+from ..run.engine import Engine, set_lr
 from ..core.errors import DivergedError, InputError
 from ..data.nifti import Pair
 from ..core.io import atomic_path, write_text_atomic
@@ -42,7 +43,10 @@ from .checkpoint import BEST, CHECKPOINT, configs_from_checkpoint, data_config, 
 from .heldout import Evaluator, held_out_triples
 
 HELDOUT = "heldout.csv"  # held-out loss per (step, weights, subject, t), beside log.csv
-HELDOUT_COLUMNS = ["step", "weights", "subject", "t", "loss"]
+HELDOUT_COLUMNS = ["step", "weights", "subject", "t", "loss", "seconds"]  # seconds: the run's training clock at the
+# evaluation (its fits' wall time less their held-out evaluations: what a time to a target counts)
+RESUMABLE = ("log_every", "save_every", "eval_every", "eval_weights")  # TrainConfig fields --resume may change: cadences
+# and what is judged, never what is trained (--steps, --time-limit and --quiet are no config)
 
 
 @torch.no_grad()
@@ -160,6 +164,11 @@ class Trainer:
         random.seed(train_cfg.seed)
         self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr, world_size=world.size)
         self.model, self.diffusion, self.optimizer = self.engine.model, self.engine.diffusion, self.engine.optimizer
+        if train_cfg.min_snr_gamma > 0:
+            self.engine.train_step.loss_weights = self.diffusion.min_snr_weights(train_cfg.min_snr_gamma).to(device)
+        self._steps = 0  # the run's last step (fit's ``steps``): where the rate's decay ends
+        self._fit_start: float | None = None  # perf_counter() at fit's start
+        self._clock_before = 0.0  # training-clock seconds of the fits before this one (``resume``)
         self.ema = copy.deepcopy(self.model).requires_grad_(False)
         self._params = list(self.model.parameters())
         self._ema_params = list(self.ema.parameters())
@@ -241,17 +250,27 @@ class Trainer:
             raise InputError(f"cannot resume {self.out} with {self.world.size} process(es): it was trained with "
                              f"{ranks}; resume with the same number of ranks")
         stored, mine = _normalized(ckpt["config"]), _normalized(self.config_dict())
+        changed = {k: (stored["train"].get(k), mine["train"][k]) for k in RESUMABLE
+                   if stored["train"].get(k) != mine["train"][k]}
+        for k in RESUMABLE:  # how often the run logs, saves and evaluates changes nothing it computes
+            stored["train"][k] = mine["train"][k]
         for key in ("model", "diffusion", "train", "knobs", "data_config", "size"):
             if stored[key] != mine[key]:
                 raise InputError(f"cannot resume {self.out}: {_difference(key, stored[key], mine[key])}")
+        if changed and self.world.main:
+            print("resuming with " + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in changed.items()), file=sys.stderr)
         self.model.load_state_dict(ckpt["model"])
         self.ema.load_state_dict(ckpt["ema"])
+        rates = [g["lr"] for g in self.optimizer.param_groups]  # a captured step's device tensors: kept, not replaced
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        for group, rate in zip(self.optimizer.param_groups, rates):
+            group["lr"] = rate
         set_rng_state(ckpt["rng"])
         self.step = int(ckpt["step"])
         self.losses = list(ckpt.get("losses", []))
         self.heldout = list(ckpt.get("heldout", []))
         self._last_eval = self.heldout[-1]["step"] if self.heldout else None
+        self._clock_before = float(self.heldout[-1].get("seconds", 0.0)) if self.heldout else 0.0
 
     # ---- training -----------------------------------------------------------------------------
     def draws(self, step: int) -> list[int]:
@@ -298,6 +317,7 @@ class Trainer:
         draws = self.draws(self.step)
         pairs = self._feed.take(self.step)
         noises = [self.noise(d, image) for d, (image, _) in zip(draws, pairs)]
+        set_lr(self.optimizer, self.train_cfg.lr_at(self.step, max(self._steps, self.step + 1)))
         loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs], draws=noises)
         self._pending.append(loss.clone())  # the graph's loss buffer is reused by the next step
         self.step += 1
@@ -347,7 +367,7 @@ class Trainer:
                 losses[i, mine] = torch.tensor(self._evaluator.loss(m.state_dict(), part)["loss"].to_numpy())
         losses = self.world.sum(losses.to(self.device)).cpu()
         frames = [keys.assign(loss=losses[i].numpy(), weights=w) for i, (w, _) in enumerate(weights)]
-        df = pd.concat(frames, ignore_index=True).assign(step=self.step)[HELDOUT_COLUMNS]
+        df = pd.concat(frames, ignore_index=True).assign(step=self.step, seconds=round(self.clock(), 3))[HELDOUT_COLUMNS]
         self.heldout.extend(df.to_dict("records"))
         return df
 
@@ -369,12 +389,27 @@ class Trainer:
             self._write_checkpoint(self.out / BEST)
         return True
 
-    def _out_of_time(self, deadline: float | None) -> bool:
-        """Whether ``deadline`` (``time.perf_counter()``) has passed on rank 0, agreed by all ranks."""
+    def clock(self) -> float:
+        """The run's training clock: the seconds of its fits so far (resumed ones included, as the checkpoint's last
+        evaluation recorded them) less their held-out evaluations."""
+        if self._fit_start is None:
+            return self._clock_before
+        return self._clock_before + time.perf_counter() - self._fit_start - self.phases.get("held-out", 0.0)
+
+    def _out_of_time(self, deadline: float | None, steps: int) -> bool:
+        """Whether ``deadline`` (``time.perf_counter()``) has passed on rank 0, agreed by all ranks. Before it, the
+        rate's decay is set to end where rank 0's clock says the time runs out (``_steps``: the steps left at the pace
+        of the last read-back interval, its evaluations and checkpoints included), so a ``--time-limit`` run decays
+        to its end as a ``--steps`` run does; the same on every rank."""
         if deadline is None:
             return False
-        late = torch.tensor([float(time.perf_counter() > deadline and self.world.main)], device=self.device)
-        return bool(self.world.mean(late).item() > 0)
+        now = time.perf_counter()
+        (a, ta), (b, tb) = self._clock[-2:] if len(self._clock) > 1 else (self._clock[-1], self._clock[-1])
+        end = self.step + (deadline - now) * (b - a) / (tb - ta) if b > a and tb > ta else steps
+        mine = torch.tensor([float(now > deadline), float(end)], dtype=torch.float64, device=self.device)
+        late, end = self.world.sum(mine * float(self.world.main)).tolist()
+        self._steps = int(min(steps, max(end, self.step + 1)))
+        return late > 0
 
     def _timed(self, phase: str, fn, *args):
         """``fn(*args)``, its seconds added to ``phases[phase]`` and its count to ``phases[phase + ' n']``,
@@ -398,8 +433,9 @@ class Trainer:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
         if time_limit_s is not None and time_limit_s <= 0:
             raise InputError(f"--time-limit must be > 0 seconds, got {time_limit_s}")
+        self._steps = steps
         self._clock = [(self.step, time.perf_counter())]
-        start = self._clock[0][1]
+        start = self._fit_start = self._clock[0][1]
         deadline = None if time_limit_s is None else start + time_limit_s
         self.stopped_early = False
         self.phases = {"first step": 0.0, "first step n": 0, "held-out": 0.0, "held-out n": 0, "checkpoints": 0.0,
@@ -422,7 +458,7 @@ class Trainer:
                     self.flush()
                     bar.update(self.step - bar.n)
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
-                    self.stopped_early = self.step < steps and self._out_of_time(deadline)
+                    self.stopped_early = self.step < steps and self._out_of_time(deadline, steps)
                 if self.stopped_early:  # an evaluation due at this step is the resumed run's first (fit's start)
                     break  # saved below
                 if self._timed("held-out", self._evaluate_if_due, steps):
