@@ -653,3 +653,16 @@ print("ok")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+def test_a_larger_launch_keeps_the_counters_earlier_graphs_captured(monkeypatch):
+    """A launch that needs more arrival counters than the buffer holds gets a new buffer; the old one stays alive,
+    since a CUDA graph captured before holds its address (issue 77 item 9), and is never handed out again."""
+    monkeypatch.setattr(kernels, "_COUNTERS", {})
+    monkeypatch.setattr(kernels, "_OUTGROWN", [])
+    monkeypatch.setattr(kernels, "_MIN_COUNTERS", 1)
+    small = kernels._arrival_counters(torch.zeros(1, 4, 2, 8), 4)
+    assert kernels._arrival_counters(torch.zeros(1, 4, 2, 8), 4) is small  # the same need: the same buffer
+    large = kernels._arrival_counters(torch.zeros(8, 4, 2, 8), 4)
+    assert large.numel() > small.numel() and kernels._OUTGROWN == [small]
+    assert kernels._arrival_counters(torch.zeros(1, 4, 2, 8), 4) is large  # a smaller launch reads the larger one

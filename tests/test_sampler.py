@@ -153,6 +153,30 @@ def test_the_small_job_sampler_samples_what_fast_samples_on_a_gpu(tiny_checkpoin
     assert diff.mean() < 0.02 * scale and np.percentile(diff, 99) < 0.1 * scale, (diff.mean(), diff.max(), scale)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fast-eager's Triton kernels and CUDA graphs need a GPU")
+def test_one_sampler_at_a_growing_batch_replays_its_first_graphs_exactly(tiny_checkpoint, phantoms, monkeypatch):
+    """One `fast-eager` Sampler at batch 1, then 3 (its norms' arrival counters outgrow their buffer: the minimum
+    set to 1, as a large batch at 128³ does), then 1 again: the batch-1 graphs captured first replay to the files
+    a fresh object writes (issue 77 item 9)."""
+    import numpy as np
+
+    from medddpm.net import kernels
+    from medddpm.sample import Sampler
+
+    monkeypatch.setattr(kernels, "_MIN_COUNTERS", 1)
+    monkeypatch.setattr(kernels, "_COUNTERS", {})
+    masks = phantoms / "masks"
+
+    def run(s, batch):
+        return {k: np.asarray(v.dataobj) for k, v in s.sample(masks, sampler="dpm2m-sde", steps=4, seed=1,
+                                                               batch=batch).items()}
+    reused = Sampler.from_checkpoint(tiny_checkpoint, config="fast-eager", device="cuda")
+    first, _, again = (run(reused, b) for b in (1, 3, 1))
+    assert kernels._OUTGROWN, "the batch of 3 did not outgrow the counters: the test checks nothing"
+    fresh = run(Sampler.from_checkpoint(tiny_checkpoint, config="fast-eager", device="cuda"), 1)
+    assert all(np.array_equal(again[k], fresh[k]) and np.array_equal(first[k], fresh[k]) for k in fresh)
+
+
 def test_without_a_sampler_the_checkpoints_recipe_picks_one_and_the_command_says_which(
         capsys, ixi16, ixi_checkpoint, phantoms, tiny_checkpoint, tmp_path):
     """v-prediction: the equivalence gate's 12-call chain (solvers.EQUIVALENT), the same files as

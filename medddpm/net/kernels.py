@@ -356,6 +356,9 @@ def _chunks(s: int, block_s: int, programs: int) -> tuple[int, int]:
 
 
 _COUNTERS: dict[torch.device, Tensor] = {}  # per device: int32 arrival counters, zero between launches
+_MIN_COUNTERS = 64  # the smallest counter buffer allocated
+_OUTGROWN: list[Tensor] = []  # counter buffers a larger launch replaced, kept alive: a CUDA graph captured before
+# holds their address, and replaying it against freed memory would race whatever took it over
 
 
 def _partial_rows(part: Tensor, block_c: int) -> int:
@@ -376,7 +379,9 @@ def _arrival_counters(part: Tensor, block_p: int) -> Tensor:
     need = n * triton.cdiv(p, block_p) + n
     c = _COUNTERS.get(part.device)
     if c is None or c.numel() < need:
-        c = _COUNTERS[part.device] = torch.zeros(max(need, 64), dtype=torch.int32, device=part.device)
+        if c is not None:
+            _OUTGROWN.append(c)
+        c = _COUNTERS[part.device] = torch.zeros(max(need, _MIN_COUNTERS), dtype=torch.int32, device=part.device)
     return c
 
 
