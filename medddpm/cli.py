@@ -231,6 +231,7 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     """``--nproc N`` (checked by ``_launching``): check the inputs here, then run this command under
     torchrun with N ranks."""
     import logging
+    import signal
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
@@ -253,15 +254,50 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     try:
         run(parse_args(args))
     except ChildFailedError as exc:
+        lost = {r: f.exitcode for r, f in exc.failures.items() if f.exitcode < 0}  # killed by a signal: a rank lost
+        # torchrun ends the survivors of a lost rank with SIGTERM: the ranks lost first are the others
+        lost = {r: c for r, c in lost.items() if c != -signal.SIGTERM} or lost
+        if lost:
+            print(f"medddpm {a.command}: error: " + _lost_line(a, lost), file=sys.stderr)
+            raise Exit(1) from None
         codes = [f.exitcode for f in exc.failures.values()]
         raise Exit(next((c for c in codes if c > 0), 1)) from None
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """The command line that continues this ``train`` run from its checkpoint (``--resume`` added once)."""
+    import shlex
+
+    return "medddpm " + " ".join(shlex.quote(x) for x in argv if x != "--resume") + " --resume"
+
+
+def _lost_line(a: argparse.Namespace, lost: dict[int, int]) -> str:
+    """One line for ranks that died by a signal (a killed process, a lost node): which, the step of the last
+    checkpoint, and the command that continues from it."""
+    import signal
+
+    def name(code: int) -> str:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    ranks = ", ".join(f"rank {r} ({name(c)})" for r, c in sorted(lost.items()))
+    if a.command != "train":
+        return f"lost {ranks}; nothing of theirs was written under a final name; run the command again"
+    from .train.checkpoint import CHECKPOINT, load_checkpoint
+
+    try:
+        held = f"{Path(a.out) / CHECKPOINT} holds step {load_checkpoint(Path(a.out) / CHECKPOINT)['step']:,}"
+    except MedddpmError:
+        return f"lost {ranks} before the first checkpoint; run the command again"
+    return f"lost {ranks}; {held}; continue with: {resume_command(a.argv)}"
 
 
 @contextlib.contextmanager
 def _ranks(a: argparse.Namespace):
     """This process's place under torchrun (a world of one without it) and its device; the
     process group lives as long as the block."""
-    from .run.distributed import World
+    from .run.distributed import RankError, World, lost_contact
     from .core.runtime import resolve_device
 
     world = World.from_env()
@@ -269,8 +305,30 @@ def _ranks(a: argparse.Namespace):
     world.init(device)
     try:
         yield world, device
+    except RuntimeError as exc:  # a collective inside a step (the gradients' all-reduce) met a lost rank: one line
+        if world.distributed and lost_contact(exc) and not os.environ.get("MEDDDPM_DEBUG"):
+            raise RankError(f"rank {world.rank}: lost contact with the other ranks") from None
+        raise
     finally:
         world.close()
+
+
+@contextlib.contextmanager
+def _stop_on_signals(trainer):
+    """SIGTERM (a scheduler's pre-emption, torchrun's stop) and SIGINT (Ctrl-C) while ``trainer`` fits: the first asks
+    it to stop at the step under way, judged and checkpointed (``Trainer.signal``); a second one interrupts at once."""
+    import signal
+
+    def stop(signum, _frame):
+        if trainer.signal is not None:
+            raise KeyboardInterrupt
+        trainer.signal = signal.Signals(signum).name
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def cmd_train(a: argparse.Namespace) -> None:
@@ -303,9 +361,15 @@ def cmd_train(a: argparse.Namespace) -> None:
             if a.resume:
                 world.checked(trainer.resume)
             ready = time.perf_counter() - a.started
-            losses = trainer.fit(a.steps, progress=not a.quiet and world.main, time_limit_s=a.time_limit)
+            with _stop_on_signals(trainer):
+                losses = trainer.fit(a.steps, progress=not a.quiet and world.main, time_limit_s=a.time_limit)
         finally:
             trainer.close()
+    if trainer.signal is not None:
+        if world.main:
+            print(f"medddpm train: stopped by {trainer.signal} at step {trainer.step:,}; {out / CHECKPOINT} holds it; "
+                  f"continue with: {resume_command(a.argv)}", file=sys.stderr)
+        raise Exit(130 if trainer.signal == "SIGINT" else 143)
     if not world.main:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
@@ -726,7 +790,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func(args)
     except Exit as exc:
         return exc.code
-    except (MedddpmError, ValueError, FileNotFoundError, PermissionError) as exc:
+    except BrokenPipeError:  # a reader that closed the pipe early (`medddpm … | head -1`): quietly, as a shell would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (MedddpmError, ValueError, OSError) as exc:  # OSError: a full disk, a read-only or missing folder
         if os.environ.get("MEDDDPM_DEBUG"):
             raise
         if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for every rank

@@ -344,3 +344,56 @@ def test_train_defaults_to_v_prediction_and_resume_keeps_the_checkpoints_recipe(
     assert train("eps", "--steps", "3", "--resume", "--prediction", "v") == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "cannot resume" in err and "prediction" in err
+
+
+def test_sigterm_stops_train_checkpointed_with_the_resume_command(phantoms, tmp_path):
+    """Issue 77 item 5: SIGTERM (a scheduler's pre-emption) during `train` saves the step under way, prints one line
+    with the command that continues it, and exits 143; that command continues the run."""
+    import os
+    import shlex
+    import signal
+    import time
+
+    from medddpm.train.checkpoint import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+            "--size", "16", "--steps", "100000", "--out", str(run_dir), "--quiet", "--device", "cpu", "--save-every", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "medddpm", *argv], stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoint.pt").exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert p.returncode == 143 and len(lines) == 1 and "stopped by SIGTERM" in lines[0], err
+    step = load_checkpoint(run_dir / "checkpoint.pt")["step"]
+    assert f"at step {step:,};" in lines[0]
+    again = shlex.split(lines[0].split("continue with: ")[1])[1:]  # the printed command, less `medddpm`
+    assert again.count("--resume") == 1
+    again[again.index("--steps") + 1] = str(step + 1)
+    assert main(again) == 0 and load_checkpoint(run_dir / "checkpoint.pt")["step"] == step + 1
+
+
+def test_a_lost_rank_is_one_line_naming_it_and_the_resume_command(tiny_checkpoint, tmp_path):
+    """Issue 77 item 1: the launcher's line for ranks that died by a signal: the lost one (not the survivors torchrun
+    ends with SIGTERM), the checkpoint's step and the command that continues; gloo's closed connection is a lost
+    contact, a rank's own fault is not."""
+    import argparse
+    import shutil
+
+    from medddpm.cli import _lost_line
+    from medddpm.run.distributed import lost_contact
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(tiny_checkpoint, run_dir / "checkpoint.pt")
+    a = argparse.Namespace(command="train", out=str(run_dir), argv=["train", "--out", str(run_dir), "--nproc", "2"])
+    line = _lost_line(a, {1: -9})
+    assert line == (f"lost rank 1 (SIGKILL); {run_dir}/checkpoint.pt holds step 1; continue with: medddpm train --out "
+                    f"{run_dir} --nproc 2 --resume")
+    assert "before the first checkpoint" in _lost_line(argparse.Namespace(command="train", out=str(tmp_path / "none"),
+                                                                           argv=[]), {0: -9})
+    assert lost_contact(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
+    assert not lost_contact(RuntimeError("CUDA out of memory"))

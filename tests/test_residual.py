@@ -89,7 +89,8 @@ def test_a_model_with_fused_residual_samples_the_same_eps(launched):
         launched.clear()
         got = fused(x, t)
     assert sum(k is residual._residual_kernel for k in launched) > 0
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    tol = 5e-5 if DEVICE.type == "cuda" else 1e-5  # cuDNN's fp32 algorithms differ with and without a bias: 1.2e-5 on an H200
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 def test_fused_residual_is_for_sampling_in_ndhwc():

@@ -216,21 +216,31 @@ def test_fit_says_where_its_seconds_went(phantoms, tmp_path):
                         line), line
 
 
-def test_a_time_limit_stop_leaves_its_due_evaluation_to_the_resumed_run(phantoms, tmp_path):
-    """Issue 64: a run stopped by --time-limit does not spend the evaluation due at its stop step
-    (it would overrun the limit); the resumed run evaluates that step first, so the held-out table
-    and best.pt end as an uninterrupted run's."""
+def test_a_stopped_run_judges_its_last_weights_and_resumes_exactly(phantoms, tmp_path):
+    """Issue 77 item 7: a run stopped by --time-limit or by a signal (SIGTERM from a scheduler) evaluates its last
+    weights before it picks best.pt and checkpoints them; the resumed run does not judge that step again and ends
+    with the weights and the judged losses of an uninterrupted run."""
+    import pandas as pd
+
     from medddpm.train.checkpoint import BEST
     from medddpm.train.trainer import HELDOUT
 
-    straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=1, log_every=1)
-    straight.fit(3, progress=False)
-    t = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=1, log_every=1)
-    t.fit(3, progress=False, time_limit_s=1e-9)
-    assert t.stopped_early and t.step == 1 and {r["step"] for r in t.heldout} == {0}  # step 1 not evaluated
-    assert t.phases["held-out n"] == 1
-    rest = _trainer(phantoms, tmp_path / "b", held_out=1, eval_every=1, log_every=1)
-    rest.resume()
-    rest.fit(3, progress=False)
-    assert _judged(tmp_path / "b" / HELDOUT) == _judged(tmp_path / "a" / HELDOUT)
-    assert load_checkpoint(tmp_path / "b" / BEST)["step"] == load_checkpoint(tmp_path / "a" / BEST)["step"]
+    straight = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2, log_every=1)
+    straight.fit(4, progress=False)
+    for how, run in (("time", "b"), ("signal", "c")):
+        t = _trainer(phantoms, tmp_path / run, held_out=1, eval_every=2, log_every=1)
+        if how == "signal":
+            t.signal = "SIGTERM"  # as the handler sets it: one process stops after the step under way
+        t.fit(4, progress=False, time_limit_s=1e-9 if how == "time" else None)
+        assert t.stopped_early and t.step == 1 and {r["step"] for r in t.heldout} == {0, 1}  # step 1: the last weights
+        assert t.phases["held-out n"] == 2 and load_checkpoint(tmp_path / run / CHECKPOINT)["step"] == 1
+        ema = pd.DataFrame(t.heldout).query("weights == 'ema'").groupby("step")["loss"].mean()
+        assert load_checkpoint(tmp_path / run / BEST)["step"] == ema.idxmin()
+        rest = _trainer(phantoms, tmp_path / run, held_out=1, eval_every=2, log_every=1)
+        rest.resume()
+        rest.fit(4, progress=False)
+        h, a = (pd.read_csv(p / HELDOUT).drop(columns="seconds") for p in (tmp_path / run, tmp_path / "a"))
+        assert sorted(h["step"].unique()) == [0, 1, 2, 4]
+        assert h[h["step"] != 1].reset_index(drop=True).equals(a)
+        for k, v in straight.model.state_dict().items():
+            assert torch.equal(rest.model.state_dict()[k], v), k

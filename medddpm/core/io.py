@@ -13,9 +13,14 @@ from typing import Any, Iterator
 from .errors import InputError
 
 
+_UMASK = os.umask(0)  # the process's umask, read once (setting it back at once): mkstemp's files are -rw------- whatever
+os.umask(_UMASK)  # it says, and a lab's shared folder could not read a checkpoint or a sample
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
+    """Yield a temporary path beside ``path`` (a dot-file, which no input listing reads); on success it gets the
+    permissions the umask gives a new file and is renamed onto ``path``.
 
     ``suffix`` keeps extensions that writers sniff (``.nii.gz``). On error the temporary file is
     removed and ``path`` is untouched.
@@ -27,6 +32,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            os.chmod(tmp_path, 0o666 & ~_UMASK)  # as open() would have created it
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -65,7 +65,8 @@ def list_nifti(folder: str | Path, what: str) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{what} folder {str(folder)!r} does not exist or is not a folder")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(NIFTI_SUFFIXES))
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(NIFTI_SUFFIXES)
+                   and not p.name.startswith("."))  # dot-files: hidden, and a writer's unfinished temporary files
     if not files:
         raise InputError(f"{what} folder {str(folder)!r} holds no .nii or .nii.gz files")
     return files

@@ -60,6 +60,13 @@ class RankError(MedddpmError):
     """Another rank failed or vanished; this rank stops too."""
 
 
+def lost_contact(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective's failure to reach another rank (gloo's closed connection, NCCL's error or
+    timeout), not a fault of this rank's own."""
+    words = ("Connection closed by peer", "Connection reset", "NCCL", "gloo", "timed out", "Timeout")
+    return isinstance(exc, dist.DistError) or any(w in str(exc) for w in words)
+
+
 @dataclass(frozen=True)
 class World:
     """This process's place in the run: rank, world size and local rank (GPU index)."""
@@ -122,7 +129,8 @@ class World:
         try:
             yield
         except Exception as exc:
-            raise RankError(f"rank {self.rank}: lost contact with the other ranks ({exc})") from None
+            detail = f" ({exc})" if os.environ.get("MEDDDPM_DEBUG") else ""  # gloo's and NCCL's own words, when asked
+            raise RankError(f"rank {self.rank}: lost contact with the other ranks{detail}") from None
 
     def share(self, n: int) -> list[int]:
         """This rank's items of ``n`` in a sorted list: r, r + W, … (sampling's masks)."""

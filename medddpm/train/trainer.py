@@ -153,7 +153,8 @@ class Trainer:
         self.held_out, self._triples = tuple(held_out), None
         self._evaluator: Evaluator | None = None  # the FP32 judge of the held-out loss, built at the first evaluation
         self.heldout: list[dict[str, Any]] = []  # evaluate()'s rows, kept in the checkpoint
-        self.stopped_early = False  # fit() stopped at its time limit before its last step
+        self.stopped_early = False  # fit() stopped before its last step: its time limit, or a signal
+        self.signal: str | None = None  # set by a signal handler (cli's train: SIGTERM, SIGINT): fit stops, judged and saved
         self._last_eval: int | None = None  # the step of the latest held-out evaluation (every rank)
         self._written: tuple[tuple[int, int, int], Path] | None = None  # the last checkpoint file and what it holds
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
@@ -166,6 +167,7 @@ class Trainer:
         self.model, self.diffusion, self.optimizer = self.engine.model, self.engine.diffusion, self.engine.optimizer
         if train_cfg.min_snr_gamma > 0:
             self.engine.train_step.loss_weights = self.diffusion.min_snr_weights(train_cfg.min_snr_gamma).to(device)
+        self._agreed_stop = False  # several ranks: whether the last read-back agreed that a rank was signalled
         self._steps = 0  # the run's last step (fit's ``steps``): where the rate's decay ends
         self._fit_start: float | None = None  # perf_counter() at fit's start
         self._clock_before = 0.0  # training-clock seconds of the fits before this one (``resume``)
@@ -344,7 +346,7 @@ class Trainer:
                     f"({self.out / CHECKPOINT}) is left as it was")
         self.losses.extend(values)
 
-    def evaluate(self, weights: tuple[str, ...] | None = None) -> pd.DataFrame:
+    def evaluate(self, weights: tuple[str, ...] | None = None, seconds: float | None = None) -> pd.DataFrame:
         """The held-out loss at this step of ``weights`` ("model", "ema": the EMA's is what ``sample``
         uses; default ``TrainConfig.eval_weights``), one row per (weights, subject, t): ``heldout.held_out_loss``,
         the same fixed noised inputs and FP32 evaluator at every step, so the curve measures the weights alone. Collective:
@@ -367,22 +369,24 @@ class Trainer:
                 losses[i, mine] = torch.tensor(self._evaluator.loss(m.state_dict(), part)["loss"].to_numpy())
         losses = self.world.sum(losses.to(self.device)).cpu()
         frames = [keys.assign(loss=losses[i].numpy(), weights=w) for i, (w, _) in enumerate(weights)]
-        df = pd.concat(frames, ignore_index=True).assign(step=self.step, seconds=round(self.clock(), 3))[HELDOUT_COLUMNS]
+        at = self.clock() if seconds is None else seconds
+        df = pd.concat(frames, ignore_index=True).assign(step=self.step, seconds=round(at, 3))[HELDOUT_COLUMNS]
         self.heldout.extend(df.to_dict("records"))
         return df
 
-    def _evaluate_if_due(self, steps: int) -> bool:
+    def _evaluate_if_due(self, steps: int, last: bool = False) -> bool:
         """Every ``eval_every`` steps, at step 0 and at the last step (once per step; every rank
         decides alike): read the losses back, then every rank evaluates its share of the held-out
         loss (``evaluate``) and, where the EMA's is the lowest yet, rank 0 writes the checkpoint
         also to ``best.pt``. Returns whether it evaluated."""
-        due = self.step % self.train_cfg.eval_every == 0 or self.step == steps
+        due = self.step % self.train_cfg.eval_every == 0 or self.step == steps or last
         if not self.held_out or not due or self.step == self._last_eval:
             return False
         self._last_eval = self.step
         self.flush()
+        at = self.clock()  # the training clock when the steps it judges are done, before its own time
         means = pd.DataFrame(self.heldout, columns=HELDOUT_COLUMNS).query("weights == 'ema'").groupby("step")["loss"].mean()
-        now = self.evaluate().query("weights == 'ema'")["loss"].mean()
+        now = self.evaluate(seconds=at).query("weights == 'ema'")["loss"].mean()
         if not self.world.main:
             return True
         if means.empty or now < means.min():
@@ -399,16 +403,21 @@ class Trainer:
     def _out_of_time(self, deadline: float | None, steps: int) -> bool:
         """Whether ``deadline`` (``time.perf_counter()``) has passed on rank 0, agreed by all ranks. Before it, the
         rate's decay is set to end where rank 0's clock says the time runs out (``_steps``: the steps left at the pace
-        of the last read-back interval, its evaluations and checkpoints included), so a ``--time-limit`` run decays
-        to its end as a ``--steps`` run does; the same on every rank."""
-        if deadline is None:
+        since the first step, its evaluations and checkpoints included; an end that only comes nearer), so a
+        ``--time-limit`` run decays to its end as a ``--steps`` run does; the same on every rank."""
+        if deadline is None and not self.world.distributed:
             return False
         now = time.perf_counter()
-        (a, ta), (b, tb) = self._clock[-2:] if len(self._clock) > 1 else (self._clock[-1], self._clock[-1])
-        end = self.step + (deadline - now) * (b - a) / (tb - ta) if b > a and tb > ta else steps
-        mine = torch.tensor([float(now > deadline), float(end)], dtype=torch.float64, device=self.device)
-        late, end = self.world.sum(mine * float(self.world.main)).tolist()
-        self._steps = int(min(steps, max(end, self.step + 1)))
+        (a, ta), (b, tb) = self._clock[min(1, len(self._clock) - 1)], self._clock[-1]  # after the first step: steady
+        end = self.step + (deadline - now) * (b - a) / (tb - ta) if deadline and b > a and tb > ta else steps
+        mine = torch.tensor([float(deadline is not None and now > deadline), float(end)], dtype=torch.float64,
+                            device=self.device) * float(self.world.main)
+        late, end, signal = self.world.sum(torch.cat([mine, torch.tensor([float(self.signal is not None)],
+                                                                         dtype=torch.float64, device=self.device)])).tolist()
+        self._agreed_stop = bool(signal)
+        if signal and self.signal is None:  # another rank was signalled: every rank stops at this step
+            self.signal = "a signal to another rank"
+        self._steps = int(min(self._steps, max(end, self.step + 1)))  # an end that only comes nearer: the rate never rises
         return late > 0
 
     def _timed(self, phase: str, fn, *args):
@@ -424,9 +433,10 @@ class Trainer:
     def fit(self, steps: int, progress: bool = True, time_limit_s: float | None = None) -> list[float]:
         """Train until ``steps`` optimizer steps in total; checkpoint every ``save_every`` and at the
         end; losses are read back every ``log_every`` steps. With ``time_limit_s`` training stops at
-        the first read-back after that many seconds (``stopped_early``), checkpointed, without the
-        held-out evaluation that may be due there (its time would overrun the limit: at 128³ it is
-        tens of seconds): ``resume`` evaluates it first and continues exactly. ``phases`` gets
+        the first read-back after that many seconds (``stopped_early``); ``signal`` (set by a signal
+        handler) stops it too, one process at once, several ranks at the next read-back. However it
+        ends, its last weights are judged (held-out subjects) and checkpointed: ``resume`` continues
+        exactly. ``phases`` gets
         where its seconds went (``timing_line``): the first step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
         checkpoints, and the steady steps (the rest)."""
         if steps < self.step:
@@ -437,7 +447,7 @@ class Trainer:
         self._clock = [(self.step, time.perf_counter())]
         start = self._fit_start = self._clock[0][1]
         deadline = None if time_limit_s is None else start + time_limit_s
-        self.stopped_early = False
+        self.stopped_early = self._agreed_stop = False
         self.phases = {"first step": 0.0, "first step n": 0, "held-out": 0.0, "held-out n": 0, "checkpoints": 0.0,
                        "checkpoints n": 0, "steady steps": 0.0, "steady steps n": 0}
         from tqdm.auto import tqdm
@@ -459,8 +469,11 @@ class Trainer:
                     bar.update(self.step - bar.n)
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
                     self.stopped_early = self.step < steps and self._out_of_time(deadline, steps)
-                if self.stopped_early:  # an evaluation due at this step is the resumed run's first (fit's start)
-                    break  # saved below
+                # a signal stops one process at once, several ranks at the read-back that agrees on it
+                signalled = self._agreed_stop if self.world.distributed else self.signal is not None
+                if self.step < steps and (self.stopped_early or signalled):
+                    self.stopped_early = True
+                    break  # the last weights judged and saved below
                 if self._timed("held-out", self._evaluate_if_due, steps):
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", **self._held_postfix())
                 if self.step % cfg.save_every == 0:
@@ -469,6 +482,7 @@ class Trainer:
         finally:
             bar.close()
             self.close_feed()
+        self._timed("held-out", self._evaluate_if_due, steps, True)  # best.pt considers the last weights, however it ends
         self._timed("checkpoints", self.save)
         p = self.phases
         p["steady steps"] = max(time.perf_counter() - start - p["first step"] - p["held-out"] - p["checkpoints"], 0.0)
