@@ -100,6 +100,13 @@ def cmd_prepare_ixi(a: argparse.Namespace) -> None:
           f"dev's last); sample {a.out}/val/masks; {a.out}/test is the external test set")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one line for a bad option (``medddpm train: error: …``) instead of the whole usage; exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
 class Exit(Exception):
     """Leave ``main`` with this exit code, printing nothing more (the cause is already printed)."""
 
@@ -548,7 +555,7 @@ def cmd_info(a: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="medddpm", description="Med-DDPM: train, sample, time and profile.")
+    p = OneLineParser(prog="medddpm", description="Med-DDPM: train, sample, time and profile.")
     sub = p.add_subparsers(dest="command", required=True)
     from .core.config import describe
 
@@ -807,14 +814,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> None:
     """The ``medddpm`` command (``python -m medddpm`` and the console script): ``main``, then, where
-    nothing was compiled by Inductor (whose worker processes Python's exit shuts down), the process
+    it succeeded and nothing was compiled by Inductor (whose worker processes Python's exit shuts down), the process
     ends at once with main's exit code, its output flushed (``os._exit``): every file is written and
     closed by then, and Python's and CUDA's tear-down would add about 0.7 s to a one-volume
     ``sample`` (H100, ``time_to_result/``), time a user waits for nothing."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    if "torch._inductor" in sys.modules:
+    if "torch._inductor" in sys.modules or code != 0:  # a failure or an interrupt: writer threads finish or clean up
         sys.exit(code)
     os._exit(code)
 

@@ -27,7 +27,7 @@ def test_a_checkpoint_is_mapped_and_gives_back_its_configurations(tmp_path):
     assert data_config(ckpt) == DataConfig()  # a checkpoint from before the data config was kept: the reference's
 
 
-@pytest.mark.parametrize("content,needle", [(None, "does not exist"), (b"not a checkpoint", "cannot read checkpoint"),
+@pytest.mark.parametrize("content,needle", [(None, "does not exist"), (b"not a checkpoint", "not a whole checkpoint file"),
                                             ({"step": 1}, "is not a medddpm checkpoint")])
 def test_anything_else_is_one_clear_error(tmp_path, content, needle):
     path = tmp_path / "c.pt"
@@ -37,3 +37,36 @@ def test_anything_else_is_one_clear_error(tmp_path, content, needle):
         torch.save(content, path)
     with pytest.raises(InputError, match=needle):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "nifti", "other-model"])
+def test_a_damaged_checkpoint_is_one_line_from_every_reader(tiny_checkpoint, phantoms, tmp_path, capsys, damage):
+    """Issue 77 item 6: a truncated checkpoint, another kind of file, or weights of another model than its config
+    says: one line and exit 2 from `sample`, `warmup` and `train --resume`, an InputError from Sampler.from_checkpoint."""
+    from medddpm.cli import main
+    from medddpm.sample import Sampler
+
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "checkpoint.pt"
+    if damage == "truncated":
+        path.write_bytes(tiny_checkpoint.read_bytes()[:20_000])
+    elif damage == "nifti":
+        path.write_bytes(next((phantoms / "images").iterdir()).read_bytes())
+    else:
+        ckpt = torch.load(tiny_checkpoint, weights_only=False)
+        ckpt["config"]["model"]["model_channels"] = 32
+        torch.save(ckpt, path)
+    with pytest.raises(InputError, match="not a whole checkpoint file|do not fit the model"):
+        Sampler.from_checkpoint(path, device="cpu")
+    data = ["--images", str(phantoms / "images"), "--masks", str(phantoms / "masks")]
+    for argv in (["sample", "--checkpoint", str(path), "--masks", str(phantoms / "masks"), "--out", str(tmp_path / "s"),
+                  "--device", "cpu", "--quiet"],
+                 ["warmup", "--checkpoint", str(path), "--device", "cpu"],
+                 ["train", *data, "--model", "tiny", "--size", "16", "--steps", "3", "--out", str(run), "--device", "cpu",
+                  "--resume", "--quiet"]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err  # `sample` may say which sampler it picked first
+        lines = err.strip().splitlines()
+        assert len(lines) <= 2 and lines[-1].startswith(f"medddpm {argv[0]}: error:") and "Traceback" not in err, err

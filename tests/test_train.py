@@ -82,6 +82,20 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(phantoms, tmp_path):
     assert (tmp_path / CHECKPOINT).read_bytes() == good
 
 
+def test_non_finite_weights_are_never_checkpointed(phantoms, tmp_path):
+    """Issue 77 item 3: weights made non-finite by a step whose loss was still finite (an infinite gradient) stop the
+    save with one error; the last good checkpoint stays, best.pt too."""
+    t = _trainer(phantoms, tmp_path)
+    t.fit(2, progress=False)
+    good = (tmp_path / CHECKPOINT).read_bytes()
+    with torch.no_grad():
+        next(t.ema.parameters()).view(-1)[0] = float("inf")
+    with pytest.raises(DivergedError, match="non-finite by step 2"):
+        t.save()
+    assert (tmp_path / CHECKPOINT).read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()
+                                                                   if p.name.startswith("."))  == []
+
+
 def test_resume_refuses_another_configuration(phantoms, tmp_path):
     _trainer(phantoms, tmp_path).fit(1, progress=False)
     other = _trainer(phantoms, tmp_path, lr=5e-4)

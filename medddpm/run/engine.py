@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.config import TRITON_KNOBS, DiffusionConfig, Knobs, ModelConfig, switched_on, ungraphed
+from ..core.errors import InputError
 from ..net import fp8, kernels
 from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import Plan, run_plan
@@ -290,7 +291,12 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
     set_backend_flags(knobs.tf32, knobs.cudnn_benchmark, knobs.cudnn_benchmark_limit)
     model = build_model(model_cfg, knobs, device, init=state is None)
     if state is not None:
-        model.load_state_dict(state)  # strict: every parameter and buffer the model was built without
+        try:
+            model.load_state_dict(state)  # strict: every parameter and buffer the model was built without
+        except RuntimeError as exc:  # weights of another model than the config says: a damaged or edited checkpoint
+            first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
+            raise InputError(f"the checkpoint's weights do not fit the model its config describes ({model_cfg.name}): "
+                             f"{first}") from None
     model.eval().requires_grad_(False)
     if knobs.bf16_weights:
         cast_autocast_weights(model)

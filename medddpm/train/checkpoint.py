@@ -3,6 +3,7 @@ it was trained under. Kept apart from the trainer, so that a sampler starts with
 loop's imports."""
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"checkpoint {str(path)!r} does not exist")
+    if not zipfile.is_zipfile(path):  # torch.save's format is a zip archive; a truncated one lost its directory
+        raise InputError(f"{path} is not a whole checkpoint file ({path.stat().st_size:,} bytes: truncated, or another "
+                         "kind of file)")
     try:
         # mapped, not read: a tensor's bytes come from the file when used (sampling reads the EMA
         # weights, not the optimizer's moments: a third of the file)

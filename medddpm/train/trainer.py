@@ -230,6 +230,10 @@ class Trainer:
         on one step (``eval_every`` and ``save_every`` alike by default), the second is a hard link to
         the first: one serialization of the weights, the EMA's and Adam's moments, not two."""
         mark = (self.step, len(self.losses), len(self.heldout))  # nothing a checkpoint holds changes otherwise
+        weights = [*self._params, *self._ema_params]
+        if not bool(torch.stack([torch.isfinite(w).all() for w in weights]).all()):  # a gradient's inf, before its loss shows it
+            raise DivergedError(f"the weights became non-finite by step {self.step}; the last good checkpoint "
+                                f"({self.out / CHECKPOINT}) is left as it was")
         with atomic_path(path) as tmp:
             same = self._written is not None and self._written[0] == mark and self._written[1].is_file()
             if not (same and _linked(self._written[1], tmp)):

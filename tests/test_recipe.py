@@ -1,0 +1,118 @@
+"""Issue 75: training recipes (TrainConfig's schedule and loss weights, RECIPES, `train --recipe`) and the report's
+reading of recipe A/B runs through their manifests."""
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from medddpm.core.config import DEFAULT_RECIPE, RECIPES, DiffusionConfig, TrainConfig, recipe_config
+
+
+def test_the_rate_warms_up_linearly_then_stays_or_follows_a_half_cosine_to_its_end():
+    c = TrainConfig(lr=1e-3, lr_warmup=4, lr_decay="cosine", lr_final=0.1)
+    assert [c.lr_at(s, 24) for s in range(4)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert c.lr_at(4, 24) == pytest.approx(1e-3) and c.lr_at(23, 24) == pytest.approx(1e-4)
+    assert c.lr_at(13.5, 24) == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half-way down the cosine
+    assert c.lr_at(100, 24) == pytest.approx(1e-4)  # past the end: the final rate
+    rates = [c.lr_at(s, 24) for s in range(4, 24)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+    assert TrainConfig(lr=3e-4).lr_at(0, 10) == TrainConfig(lr=3e-4).lr_at(9, 10) == 3e-4  # the paper's: constant
+
+
+@pytest.mark.parametrize("field,value,needle", [("lr_decay", "linear", "lr_decay must be one of"),
+                                                ("lr_final", 1.5, "lr_final must be in"),
+                                                ("lr_warmup", -1, "lr_warmup must be"),
+                                                ("min_snr_gamma", -1.0, "min_snr_gamma must be")])
+def test_bad_recipe_values_are_refused(field, value, needle):
+    with pytest.raises(ValueError, match=needle):
+        TrainConfig(**{field: value})
+
+
+def test_a_recipe_is_its_values_with_the_flags_given_on_top_and_the_paper_one_flag_away():
+    assert recipe_config("paper") == TrainConfig(recipe="paper")  # TrainConfig's defaults are Med-DDPM's
+    cosine = recipe_config(DEFAULT_RECIPE, lr=None, seed=3)
+    assert cosine.recipe == "cosine" and cosine.lr_decay == "cosine" and cosine.seed == 3 and cosine.lr == RECIPES["cosine"]["lr"]
+    assert recipe_config("cosine", lr=1e-4).lr == 1e-4
+    with pytest.raises(ValueError, match="unknown recipe 'fastest'"):
+        recipe_config("fastest")
+
+
+@pytest.mark.parametrize("prediction", ["eps", "v"])
+def test_min_snr_weights_have_mean_one_and_cap_the_high_snr_timesteps(prediction):
+    from medddpm.diffusion.gaussian import GaussianDiffusion
+
+    d = GaussianDiffusion(torch.nn.Identity(), DiffusionConfig(prediction=prediction))
+    w = d.min_snr_weights(5.0)
+    abar = d.alphas_cumprod.double()
+    snr = abar / (1 - abar)
+    want = snr.clamp(max=5.0) / (snr + 1 if prediction == "v" else snr)
+    torch.testing.assert_close(w.double(), want / want.mean(), rtol=1e-6, atol=1e-7)
+    assert w.mean().item() == pytest.approx(1.0)
+    assert w[0] < w[100]  # the least noisy timesteps, SNR far above γ, weigh least
+
+
+def test_the_trainer_sets_each_steps_rate_and_weights_the_loss(phantoms, tmp_path):
+    """The rate of every optimizer step is TrainConfig.lr_at(step, steps); Min-SNR-γ changes what is trained."""
+    from medddpm.core.config import MODEL_PRESETS, run_config
+    from medddpm.data.nifti import VolumeDataset, pair_files
+    from medddpm.train.trainer import Trainer
+
+    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "tiny", 1, (16, 16, 16))
+    seen = []
+
+    def trainer(out, **kw):
+        cfg = TrainConfig(lr=1e-3, lr_warmup=2, lr_decay="cosine", grad_accum=1, save_every=100, **kw)
+        t = Trainer(ds, MODEL_PRESETS["tiny"], cfg, run_config("baseline"), torch.device("cpu"), out, (16, 16, 16))
+        step = t.optimizer.step
+        t.optimizer.step = lambda *a, **k: (seen.append(t.optimizer.param_groups[0]["lr"]), step(*a, **k))[1]
+        return t
+    plain = trainer(tmp_path / "a")
+    plain.fit(5, progress=False)
+    assert seen == pytest.approx([TrainConfig(lr=1e-3, lr_warmup=2, lr_decay="cosine").lr_at(s, 5) for s in range(5)])
+    weighted = trainer(tmp_path / "b", min_snr_gamma=5.0)
+    assert weighted.engine.train_step.loss_weights is not None and plain.engine.train_step.loss_weights is None
+    weighted.fit(5, progress=False)
+    assert plain.losses[0] != weighted.losses[0]  # the same draws, another weighting
+
+
+def _store(tmp_path, runs):
+    for gpu, name, manifest in runs:
+        d = tmp_path / gpu / "recipe" / name
+        (d / "arm").mkdir(parents=True)
+        base = {"kind": "recipe-ab", "gpu": gpu, "machine": "m", "commits": {}, "changed": "c", "kept": "k",
+                "arms": {"arm": {"flags": "--lr 1", "recipe_default": "paper"}}, "target": {"heldout": 0.2}}
+        (d / "run.json").write_text(json.dumps({**base, **manifest}))
+        rows = [{"step": s, "weights": "ema", "subject": "a", "t": 1, "loss": l, "seconds": sec}
+                for s, l, sec in ((0, 0.5, 9.0), (10, 0.3, 2.0), (20, 0.19, 4.0), (30, 0.15, 6.0))]
+        pd.DataFrame(rows).to_csv(d / "arm" / "heldout.csv", index=False)
+        (d / "arm" / "stdout.txt").write_text("timing: ready 1.5 s, first step 0.1 s\n")
+    return tmp_path
+
+
+def test_runs_are_found_by_their_manifests_newest_first_and_superseded_ones_left_out(tmp_path):
+    from medddpm.report import manifests, recipe
+
+    root = _store(tmp_path, [("h200", "a", {"date": "2026-11-01"}), ("h200", "b", {"date": "2026-11-02"}),
+                             ("h200", "c", {"date": "2026-11-03", "supersedes": "b"}), ("h100", "d", {"date": "2026-12-01"})])
+    assert [r[1].name for r in manifests.runs(root, "recipe-ab", ["h200"])] == ["c", "a"]
+    assert recipe.newest(root, ["h100"])[1].name == "d" and recipe.newest(root, ["l40s"]) is None
+    gpu, run, m = recipe.newest(root, ["h200"])
+    rec = recipe.records(recipe.curves(run, m), m["target"]["heldout"])
+    assert rec.loc[0, "step at target"] == 20 and rec.loc[0, "clock at target (s)"] == 4.0
+    assert rec.loc[0, "wall at target (s)"] == 5.5 and rec.loc[0, "final loss"] == 0.15
+    assert math.isnan(recipe.records(recipe.curves(run, m), 0.1).loc[0, "step at target"])  # never reached
+    (run / "run.json").write_text(json.dumps({"kind": "recipe-ab"}))
+    with pytest.raises(ValueError, match="lacks date, gpu"):
+        manifests.runs(root, "recipe-ab")
+
+
+def test_every_committed_manifest_says_what_every_manifest_must():
+    """The store's run folders with a manifest (issue 76): each one readable and complete."""
+    from pathlib import Path
+
+    from medddpm.report import manifests
+
+    found = list(manifests.every(Path(__file__).resolve().parents[1] / "data" / "results"))
+    assert found and all(m["kind"] and m["date"] for _, _, m in found)
