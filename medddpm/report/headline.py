@@ -125,7 +125,32 @@ def readme_lines(root: Path) -> list[str]:
         shares = ", ".join(f"{100 * r.share:g} % on an {gpu_name(r.gpu).split()[0]}" for r in clock.itertuples())
         out.append(f"- `medddpm train --time-limit 300` on IXI 64³ (the command `prepare-ixi` prints, warm compile cache) "
                    f"spends {shares} of its time in steady steps — {ch('15', '15_time_to_result')}.")
+    out.extend(recipe_line(root, gpus, ch))
     return out
+
+
+def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
+    """The time-to-trained-model line: the fastest arm of the newest recipe A/B to its target, beside the paper's
+    recipe in steps (chapter 17); none where the store has no such run or no arm got there."""
+    from . import recipe
+
+    found = recipe.newest(root, gpus)
+    if found is None:
+        return []
+    gpu, run, m = found
+    target = m["target"]["heldout"]
+    rec = recipe.records(recipe.curves(run, m), target).dropna(subset=["wall at target (s)"])
+    if rec.empty:
+        return []
+    best = rec.iloc[0]
+    paper_runs = recipe.paper_recipe_steps(root, target)
+    hit = paper_runs["step at target"].dropna()
+    long_enough = (paper_runs["steps"] >= hit.min()).sum() if len(hit) else 0  # runs that trained as far as the first hit
+    paper_part = (f"; Med-DDPM's recipe at the book's rate got there in {int(hit.min()):,}–{int(hit.max()):,} steps in "
+                  f"{len(hit)} of its {long_enough} runs that trained that long" if len(hit) else "")
+    return [f"- Time to a trained model at 64³ on IXI (held-out loss ≤ {target:g}, one {gpu_name(gpu).split()[0]}): "
+            f"{best['wall at target (s)']:.0f} s from the command's start less the evaluations, {int(best['step at target']):,} "
+            f"steps of `{best['flags']}`{paper_part} — {ch('17', '17_time_to_trained')}."]
 
 
 if __name__ == "__main__":
