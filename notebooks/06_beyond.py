@@ -170,7 +170,7 @@ else:
 # Before this pipeline, configurations without a data cache (`opt1` among them) decoded a NIfTI
 # file on the critical path of every step and copied it from pageable memory, a copy that waits
 # for the GPU to finish the step before it: `opt1` took {glue:text}`opt1_earlier_ms` ms/step on one
-# → two GPUs of the earlier run (`h200-x2/ddp-2026-11-22/`), against {glue:text}`opt1_a1_ms` now.
+# → two GPUs of the earlier run (`h200-x2/`'s ddp run), against {glue:text}`opt1_a1_ms` now.
 
 # %% [markdown]
 # ## Several GPUs: torchrun, one all-reduce, one CUDA graph
@@ -198,7 +198,7 @@ if not SC.empty:
 # buckets, no CUDA graph on two ranks, and (for `opt1`) NIfTI decoding on the critical path; it kept
 # {glue:text}`opt1_earlier_eff` for `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs`
 # ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a
-# step against under a millisecond for the all-reduce alone (`ddp-2026-11-22/allreduce_probe.txt`): waiting, we read,
+# step against under a millisecond for the all-reduce alone (the ddp run's `allreduce_probe.txt`): waiting, we read,
 # for the other rank's decoding. `bf16-graphs` still pays its all-reduce after the backward (one CUDA graph a step).
 
 # %% tags=["hide-input"]

@@ -20,40 +20,11 @@
 # compilation or its cache, the sampling and every file written. This chapter times that, from process start
 # to the last file written (`scripts/time_to_result.sh`, `medddpm/profiling/waiting.py`), on the {glue:text}`tr_gpu`.
 #
-# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from {glue:text}`tr_fast_from_calls`
-# denoiser calls on (masks × calls a mask: {glue:text}`tr_fast_from_ddpm` masks of DDPM 250,
-# {glue:text}`tr_fast_from_chain` of the 12-step chain), where its compilation pays for itself even with a cold
-# cache, and {glue:text}`tr_small` below that: `fast`'s sampler with nothing for `torch.compile` to do (below).
-# The rule reads the command alone, never the state of a cache, so the same command always
-# runs the same configuration and writes the same files. The compiled work is kept under
-# `MEDDDPM_CACHE` (default `~/.cache/medddpm`), keyed by torch, Triton, CUDA, the GPU, the
-# configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
-# A *cold* row starts from an empty cache; a *warm* row runs the same command again. Without
-# `--config`, `warmup` compiles every configuration `sample` may pick (`fast-eager` for small jobs,
-# `fast` for large ones), so the first `sample` after it starts warm whatever its size. On one machine
-# (`warmup-every-config-2026-11-27/`): {glue:text}`tr_afterwarmup`.
+# ## Where it stands
 #
-# **The sampler.** A row without `--sampler` ran the default of its day; the rows quoted against the
-# targets below ran {glue:text}`tr_sampler`. The default follows the checkpoint's recipe
-# ({doc}`16_equivalence`): {glue:text}`tr_default_sampler`; `sample` says which one ran, and the table
-# names each row's sampler. The checkpoint of these rows is an ε-prediction one, so its default rows
-# ran DDPM 250: {glue:text}`tr_default_rows`.
-#
-# **A v-prediction checkpoint's default.** Since `train` predicts v and `sample` runs the 12-call chain on
-# such checkpoints, one H100 of 16 cores (`v-default-chain-2026-11-27/`, the 128³ phantom checkpoint
-# trained as above, now v) timed it: {glue:text}`tr_v_default`. The chain's own sampling is a fraction
-# of a second; what is left is start-up.
-#
-# **Triton's key.** Before its first kernel, every process hashes Triton's whole installation (its
-# compiler, backend and language modules, and the 500 MB libtriton) into the key of Triton's cache,
-# even when every kernel is already in that cache. In the warm 1-mask profile of call A
-# (`start-up-tried-2026-11-27/call-a/profile-new-1-warm.txt`) that hash took most of the time between
-# `ready` and the first volume. `medddpm` now keeps the key in `MEDDDPM_CACHE`, under a fingerprint of
-# Triton's files (names, sizes, times: `medddpm/run/cache.py`), so only the first process of an
-# installation computes it. Timed afterwards on another host, two H200s of 32 cores
-# (`triton-key-h200-host-2026-11-27/`, one GPU used): {glue:text}`tr_triton_key`. Its warm profile
-# (`profile-sample-1-warm.txt` there) no longer lists the hash (another host: the rows do not isolate
-# the gain). Its costliest calls left: compiler modules imported on first use, operator registration.
+# Per GPU, today's rows: the newest run of current rows in the store (manifest kind `sample-rows`; the run column
+# names its folder) against the targets, process start to the last file written. Changes measured since as A/B
+# tests (the read-back overlap, below) say what they moved. Every row ever measured is in the history table below.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -72,14 +43,54 @@ root, G = render_only(results_dir, gpus, measure, "scripts/time_to_result.sh OUT
 glue_facts(waiting.facts(root, G))
 
 # %% tags=["hide-input"]
+show_table(waiting.state(root, G), "today's time-to-result rows (a sample-rows run's time_to_result.csv)",
+           "scripts/probes/default_rows.sh", digits={"today (s)": 1, "target (s)": 0})
+
+# %% [markdown]
+# ## How `sample` picks and starts
+#
+# **The rule `sample` follows without `--config`.** On a GPU it runs `fast` from {glue:text}`tr_fast_from_calls`
+# denoiser calls on (masks × calls a mask: {glue:text}`tr_fast_from_ddpm` masks of DDPM 250,
+# {glue:text}`tr_fast_from_chain` of the 12-step chain), where its compilation pays for itself even with a cold
+# cache, and {glue:text}`tr_small` below that: `fast`'s sampler with nothing for `torch.compile` to do (below).
+# The rule reads the command alone, never the state of a cache, so the same command always
+# runs the same configuration and writes the same files. The compiled work is kept under
+# `MEDDDPM_CACHE` (default `~/.cache/medddpm`), keyed by torch, Triton, CUDA, the GPU, the
+# configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
+# A *cold* row starts from an empty cache; a *warm* row runs the same command again. Without
+# `--config`, `warmup` compiles every configuration `sample` may pick (`fast-eager` for small jobs,
+# `fast` for large ones), so the first `sample` after it starts warm whatever its size. On one machine
+# (`warmup-every-config/`): {glue:text}`tr_afterwarmup`.
+#
+# **The sampler.** A row without `--sampler` ran the default of its day; the rows quoted against the targets below
+# ran {glue:text}`tr_sampler`. The default follows the checkpoint's recipe ({doc}`16_equivalence`):
+# {glue:text}`tr_default_sampler`. These rows' checkpoint is an ε one, so they ran DDPM 250: {glue:text}`tr_default_rows`.
+#
+# **A v-prediction checkpoint's default.** Since `train` predicts v and `sample` runs the 12-call chain on
+# such checkpoints, one H100 of 16 cores (`v-default-chain/`, the 128³ phantom checkpoint
+# trained as above, now v) timed it: {glue:text}`tr_v_default`. The chain's own sampling is a fraction
+# of a second; what is left is start-up.
+#
+# **Triton's key.** Every process hashed Triton's whole installation (500 MB of libtriton among it) into its cache
+# key before its first kernel, even with every kernel cached: most of the time between `ready` and the first volume
+# in a warm 1-mask profile (`start-up-tried/call-a/profile-new-1-warm.txt`). `medddpm` now keeps the key in
+# `MEDDDPM_CACHE` under a fingerprint of Triton's files (`medddpm/run/cache.py`); timed afterwards on another host
+# (`triton-key-h200-host/`): {glue:text}`tr_triton_key`.
+
+# %% [markdown]
+# ## Every row measured
+#
+# The history: every command timed for this chapter, the superseded states too (an ε checkpoint's DDPM 250 default,
+# eager `bf16` small jobs), each with the rule, sampler and configuration of its day.
+
+# %% tags=["hide-input"]
 show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_result.csv)",
            "scripts/time_to_result.sh", digits={"wall s": 1})
 
 # %% [markdown]
 # ## One mask, eight, a hundred
 #
-# Each quoted row names its sampler and the configuration it ran (the rule of its day, for a row
-# without `--config`; eager `bf16` was the small-job pick until {glue:text}`tr_small` replaced it).
+# Each quoted row names its sampler and configuration (eager `bf16` was the small-job pick before {glue:text}`tr_small`).
 #
 # - **One mask** by default: {glue:text}`tr_one_cold` with a cold cache, {glue:text}`tr_one_warm` warm.
 # - **Eight masks**: by default {glue:text}`tr_default8_cold` and {glue:text}`tr_default8_warm`;
@@ -94,7 +105,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   GPU): {glue:text}`tr_nproc`. Every rank pays the start-up again, so a few hundred masks do not fill
 #   four GPUs. Until the ranks saw only their own GPU, ranks 1 to 3 compiled `fast` again: torch's
 #   compile caches key a graph by its device index (pytorch/pytorch#108971), so what `medddpm warmup`
-#   compiled on GPU 0 served rank 0 alone (a cProfile of each rank, `own-gpu-ranks-2026-11-26/call-c-d/`).
+#   compiled on GPU 0 served rank 0 alone (a cProfile of each rank, `own-gpu-ranks/call-c-d/`).
 #   Those runs: {glue:text}`tr_nproc_before`.
 #
 # ## Where a run's seconds go, phase by phase
@@ -111,7 +122,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # ## The start-up cut
 #
 # Four calls, each on a fresh H100 of 16 cores, timed main against this code at three stages, the
-# codes alternated on one machine (`start-up-cut-2026-11-27/`). The stages: {glue:text}`tr_cut_codes`.
+# codes alternated on one machine (`start-up-cut/`). The stages: {glue:text}`tr_cut_codes`.
 # Each command's mean wall time, per call: {glue:text}`tr_cut`.
 #
 # What each change does:
@@ -134,15 +145,12 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   memory at 128³ (on main too). Each thread also loads its kernel and builds its launcher,
 #   which Triton otherwise does at the first launch, one kernel after another.
 #
-# Call d undoes one change at a time in the kept code. Without the dispatcher bypass a warm run takes
-# longer: the import, and the exit, since Inductor is then imported and the process exits the slow way.
-# Without the immediate exit, the exit span returns. Both are kept.
+# Call d undoes one change at a time in the kept code: without the dispatcher bypass or the immediate exit a warm run
+# takes longer (the import; the exit span). Both are kept.
 #
-# **Against the time-to-result targets** (the kept code, the 12-call chain of a v-prediction checkpoint):
-# {glue:text}`tr_cut_targets`. A hundred masks spend almost all of their time in the volumes after the
-# first, each a replay of the chain under `fast-eager`, so the start-up no longer decides that
-# target: the chain's replay does. Every kernel of ten warm denoiser calls at 128³ under both
-# configurations, on one H100 (`eager-kernels-2026-11-27/`, `scripts/probes/eager_kernels.sh`):
+# **Against the targets** (the kept code, the 12-call chain): {glue:text}`tr_cut_targets`. A hundred masks spend
+# almost all of their time replaying the chain under `fast-eager`: the replay decides that target. Every kernel of ten warm denoiser calls at 128³ under both
+# configurations, on one H100 (`eager-kernels/`, `scripts/probes/eager_kernels.sh`):
 # {glue:text}`tr_eager_kernels`. Without Inductor, `fast-eager` runs the residual additions, the
 # skip concatenations and the other pointwise work as separate PyTorch kernels, which `fast` fuses into a few Triton
 # ones; the convolutions are nearly the same. Those kernels, twelve calls a volume, are the 100-mask time.
@@ -150,32 +158,25 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # **The residual additions fused.** `fast-eager` now writes each ResBlock's output with one Triton kernel
 # that adds the convolution's bias, the skip term and that term's bias in fp32 as it rewrites the
 # convolution's output (`fused_residual`, `medddpm/net/residual.py`); `fast-eager-unfused` is the same sampler
-# without it. Both, on two fresh H100s and an H200 (`fused-residual-2026-11-28/`, `scripts/probes/fused_residual.sh`, the ops
-# by `scripts/probes/eager_ops.py`; that script then kept no bytecode, so each process's start was 3–4 s slower, both
-# arms alike): {glue:text}`tr_fused_residual`. What still separates it from `fast` is mostly the skip concatenation.
+# without it. Both, on two fresh H100s and an H200 (`fused-residual/`, `scripts/probes/fused_residual.sh`; both arms'
+# starts 3–4 s slow, no bytecode kept): {glue:text}`tr_fused_residual`. What still separates it from `fast` is the skip concatenation.
 #
 # **Between volumes.** `sample` now queues each volume before it reads the one before back (a CUDA stream of its own),
-# and reads masks as int8. Against the code before, alternated on two fresh H100s (`sample-overlap-2026-11-28/`): {glue:text}`tr_overlap`.
+# and reads masks as int8. Against the code before, alternated on two fresh H100s (`sample-overlap/`): {glue:text}`tr_overlap`.
 #
 # `warmup`, then the first `sample` (stage B, call b): {glue:text}`tr_cut_afterwarmup`.
 #
 # ## Start-up changes measured earlier and not kept then
 #
-# Timed against main on one fresh host of four H100s, the codes alternated: calling the Triton kernels'
-# own functions in eager inference (no `torch._dynamo` import), compiling the first kernel alone before at
-# most 16 threads, and a gloo process group for the sampling ranks: {glue:text}`tr_tried`. None moved a
-# warm DDPM 250 run (11 to 16 s) beyond its spread, and the thread changes cost the cold run seconds. The
-# first came back in the start-up cut above, measured on the 12-call chain. Reading the masks through
-# lookup tables (`nifti.label_values`, `nifti.one_hot`) is kept.
+# Timed against main on one host of four H100s, alternated: the Triton kernels' own functions in eager inference,
+# the first kernel compiled alone before at most 16 threads, and a gloo group for the sampling ranks:
+# {glue:text}`tr_tried`. None moved a warm DDPM 250 run beyond its spread; the first came back in the cut above.
 #
-# **Compile workers, tried.** Worker processes compiling a cold cache's kernels (Triton's front end holds the GIL),
-# alternated with the threads alone on one H100 (`process-pool-tried-2026-11-28/`): {glue:text}`tr_pool_tried`. Each worker
-# imports PyTorch (that probe kept no bytecode, so each compiled torch's sources, widening the gap) and opens a CUDA
-# context first, which costs more than the threads lose: removed.
+# **Compile workers, tried.** Worker processes compiling a cold cache's kernels, against threads alone on one H100
+# (`process-pool-tried/`): {glue:text}`tr_pool_tried`. Each imports PyTorch and opens a CUDA context first: removed.
 #
-# **Fewer kernels compiled, kept.** The dry run tells launches apart as Triton does: an integer by whether it
-# is 1, a multiple of 16 and its type, not by its value (`kernels._int_key`). Cold, alternated on one H100
-# (`triton-keys-2026-11-28/`, `scripts/probes/triton_keys.sh`): {glue:text}`tr_triton_keys`.
+# **Fewer kernels compiled, kept.** The dry run keys an integer as Triton does (`kernels._int_key`). Cold, alternated
+# on one H100 (`triton-keys/`, `scripts/probes/triton_keys.sh`): {glue:text}`tr_triton_keys`.
 #
 # ## A small job: `fast`'s sampler, not compiled
 #
@@ -187,10 +188,9 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # {glue:text}`tr_small_kernels` in a cold 1-mask run. Compiled one by one at their first launch, they made
 # the cold start long; `kernels.precompile` now records every launch of a new shape in a dry run and compiles
 # them all at once in threads. The same command before that, and without the Triton kernels at all
-# (`small-job-2026-11-26/`): {glue:text}`tr_small_before`.
+# (`small-job/`): {glue:text}`tr_small_before`.
 #
-# The first targets, against this chapter's first rows (an ε checkpoint, 2026-11-26): {glue:text}`tr_targets`. The
-# newest rows meet or miss today's targets in the quotes of the run folders above and below.
+# The first targets, against this chapter's first rows (an ε checkpoint): {glue:text}`tr_targets`.
 #
 # ## Where the one-mask seconds go
 #
@@ -204,11 +204,11 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # checkpoint written: {glue:text}`tr_train`. A warm cache skips Inductor's code generation, not Dynamo's
 # tracing. Under cProfile, warm, before the change below: {glue:text}`tr_train_parts`. AOT autograd's cache
 # had bypassed `fast`'s graph ("Unsupported call_function target autograd_function_apply",
-# `small-job-precompile-2026-11-26/train-cache/`): its skip concatenation with dense gradients
+# `small-job-precompile/train-cache/`): its skip concatenation with dense gradients
 # (`model._DenseGradCat`) is a `torch.autograd.Function`, which PyTorch keeps out of that cache unless
 # told to, so every process traced and partitioned the joint graph again. `medddpm/run/cache.py` now
 # tells it to; the caches of a warm run since (`scripts/probes/train_cache_log.py`): {glue:text}`tr_train_cache`.
-# A warm run under cProfile since (`start-up-tried-2026-11-27/call-d/`, another H100 host): {glue:text}`tr_train_now`.
+# A warm run under cProfile since (`start-up-tried/call-d/`, another H100 host): {glue:text}`tr_train_now`.
 # The first steps still pay Dynamo tracing the step in every process and Inductor loading its kernels.
 
 # ## A training time budget
@@ -218,7 +218,7 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 # The compile of the first step, the held-out evaluations and the checkpoints are the rest.
 #
 # At 64³ a short limit is mostly something else. The README's command on IXI 64³ with
-# `--time-limit 300` on one H100, with empty compile caches and then again (`train-clock-2026-11-27/`,
+# `--time-limit 300` on one H100, with empty compile caches and then again (`train-clock/`,
 # the `train-clock` runs in the line above): the first step's compile takes most of the cold run's
 # overhead, and with warm caches the held-out evaluations (16 subjects, at the default `--eval-every`)
 # are the largest part outside the steps. Each of these steps is two
@@ -233,14 +233,14 @@ show_table(waiting.table(root, G), "time-to-result rows (time_to_result/time_to_
 #   default), the second is a hard link to the first: the weights and Adam's moments are serialized once;
 # - the FP32 evaluator is built once a run and given each evaluation's weights on the GPU (`heldout.Evaluator`).
 #
-# The same warm command on another machine of the same kind (`train-eval-cut-2026-11-27/`), against
+# The same warm command on another machine of the same kind (`train-eval-cut/`), against
 # the warm run above: {glue:text}`tr_eval_cut`. Each run's full line, and the H200's run of the same
 # command, are in the list at the top of this section. A cold run still spends most of a 300 s limit
 # compiling its first step.
 #
 # **Again on fresh machines.** The v-prediction default's rows and the 128³ training steps, after the start-up cut
-# (`scripts/probes/default_rows.sh`, `after-cut-2026-11-27/` of each GPU, fresh machines of 16 cores; single rows are each
-# machine's newest): {glue:text}`tr_after_cut`. With the fused residual (`default-rows-2026-11-28/`): {glue:text}`tr_default_rows_now`.
+# (`scripts/probes/default_rows.sh`, `after-cut/` of each GPU, fresh machines of 16 cores; single rows are each
+# machine's newest): {glue:text}`tr_after_cut`. With the fused residual (`default-rows/`): {glue:text}`tr_default_rows_now`.
 
 # ## The same command, the same files
 #

@@ -32,7 +32,7 @@
 results_dir = None  # None: <repo>/data/results
 gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
 measure = False  # no measurement of its own (scripts/probes/recipe_ab.sh on a GPU host); True says so, then renders
-size = 64  # not used: this chapter measures nothing
+size = 128  # not used: this chapter measures nothing (its runs are 64³: scripts/probes/recipe_ab.sh)
 configs = "fast"  # not used: this chapter measures nothing
 
 # %% tags=["remove-cell"]

@@ -238,7 +238,7 @@ DEFAULT_ETA = 1.0  # DDIM's η unless one is given: η = 0 (deterministic) sampl
 # in-brain agreement with the real image at 50 and at 250 steps, η = 1 keeps DDPM's (quality/samplers.csv)
 
 SMALL_JOB = "fast-eager"  # what `sample` without --config runs on a GPU below FAST_FROM_CALLS: fast's sampler with
-# nothing for torch.compile to do (eager bf16, NCDHW, until 2026-11-26: 20 s a volume of DDPM 250 on an H100)
+# nothing for torch.compile to do (formerly eager bf16, NCDHW: 20 s a volume of DDPM 250 on an H100)
 FAST_FROM_CALLS = 7000  # `sample` without --config on a GPU runs `fast` from this many denoiser calls on (masks × calls a
 # mask: 28 masks of DDPM 250, 584 of the 12-step chain), where its compilation pays off even with cold caches. On an
 # H100 (issue 48, 128³, h100-80gb-hbm3/time_to_result/): fast-eager costs 17 s cold (11.1 s warm, 1 mask) before its
@@ -292,10 +292,10 @@ class Knobs:
     timestep_table: bool = False  # sampling only: every ResBlock's time addend (the embedding MLP, its projection, a folded bias) computed once for all T timesteps into one table the denoiser indexes by t (UNet3D.freeze_timestep_table): one gather instead of the MLP and 2 kernels per ResBlock (45 launches) at every step
     fp8_convs: str = "none"  # sampling only: which 3³ convolutions of ≤ 64 output channels run with E4M3 (FP8) operands through cuDNN's graph API (medddpm/net/fp8.py), their input written in E4M3 by the norm or upsampling before them: "none", "skip" (the decoder ResBlocks' first, whose input is a skip concatenation) or "all" (every ResBlock's and upsampling's); one of FP8_CONV_SETS
     fp8_train_convs: bool = False  # training: every ResBlock's and upsampling's 3³ convolution of ≤ 64 output channels (fp8.MAX_OUT_CHANNELS) runs its forward with E4M3 operands through cuDNN's graph API (the weight quantized per output channel at every step, the input unscaled) and its data and weight gradients in bf16 (medddpm/net/fp8.py, Fp8ForwardConv3d; issue 40 lever 1); needs precision 'bf16' and channels_last; excludes fp8_convs
-    fused_residual: bool = False  # sampling only: each ResBlock's second convolution and 1×1 skip convolution run without their biases, which one Triton kernel (medddpm/net/residual.py) adds with the skip term in fp32 as it rewrites the convolution's output: one pass instead of PyTorch's bias add (its strided broadcast kernel) and residual add (2.9 + 1.0 ms of a 22.6 ms fast-eager denoiser call at 128³ on an H100; 0.6 + 0.04 ms and 0.95 ms of the kernel with it: time_to_result/fused-residual-2026-11-28/); needs channels_last; where the kernel cannot run, its PyTorch reference
+    fused_residual: bool = False  # sampling only: each ResBlock's second convolution and 1×1 skip convolution run without their biases, which one Triton kernel (medddpm/net/residual.py) adds with the skip term in fp32 as it rewrites the convolution's output: one pass instead of PyTorch's bias add (its strided broadcast kernel) and residual add (2.9 + 1.0 ms of a 22.6 ms fast-eager denoiser call at 128³ on an H100; 0.6 + 0.04 ms and 0.95 ms of the kernel with it: time_to_result's fused-residual run); needs channels_last; where the kernel cannot run, its PyTorch reference
     compiled_update: bool = False  # sampling only: DDPM's step x_t → x_{t−1} from the predicted noise (posterior mean, clip, variance, noise) as one torch.compile'd kernel instead of ~30 eager ones a step (GaussianDiffusion.ddpm_update); where compile is off (a CPU) the eager update runs
     chain_graph: bool = False  # sampling only: a few-step solver's whole chain (every denoiser call and update, medddpm/diffusion/solvers.py) captured as one CUDA graph per (plan, shape) and replayed with its noise drawn first (engine.GraphedChain): no launch gaps or host work between steps; DDPM and DDIM keep the per-step graphs; needs cuda_graphs
-    capture_after: int = 1  # sampling, cuda_graphs: calls of one input shape run eagerly before the shape is captured as a CUDA graph and replayed (engine.GraphedDenoiser): a shape called once (a one-volume job's chain, a notebook's single call) is never captured, which costs its capture and a second eager run (warm-up) for nothing; 0 = captured at its first call, as until 2026-11-27; the eager call is the first of the warm-up calls, so a job of many volumes runs as many eager calls as before
+    capture_after: int = 1  # sampling, cuda_graphs: calls of one input shape run eagerly before the shape is captured as a CUDA graph and replayed (engine.GraphedDenoiser): a shape called once (a one-volume job's chain, a notebook's single call) is never captured, which costs its capture and a second eager run (warm-up) for nothing; 0 = captured at its first call, as before this knob; the eager call is the first of the warm-up calls, so a job of many volumes runs as many eager calls as before
     graph_owned_grads: bool = False  # cuda_graphs on one process: .grad is None at the capture, so the captured backward leaves each gradient where autograd writes it (the graph's memory pool, as PyTorch's whole-network capture example does) instead of adding it into a zeroed static .grad: no add kernel per parameter (249 for whole-head) and no zeroing; later micro-batches of a grad_accum step still add; needs cuda_graphs
     fused_skip_grads: bool = False  # training: each decoder ResBlock concatenates its skip input inside the Triton norm's autograd (kernels.group_norm_silu_cat), whose backward dx kernel adds the 1×1 skip convolution's input gradient and writes the two concatenated inputs' gradients apart, dense NDHWC, instead of Inductor's kernels summing the two gradients of the concatenation and slicing them (issue 40 lever 3); needs triton_norm and channels_last
     grad_sync: str = "flat"  # several ranks: "flat" = the gradients autograd writes gathered by one multi-tensor copy into one flat buffer (engine.FlatGrads: no zeroing, no add per parameter) and averaged by all-reduces of it, captured in the step's CUDA graph; "ddp" = DistributedDataParallel's 25 MB buckets overlapped with the backward
@@ -396,7 +396,7 @@ _COMPILED = _rung(_BF16, "bf16-compile", compile=True)  # + torch.compile (Induc
 _TUNED = _rung(_COMPILED, "bf16-compile-tuned", cudnn_benchmark=True)  # + cuDNN autotuner
 _NDHWC = _rung(_TUNED, "bf16-ndhwc", channels_last=True, fused_ops=True)  # NDHWC end to end
 _LEAN = _rung(_NDHWC, "bf16-ndhwc-sdpa", sdpa=True, checkpoint_attention=False, fused_adam=True)
-_GRAPHS = _rung(_LEAN, "bf16-graphs", cuda_graphs=True)  # + one CUDA graph per step (on several ranks too: grad_sync "flat"); called `fast` until 2026-11-24
+_GRAPHS = _rung(_LEAN, "bf16-graphs", cuda_graphs=True)  # + one CUDA graph per step (on several ranks too: grad_sync "flat"); formerly called `fast`
 
 # Knobs that change how the data reach the step or how gradients travel, never the maths: a run
 # resumes under other values of these (tested bit-exact on CPU).
@@ -434,9 +434,9 @@ _TRITON_DENSE = _rung(_TRITON, "fast-tnorm-tconv-dense", dense_skip_grads=True)
 # And each ResBlock's first convolution bias added inside the Triton norm kernels.
 _FOLD = _rung(_TRITON_DENSE, "fast-tnorm-tconv-dense-fold", fold_conv_bias=True)
 # And the captured backward owning the gradients (no per-parameter add): every lever above together,
-# the ladder's last rung (called `fast-all` until 2026-11-24; the best rung that passes quality parity). On several
-# ranks it runs the network whole and all-reduces one flat bf16 buffer after the backward (issue 49, since
-# 2026-11-26; chapter 06 compares it with the three fp32 buckets it all-reduced before, fast-b3).
+# the ladder's last rung (formerly `fast-all`; the best rung that passes quality parity). On several
+# ranks it runs the network whole and all-reduces one flat bf16 buffer after the backward (issue 49;
+# chapter 06 compares it with the three fp32 buckets it all-reduced before, fast-b3).
 _FAST = _rung(_FOLD, "fast", graph_owned_grads=True, grad_reduce="bf16")
 # Issue 40, lever 1: `fast` with the forward of every ≤ 64-channel 3³ convolution in FP8 (gradients bf16).
 _FP8_FWD = _rung(_FAST, "fast-fp8fwd", fp8_train_convs=True)
@@ -448,10 +448,10 @@ _FP8_SKIPGRAD = _rung(_FP8_FWD, "fast-fp8fwd-skipgrad", fused_skip_grads=True)
 # per-layer table names": Inductor's upsampling backward kernels), on each of the two above.
 _SKIPGRAD_UP = _rung(_SKIPGRAD, "fast-skipgrad-up", triton_upsample=True)
 _FP8_SKIPGRAD_UP = _rung(_FP8_SKIPGRAD, "fast-fp8fwd-skipgrad-up", triton_upsample=True)
-# Issue 49: how `fast`'s ranks reduce, against one bf16 all-reduce after the backward (fast's since 2026-11-26): three
+# Issue 49: how `fast`'s ranks reduce, against one bf16 all-reduce after the backward (fast's since issue 49): three
 # fp32 buckets, each all-reduced beside the rest of the backward (fast's before), one fp32 all-reduce after the
 # backward (fast's before that), two fp32 buckets, and three bf16 buckets. Chapter 06 says from a per-rank profile
-# (sync-flat-bf16-2026-11-26/) why the three segments lose to one late all-reduce.
+# (the sync-flat-bf16 run of 4 × H100) why the three segments lose to one late all-reduce.
 SYNC_VARIANTS: tuple[Knobs, ...] = (_rung(_FAST, "fast-b3", grad_buckets=3, grad_reduce="fp32"),
                                     _rung(_FAST, "fast-flat", grad_reduce="fp32"),
                                     _rung(_FAST, "fast-b2", grad_buckets=2, grad_reduce="fp32"),
@@ -481,7 +481,7 @@ _PINNED = _rung(_CHAIN, "fast-w16-tnorm-tconv-fold-up-update-chain-pinned", cudn
 # Issue 48: the pinned sampler with nothing for torch.compile to do (its DDPM update eager too): NDHWC, bf16 weights,
 # the Triton kernels (compiled once by Triton itself, in seconds, and cached) and the CUDA graphs: what `sample` runs
 # for a small job, which would finish before `fast` had compiled
-_EAGER_UNFUSED = _rung(_PINNED, "fast-eager-unfused", compile=False, compiled_update=False)  # fast-eager until 2026-11-28
+_EAGER_UNFUSED = _rung(_PINNED, "fast-eager-unfused", compile=False, compiled_update=False)  # fast-eager before fused_residual
 # and since: each ResBlock's output written by one Triton kernel that adds both biases and the skip term (issue 64)
 _EAGER = _rung(_EAGER_UNFUSED, "fast-eager", fused_residual=True)
 # and the same without the Triton kernels (nothing to compile at all: PyTorch's NDHWC norm and upsampling)

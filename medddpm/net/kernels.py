@@ -111,7 +111,7 @@ def _specialization(kernel, args: tuple, meta: dict) -> tuple:
     """What of a launch can make Triton compile another kernel: the kernel, each tensor's dtype,
     device and whether its address is 16-byte aligned, each integer's ``_int_key``, every other
     argument's value. Launches alike in all of it are compiled once (a chain of 12 denoiser calls:
-    1,020 launches, cProfile, ``time_to_result/triton-key-h200-host-2026-11-27/``): each warm-up
+    1,020 launches, cProfile, the triton-key-h200-host run in ``time_to_result/``): each warm-up
     otherwise computes Triton's key and looks its cache up again, and threads compiling the same
     kernel at once each compile it."""
     return (kernel, tuple((a.dtype, a.device, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else _int_key(a)
@@ -151,7 +151,7 @@ def _forward_op(name: str) -> Callable[..., Any]:
     """``torch.ops.medddpm.NAME`` where autograd may record it or torch.compile traces it, else its
     body itself, which launches the same kernels with the same arguments: the first call of a
     custom op through PyTorch's dispatcher imports torch._dynamo (0.9 s of a one-volume ``sample``
-    on an H200 host, ``time_to_result/triton-key-h200-host-2026-11-27/importtime-sample-1.txt``)
+    on an H200 host, the triton-key-h200-host run's ``importtime-sample-1.txt``)
     and every call passes a dynamo-disabled wrapper, which eager inference (``fast-eager``) needs not."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling():
         return getattr(torch.ops.medddpm, name)

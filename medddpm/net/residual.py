@@ -3,7 +3,7 @@
 Eager PyTorch writes a ResBlock's output in three passes: cuDNN's convolution, then PyTorch's bias
 add (a broadcast over channels-last voxels: its generic strided kernel), then the residual add.
 Those two adds were 2.9 + 1.0 ms of ``fast-eager``'s 22.4 ms denoiser call at 128³ on an H100
-(``time_to_result/eager-kernels-2026-11-27/``, the ops in ``fused-residual-2026-11-28/``).
+(the eager-kernels run in ``time_to_result/``, the ops in its fused-residual run).
 ``residual_add`` adds the bias, the skip term and that term's own bias in fp32 as it rewrites the
 convolution's output in place: one read of each tensor, one write, one rounding.
 

@@ -310,7 +310,7 @@ def _two_gpu_efficiency(path: Path, config: str) -> str | None:
 
 
 NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)
-BUCKETED = "fast-b3"  # three fp32 buckets overlapped with the backward: fast's way until 2026-11-26
+BUCKETED = "fast-b3"  # three fp32 buckets overlapped with the backward: fast's way before issue 49
 
 
 def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
@@ -367,7 +367,7 @@ def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
                   earlier: pd.DataFrame = pd.DataFrame()) -> dict[str, str]:
     """The prose facts of 'One all-reduce in bf16' and 'Three buckets': fast on 1 → N GPUs now (one flat
     bf16 all-reduce after the backward) and ``BUCKETED`` (three fp32 buckets overlapped with the backward,
-    fast's way until 2026-11-26), each on the machine that ran it on the most GPUs (``_widest``), and on the
+    fast's way before issue 49), each on the machine that ran it on the most GPUs (``_widest``), and on the
     others; the latest earlier run that holds fast and fast-flat (gradient buckets added into a
     zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
     profile, against the all-reduce alone)."""

@@ -36,7 +36,7 @@ class Stage:
     compiled_minutes: float | None = None  # H100, 128³, a torch.compile configuration (None: as eager)
 
 
-# Minutes measured by `make gpu-book` on an H100 at 128³ (data/results/h100-80gb-hbm3/gpu-book-2026-11-24/).
+# Minutes measured by `make gpu-book` on an H100 at 128³ (the newest gpu-book run in data/results/h100-80gb-hbm3/).
 STAGES = {
     "end_to_end": Stage("01_setup", ALL_CONFIGS, 0.3),  # bench + torch.profiler: 1.36 min for the paper's 5
     "ncu": Stage("03_characterization", "baseline,opt1", 5.2),  # paper mode ~4 min + step mode ~1 min: 5.32, 5.02

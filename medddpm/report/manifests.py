@@ -4,6 +4,8 @@ kind on a GPU, so no dated folder name lives in the code."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,3 +36,100 @@ def runs(root: str | Path, kind: str, gpus: list[str] | None = None) -> list[tup
     superseded = {(g, m["supersedes"]) for g, _, m in found if m.get("supersedes")}
     kept = [r for r in found if (r[0], r[1].name) not in superseded]
     return sorted(kept, key=lambda r: (r[2]["date"], r[1].name), reverse=True)
+
+
+DATED = re.compile(r"^(?P<name>.+)-(?P<date>20\d\d-\d\d-\d\d)$")  # a run kept apart: content, then date
+KINDS = {  # the kind of measurement a dated run folder holds, by its content name (the chapters' vocabulary)
+    "sample-rows": ("default-rows", "after-cut", "v-default-chain", "ddpm-default", "ddpm-default-two-gpu-host",
+                    "warmup-every-config", "beside-training", "beside-training-ddpm-default"),
+    "sample-ab": ("own-gpu-ranks", "fused-residual", "small-job", "small-job-precompile", "process-pool-tried",
+                  "triton-key-h200-host", "triton-keys", "start-up-tried", "start-up-cut", "sample-overlap"),
+    "train-clock": ("train-clock", "train-eval-cut"),
+    "kernel-profile": ("eager-kernels",),
+    "ddp-scaling": ("ddp", "second-host", "reduce-bf16", "sync-flat-bf16", "buckets", "scaling-b3", "scaling-b3-accum",
+                    "clocks"),
+    "gpu-book": ("gpu-book",),
+    "recipe-ab": ("ab-64",),
+}
+SUPERSEDING = {"sample-rows": ("after-cut", "default-rows")}  # a kind's current rows: each newer run of these names
+# supersedes the one before it on the same GPU
+
+
+def kind_of(name: str) -> str:
+    """The kind of a dated run folder's content name (``KINDS``)."""
+    for kind, names in KINDS.items():
+        if name in names:
+            return kind
+    raise ValueError(f"no kind for run {name!r}: add it to medddpm.report.manifests.KINDS")
+
+
+def _provenance(folder: Path) -> dict[str, Any]:
+    """The provenance entry of a run folder: its own provenance.json, else its key in a parent's."""
+    own = folder / "provenance.json"
+    if own.exists():
+        return json.loads(own.read_text())
+    for parent in folder.parents:
+        p = parent / "provenance.json"
+        if p.exists():
+            entry = json.loads(p.read_text()).get(str(folder.relative_to(parent)))
+            if entry:
+                return entry
+        if parent.name == "results":
+            break
+    return {}
+
+
+def fill(root: str | Path) -> list[Path]:
+    """Write a manifest into every dated run folder under ``root`` that has none, from its provenance (what ran,
+    when, on what machine and code, the device's reply); returns the folders written."""
+    root, written = Path(root), []
+    for folder in sorted(p for p in root.glob("*/**/*") if p.is_dir() and DATED.match(p.name)):
+        if (folder / MANIFEST).exists():
+            continue
+        m = DATED.match(folder.name)
+        prov = _provenance(folder)
+        gpu_dir = folder.relative_to(root).parts[0]
+        info = root / gpu_dir / "info.json"
+        gpu = prov.get("gpu") or (json.loads(info.read_text()).get("gpu") if info.exists() else gpu_dir)
+        manifest = {
+            "kind": kind_of(m["name"]), "name": m["name"], "date": m["date"], "gpu": gpu,
+            "machine": prov.get("measured") or prov.get("machine") or prov.get("device") or "not recorded",
+            "commits": prov.get("code") or prov.get("commit") or "not recorded",
+            "changed": prov.get("what") or prov.get("changed") or prov.get("script") or m["name"],
+            "supersedes": None,
+            "kept": sorted(p.name for p in folder.iterdir()),
+            **({"device_reply": prov["device_reply"]} if "device_reply" in prov else {}),
+        }
+        (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+        written.append(folder)
+    for kind, names in SUPERSEDING.items():  # link each GPU's runs of these names, oldest to newest
+        for gpu_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            chain = sorted((m["date"], path) for g, path, m in every(root)
+                           if g == gpu_dir.name and m["kind"] == kind and m.get("name") in names)
+            for (_, older), (_, newer) in zip(chain, chain[1:]):
+                m = read(newer)
+                if m.get("supersedes") != older.name:
+                    (newer / MANIFEST).write_text(json.dumps({**m, "supersedes": older.name}, indent=1) + "\n")
+    return written
+
+
+def newest_named(root: str | Path, gpu: str, parent: str, name: str) -> str:
+    """``parent/<name>-<date>`` of the newest run of content name ``name`` in ``gpu``'s ``parent`` folder (``name`` as
+    given where there is none: the reader then says what is missing); the way code names a run without its date."""
+    found = sorted(p.name for p in (Path(root) / gpu / parent).glob(f"{name}-20??-??-??") if DATED.match(p.name)
+                   and DATED.match(p.name)["name"] == name)
+    return f"{parent}/{found[-1] if found else name}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "fill":
+        print("usage: python -m medddpm.report.manifests fill RESULTS_DIR", file=sys.stderr)
+        return 2
+    for folder in fill(args[1]):
+        print(f"wrote {folder / MANIFEST}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

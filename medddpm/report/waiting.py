@@ -19,29 +19,44 @@ from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, denoiser_calls
 from ..profiling.waiting import COLUMNS, PHASES, SAME_COLUMNS
 from .anatomy import run_device, train_folder
 from .present import gpu_name
+from . import manifests
 from .tables import results_csv
 from .wording import missing, number
 
 FOLDER = "time_to_result"
+
+
+def run_path(root: Path, gpu: str | None, run: str) -> str:
+    """``time_to_result/<run>-<date>[/rest]`` of the newest run of ``run``'s content name (its first part) on ``gpu``
+    (``manifests.newest_named``): code names runs by what they hold, the store by what and when."""
+    name, _, rest = run.partition("/")
+    return manifests.newest_named(root, gpu or "", FOLDER, name) + (f"/{rest}" if rest else "")
+
+
+def run_csv(root: Path, gpus: list[str], run: str, table: str) -> pd.DataFrame:
+    """``table`` of each GPU's newest ``run`` (``run_path``), with a ``gpu_slug`` column."""
+    frames = [results_csv(Path(root), [g], f"{run_path(root, g, run)}/{table}") for g in gpus]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 STORE_FREE = ("tr_fast_from_calls", "tr_fast_from_ddpm", "tr_fast_from_chain", "tr_small", "tr_default_sampler")  # the package's rules, whatever the store holds
 # sharded `sample` runs whose ranks still saw every GPU (before distributed.own_gpu_only): ranks 1-3 compiled again
-BEFORE_OWN_GPU = "own-gpu-ranks-2026-11-26/before-own-gpu"
-SMALL_RUNS = "small-job-2026-11-26"  # the small-job configuration before kernels.precompile, and without its Triton kernels
+BEFORE_OWN_GPU = "own-gpu-ranks/before-own-gpu"
+SMALL_RUNS = "small-job"  # the small-job configuration before kernels.precompile, and without its Triton kernels
 # start-up changes measured against main (``code`` "main …") on one machine, alternated, and not kept: a ``call`` and
 # ``code`` column beside time_to_result.csv's
-TRIED = "start-up-tried-2026-11-27"
-WARMUP_ALL = "warmup-every-config-2026-11-27"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
-V_DEFAULT = "v-default-chain-2026-11-27"  # a v-prediction checkpoint's default (the 12-call chain): 1 and 100 masks, warmup
-TRITON_KEY = "triton-key-h200-host-2026-11-27"  # the same, with Triton's installation key kept in MEDDDPM_CACHE (run.cache)
+TRIED = "start-up-tried"
+WARMUP_ALL = "warmup-every-config"  # `warmup` without --config (fast-eager and fast), then 1 mask by default
+V_DEFAULT = "v-default-chain"  # a v-prediction checkpoint's default (the 12-call chain): 1 and 100 masks, warmup
+TRITON_KEY = "triton-key-h200-host"  # the same, with Triton's installation key kept in MEDDDPM_CACHE (run.cache)
 CHAIN_TARGETS = {(1, "warm"): 5.0, (1, "cold"): 15.0, (100, "warm"): 30.0}  # issue 64: seconds, process start to file
 # start-up cut against main on one machine per call (``call``, ``code`` columns): the code kept is the one named KEPT
-CUT = "start-up-cut-2026-11-27"
+CUT = "start-up-cut"
 KEPT = "C (this commit)"
 TRAIN_AFTER = f"{TRIED}/call-d"  # a warm `train --config fast` under cProfile after AOT autograd's cache took fast's graph
-# `sample`'s default sampler until 2026-11-26 (issue 47 made DDPM 250 the default): what a row without the
+# `sample`'s default sampler before issue 47 made DDPM 250 the default: what a row without the
 # ``sampler`` column (written before it) ran unless its command names --sampler
 EARLIER_DEFAULT = FEW_STEP.sampler
-# `sample`'s rule without --config until 2026-11-26 (rows written before the ``ran`` column): fast from 35 masks or
+# `sample`'s rule without --config before issue 47 (rows written before the ``ran`` column): fast from 35 masks or
 # 750 denoiser calls, else eager bf16
 EARLIER_RULE = (35, 750, "bf16")
 # issue 48's targets (s, process start to files written): 1 mask by default, warm and cold; 100 masks, warm
@@ -217,7 +232,7 @@ def phases(df: pd.DataFrame) -> str:
 def tried(root: Path, gpu: str | None) -> str:
     """``TRIED``'s rows: per call (one machine), each command's mean wall time under the changed code
     against main's, both alternated on that machine."""
-    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{TRIED}/time_to_result")
+    df = run_csv(Path(root), [gpu] if gpu else [], TRIED, "time_to_result")
     if df.empty:
         return missing(f"{FOLDER}/{TRIED}/time_to_result.csv")
     df = df.assign(nproc=_nproc(df["command"]), main=df["code"].str.startswith("main "))
@@ -238,7 +253,7 @@ def tried(root: Path, gpu: str | None) -> str:
 def cut_rows(root: Path, gpu: str | None) -> pd.DataFrame:
     """``CUT``'s rows with ``what``, ``nproc`` and ``batch`` (its ``--batch``, else 1), and each code's short name
     (``short``: what its description says before the first colon)."""
-    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{CUT}/time_to_result")
+    df = run_csv(Path(root), [gpu] if gpu else [], CUT, "time_to_result")
     if df.empty:
         return df
     df = _parsed(df).assign(short=df["code"].str.split(":").str[0])
@@ -345,8 +360,14 @@ def _chain_s(root: Path, gpu: str) -> float | None:
 
 AFTER_WARMUP_TARGET = 0.10  # issue 64: after `warmup`, the first `sample` of 1 mask within 10 % of a warm run
 LIMIT_TARGET = 0.80  # issue 64: `train --time-limit T` spends at least this share of T in steady steps
-# train's last line (its share printed whole until 2026-11-27, with one decimal since)
+# train's last line (its share printed whole at first, with one decimal since)
 TIMING_LINE = re.compile(r"^timing: (.*?(\d+(?:\.\d+)?) % of --time-limit in steady steps)\s*$", re.MULTILINE)
+
+
+def _content(folder: str) -> str:
+    """A run folder's content name, its date left out."""
+    m = manifests.DATED.match(folder)
+    return m["name"] if m else folder
 
 
 def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -356,7 +377,8 @@ def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
     rows = []
     for g in gpus:
         runs = [(f.parent.name, f) for f in sorted(train_folder(root, g).glob("*/train-stdout.txt"))]
-        runs += [(f"{f.parent.name}/{f.stem}", f) for f in sorted((Path(root) / g / FOLDER).glob("*/train*-stdout-*.txt"))]
+        runs += [(f"{_content(f.parent.name)}/{f.stem}", f)
+                 for f in sorted((Path(root) / g / FOLDER).glob("*/train*-stdout-*.txt"))]
         for run, f in runs:
             m = TIMING_LINE.search(f.read_text())
             if m:
@@ -364,7 +386,7 @@ def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "gpu", "line", "share"])
 
 
-TRAIN_CLOCK = "train-clock-2026-11-27"  # train --time-limit 300 at 64³ and train's first 100 steps at 128³, cold and warm
+TRAIN_CLOCK = "train-clock"  # train --time-limit 300 at 64³ and train's first 100 steps at 128³, cold and warm
 FIRST_STEPS_OVER = 10.0  # issue 64: s; warm, train's first 100 steps at 128³ within the steady state's 100 steps plus this
 
 
@@ -372,8 +394,8 @@ def first_steps(root: Path, gpu: str | None, run: str = TRAIN_CLOCK) -> str:
     """``run``'s `train --config fast --steps 100` at 128³, cold and warm: wall time, its first step
     (the step's compile and capture) and the steady state's 100 steps from its own timing.csv, against
     ``FIRST_STEPS_OVER``."""
-    folder = Path(root) / (gpu or "") / FOLDER / run
-    df = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
+    folder = Path(root) / (gpu or "") / run_path(root, gpu, run)
+    df = run_csv(Path(root), [gpu] if gpu else [], run, "time_to_result")
     df = df[df["command"].str.startswith("train ")] if len(df) else df
     said = []
     for state in ("cold", "warm"):
@@ -390,9 +412,9 @@ def first_steps(root: Path, gpu: str | None, run: str = TRAIN_CLOCK) -> str:
     return "; ".join(said) or missing(f"train's first 100 steps at 128³ ({run})")
 
 
-EVAL_CUT = "train-eval-cut-2026-11-27"  # TRAIN_CLOCK's warm 64³ run again, its held-out evaluations and checkpoints cut
-AFTER_CUT = "after-cut-2026-11-27"  # V_DEFAULT's rows and TRAIN_CLOCK's 128³ steps again, on a fresh machine after the cut
-DEFAULT_ROWS = "default-rows-2026-11-28"  # the same rows again with the fused residual, on a fresh machine of each GPU
+EVAL_CUT = "train-eval-cut"  # TRAIN_CLOCK's warm 64³ run again, its held-out evaluations and checkpoints cut
+AFTER_CUT = "after-cut"  # V_DEFAULT's rows and TRAIN_CLOCK's 128³ steps again, on a fresh machine after the cut
+DEFAULT_ROWS = "default-rows"  # the same rows again with the fused residual, on a fresh machine of each GPU
 PHASE = re.compile(r"(held-out|checkpoints) ([0-9.]+) s \((\d+)\)")  # a phase of train's timing line: seconds (count)
 
 
@@ -401,7 +423,7 @@ def eval_cut(root: Path, gpu: str | None) -> str:
     held-out and checkpoint changes: each phase's seconds a time, and the share in steady steps."""
     said = []
     for run in (TRAIN_CLOCK, EVAL_CUT):
-        f = Path(root) / (gpu or "") / FOLDER / run / "train64-stdout-warm.txt"
+        f = Path(root) / (gpu or "") / run_path(root, gpu, run) / "train64-stdout-warm.txt"
         m = TIMING_LINE.search(f.read_text()) if gpu and f.is_file() else None
         if m is None:
             return missing(f"the warm 64³ runs' output ({TRAIN_CLOCK}, {EVAL_CUT}: train64-stdout-warm.txt)")
@@ -411,13 +433,13 @@ def eval_cut(root: Path, gpu: str | None) -> str:
     return "; ".join(said)
 
 
-EAGER_KERNELS = "eager-kernels-2026-11-27"  # every kernel of 10 warm DDPM steps at 128³, fast-eager and fast (denoise_kernels)
+EAGER_KERNELS = "eager-kernels"  # every kernel of 10 warm DDPM steps at 128³, fast-eager and fast (denoise_kernels)
 
 
 def eager_kernels(root: Path, gpu: str | None) -> str:
     """Where a denoiser call's GPU time goes under ``SMALL_JOB`` and under ``fast`` (``EAGER_KERNELS``'s
     tables): milliseconds of kernels a call, the categories that differ most, and the GPU idle."""
-    folder = Path(root) / (gpu or "") / FOLDER / EAGER_KERNELS
+    folder = Path(root) / (gpu or "") / run_path(root, gpu, EAGER_KERNELS)
     files = {c: folder / f"denoise_kernels_{c}.csv" for c in (SMALL_JOB, "fast")}
     if not gpu or not all(f.is_file() for f in files.values()):
         return missing(f"kernel tables of {SMALL_JOB} and fast ({EAGER_KERNELS})")
@@ -431,11 +453,11 @@ def eager_kernels(root: Path, gpu: str | None) -> str:
             f"and {k['fast']['idle_ms_before'].sum():.2f} ms); by category: {parts}")
 
 
-FUSED_RESIDUAL = "fused-residual-2026-11-28"  # fast-eager with fused_residual against fast-eager-unfused, one machine
-POOL_TRIED = "process-pool-tried-2026-11-28"  # cold 1-mask runs: Triton's kernels compiled by worker processes or threads
-TRITON_KEYS = "triton-keys-2026-11-28"  # cold 1-mask runs: precompile's launches by exact integers or Triton's integer keys
-OVERLAP = "sample-overlap-2026-11-28"  # 100 masks warm: int8 masks and read-backs beside the sampling (new) against before
-UNFUSED = "fast-eager-unfused"  # SMALL_JOB before fused_residual (until 2026-11-28)
+FUSED_RESIDUAL = "fused-residual"  # fast-eager with fused_residual against fast-eager-unfused, one machine
+POOL_TRIED = "process-pool-tried"  # cold 1-mask runs: Triton's kernels compiled by worker processes or threads
+TRITON_KEYS = "triton-keys"  # cold 1-mask runs: precompile's launches by exact integers or Triton's integer keys
+OVERLAP = "sample-overlap"  # 100 masks warm: int8 masks and read-backs beside the sampling (new) against before
+UNFUSED = "fast-eager-unfused"  # SMALL_JOB before fused_residual
 BIAS_ADD, RESIDUAL_ADD = "aten::add_", "aten::add"  # PyTorch's bias add after cuDNN's convolution; the residual add
 
 
@@ -443,7 +465,7 @@ def per_machine(root: Path, gpu: str | None, run: str, quote: Callable[[Path], s
     """``quote(folder)`` for the run folder ``run`` on ``gpu`` and each ``machine-*`` in it (the same
     script on another machine of that kind); where one returns None (a file missing), ``what`` is
     named as missing."""
-    folder = Path(root) / (gpu or "") / FOLDER / run
+    folder = Path(root) / (gpu or "") / run_path(root, gpu, run)
     said = [quote(f) for f in [folder, *sorted(folder.glob("machine-*"))]] if gpu else [None]
     if None in said:
         return missing(f"{what} in {run}/")
@@ -490,8 +512,8 @@ def fused_machine(folder: Path) -> str | None:
 def cold_arms(root: Path, gpu: str | None, run: str) -> str:
     """A run folder's cold 1-mask rows on ``gpu`` by arm (its ``arms.csv``: row, arm, in the rows' order):
     each arm's wall times and how long after ``ready`` Triton's kernels were ready (compiled)."""
-    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
-    arms = Path(root) / (gpu or "") / FOLDER / run / "arms.csv"
+    raw = run_csv(Path(root), [gpu] if gpu else [], run, "time_to_result")
+    arms = Path(root) / (gpu or "") / run_path(root, gpu, run) / "arms.csv"
     if raw.empty or not arms.is_file():
         return missing(f"cold rows of each arm ({run}: time_to_result.csv, arms.csv)")
     raw = with_arms(raw, arms).assign(compile=raw["kernels_s"] - raw["ready_s"])
@@ -524,7 +546,7 @@ def after_cut(root: Path, gpu: str | None, run: str = AFTER_CUT) -> str:
     """``run``'s rows on ``gpu`` (``scripts/probes/default_rows.sh``'s: ``AFTER_CUT``, ``DEFAULT_ROWS``): the
     v-prediction default's (``v_default``), every warm 1-mask run of it against its target, and `train`'s
     first 100 steps at 128³ (``first_steps``)."""
-    raw = results_csv(Path(root), [gpu] if gpu else [], f"{FOLDER}/{run}/time_to_result")
+    raw = run_csv(Path(root), [gpu] if gpu else [], run, "time_to_result")
     if raw.empty:
         return missing(f"rows of the v-prediction default and of train's first steps ({run})")
     warm = raw[raw["command"].str.startswith("sample ") & (raw["volumes"] == 1) & (raw["cache"] == "warm")
@@ -608,7 +630,7 @@ def remembered_key(df: pd.DataFrame) -> str:
 def per_gpu(root: Path, gpus: list[str], run: str, quote: Callable[[Path, str | None], str], also: str = "") -> str:
     """``quote(root, gpu)`` for every GPU of the store holding the run folder ``run`` (and ``also``),
     each after its name; where none does, ``quote(root, None)``, which names what is missing."""
-    have = [g for g in gpus if all((Path(root) / g / FOLDER / r).is_dir() for r in (run, also) if r)]
+    have = [g for g in gpus if all((Path(root) / g / run_path(root, g, r)).is_dir() for r in (run, also) if r)]
     return "; ".join(f"{gpu_name(g)}: {quote(root, g)}" for g in have) or quote(root, None)
 
 
@@ -620,7 +642,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
          "tr_fast_from_chain": str(fast_from(FEW_STEP.steps)), "tr_small": f"`{SMALL_JOB}`",
          "tr_default_sampler": f"`{EQUIVALENT.describe()}` for v-prediction, `{REFERENCE.describe()}` for ε-prediction", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
     f.update(small_job_facts(root, have[:1]))
-    before = results_csv(Path(root), have[:1], f"{FOLDER}/{BEFORE_OWN_GPU}/time_to_result")
+    before = run_csv(Path(root), have[:1], BEFORE_OWN_GPU, "time_to_result")
     f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
                             else missing(f"sharded rows before the ranks saw only their own GPU ({BEFORE_OWN_GPU})"))
     f.update(train_facts(root, have[:1], df))
@@ -634,9 +656,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_pool_tried"] = per_gpu(root, gpus, POOL_TRIED, lambda r, g: cold_arms(r, g, POOL_TRIED))
     f["tr_triton_keys"] = per_gpu(root, gpus, TRITON_KEYS, lambda r, g: cold_arms(r, g, TRITON_KEYS))
     f["tr_overlap"] = per_gpu(root, gpus, OVERLAP, lambda r, g: warm_arms(r, g, OVERLAP))
-    f["tr_afterwarmup"] = after_warmup(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{WARMUP_ALL}/time_to_result")))
-    f["tr_v_default"] = v_default(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{V_DEFAULT}/time_to_result")))
-    f["tr_triton_key"] = remembered_key(tidy(results_csv(Path(root), have[:1], f"{FOLDER}/{TRITON_KEY}/time_to_result")))
+    f["tr_afterwarmup"] = after_warmup(tidy(run_csv(Path(root), have[:1], WARMUP_ALL, "time_to_result")))
+    f["tr_v_default"] = v_default(tidy(run_csv(Path(root), have[:1], V_DEFAULT, "time_to_result")))
+    f["tr_triton_key"] = remembered_key(tidy(run_csv(Path(root), have[:1], TRITON_KEY, "time_to_result")))
 
     def quote(key: str, config: str, volumes: int, cache: str) -> float | None:
         row = newest(df, config, volumes, cache)  # the newest of any sampler, named beside its time
@@ -676,7 +698,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     f["tr_cut_codes"] = cut_codes(c) if len(c) else missing(f"{FOLDER}/{CUT}/time_to_result.csv")
     f["tr_cut"] = cut(c)
     f["tr_cut_targets"] = cut_targets(c)
-    dyn = Path(root) / have[0] / FOLDER / CUT / "dynamo_import_s.txt" if have else None
+    dyn = Path(root) / have[0] / run_path(root, have[0], CUT) / "dynamo_import_s.txt" if have else None
     secs = [float(x) for x in dyn.read_text().split()] if dyn is not None and dyn.is_file() else []
     f["tr_cut_dynamo"] = (f"{sum(secs) / len(secs):.1f} s (mean of {len(secs)})" if secs
                           else missing(f"{CUT}/dynamo_import_s.txt"))
@@ -737,15 +759,14 @@ def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
     (``time_to_result/sample_bench.csv``), and (``SMALL_RUNS``) what its start-up cost before its
     Triton kernels were compiled at once, and without them."""
     f: dict[str, str] = {}
-    folder = Path(root) / gpus[0] / FOLDER if gpus else None
     bench = results_csv(Path(root), gpus, f"{FOLDER}/sample_bench")
     line = _bench_line(bench, [SMALL_JOB, SAMPLING_ALIASES["fast"]])
     f["tr_small_bench"] = line or missing(f"bench-sample rows of {SMALL_JOB} and fast ({FOLDER}/sample_bench.csv)")
-    earlier = results_csv(Path(root), gpus, f"{FOLDER}/{SMALL_RUNS}/time_to_result")
+    earlier = run_csv(Path(root), gpus, SMALL_RUNS, "time_to_result")
     parts = []
     if len(earlier):
         one = earlier[(earlier["volumes"] == 1) & (earlier["rc"] == 0)]
-        bench_nt = results_csv(Path(root), gpus, f"{FOLDER}/{SMALL_RUNS}/sample_bench")
+        bench_nt = run_csv(Path(root), gpus, SMALL_RUNS, "sample_bench")
         for config, what in ((SMALL_JOB, "its kernels compiled one by one at their first launch"),
                              (f"{SMALL_JOB}-nt", f"without its Triton kernels (`{SMALL_JOB}-nt`)")):
             rows = one[one["ran"] == config].drop_duplicates("cache", keep="last").set_index("cache")["wall_s"]
@@ -756,7 +777,7 @@ def small_job_facts(root: Path, gpus: list[str]) -> dict[str, str]:
                              + (f", {per['s_per_volume_median'].iloc[-1]:.3g} s a volume of DDPM {REFERENCE.steps}"
                                 if len(per) else ""))
     f["tr_small_before"] = "; ".join(parts) if parts else missing(f"{FOLDER}/{SMALL_RUNS}/time_to_result.csv")
-    prof = folder / SMALL_RUNS / "profile-sample-1-cold.txt" if folder is not None else None
+    prof = Path(root) / gpus[0] / run_path(root, gpus[0], SMALL_RUNS) / "profile-sample-1-cold.txt" if gpus else None
     split = profile_parts(prof) if prof is not None and prof.is_file() else {}
     asm = "Triton's assembler"
     f["tr_small_kernels"] = (f"{split[asm + ' calls']:.0f} kernels (the assembler alone {split[asm]:.1f} s)"
@@ -831,3 +852,41 @@ def _cache_verdict(text: str) -> str:
         if got:
             parts.append(f"{name} {', '.join(got)}" + (f" (“{why[1].strip()}”)" if why else ""))
     return "; ".join(parts) if parts else "no cache counters in the log"
+
+
+STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s or None)
+    ("`sample`, 1 mask, defaults, warm cache (median)", 1, "warm", CHAIN_TARGETS[(1, "warm")]),
+    ("`sample`, 1 mask, defaults, empty cache", 1, "cold", CHAIN_TARGETS[(1, "cold")]),
+    ("`sample`, 100 masks, defaults, warm cache", 100, "warm", CHAIN_TARGETS[(100, "warm")]),
+)
+
+
+def state(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Where time to result stands: per GPU, the newest run of current rows (manifest kind ``sample-rows``, none
+    superseding it): each of ``STATE_ROWS`` against its target, and `train`'s first 100 steps at 128³, process start
+    to checkpoint, warm and cold; with the run folder it comes from."""
+    rows = []
+    for g in gpus:
+        found = manifests.runs(root, "sample-rows", [g])
+        if not found:
+            continue
+        _, folder, m = found[0]
+        raw = pd.read_csv(folder / "time_to_result.csv") if (folder / "time_to_result.csv").exists() else pd.DataFrame()
+        if raw.empty:
+            continue
+        run = str(folder.relative_to(Path(root) / g))
+        sample = raw[raw["command"].str.startswith("sample ") & ~raw["command"].str.contains("--sampler")
+                     & (raw["rc"] == 0)]
+        for what, n, cache, target in STATE_ROWS:
+            s = sample[(sample["volumes"] == n) & (sample["cache"] == cache)]["wall_s"]
+            if len(s):
+                now = s.median()
+                rows.append({"GPU": gpu_name(g), "what": what, "today (s)": now, "target (s)": target,
+                             "met": "yes" if now <= target else "no", "run": run})
+        train = raw[raw["command"].str.startswith("train ") & (raw["rc"] == 0)]
+        for cache in ("warm", "cold"):
+            t = train[train["cache"] == cache]["wall_s"]
+            if len(t):
+                rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³, {cache} cache",
+                             "today (s)": t.iloc[-1], "target (s)": None, "met": "", "run": run})
+    return pd.DataFrame(rows, columns=["GPU", "what", "today (s)", "target (s)", "met", "run"])

@@ -36,7 +36,7 @@ def use() -> Path:
     into the graph the cache key hashes). PyTorch bypasses the cache for them by default, so a warm
     ``train --config fast`` traced and partitioned its joint graph again in every process (issue 48:
     "Bypassing autograd cache due to: Unsupported call_function target autograd_function_apply",
-    H100, ``time_to_result/small-job-precompile-2026-11-26/train-cache/``)."""
+    H100, the small-job-precompile run's ``train-cache/`` in ``time_to_result/``)."""
     folder = root()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
@@ -70,7 +70,7 @@ def remember_triton_key(folder: Path) -> str | None:
     Triton hashes its whole installation (every compiler, backend and language module, walked with
     ``pkgutil``, and the 500 MB libtriton) once in each process, before its first kernel launch,
     even when every kernel is in its on-disk cache: 3.5 s of a warm 1-mask ``sample`` on an H100
-    (``time_to_result/start-up-tried-2026-11-27/call-a/profile-new-1-warm.txt``). A different
+    (the start-up-tried run's ``call-a/profile-new-1-warm.txt`` in ``time_to_result/``). A different
     installation changes the fingerprint, so its key is computed anew."""
     try:
         import triton

@@ -295,6 +295,7 @@ def inference(model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
             model.load_state_dict(state)  # strict: every parameter and buffer the model was built without
         except RuntimeError as exc:  # weights of another model than the config says: a damaged or edited checkpoint
             first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
+            first = first if len(first) <= 300 else first[:300] + " …"
             raise InputError(f"the checkpoint's weights do not fit the model its config describes ({model_cfg.name}): "
                              f"{first}") from None
     model.eval().requires_grad_(False)
