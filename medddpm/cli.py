@@ -261,9 +261,9 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     try:
         run(parse_args(args))
     except ChildFailedError as exc:
-        lost = {r: f.exitcode for r, f in exc.failures.items() if f.exitcode < 0}  # killed by a signal: a rank lost
-        # torchrun ends the survivors of a lost rank with SIGTERM: the ranks lost first are the others
-        lost = {r: c for r, c in lost.items() if c != -signal.SIGTERM} or lost
+        # killed by a signal: a rank lost. torchrun ends the other ranks with SIGTERM once one has failed or been lost,
+        # so those are not the cause
+        lost = {r: f.exitcode for r, f in exc.failures.items() if f.exitcode < 0 and f.exitcode != -signal.SIGTERM}
         if lost:
             print(f"medddpm {a.command}: error: " + _lost_line(a, lost), file=sys.stderr)
             raise Exit(1) from None
@@ -625,8 +625,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     s.add_argument("--recipe", choices=list(RECIPES), help=f"the optimisation recipe (default {DEFAULT_RECIPE}; "
-                   f"paper = Med-DDPM's: Adam at a constant 1e-5, EMA 0.995): {recipes_help}; the flags below "
-                   "override its values; --resume keeps the checkpoint's")
+                   f"paper is Med-DDPM's): {recipes_help}; the flags below override its values; --resume keeps the "
+                   "checkpoint's")
     s.add_argument("--lr", type=float, help="Adam's (peak) learning rate (default: the recipe's)")
     s.add_argument("--lr-warmup", type=int, metavar="STEPS", help="linear warm-up steps (default: the recipe's)")
     s.add_argument("--lr-decay", choices=list(LR_DECAYS), help="after the warm-up: constant, or a cosine to "

@@ -397,3 +397,30 @@ def test_a_lost_rank_is_one_line_naming_it_and_the_resume_command(tiny_checkpoin
                                                                            argv=[]), {0: -9})
     assert lost_contact(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
     assert not lost_contact(RuntimeError("CUDA out of memory"))
+
+
+def test_a_full_disk_during_train_is_one_line_and_the_last_checkpoint_stays(phantoms, tmp_path, capsys, monkeypatch):
+    """Issue 77 items 4 and 8: a checkpoint write that fails half-way (ENOSPC) ends `train` with one line and exit 2;
+    the previous checkpoint loads, and no temporary file is left."""
+    import errno
+    import os
+
+    import torch
+
+    from medddpm.train.checkpoint import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "--images", str(phantoms / "images"), "--masks", str(phantoms / "masks"), "--model", "tiny",
+            "--size", "16", "--out", str(run_dir), "--quiet", "--device", "cpu"]
+    assert main([*argv, "--steps", "1"]) == 0
+    real_save = torch.save
+
+    def full(obj, f, *a, **k):
+        real_save({"half": torch.zeros(10)}, f)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+    monkeypatch.setattr(torch, "save", full)
+    capsys.readouterr()
+    code, _, err = run(capsys, *argv, "--steps", "2", "--resume")
+    assert_one_line_error(code, err, "No space left on device")
+    assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]

@@ -35,3 +35,31 @@ def test_inputs_skip_dot_files(tmp_path):
     (masks / f".{first.name}.abc.tmp.nii.gz").write_bytes(first.read_bytes())
     assert [p.name for p in list_nifti(masks, "masks")] == sorted(p.name for p in masks.iterdir()
                                                                   if not p.name.startswith("."))
+
+
+def test_a_nifti_is_written_whole_or_not_at_all_and_its_temporary_name_is_no_nifti(tmp_path, monkeypatch):
+    """Issue 77 item 8: a sample or prepared volume reads back as written; a write that fails half-way (a full disk)
+    leaves the previous file and no temporary file; while it is written, its temporary name ends in no NIfTI suffix."""
+    import nibabel as nib
+    import numpy as np
+    from pathlib import Path
+
+    from medddpm.data.nifti import NIFTI_SUFFIXES, save_atomic
+
+    arr = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    path = tmp_path / "s.nii.gz"
+    save_atomic(nib.Nifti1Image(arr, np.eye(4)), path)
+    np.testing.assert_array_equal(np.asarray(nib.load(path).dataobj), arr)
+    before = path.read_bytes()
+    names = []
+
+    def half(self, data):
+        names.append(self.name)
+        with open(self, "wb") as f:
+            f.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(Path, "write_bytes", half)
+    with pytest.raises(OSError, match="No space left"):
+        save_atomic(nib.Nifti1Image(arr + 1, np.eye(4)), path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.nii.gz"]
+    assert names and names[0].startswith(".") and not names[0].lower().endswith(NIFTI_SUFFIXES)

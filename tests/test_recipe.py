@@ -103,6 +103,8 @@ def test_runs_are_found_by_their_manifests_newest_first_and_superseded_ones_left
     assert rec.loc[0, "step at target"] == 20 and rec.loc[0, "clock at target (s)"] == 4.0
     assert rec.loc[0, "wall at target (s)"] == 5.5 and rec.loc[0, "final loss"] == 0.15
     assert math.isnan(recipe.records(recipe.curves(run, m), 0.1).loc[0, "step at target"])  # never reached
+    table = recipe.record_table(root, ["h200"], 0.2)  # the runs in date order, each run's fastest arm
+    assert list(table["run"]) == ["h200/recipe/a", "h200/recipe/c"] and list(table["steps to target"]) == [20, 20]
     (run / "run.json").write_text(json.dumps({"kind": "recipe-ab"}))
     with pytest.raises(ValueError, match="lacks date, gpu"):
         manifests.runs(root, "recipe-ab")

@@ -258,3 +258,18 @@ def test_a_stopped_run_judges_its_last_weights_and_resumes_exactly(phantoms, tmp
         assert h[h["step"] != 1].reset_index(drop=True).equals(a)
         for k, v in straight.model.state_dict().items():
             assert torch.equal(rest.model.state_dict()[k], v), k
+
+
+def test_a_time_limit_ends_the_rates_decay_where_the_time_runs_out(phantoms, tmp_path):
+    """Issue 75: under --time-limit the cosine decay ends at the step the time allows, at the pace since the first
+    step (its evaluations included); the end only comes nearer, so the rate never rises again."""
+    import time
+
+    t = _trainer(phantoms, tmp_path, lr_decay="cosine")
+    t._steps, t.step = 10_000, 101
+    t._clock = [(0, 0.0), (1, 10.0), (101, 11.0)]  # the first step compiled for 10 s; then 100 steps a second
+    assert not t._out_of_time(time.perf_counter() + 5.0, 10_000)
+    assert 590 <= t._steps <= 601  # 101 + 5 s × 100 steps/s
+    assert not t._out_of_time(time.perf_counter() + 50.0, 10_000) and t._steps <= 601  # a later end: kept
+    assert t._out_of_time(time.perf_counter() - 1.0, 10_000) and t._steps == 102  # out of time: the next step is the last
+    assert t.train_cfg.lr_at(101, t._steps) == pytest.approx(t.train_cfg.lr * t.train_cfg.lr_final)

@@ -33,7 +33,7 @@ import torch
 
 from ..core.errors import InputError
 from ..core.io import atomic_path, write_text_atomic
-from .nifti import canonical, check_same_space, cube_grid, load_nifti, resize
+from .nifti import canonical, check_same_space, cube_grid, load_nifti, resize, save_atomic
 
 TEST_FROM = 500  # IXI IDs from here on are the external test set
 SPLITS = ("train", "val", "test")
@@ -88,8 +88,7 @@ def cube(img: nib.Nifti1Image, size: int, mode: str) -> tuple[np.ndarray, np.nda
 def _save(arr: np.ndarray, affine: np.ndarray, path: Path, slope: float = 1.0) -> None:
     img = nib.Nifti1Image(arr.astype(np.uint8), affine)
     img.header.set_slope_inter(slope, 0.0)
-    with atomic_path(path, suffix=".nii.gz") as tmp:
-        nib.save(img, str(tmp))
+    save_atomic(img, path)
 
 
 def prepare(root: str | Path, out: str | Path, size: int = 64, val: int = 16) -> dict[str, int]:

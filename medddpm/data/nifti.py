@@ -13,6 +13,8 @@ Conventions
 """
 from __future__ import annotations
 
+import gzip
+
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,10 +347,19 @@ def like_mask(volume: np.ndarray, mask_path: Path) -> nib.Nifti1Image:
     return image_like(to_file_space(vol.numpy(), mask_img), mask_img)
 
 
+def save_atomic(img: nib.Nifti1Image, path: str | Path) -> None:
+    """``img`` written to ``path`` (``.nii.gz``: gzip as nibabel writes it, level 1, no time stamp) through a
+    temporary dot-file without a NIfTI suffix, which no input listing reads, renamed into place when whole."""
+    data = img.to_bytes()
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, compresslevel=1, mtime=0)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def write_like_mask(volume: np.ndarray, mask_path: Path, out_path: Path) -> None:
     """``like_mask``, saved atomically to ``out_path``."""
-    with atomic_path(out_path, suffix=".nii.gz") as tmp:
-        nib.save(like_mask(volume, mask_path), str(tmp))
+    save_atomic(like_mask(volume, mask_path), out_path)
 
 
 def image_like(arr: np.ndarray, like: nib.Nifti1Image) -> nib.Nifti1Image:
@@ -362,8 +373,7 @@ def image_like(arr: np.ndarray, like: nib.Nifti1Image) -> nib.Nifti1Image:
 
 def save_like(arr: np.ndarray, like: nib.Nifti1Image, path: Path) -> None:
     """``image_like``, saved atomically to ``path``."""
-    with atomic_path(path, suffix=".nii.gz") as tmp:
-        nib.save(image_like(arr, like), str(tmp))
+    save_atomic(image_like(arr, like), path)
 
 
 # ---- offline data sets ------------------------------------------------------------------------
@@ -421,10 +431,8 @@ def phantom(size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 
 
 def _save_pair(out: Path, name: str, image: np.ndarray, labels: np.ndarray, affine: np.ndarray) -> None:
-    with atomic_path(out / "images" / f"{name}.nii.gz", suffix=".nii.gz") as tmp:
-        nib.save(nib.Nifti1Image(image.astype(np.float32), affine), str(tmp))
-    with atomic_path(out / "masks" / f"{name}.nii.gz", suffix=".nii.gz") as tmp:
-        nib.save(nib.Nifti1Image(labels.astype(np.uint8), affine), str(tmp))
+    save_atomic(nib.Nifti1Image(image.astype(np.float32), affine), out / "images" / f"{name}.nii.gz")
+    save_atomic(nib.Nifti1Image(labels.astype(np.uint8), affine), out / "masks" / f"{name}.nii.gz")
 
 
 def _check_out(out: Path, n: int, size: int, min_size: int = 8) -> None:

@@ -67,3 +67,31 @@ def paper_recipe_steps(root: str | Path, target: float, gpus: list[str] | None =
         rows.append({"gpu": path.parts[-5], "run": path.parent.name, "steps": int(g.index.max()),
                      "lowest loss": g.min(), "step at target": hit.index[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["gpu", "run", "steps", "lowest loss", "step at target"])
+
+
+def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFrame:
+    """The modded-nanogpt-style record table at 64³: one row per recipe that held the record, the paper's first (its
+    chapter-14 runs: steps only, they ran on another GPU), then each recipe A/B run's fastest arm to ``target``."""
+    rows = []
+    paper = paper_recipe_steps(root, target, gpus=None)
+    hit = paper["step at target"].dropna()
+    if len(hit):
+        first = paper.loc[hit.idxmin()]
+        rows.append({"date": "", "change": "Med-DDPM's recipe at the book's rate (constant 1e-4, EMA 0.995)",
+                     "steps to target": int(first["step at target"]), "wall to target (s)": float("nan"),
+                     "GPUs": gpu_label(first["gpu"]), "run": f"{first['gpu']}/anatomy/train/{first['run']}"})
+    for gpu, run, m in reversed(manifests.runs(root, KIND, gpus)):
+        rec = records(curves(run, m), target).dropna(subset=["wall at target (s)"])
+        if len(rec):
+            best = rec.iloc[0]
+            rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']}",
+                         "steps to target": int(best["step at target"]), "wall to target (s)": best["wall at target (s)"],
+                         "GPUs": gpu_label(gpu), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
+    return pd.DataFrame(rows, columns=["date", "change", "steps to target", "wall to target (s)", "GPUs", "run"])
+
+
+def gpu_label(slug: str) -> str:
+    """One GPU of a store folder, by its readers' name."""
+    from .present import gpu_name
+
+    return f"1 × {gpu_name(slug)}"
