@@ -240,6 +240,7 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     import logging
     import signal
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -260,6 +261,8 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # ranks print their own errors
     try:
         run(parse_args(args))
+    except SignalException as exc:  # the launcher was signalled: torchrun passed it on to the ranks, which said their line
+        raise Exit(130 if exc.sigval == signal.SIGINT else 143) from None
     except ChildFailedError as exc:
         # killed by a signal: a rank lost. torchrun ends the other ranks with SIGTERM once one has failed or been lost,
         # so those are not the cause
@@ -323,13 +326,20 @@ def _ranks(a: argparse.Namespace):
 @contextlib.contextmanager
 def _stop_on_signals(trainer):
     """SIGTERM (a scheduler's pre-emption, torchrun's stop) and SIGINT (Ctrl-C) while ``trainer`` fits: the first asks
-    it to stop at the step under way, judged and checkpointed (``Trainer.signal``); a second one interrupts at once."""
+    it to stop at the step under way, judged and checkpointed (``Trainer.signal``); a second one a second or more
+    later interrupts at once."""
     import signal
+    import time
+
+    first: list[float] = []
 
     def stop(signum, _frame):
         if trainer.signal is not None:
-            raise KeyboardInterrupt
+            if time.monotonic() - first[0] > 1.0:  # not the same Ctrl-C, which torchrun passes on to its ranks again
+                raise KeyboardInterrupt
+            return
         trainer.signal = signal.Signals(signum).name
+        first.append(time.monotonic())
     before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield

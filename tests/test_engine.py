@@ -444,13 +444,17 @@ def test_a_shape_run_eagerly_samples_what_its_graph_replays(tiny, sampler, steps
     from medddpm.train.parity import phantom_batch, seeded_weights
 
     device = torch.device("cuda")
-    _, masks = phantom_batch(tiny, 32, 1, 0)
-    outs = {}
+    outs: dict[tuple[int, int], list] = {}
     for after in (0, 1):
         knobs = dataclasses.replace(run_config(SMALL_JOB), capture_after=after)
         _, diffusion, eff = inference(tiny, knobs, device, DiffusionConfig(timesteps=20), seeded_weights(tiny, 0))
-        with torch.inference_mode(), autocast(eff, device):
-            outs[after] = [diffusion.sample(masks.to(device), tiny.out_channels, sampler, steps,
-                                            generator=torch.Generator(device).manual_seed(k)).float().cpu()
-                           for k in range(3)]  # eager (after=1) or replay; the capture; a replay
-    assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1]))
+        for n in (1, 3, 1):  # several batch sizes in one process (issue 77 item 9): each shape's graphs its own
+            masks = phantom_batch(tiny, 32, n, 0)[1]
+            with torch.inference_mode(), autocast(eff, device):
+                outs.setdefault((after, n), []).extend(
+                    diffusion.sample(masks.to(device), tiny.out_channels, sampler, steps,
+                                     generator=torch.Generator(device).manual_seed(k)).float().cpu()
+                    for k in range(3))  # eager (after=1) or replay; the capture; a replay
+    for n in (1, 3):
+        assert all(torch.equal(a, b) for a, b in zip(outs[(0, n)], outs[(1, n)])), n
+    assert all(torch.equal(a, b) for a, b in zip(outs[(1, 1)][:3], outs[(1, 1)][3:]))  # batch 1 again: the same

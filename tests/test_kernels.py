@@ -639,13 +639,17 @@ from medddpm.net import kernels as k
 x = torch.randn(1, 16, 4, 4, 4).to(memory_format=torch.channels_last_3d)
 w, b, add = torch.rand(16), torch.rand(16), torch.randn(1, 16)
 thin = torch.randn(1, 3, 4, 4, 4).to(memory_format=torch.channels_last_3d)
+tw, cw, cb = torch.randn(8, 3, 3, 3, 3), torch.rand(32), torch.rand(32)
 with torch.inference_mode():
-    outs = [k.group_norm_silu(x, 4, w, b, add=add), k.upsample2x(x), k.conv3d_thin(thin, torch.randn(8, 3, 3, 3, 3))]
-    cat = k.group_norm_silu_cat(x, x, 4, torch.rand(32), torch.rand(32))[1]
+    outs = [k.group_norm_silu(x, 4, w, b, add=add), k.upsample2x(x), k.conv3d_thin(thin, tw)]
+    c, cat, _ = k.group_norm_silu_cat(x, x, 4, cw, cb)
 assert "torch._dynamo" not in sys.modules, "inference imported torch._dynamo"
-with torch.inference_mode():
+with torch.inference_mode():  # every bypassed kernel against its custom op (issue 77 item 9)
     assert torch.equal(outs[0], torch.ops.medddpm.group_norm_silu(x, w, b, add, 4, 1e-5, True, False)[0])
     assert torch.equal(outs[1], torch.ops.medddpm.upsample2x(x, False))
+    assert torch.equal(outs[2], torch.ops.medddpm.conv3d_thin(thin, tw, None))
+    assert torch.equal(c, torch.cat([x, x], 1))
+    assert torch.equal(cat, torch.ops.medddpm.group_norm_silu(c, cw, cb, None, 4, 1e-5, True, False)[0])
 y = k.group_norm_silu(x.requires_grad_(), 4, w, b, add=add)  # autograd: through the op, which records its backward
 assert y.grad_fn is not None and "torch._dynamo" in sys.modules
 print("ok")
