@@ -258,7 +258,9 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
     args = torchrun_args(a.nproc, list(argv), a.nnodes, a.rdzv_endpoint, a.rdzv_id)
     if not a.quiet:
         print("running: torchrun " + " ".join(args), file=sys.stderr, flush=True)
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # ranks print their own errors
+    for name in [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # ranks print their own errors; torchrun's own lines add nothing
+    os.environ[LAUNCHED_AS] = json.dumps(list(argv))  # the ranks' lines name the command the user typed
     try:
         run(parse_args(args))
     except SignalException as exc:  # the launcher was signalled: torchrun passed it on to the ranks, which said their line
@@ -274,10 +276,15 @@ def _launch(a: argparse.Namespace, argv: Sequence[str]) -> None:
         raise Exit(next((c for c in codes if c > 0), 1)) from None
 
 
+LAUNCHED_AS = "MEDDDPM_LAUNCHED_AS"  # set by --nproc for its ranks: the command as the user typed it (JSON)
+
+
 def resume_command(argv: Sequence[str]) -> str:
-    """The command line that continues this ``train`` run from its checkpoint (``--resume`` added once)."""
+    """The command line that continues this ``train`` run from its checkpoint (``--resume`` added once): the one the
+    user typed, also in a rank that ``--nproc`` started."""
     import shlex
 
+    argv = json.loads(os.environ[LAUNCHED_AS]) if LAUNCHED_AS in os.environ else argv
     return "medddpm " + " ".join(shlex.quote(x) for x in argv if x != "--resume") + " --resume"
 
 
