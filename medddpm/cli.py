@@ -836,7 +836,11 @@ def run() -> None:
     closed by then, and Python's and CUDA's tear-down would add about 0.7 s to a one-volume
     ``sample`` (H100, ``time_to_result/``), time a user waits for nothing."""
     code = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left before the last lines: quietly, as in main
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = code or 141
     sys.stderr.flush()
     if "torch._inductor" in sys.modules or code != 0:  # a failure or an interrupt: writer threads finish or clean up
         sys.exit(code)

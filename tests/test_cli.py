@@ -424,3 +424,12 @@ def test_a_full_disk_during_train_is_one_line_and_the_last_checkpoint_stays(phan
     assert_one_line_error(code, err, "No space left on device")
     assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == 1
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
+    """Issue 77 item 8: `medddpm … | head -1`: the command stops quietly (141, as a shell reports SIGPIPE)."""
+    p = subprocess.Popen([sys.executable, "-m", "medddpm", "configs", "--all"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()  # before the first line: every write meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

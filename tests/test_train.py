@@ -273,3 +273,22 @@ def test_a_time_limit_ends_the_rates_decay_where_the_time_runs_out(phantoms, tmp
     assert not t._out_of_time(time.perf_counter() + 50.0, 10_000) and t._steps <= 601  # a later end: kept
     assert t._out_of_time(time.perf_counter() - 1.0, 10_000) and t._steps == 102  # out of time: the next step is the last
     assert t.train_cfg.lr_at(101, t._steps) == pytest.approx(t.train_cfg.lr * t.train_cfg.lr_final)
+
+
+def test_resume_may_change_the_cadences_and_stays_exact(phantoms, tmp_path, capsys):
+    """Issue 77 item 2: --log-every, --save-every, --eval-every and --eval-weights may change on --resume (the run says
+    what changed); the weights equal an uninterrupted run's bit for bit. The rate may not."""
+    straight = _trainer(phantoms, tmp_path / "a", log_every=1, save_every=2)
+    straight.fit(4, progress=False)
+    first = _trainer(phantoms, tmp_path / "b", log_every=1, save_every=2)
+    first.fit(2, progress=False)
+    capsys.readouterr()
+    rest = _trainer(phantoms, tmp_path / "b", log_every=3, save_every=5, eval_every=7)
+    rest.resume()
+    assert "resuming with log_every 1 → 3, save_every 2 → 5, eval_every 1000 → 7" in capsys.readouterr().err
+    rest.fit(4, progress=False)
+    assert rest.losses == straight.losses
+    for k, v in straight.model.state_dict().items():
+        assert torch.equal(rest.model.state_dict()[k], v), k
+    with pytest.raises(InputError, match=r"lr 0.001 → 0.002"):
+        _trainer(phantoms, tmp_path / "b", lr=2e-3).resume()
