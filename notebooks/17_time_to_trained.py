@@ -68,13 +68,13 @@ show_table(recipe.record_table(root, G, target), f"record table at 64³, target 
 # %% tags=["hide-input"]
 show_table(recipe.records(curve, target), f"recipe A/B at 64³, target held-out loss {target:g} ({where})",
            "scripts/probes/recipe_ab.sh", digits={"final loss": 4, "clock at target (s)": 1, "wall at target (s)": 1})
-show_table(recipe.paper_recipe_steps(root, target, G), "the paper's recipe at 1e-4 (anatomy/train/v-s*-fast)",
+show_table(recipe.paper_recipe_steps(root, target, G), "the paper's recipe at 10⁻⁴ (anatomy/train/v-s*-fast)",
            "scripts/anatomy_measure.sh", digits={"lowest loss": 4})
 
 # %% [markdown]
 # ## Held-out loss against the training clock
 #
-# One line per arm; the dashed line is the target. Arms with Min-SNR-γ weighting or a peak rate of 4e-4 and up are
+# One line per arm; the dashed line is the target. Arms with Min-SNR-γ weighting or a peak rate of 4 × 10⁻⁴ and up are
 # off the top of the plot: their curves are in the table above.
 
 # %% tags=["hide-input"]
@@ -99,7 +99,7 @@ else:
 #   while the loss still falls fast;
 # - Min-SNR-γ 5 (Hang et al. 2023) trains a model the judge scores far worse: its weights move the loss away from
 #   the high-SNR timesteps, where the L1 on ε is largest;
-# - a peak rate of 4e-4 or more breaks training (a loss that stops falling), at 64³ and a global batch of 1;
+# - a peak rate of 4 × 10⁻⁴ or more breaks training (a loss that stops falling), at 64³ and a global batch of 1;
 # - seeds move the final loss by about the gap between the best arms: two seeds are not enough to rank them.
 #
 # **Not yet measured**: the 128³ run to its plateau on 4 GPUs, the sampler gate on its checkpoint, and a faster

@@ -12,6 +12,11 @@ from . import manifests
 KIND = "recipe-ab"
 
 
+def _decimal(flags: str) -> str:
+    """An arm's flags with their rates in decimals (``--lr 2e-4`` → ``--lr 0.0002``: the same option, as prose reads)."""
+    return re.sub(r"(?<![\w.-])(\d+(?:\.\d+)?e-\d+)(?![\w.-])", lambda m: f"{float(m[1]):f}".rstrip("0"), flags)
+
+
 def _ready(stdout: Path) -> float:
     """Seconds from the command's start to training (``train``'s ``timing: ready …`` line), NaN without it."""
     found = re.search(r"timing: ready ([\d.]+) s", stdout.read_text()) if stdout.exists() else None
@@ -26,7 +31,7 @@ def curves(run: Path, manifest: dict) -> pd.DataFrame:
     for arm, spec in manifest["arms"].items():
         h = pd.read_csv(run / arm / "heldout.csv").query("weights == 'ema' and step > 0")
         g = h.groupby("step", as_index=False).agg(loss=("loss", "mean"), seconds=("seconds", "first"))
-        frames.append(g.assign(arm=arm, flags=spec["flags"], recipe=spec.get("recipe_default", ""),
+        frames.append(g.assign(arm=arm, flags=_decimal(spec["flags"]), recipe=spec.get("recipe_default", ""),
                                wall=g["seconds"] + _ready(run / arm / "stdout.txt")))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["step", "loss", "seconds", "arm", "flags", "recipe", "wall"])
@@ -77,7 +82,7 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
     hit = paper["step at target"].dropna()
     if len(hit):
         first = paper.loc[hit.idxmin()]
-        rows.append({"date": "", "change": "Med-DDPM's recipe at the book's rate (constant 1e-4, EMA 0.995)",
+        rows.append({"date": "", "change": "Med-DDPM's recipe at the book's rate (Adam at a constant 10⁻⁴, EMA 0.995)",
                      "steps to target": int(first["step at target"]), "wall to target (s)": float("nan"),
                      "GPUs": gpu_label(first["gpu"]), "run": f"{first['gpu']}/anatomy/train/{first['run']}"})
     for gpu, run, m in reversed(manifests.runs(root, KIND, gpus)):
