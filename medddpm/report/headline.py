@@ -84,14 +84,21 @@ def readme_lines(root: Path) -> list[str]:
 
     gpus = tables.select_gpus(root, None)
     g, out = README_GPU, []
-    b = bench(root, [g], ["baseline", "opt1", "opt2", "fast"]).set_index("config")
+    single = [x for x in gpus if "-x" not in x]  # one GPU each: every one the store measured, the README's first
+    single = sorted(single, key=lambda x: x != g)
+    b = bench(root, single, ["baseline", "opt1", "opt2", "fast"])
+    per = {x: d.set_index("config") for x, d in b.groupby("gpu_slug")} if len(b) else {}
+    have = [x for x in single if x in per and {"opt1", "opt2", "fast"} <= set(per[x].index)]
     ch = lambda n, name: f"[chapter {n}](notebooks/{name}.py)"  # noqa: E731
-    if {"opt1", "opt2", "fast"} <= set(b.index):
-        out.append(f"- TF32 (OPT1): a training step {b.loc['opt1', 'speedup_vs_baseline']:.1f}× faster than true FP32 "
-                   f"at 128³ on an H100; 3D channels-last (OPT2): {b.loc['opt2', 'speedup_vs_baseline']:.2f}× — "
-                   f"{ch('05', '05_end_to_end')}.")
-        out.append(f"- `fast`: {b.loc['fast', 'speedup_vs_baseline']:.1f}× faster than true FP32, "
-                   f"{b.loc['fast', 'step_ms_median']:.1f} ms a step at 128³ on an H100 — {ch('06', '06_beyond')}.")
+    on = lambda x: f"an {gpu_name(x).split()[0]}"  # noqa: E731
+    if have:
+        speed = lambda c, d: " / ".join(f"{per[x].loc[c, 'speedup_vs_baseline']:.{d}f}×" for x in have)  # noqa: E731
+        where = " / ".join(on(x) for x in have)
+        out.append(f"- TF32 (OPT1): a training step {speed('opt1', 1)} faster than true FP32 at 128³ on {where}; "
+                   f"3D channels-last (OPT2): {speed('opt2', 2)} — {ch('05', '05_end_to_end')}.")
+        out.append(f"- `fast`: " + "; ".join(f"{per[x].loc['fast', 'speedup_vs_baseline']:.1f}× faster than true FP32, "
+                                            f"{per[x].loc['fast', 'step_ms_median']:.1f} ms a step at 128³ on {on(x)}"
+                                            for x in have) + f" — {ch('06', '06_beyond')}.")
     scaling = fast_facts.beyond(root, gpus).get("fast_scaling", "—")
     if not scaling.startswith("—"):
         out.append(f"- Several GPUs: `fast` {scaling} — {ch('06', '06_beyond')}.")
@@ -112,13 +119,14 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
                    f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
                    f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³{at_big} — {ch('16', '16_equivalence')}.")
-    kept = waiting.kept_rows(waiting.cut_rows(root, g), 1)
-    warm, cold = (kept[kept["cache"] == c]["wall_s"] if len(kept) else pd.Series(dtype=float) for c in ("warm", "cold"))
-    if len(warm) and len(cold) and equivalence.default_passes(root, g):
+    state = waiting.state(root, single).set_index(["GPU", "what"])["today (s)"]
+    warm_cold = [(x, *(state.get((gpu_name(x), w)) for w, *_ in waiting.STATE_ROWS[:2])) for x in single]
+    warm_cold = [(x, w, c) for x, w, c in warm_cold if w is not None and c is not None]
+    if warm_cold and equivalence.default_passes(root, g):
         out.append(f"- `medddpm sample` of one mask by default (`{EQUIVALENT.describe()}` for a v-prediction checkpoint), "
-                   f"process start to file: {warm.median():.1f} s warm (median of {len(warm)}), "
-                   f"{cold.min():.1f}–{cold.max():.1f} s with an empty compile cache, on an H100 — "
-                   f"{ch('15', '15_time_to_result')}.")
+                   f"process start to file, today's rows: " + "; ".join(
+                       f"{w:.1f} s warm, {c:.1f} s with an empty compile cache on {on(x)}" for x, w, c in warm_cold)
+                   + f" — {ch('15', '15_time_to_result')}.")
     runs = waiting.limit_runs(root, gpus)
     clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
     if len(clock):
