@@ -15,15 +15,16 @@
 # %% [markdown]
 # # Beyond the paper: the fast path
 #
-# The paper stops at TF32 (OPT1) and a channels-last layout that makes things slower (OPT2). This
-# chapter climbs a ladder of configurations (`medddpm/core/config.py`, `LADDER`), each rung adding one
-# thing to the one before: bf16 autocast, `torch.compile`, cuDNN's autotuner, NDHWC end to end
-# (layout-preserving GroupNorm+SiLU and ×2 upsampling, `medddpm/net/ndhwc.py`), SDPA attention with
-# the fused Adam, the whole training step as one CUDA graph with the data on the GPU
-# (`bf16-graphs`), and last `fast`: `bf16-graphs` with every kernel lever of {doc}`07_kernels` (Triton
-# GroupNorm and thin-convolution kernels, dense skip gradients, the folded bias, graph-owned
-# gradients; each measured on its own). {doc}`08_roofline` sets every kernel against its roofline.
-# Whole-head model, 128³, batch 1, forward + L1 loss + backward + Adam; CUDA events.
+# The paper stops at TF32 (OPT1) and a channels-last layout that makes things slower (OPT2). This chapter climbs a
+# ladder of configurations (`LADDER` in `medddpm/core/config.py`), each rung adding one thing: bf16 autocast,
+# `torch.compile`, cuDNN's autotuner, NDHWC end to end (`medddpm/net/ndhwc.py`), SDPA attention with the fused Adam,
+# the whole step as one CUDA graph (`bf16-graphs`), and last `fast`, with every kernel lever of {doc}`07_kernels`.
+# {doc}`08_roofline` sets every kernel against its roofline. Whole-head model, 128³, batch 1, forward + L1 loss +
+# backward + Adam; CUDA events.
+#
+# ## Where it stands
+#
+# Today's `fast` step per GPU against the 50 ms target and the 40 ms goal, and against the paper's best (OPT1).
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -45,6 +46,9 @@ from medddpm.report.present import table
 root, G = prepare(results_dir, gpus, measure, "ladder", size, configs)
 glue_facts(fast_facts.beyond(root, G))
 L = fast_tables.ladder(root, G)
+
+# %% tags=["hide-input"]
+plots.show_table(fast_tables.state(root, G), "bench rows of baseline, opt1 and fast", "ladder", digits=1)
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-ladder", "caption": "The fast-path ladder: median training step (forward + L1 loss + backward + Adam, 128³, batch 1, CUDA events) for each rung, per GPU ({glue:text}`ladder_gpus`); each bar labelled with its speed-up over the previous rung and over the FP32 baseline. The paper's best (OPT1) is the second rung."}}
 if L.empty:
@@ -80,11 +84,10 @@ if not FB.empty:
 # ({glue:text}`ref_bf16_ms` ms) and `torch.compile` ({glue:text}`ref_bf16-compile_ms` ms), which
 # fuses GroupNorm, SiLU and the elementwise tails into Triton kernels.
 #
-# **What the paper's OPT2 would have needed.** Channels-last only pays once nothing converts back:
-# with PyTorch's own GroupNorm and upsampling, cuDNN inserts `nchwToNhwc`/`nhwcToNchw` transposes
-# around every convolution (see the kernel mix below). Written layout-preserving, NDHWC is the
-# fastest layout ({glue:text}`ref_bf16-ndhwc_ms` ms against {glue:text}`ref_bf16-compile-tuned_ms`
-# ms for the same knobs in NCDHW).
+# **What the paper's OPT2 would have needed.** Channels-last pays only once nothing converts back: with PyTorch's
+# own GroupNorm and upsampling, cuDNN transposes around every convolution (the kernel mix below). Written
+# layout-preserving, NDHWC is the fastest layout ({glue:text}`ref_bf16-ndhwc_ms` ms against
+# {glue:text}`ref_bf16-compile-tuned_ms` ms for the same knobs in NCDHW).
 
 # %% [markdown]
 # ## Where the time goes
@@ -107,18 +110,16 @@ plots.finish(fig)
 # In `bf16-graphs` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward,
 # data-gradient and weight-gradient) take {glue:text}`ref_fast_conv_ms` of
 # {glue:text}`ref_fast_kernel_ms` ms of kernel time; the remaining {glue:text}`ref_fast_other_ms` ms are Triton kernels of the normalizations and their
-# backward, and elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the
-# measured bf16 matmul peak) is {glue:text}`ref_floor_ms` ms, so the convolutions alone sit well
-# above it, and the normalization kernels are further still from their bandwidth bound: both are
-# where the rest of the gap to 50 ms lies: {doc}`07_kernels` takes it kernel by kernel, and
-# {doc}`08_roofline` measures each kernel against its bound.
+# backward, and elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the measured bf16 matmul
+# peak) is {glue:text}`ref_floor_ms` ms: the convolutions sit well above it and the normalizations further from their
+# bandwidth bound. {doc}`07_kernels` takes that gap kernel by kernel, {doc}`08_roofline` against each bound.
 
 # %% [markdown]
 # ## Does the fast path compute the same model?
 #
 # ε-prediction of seeded weights on fixed (x_t, mask, t) inputs at 128³, each rung against the FP32
-# baseline on the same GPU (`medddpm/train/parity.py`). bf16 keeps 8 bits of mantissa, so a relative
-# error near 10⁻² is what rounding alone gives; TF32 (10 bits) near 10⁻³.
+# baseline on the same GPU (`medddpm/train/parity.py`): bf16's rounding alone gives a relative error near 10⁻²,
+# TF32's near 10⁻³.
 
 # %% tags=["hide-input"]
 A = tables.fast_path_csv(root, G, "agreement")
@@ -140,8 +141,7 @@ if not LP.empty:
 # %% [markdown]
 # On the {glue:text}`lp_ref_gpu` the baseline's held-out loss after 50 steps spans
 # {glue:text}`lp_band` over {glue:text}`lp_seeds` seeds; `bf16-graphs` (seed 0) ends at
-# {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`** that band. Three seeds make a narrow band and 50 steps a
-# short run; the training parity of {doc}`09_quality` (1,000 steps on MNI152-based subjects,
+# {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`** that band; {doc}`09_quality`'s training parity (1,000 steps,
 # held-out subjects, a prediction band from the seeds) is the longer test.
 
 # %% [markdown]

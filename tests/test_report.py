@@ -745,3 +745,21 @@ def test_the_store_names_its_runs_by_date_and_content_not_by_work_session():
     anywhere = re.compile(rb"\bsession[ _-]?\d+", re.IGNORECASE)  # nor in a value, a table's cell or a log
     texts = [p for p in store.rglob("*") if p.suffix in {".json", ".csv", ".txt", ".log", ".jsonl", ".md"}]
     assert texts and not [p for p in texts if anywhere.search(p.read_bytes())]
+
+
+def test_the_step_chapter_opens_on_todays_fast_step_per_gpu():
+    """Issue 76: chapter 06's first table: per GPU, `fast`'s newest bench row against the 50 ms target, and its
+    speed-ups, the same numbers as the bench rows."""
+    from medddpm.report import fast_tables, tables
+
+    store = ROOT / "data" / "results"
+    G = tables.select_gpus(store, None)
+    s = fast_tables.state(store, G).set_index("gpu_slug")
+    b = tables.bench(store, G, ["opt1", "fast"])
+    assert len(s) and set(s.index) == set(b[b["config"] == "fast"]["gpu_slug"])
+    for g, row in s.iterrows():
+        fast = b[(b["gpu_slug"] == g) & (b["config"] == "fast")]["step_ms_median"].iloc[-1]
+        opt1 = b[(b["gpu_slug"] == g) & (b["config"] == "opt1")]["step_ms_median"].iloc[-1]
+        assert row["fast step (ms)"] == fast and row["met"] == ("yes" if fast <= 50 else "no")
+        assert abs(row["× OPT1 (the paper's best)"] - opt1 / fast) < 1e-9
+    assert fast_tables.state(store, []).empty  # a store with no bench rows: no rows, the chapter says what is missing

@@ -256,3 +256,27 @@ def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFra
     out["bandwidth_fraction"] = out["dram_tbps"] / out["bandwidth_tbps"]
     return out[["gpu_slug", "config", "what", "kernel", "conv_pass", "share", "tflops", "roof_tflops", "dram_tbps",
                 "bandwidth_tbps", "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)
+
+
+COMPASS_MS = 40.0  # the compass goal for `fast`'s training step at 128³ on an H200 (the brief's), beside the 50 ms target
+
+
+def state(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Where the training step stands: per GPU of the store with bench rows, today's `fast` step at 128³ (median of
+    its newest bench row) against the 50 ms target and the 40 ms goal, and its speed-ups over the FP32 baseline and
+    over OPT1, the paper's best configuration."""
+    from .facts import STEP_TARGET_MS
+
+    b = bench(root, gpus, ["baseline", "opt1", "fast"])
+    rows = []
+    for g, d in b.groupby("gpu_slug", sort=False) if len(b) else []:
+        d = d.set_index("config")
+        if "fast" not in d.index:
+            continue
+        fast = d.loc["fast", "step_ms_median"]
+        rows.append({"gpu_slug": g, "fast step (ms)": fast, "target (ms)": STEP_TARGET_MS,
+                     "met": "yes" if fast <= STEP_TARGET_MS else "no", "goal (ms)": COMPASS_MS,
+                     "× FP32 baseline": d.loc["fast", "speedup_vs_baseline"],
+                     "× OPT1 (the paper's best)": d.loc["opt1", "step_ms_median"] / fast if "opt1" in d.index else None})
+    return pd.DataFrame(rows, columns=["gpu_slug", "fast step (ms)", "target (ms)", "met", "goal (ms)",
+                                       "× FP32 baseline", "× OPT1 (the paper's best)"])
