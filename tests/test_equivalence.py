@@ -165,3 +165,54 @@ def test_the_packages_v_default_is_a_sampler_the_committed_gate_passed():
     u = report.utility(root, "h100-80gb-hbm3")
     mine = u[u["sampler run"] == report.label(report.default_run())]
     assert len(mine) == 1 and mine["passes"].all()
+
+
+def _shifted(per_subject, seed_shift=None, seeds: int = 8):
+    """(samples, diversity, margin) with the candidate "cand:fast" moved in brain_corr, subject i by
+    ``per_subject[i]`` (all its seeds) and seed k by ``seed_shift[k]`` too; no noise, so the paired differences
+    are exactly these shifts."""
+    s, d = tables({"cand:fast": {}}, seeds=seeds, noise=0.0)
+    ref = Arm(REF, tuple(range(seeds)))
+    m = margins(s, d, ref)["brain_corr"]
+    cand = s["run"] == "cand:fast"
+    s.loc[cand, "brain_corr"] += s.loc[cand, "subject"].map(dict(zip(SUBJECTS, np.asarray(per_subject) * m)))
+    if seed_shift is not None:
+        s.loc[cand, "brain_corr"] += s.loc[cand, "seed"].map(dict(zip(range(seeds, 2 * seeds), np.asarray(seed_shift) * m)))
+    return s, d, ref, Arm("cand:fast", tuple(range(seeds, 2 * seeds))), m
+
+
+def _brain(s, d, ref, cand):
+    return judge_all(s, d, ref, [cand]).set_index("measure").loc["brain_corr"]
+
+
+@pytest.mark.parametrize("shift,passes", [(0.8, True), (1.2, False), (-0.8, True), (-1.2, False)])
+def test_a_shift_inside_the_margin_passes_and_one_beyond_it_fails(shift, passes):
+    """Issue 75: synthetic shifts of 0.8 and 1.2 margins, tight across subjects: the gate tells them apart."""
+    s, d, ref, cand, _ = _shifted(shift + 0.01 * np.linspace(-1, 1, len(SUBJECTS)))
+    assert bool(_brain(s, d, ref, cand)["passes"]) is passes
+
+
+def test_a_gate_judged_by_its_mean_alone_or_at_an_80_percent_interval_is_caught():
+    """Issue 75: the paired differences have a mean of 0.8 margins and a spread that puts the 90 % interval's upper
+    end past the margin while the 80 % interval's stays inside: the gate fails it (a |mean| < margin gate, or one
+    at 80 %, would pass it), so its level is pinned at 90 %."""
+    from scipy.stats import t as student
+
+    n = len(SUBJECTS)
+    e = np.linspace(-1, 1, n)
+    se_unit = e.std(ddof=1) / np.sqrt(n)  # the standard error of the spread e, in margins
+    k = 0.2 / (0.5 * (student.ppf(0.95, n - 1) + student.ppf(0.90, n - 1)) * se_unit)  # 0.8 + t·se straddles 1
+    s, d, ref, cand, m = _shifted(0.8 + k * e)
+    row = _brain(s, d, ref, cand)
+    assert abs(row["difference"]) < m and not row["passes"]
+    mean, low80, high80, _ = interval(0.8 * m + k * m * e, alpha=0.10)
+    assert high80 < m < row["high"]  # what an 80 % interval would have said, and what the gate's says
+
+
+def test_one_bad_seed_is_not_hidden_by_a_median_over_seeds():
+    """Issue 75: seven of eight seeds equal to the reference, one 10 margins worse: the mean over seeds (1.25
+    margins) fails; a median over seeds would pass it."""
+    s, d, ref, cand, _ = _shifted(0.01 * np.linspace(-1, 1, len(SUBJECTS)), seed_shift=[0] * 7 + [-10])
+    row = _brain(s, d, ref, cand)
+    assert row["difference"] == pytest.approx(-1.25 * margins(s, d, ref)["brain_corr"], rel=0.02)
+    assert not row["passes"]
