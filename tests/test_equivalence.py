@@ -216,3 +216,33 @@ def test_one_bad_seed_is_not_hidden_by_a_median_over_seeds():
     row = _brain(s, d, ref, cand)
     assert row["difference"] == pytest.approx(-1.25 * margins(s, d, ref)["brain_corr"], rel=0.02)
     assert not row["passes"]
+
+
+@pytest.mark.parametrize("shift,passes,nearer", [(+1.2, True, True), (-0.8, True, False), (-1.2, False, False)])
+def test_non_inferiority_passes_a_candidate_nearer_the_scans_and_fails_one_worse_beyond_the_margin(shift, passes,
+                                                                                                 nearer):
+    """Issue 75's rule, declared before its checkpoints: in-brain r 1.2 margins higher (nearer the scans) passes and
+    is said to be nearer, 0.8 margins lower passes, 1.2 margins lower fails; equivalence fails the first."""
+    s, d, ref, cand, _ = _shifted(shift + 0.01 * np.linspace(-1, 1, len(SUBJECTS)))
+    row = judge_all(s, d, ref, [cand], rule="non-inferiority").set_index("measure").loc["brain_corr"]
+    assert (bool(row["passes"]), bool(row["nearer"]), row["rule"]) == (passes, nearer, "non-inferiority")
+    assert bool(_brain(s, d, ref, cand)["passes"]) is (abs(shift) < 1)
+
+
+def test_non_inferiority_judges_the_background_by_its_gap_and_diversity_both_ways():
+    """A background farther from the scan's (either side) is worse; SSIM between seeds stays two-sided; the
+    calibration holds under the rule (the reference on other seeds passes, a less diverse sampler fails)."""
+    s, d = tables({"far:fast": {"background_mean": -0.03}, "near:fast": {"background_mean": -0.001},
+                   "poor:fast": {"ssim_between_seeds": 0.05}})
+    ref_bg = s[s["run"] == REF].groupby("subject")["background_mean"].mean()
+    real = s["run"] == "real"
+    s.loc[real, "background_mean"] = s.loc[real, "subject"].map(ref_bg + 0.02)  # each scan 0.02 above its samples
+    ref, other = Arm(REF, tuple(range(8))), tuple(range(8, 16))
+    t = judge_all(s, d, ref, [Arm("far:fast", other), Arm("near:fast", other)], rule="non-inferiority")
+    bg = t[t["measure"] == "background_mean"].set_index("candidate")
+    assert bg.loc["far:fast", "difference"] == pytest.approx(0.03, abs=0.003) and not bg.loc["far:fast", "passes"]
+    assert bg.loc["near:fast", "passes"]
+    cal = calibration(s, d, ref, Arm(REF, other), Arm("poor:fast", other), rule="non-inferiority")
+    assert cal["works"].all() and set(cal.loc[cal["measure"] == "ssim_between_seeds", "rule"]) == {"equivalence"}
+    with pytest.raises(InputError, match="rule must be one of"):
+        judge_all(s, d, ref, [Arm("far:fast", other)], rule="lenient")

@@ -20,7 +20,7 @@ import pandas as pd
 from ..core.errors import InputError
 from ..diffusion.solvers import EQUIVALENT, REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
-from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, Arm, judge_all
+from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, RULES, Arm, judge_all
 from ..sample.gate import GateRun
 from .anatomy import BASE_SIZE, MEASURE_LABELS, size_of
 from .present import gpu_name
@@ -95,7 +95,7 @@ def arms(samples: pd.DataFrame) -> tuple[Arm, Arm, list[tuple[str, Arm]]]:
     return reference, again, [("reference, other seeds", again), *judged]
 
 
-def judged(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:
+def judged(root: Path, gpu: str | None, name: str | None = None, rule: str = "equivalence") -> pd.DataFrame:
     """``equivalence.judge_all`` of every arm of checkpoint ``name`` (default: the newest) against the
     reference, with its role, label and calls; empty (with those columns) where the store has no
     equivalence tables."""
@@ -104,14 +104,32 @@ def judged(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame
     if samples.empty:
         return pd.DataFrame(columns=cols)
     reference, _, rest = arms(samples)
-    t = judge_all(samples, diversity, reference, [a for _, a in rest])
+    t = judge_all(samples, diversity, reference, [a for _, a in rest], rule=rule)
     role = {a.label: r for r, a in rest}
     t["role"] = t["candidate_seeds"].map(role)
     t["run"] = [label(r) + (" (other seeds)" if role[c] == ROLES[0] else "") for r, c in zip(t["candidate"], t["candidate_seeds"])]
     t["calls"] = [calls(r) for r in t["candidate"]]
     order = {r: i for i, r in enumerate(ROLES)}
     t = t.sort_values(["role", "calls", "run"], key=lambda c: c.map(order) if c.name == "role" else c, kind="stable")
-    return t[cols + ["candidate", "seeds", "subjects", "reference_seeds"]].reset_index(drop=True)
+    return t[cols + ["candidate", "seeds", "subjects", "reference_seeds", "nearer"]].reset_index(drop=True)
+
+
+def under_both_rules(root: Path, gpu: str | None) -> pd.DataFrame:
+    """Every committed checkpoint's arms re-read under both rules (issue 75, declared before its new checkpoints):
+    per checkpoint, size and arm, the verdict by equivalence and by non-inferiority, and the quality measures
+    whose interval lies below zero (nearer the scans than DDPM 250: what the book may say so of)."""
+    rows = []
+    for name in names(root, gpu, None):
+        by = {rule: judged(root, gpu, name, rule) for rule in RULES}
+        ni = by["non-inferiority"]
+        for (role, run), g in by["equivalence"].groupby(["role", "run"], sort=False):
+            n = ni[(ni["role"] == role) & (ni["run"] == run)]
+            rows.append({"checkpoint": name, "size": size_of(name), "role": role, "run": run,
+                         "equivalence": g["verdict"].iloc[0], "non-inferiority": n["verdict"].iloc[0],
+                         "nearer the scans": ", ".join(MEASURE_LABELS.get(m, m) for m in n.loc[n["nearer"], "measure"])
+                         or "—"})
+    return pd.DataFrame(rows, columns=["checkpoint", "size", "role", "run", "equivalence", "non-inferiority",
+                                       "nearer the scans"])
 
 
 def intervals(j: pd.DataFrame) -> pd.DataFrame:

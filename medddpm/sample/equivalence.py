@@ -38,6 +38,10 @@ RELATIVE = ("brain_corr", "region_corr", "hist_w1")  # measures whose margin is 
 ABSOLUTE_MARGINS = {"background_mean": 0.01, "ssim_between_seeds": 0.01}  # on the [−1, 1] scale / SSIM itself
 ALPHA = 0.05  # each one-sided test's level: the interval is 1 − 2α = 90 %
 POWER = 0.95  # ``detects``: the shift failed with this probability
+RULES = ("equivalence", "non-inferiority")  # judge's rule: two one-sided tests on every measure, or (declared for
+# issue 75 before its checkpoints existed) one on the quality measures, worse oriented positive, diversity two-sided
+WORSE = {"brain_corr": -1.0, "region_corr": -1.0, "hist_w1": +1.0, "background_mean": +1.0}  # non-inferiority: the
+# sign that makes "worse than the reference" positive; background_mean is judged as its gap |sample − scan|
 
 
 @dataclass(frozen=True)
@@ -117,24 +121,48 @@ def detects(margin: float, se: float, n: int, alpha: float = ALPHA, power: float
     return 0.0 if room <= 0 else room + float(norm.ppf(power)) * se
 
 
+def _scan_background(samples: pd.DataFrame) -> pd.Series:
+    """Each subject's own scan's background mean (the ``real`` rows), what a sample's background gap is taken from."""
+    from .anatomy import REAL
+
+    real = samples[samples["run"] == REAL].groupby("subject")["background_mean"].mean()
+    if real.empty:
+        raise InputError(f"no {REAL!r} rows: non-inferiority judges the background by its gap to the subject's scan")
+    return real
+
+
 def judge(samples: pd.DataFrame, diversity: pd.DataFrame, reference: Arm, candidate: Arm,
-          margin: Mapping[str, float], alpha: float = ALPHA) -> pd.DataFrame:
+          margin: Mapping[str, float], alpha: float = ALPHA, rule: str = "equivalence") -> pd.DataFrame:
     """One row per measure: the mean paired difference candidate − reference over the subjects both
-    arms sampled, its interval, the margin, whether the interval lies inside ±margin (``passes``),
-    the standard error and the smallest shift the gate detects (``detects``)."""
+    arms sampled, its interval, the margin, whether it passes, the standard error and the smallest
+    shift the gate detects (``detects``).
+
+    ``rule`` "equivalence": every interval inside ±margin. "non-inferiority": for ``WORSE``'s measures the
+    difference is oriented so that worse is positive (the background as the gap |background − scan's|), and the
+    interval's upper end must lie below +margin: a candidate nearer the scans passes (``nearer``: the interval lies
+    below zero); diversity stays two-sided."""
+    if rule not in RULES:
+        raise InputError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     ref, cand = subject_means(samples, diversity, reference), subject_means(samples, diversity, candidate)
     subjects = ref.index.intersection(cand.index)
     if len(subjects) < len(ref.index):
         raise InputError(f"{candidate.label} lacks subjects of the reference: "
                          f"{sorted(set(ref.index) - set(cand.index))[:5]}")
+    scan = _scan_background(samples).reindex(subjects) if rule == "non-inferiority" else None
     rows = []
     for m in MEASURES:
-        mean, low, high, se = interval(cand.loc[subjects, m] - ref.loc[subjects, m], alpha)
+        one_sided = rule == "non-inferiority" and m in WORSE
+        a, b = cand.loc[subjects, m], ref.loc[subjects, m]
+        if one_sided and m == "background_mean":
+            a, b = (a - scan).abs(), (b - scan).abs()
+        diff = WORSE[m] * (a - b) if one_sided else a - b
+        mean, low, high, se = interval(diff, alpha)
+        passes = high < margin[m] if one_sided else -margin[m] < low and high < margin[m]
         rows.append({"candidate": candidate.run, "seeds": len(candidate.seeds), "reference": reference.run,
                      "reference_seeds": len(reference.seeds), "subjects": len(subjects), "measure": m,
-                     "difference": mean, "low": low, "high": high, "margin": margin[m],
-                     "passes": bool(-margin[m] < low and high < margin[m]), "se": se,
-                     "detects": detects(margin[m], se, len(subjects), alpha)})
+                     "difference": mean, "low": low, "high": high, "margin": margin[m], "passes": bool(passes),
+                     "se": se, "detects": detects(margin[m], se, len(subjects), alpha),
+                     "rule": "non-inferiority" if one_sided else "equivalence", "nearer": bool(one_sided and high < 0)})
     return pd.DataFrame(rows)
 
 
@@ -145,23 +173,23 @@ def verdict(table: pd.DataFrame) -> str:
 
 
 def judge_all(samples: pd.DataFrame, diversity: pd.DataFrame, reference: Arm, candidates: Sequence[Arm],
-              alpha: float = ALPHA) -> pd.DataFrame:
-    """``judge`` for every candidate under the margins of ``reference``, with each candidate's
+              alpha: float = ALPHA, rule: str = "equivalence") -> pd.DataFrame:
+    """``judge`` for every candidate under the margins of ``reference`` and ``rule``, with each candidate's
     ``verdict`` on its rows."""
     margin = margins(samples, diversity, reference)
     parts = []
     for c in candidates:
-        t = judge(samples, diversity, reference, c, margin, alpha)
+        t = judge(samples, diversity, reference, c, margin, alpha, rule)
         parts.append(t.assign(candidate_seeds=c.label, verdict=verdict(t)))
     return pd.concat(parts, ignore_index=True)
 
 
 def calibration(samples: pd.DataFrame, diversity: pd.DataFrame, reference: Arm, again: Arm, poor: Arm,
-                alpha: float = ALPHA) -> pd.DataFrame:
+                alpha: float = ALPHA, rule: str = "equivalence") -> pd.DataFrame:
     """The gate's two checks before it decides anything: ``again`` (the reference on other seeds)
     must pass and ``poor`` (a sampler known to be worse) must fail; ``check`` says which is which and
     ``works`` whether the gate did what it must."""
-    t = judge_all(samples, diversity, reference, [again, poor], alpha)
+    t = judge_all(samples, diversity, reference, [again, poor], alpha, rule)
     t["check"] = np.where(t["candidate_seeds"] == again.label, "reference on other seeds", "poor sampler")
     t["works"] = np.where(t["check"] == "reference on other seeds", t["verdict"] == "pass", t["verdict"] != "pass")
     return t
