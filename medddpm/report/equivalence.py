@@ -284,13 +284,16 @@ def _failed(verdict: str) -> str:
 
 
 def _failing(j: pd.DataFrame, run: str) -> str:
-    """Each measure candidate ``run`` fails on: its interval, and which side of DDPM 250 it lies on."""
+    """Each measure candidate ``run`` fails on: its interval, and which side of DDPM 250 it lies on where the whole
+    interval does (nearer the scans or farther from them), else that it spans no difference."""
     rows = j[(j["role"] == "candidate") & (j["run"] == run) & ~j["passes"].astype(bool)]
     said = []
     for r in rows.itertuples():
         side = "higher" if r.difference > 0 else "lower"
         sign = NEARER.get(r.measure)
-        nearer = "" if sign is None else (", nearer the scans" if sign * r.difference > 0 else ", farther from the scans")
+        lo, hi = sorted((sign * r.low, sign * r.high)) if sign is not None else (0.0, 0.0)
+        nearer = ("" if sign is None else ", nearer the scans" if lo > 0 else ", farther from the scans" if hi < 0
+                  else ", its interval spanning no difference: neither nearer nor farther shown")  # the words follow it
         said.append(f"{MEASURE_LABELS.get(r.measure, r.measure)} {_interval(r._asdict())}: {side} than DDPM 250's{nearer}")
     return "; ".join(said)
 
