@@ -56,8 +56,18 @@ from medddpm.report.notebook import glue_facts
 from medddpm.report.plots import show_table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/anatomy_measure.sh OUT IXI WORK RECIPE:SEED…")
-glue_facts(anatomy.facts(root, G))
+F = anatomy.facts(root, G)
+glue_facts(F)
 AG = anatomy.anatomy_gpu(root, G)
+
+# %% [markdown]
+# ## Where it stands
+#
+# The v recipe's samples (12-step chain) of the validation subjects at 64³ and at the larger size, against the
+# larger size's targets; how each was measured follows.
+
+# %% tags=["hide-input"]
+show_table(anatomy.state(F), "anatomy tables (anatomy/)", "scripts/anatomy_measure.sh")
 
 # %% [markdown]
 # ## The background problem, and its cause

@@ -274,3 +274,13 @@ def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sam
     assert (r["GPUs"], r["global batch"], r["steps"], r["best step"]) == ("4 × NVIDIA H200", 4, 6500, 6000)
     assert r["last drop"] == "1.5 %" and not r["levelled"] and r["wall min"] == 15 and r["GPU-hours"] == 1.0
     assert larger_runs(tmp_path, "none").empty
+
+
+def test_the_chapter_opens_on_each_measure_at_both_sizes_against_its_target():
+    """Issue 76: chapter 14's first table quotes the facts it glues, one row per measure, '—' where one is missing."""
+    from medddpm.report.anatomy import state
+
+    t = state({"an_v_r": "0.80", "an_big_r": "0.82", "an_big_template_r": "0.71", "an_big_size": "128³"})
+    row = t.set_index("measure (validation subjects)").loc["in-brain r"]
+    assert (row["64³"], row["128³"], row["target"]) == ("0.80", "0.82 (template 0.71)", "≥ 0.82")
+    assert t.set_index("measure (validation subjects)").loc["W1 of in-brain intensities", "64³"] == "—"

@@ -680,3 +680,20 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
     out["an_big_step_ms"] = number(sum(ms) / len(ms) if ms else None, ".1f", what)
     out.update(numerics_facts(root, gpu, big))
     return out
+
+
+def state(f: dict[str, str]) -> pd.DataFrame:
+    """Chapter 14's first table, from its facts ``f`` (``facts``): each measure of the v recipe's samples at 64³ and
+    at the larger size against the larger size's targets (issue 75's), with the template's value where it sets the
+    bar; '—' where the store lacks it."""
+    def get(key: str) -> str:
+        return f.get(key, "—")
+    rows = [("background mean, sample − scan (mean over seeds)", get("an_v_gap"), get("an_big_gap"), "within ±0.05"),
+            ("spread of the background between seeds", get("an_v_spread"), get("an_big_spread"), "≤ 0.05"),
+            ("W1 of in-brain intensities", get("an_v_w1"), f"{get('an_big_w1')} (template {get('an_big_template_w1')})",
+             "at or below the template's"),
+            ("in-brain r", get("an_v_r"), f"{get('an_big_r')} (template {get('an_big_template_r')})", "≥ 0.82"),
+            ("segmentation Dice, synthetic- against real-trained", "—", get("an_big_util_share"), "≥ 95 %"),
+            ("runs (steps of their checkpoints)", f"{get('an_v_runs')} ({get('an_v_steps')})",
+             f"{get('an_big_runs')} ({get('an_big_steps')}), {get('an_big_state')}", "its plateau")]
+    return pd.DataFrame(rows, columns=["measure (validation subjects)", "64³", get("an_big_size"), "target"])
