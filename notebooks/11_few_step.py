@@ -47,11 +47,23 @@ from IPython.display import display
 from medddpm.report import few_step, plots, quality_facts, quality_tables
 from medddpm.report.measure import render_only
 from medddpm.report.notebook import glue_facts
+from medddpm.report.plots import show_table
 from medddpm.report.present import table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/quality.py gate (scripts/quality_measure.sh) and 10_sampling's bench-sample")
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
 glue_facts(quality_facts.quality_chapter(root, G))
+
+# %% [markdown]
+# **Where it stands**: per GPU, the fastest sampler that passed this gate, its seconds a 128³ volume and its speed-up
+# over DDPM 250 under OPT1 and in FP32 (the default for v-prediction checkpoints, judged by another gate on real
+# brains, is in {doc}`16_equivalence`); then every run of the judging checkpoint.
+
+# %% tags=["hide-input"]
+show_table(few_step.fastest_passing(root, G).rename(columns={
+    "label": "fastest sampler that passed", "s_per_volume": "s / volume (128³)", "vs_opt1_ddpm250":
+    "× DDPM 250 under OPT1", "vs_fp32_ddpm250": "× DDPM 250 in FP32"}), "quality gate and sample_bench rows",
+           "scripts/quality.py gate", digits=2)
 
 # %% tags=["hide-input"]
 FSG = few_step.gate_gpu(root, G)
