@@ -41,6 +41,13 @@ SGPU = quality_tables.sampling_roles(SB)["ref"]  # the GPU the sampling prose qu
 glue_facts(quality_facts.quality(root, G))
 
 # %% [markdown]
+# **Where it stands**: one 128³ volume of DDPM 250 per GPU, in true FP32, under OPT1 and under the fastest
+# configuration measured (`bench-sample`, batch 1).
+
+# %% tags=["hide-input"]
+plots.show_table(quality_tables.sampling_state(SB), "bench-sample rows (sample_bench.csv)", "sampling", digits=2)
+
+# %% [markdown]
 # ## Sampling in seconds
 #
 # `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, one untimed warm-up

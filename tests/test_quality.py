@@ -288,3 +288,17 @@ def test_thin_offset_probe_needs_a_gpu_and_names_every_case(tmp_path, capsys):
     rows = probe.probe(6, CPU)
     assert len(rows) == 8 and set(rows["engine"]) == {"cudnn", "triton"} and rows["bias"].sum() == 4
     assert (rows["rel_l2"] < 2e-2).all()  # bf16 output rounding against float64
+
+
+def test_the_sampling_chapter_opens_on_ddpm_250_per_gpu_in_fp32_opt1_and_the_fastest():
+    """Issue 76: chapter 10's first table: per GPU, batch-1 DDPM 250 under baseline, opt1 and the fastest config."""
+    import pandas as pd
+
+    from medddpm.report.quality_tables import sampling_state
+
+    sb = pd.DataFrame([{"gpu_slug": g, "config": c, "sampler": "ddpm", "steps": 250, "batch": b, "s_per_volume_median": s}
+                       for g, c, b, s in [("a", "baseline", 1, 50.0), ("a", "opt1", 1, 25.0), ("a", "fast", 1, 5.0),
+                                          ("a", "fast", 4, 1.0), ("b", "fast", 1, 4.0)]])
+    t = sampling_state(sb).set_index("gpu_slug")
+    assert (t.loc["a", "fastest configuration"], t.loc["a", "fastest (s)"], t.loc["a", "× FP32"]) == ("fast", 5.0, 10.0)
+    assert pd.isna(t.loc["b", "FP32 (s)"]) and pd.isna(t.loc["b", "× FP32"]) and sampling_state(sb.iloc[:0]).empty

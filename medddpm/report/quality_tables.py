@@ -327,3 +327,20 @@ def quality_gpus(root: Path, gpus: list[str]) -> tuple[list[str], str | None]:
     chapters show (the reference GPU of ``wording.roles``)."""
     q = [g for g in gpus if (Path(root) / g / "quality").is_dir()]
     return q, roles(q)["ref"]
+
+
+def sampling_state(sb: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 10's first table from ``sample_bench``'s rows: per GPU, one 128³ volume of DDPM 250 (batch 1) in true
+    FP32, under OPT1 (the paper's best) and under the fastest configuration measured, with its name."""
+    cols = ["gpu_slug", "FP32 (s)", "OPT1 (s)", "fastest (s)", "fastest configuration", "× FP32"]
+    if sb.empty:
+        return pd.DataFrame(columns=cols)
+    d = sb[(sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)]
+    rows = []
+    for g, r in d.groupby("gpu_slug", sort=False):
+        by = r.drop_duplicates("config", keep="last").set_index("config")["s_per_volume_median"]
+        best = by.idxmin()
+        fp32 = by.get("baseline")
+        rows.append({"gpu_slug": g, "FP32 (s)": fp32, "OPT1 (s)": by.get("opt1"), "fastest (s)": by[best],
+                     "fastest configuration": best, "× FP32": fp32 / by[best] if fp32 else None})
+    return pd.DataFrame(rows, columns=cols)
