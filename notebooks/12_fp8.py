@@ -16,7 +16,8 @@
 # # FP8 sampling, and the paper's Fig. 1 from our own model
 #
 # The last lever a sampler can pull, its price in the samples, and what the model the quality
-# chapters trained draws.
+# chapters trained draws. **Where it stands** (the first table): per GPU, one 128³ volume of DDPM 250 under the
+# fastest bf16 configuration and the fastest FP8 one.
 #
 # ## FP8 convolutions: DDPM under 4 s, at what cost?
 #
@@ -34,8 +35,8 @@
 # - cuDNN accumulates in fp32, multiplies by the per-channel descale and writes bf16.
 #
 # Each convolution shape alone (`scripts/probes/fp8_conv_probe.py`, the fastest of cuDNN's FP8 plans against
-# PyTorch's autotuned bf16 convolution, CUDA graphs, `sampling/fp8_convs.csv`); the errors are
-# against an fp32 convolution of the unquantized operands:
+# PyTorch's autotuned bf16 convolution, CUDA graphs, `sampling/fp8_convs.csv`), the second table; the errors are
+# against an fp32 convolution of the unquantized operands.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -57,6 +58,10 @@ QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; th
 SB = quality_tables.sample_bench(root, G)  # 128³ rows, every batch
 SGPU = quality_tables.sampling_roles(SB)["ref"]  # the GPU the sampling prose quotes
 glue_facts(quality_facts.quality(root, G))
+
+# %% tags=["hide-input"]
+plots.show_table(quality_tables.fp8_state(SB), "bench-sample rows of a bf16 and an FP8 configuration", "sampling",
+                 digits=2)
 
 # %% tags=["hide-input"]
 probe = quality_tables.fp8_convs(root, SGPU) if SGPU else None

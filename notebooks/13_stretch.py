@@ -47,7 +47,7 @@ def kernel_table(rungs: tuple[str, str]) -> None:
 
 
 # %% [markdown]
-# ## Every lever against `fast`
+# ## Where it stands: every lever against `fast`
 #
 # The step of each rung on each GPU that timed it (`bench`, CUDA events, median of 20 steps), what
 # it adds to `fast`, and its distance to the GPU's target. The rows of one GPU need not come from

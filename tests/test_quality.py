@@ -302,3 +302,15 @@ def test_the_sampling_chapter_opens_on_ddpm_250_per_gpu_in_fp32_opt1_and_the_fas
     t = sampling_state(sb).set_index("gpu_slug")
     assert (t.loc["a", "fastest configuration"], t.loc["a", "fastest (s)"], t.loc["a", "× FP32"]) == ("fast", 5.0, 10.0)
     assert pd.isna(t.loc["b", "FP32 (s)"]) and pd.isna(t.loc["b", "× FP32"]) and sampling_state(sb.iloc[:0]).empty
+
+
+def test_the_fp8_chapter_opens_on_the_fastest_bf16_and_fp8_sampler_per_gpu():
+    import pandas as pd
+
+    from medddpm.report.quality_tables import fp8_state
+
+    sb = pd.DataFrame([{"gpu_slug": g, "config": c, "sampler": "ddpm", "steps": 250, "batch": 1, "s_per_volume_median": s}
+                       for g, c, s in [("a", "opt1", 20.0), ("a", "fast", 4.0), ("a", "fast-fp8", 3.2), ("b", "fast", 4.0)]])
+    t = fp8_state(sb)
+    assert list(t["gpu_slug"]) == ["a"] and t["× bf16"].iloc[0] == pytest.approx(1.25)  # b has no FP8 row
+    assert (t["bf16 configuration"].iloc[0], t["FP8 configuration"].iloc[0]) == ("fast", "fast-fp8")
