@@ -15,6 +15,34 @@
 # %% [markdown]
 # # Sampler equivalence on real brains
 #
+# **Where it stands** (the first table): per committed checkpoint, whether its gate is calibrated (the reference
+# on other seeds passes, a deliberately poor sampler fails, under both rules below) and the verdicts of `sample`'s
+# default for v-prediction checkpoints; how the gate works follows.
+
+# %% tags=["parameters", "remove-cell"]
+results_dir = None  # None: <repo>/data/results
+gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
+measure = False  # no measurement of its own (scripts/equivalence.py); True says so, then renders
+size = 128  # not used: this chapter measures nothing (its samples are 64³: scripts/equivalence.py)
+configs = "fast"  # not used: this chapter measures nothing
+
+# %% tags=["remove-cell"]
+from medddpm.report import equivalence, plots
+from medddpm.report.measure import render_only
+from medddpm.report.notebook import glue_facts
+from medddpm.report.plots import show_table
+
+root, G = render_only(results_dir, gpus, measure, "scripts/equivalence.py --data IXI --checkpoint C --runs …")
+glue_facts(equivalence.facts(root, G))
+EQ = equivalence.equivalence_gpu(root, G)
+BOTH = equivalence.under_both_rules(root, EQ)
+
+# %% tags=["hide-input"]
+show_table(equivalence.state(BOTH), "sampler equivalence results (equivalence/)", "scripts/equivalence.py")
+
+# %% [markdown]
+# ## The gate
+#
 # The per-subject band of {doc}`14_anatomy` is a test of *numerics*: the same sampler, seeds and timesteps under
 # another configuration (`fast`, `fast-fp8`, `fast-eager`) against FP32. It cannot judge another
 # sampler, which draws other samples: FP32 DDPM 250 with other seeds fails it too. A different
@@ -48,24 +76,7 @@
 # below: a shift of {glue:text}`eq_detects_r` in in-brain r, or {glue:text}`eq_detects_ssim` in
 # SSIM between seeds, fails with {glue:text}`eq_power` probability.
 
-# %% tags=["parameters", "remove-cell"]
-results_dir = None  # None: <repo>/data/results
-gpus = None  # None or "all": every GPU found there; else e.g. "h200,h100-80gb-hbm3"
-measure = False  # no measurement of its own (scripts/equivalence.py); True says so, then renders
-size = 128  # not used: this chapter measures nothing (its samples are 64³: scripts/equivalence.py)
-configs = "fast"  # not used: this chapter measures nothing
-
-# %% tags=["remove-cell"]
-from medddpm.report import equivalence, plots
-from medddpm.report.measure import render_only
-from medddpm.report.notebook import glue_facts
-from medddpm.report.plots import show_table
-
-root, G = render_only(results_dir, gpus, measure, "scripts/equivalence.py --data IXI --checkpoint C --runs …")
-glue_facts(equivalence.facts(root, G))
-
 # %% tags=["hide-input"]
-EQ = equivalence.equivalence_gpu(root, G)
 EJ = equivalence.judged(root, EQ)
 show_table(equivalence.margins(EJ), "sampler equivalence results (equivalence/)", "scripts/equivalence.py",
            digits=4)
@@ -144,5 +155,5 @@ show_table(equivalence.intervals(equivalence.judged(root, EQ, BIG) if BIG else E
 # seeds" that fails means that checkpoint's gate is not calibrated, and decides nothing:
 
 # %% tags=["hide-input"]
-show_table(equivalence.under_both_rules(root, EQ), "sampler equivalence results (equivalence/)",
+show_table(BOTH, "sampler equivalence results (equivalence/)",
            "scripts/equivalence.py")

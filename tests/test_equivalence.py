@@ -246,3 +246,23 @@ def test_non_inferiority_judges_the_background_by_its_gap_and_diversity_both_way
     assert cal["works"].all() and set(cal.loc[cal["measure"] == "ssim_between_seeds", "rule"]) == {"equivalence"}
     with pytest.raises(InputError, match="rule must be one of"):
         judge_all(s, d, ref, [Arm("far:fast", other)], rule="lenient")
+
+
+def test_the_chapter_opens_on_calibration_and_the_defaults_verdicts_per_checkpoint():
+    """Issue 76: chapter 16's first table: a checkpoint is calibrated only where, under both rules, the reference on
+    other seeds passes and the poor sampler fails; the default's verdict, or that it was not sampled there."""
+    from medddpm.report.equivalence import ROLES, default_run, label, state
+
+    rows = []
+    for name, again, default in (("c1", "pass", "pass"), ("c2", "fail: hist_w1", None)):
+        rows += [{"checkpoint": name, "size": 64, "role": ROLES[0], "run": "ddpm", "equivalence": again,
+                  "non-inferiority": again},
+                 {"checkpoint": name, "size": 64, "role": ROLES[1], "run": "poor", "equivalence": "fail: w",
+                  "non-inferiority": "fail: w"}]
+        if default:
+            rows.append({"checkpoint": name, "size": 64, "role": ROLES[2], "run": label(default_run()),
+                         "equivalence": "fail: hist_w1", "non-inferiority": default})
+    t = state(pd.DataFrame(rows)).set_index("checkpoint")
+    assert tuple(t.loc["c1", ["calibrated", "default (equivalence)", "default (non-inferiority)"]]) == (
+        "yes", "fail: hist_w1", "pass")
+    assert tuple(t.loc["c2", ["calibrated", "default (equivalence)"]]) == ("no", "not sampled")

@@ -424,3 +424,21 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         **rules,
         **big,
     }
+
+
+def state(both: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 16's first table, from ``under_both_rules``: per committed checkpoint, whether its gate is calibrated
+    (the reference on other seeds passes, the poor sampler fails, under each rule) and the default's verdicts."""
+    cols = ["checkpoint", "size", "calibrated", "default (equivalence)", "default (non-inferiority)"]
+    if both.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (name, size), g in both.groupby(["checkpoint", "size"], sort=False):
+        by_role = {role: r for role, r in g.groupby("role")}
+        ok = all((by_role[ROLES[0]][rule] == "pass").all() and (by_role["poor sampler"][rule] != "pass").all()
+                 for rule in RULES) if {ROLES[0], "poor sampler"} <= set(by_role) else False
+        default = g[g["run"] == label(default_run())]
+        rows.append({"checkpoint": name, "size": size, "calibrated": "yes" if ok else "no",
+                     "default (equivalence)": default["equivalence"].iloc[0] if len(default) else "not sampled",
+                     "default (non-inferiority)": default["non-inferiority"].iloc[0] if len(default) else "not sampled"})
+    return pd.DataFrame(rows, columns=cols)
