@@ -787,6 +787,12 @@ def _terminate(_signum, _frame):  # SIGTERM (e.g. `timeout`) → clean-up paths 
     raise KeyboardInterrupt
 
 
+def _pipe_closed() -> int:
+    """stdout pointed at /dev/null (so no later write or flush fails again), and 141: a shell's code for SIGPIPE."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
     import time
@@ -815,8 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exit as exc:
         return exc.code
     except BrokenPipeError:  # a reader that closed the pipe early (`medddpm … | head -1`): quietly, as a shell would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        return _pipe_closed()
     except (MedddpmError, ValueError, OSError) as exc:  # OSError: a full disk, a read-only or missing folder
         if os.environ.get("MEDDDPM_DEBUG"):
             raise
@@ -839,8 +844,7 @@ def run() -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:  # the reader left before the last lines: quietly, as in main
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = code or 141
+        code = code or _pipe_closed()
     sys.stderr.flush()
     if "torch._inductor" in sys.modules or code != 0:  # a failure or an interrupt: writer threads finish or clean up
         sys.exit(code)

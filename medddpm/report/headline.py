@@ -146,11 +146,9 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     if found is None:
         return []
     gpu, run, m = found
-    target = m["target"]["heldout"]
-    rec = recipe.records(recipe.curves(run, m), target).dropna(subset=["wall at target (s)"])
-    if rec.empty:
+    target, best = m["target"]["heldout"], recipe.fastest(run, m)
+    if best is None:
         return []
-    best = rec.iloc[0]
     paper_runs = recipe.paper_recipe_steps(root, target)
     hit = paper_runs["step at target"].dropna()
     long_enough = (paper_runs["steps"] >= hit.min()).sum() if len(hit) else 0  # runs that trained as far as the first hit

@@ -117,8 +117,8 @@ def fill(root: str | Path) -> list[Path]:
 def newest_named(root: str | Path, gpu: str, parent: str, name: str) -> str:
     """``parent/<name>-<date>`` of the newest run of content name ``name`` in ``gpu``'s ``parent`` folder (``name`` as
     given where there is none: the reader then says what is missing); the way code names a run without its date."""
-    found = sorted(p.name for p in (Path(root) / gpu / parent).glob(f"{name}-20??-??-??") if DATED.match(p.name)
-                   and DATED.match(p.name)["name"] == name)
+    found = sorted(p.name for p in (Path(root) / gpu / parent).glob(f"{name}-20??-??-??")
+                   if (m := DATED.match(p.name)) and m["name"] == name)
     return f"{parent}/{found[-1] if found else name}"
 
 

@@ -329,35 +329,35 @@ def quality_gpus(root: Path, gpus: list[str]) -> tuple[list[str], str | None]:
     return q, roles(q)["ref"]
 
 
+def _ddpm250_per_gpu(sb: pd.DataFrame):
+    """(GPU, seconds of one 128³ volume of DDPM 250 at batch 1 by configuration, the newest row of each) of
+    ``sample_bench``'s rows."""
+    d = sb[(sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)] if len(sb) else sb
+    for g, r in d.groupby("gpu_slug", sort=False) if len(d) else []:
+        yield g, r.drop_duplicates("config", keep="last").set_index("config")["s_per_volume_median"]
+
+
 def sampling_state(sb: pd.DataFrame) -> pd.DataFrame:
     """Chapter 10's first table from ``sample_bench``'s rows: per GPU, one 128³ volume of DDPM 250 (batch 1) in true
     FP32, under OPT1 (the paper's best) and under the fastest configuration measured, with its name."""
-    cols = ["gpu_slug", "FP32 (s)", "OPT1 (s)", "fastest (s)", "fastest configuration", "× FP32"]
-    if sb.empty:
-        return pd.DataFrame(columns=cols)
-    d = sb[(sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)]
     rows = []
-    for g, r in d.groupby("gpu_slug", sort=False):
-        by = r.drop_duplicates("config", keep="last").set_index("config")["s_per_volume_median"]
-        best = by.idxmin()
-        fp32 = by.get("baseline")
+    for g, by in _ddpm250_per_gpu(sb):
+        best, fp32 = by.idxmin(), by.get("baseline")
         rows.append({"gpu_slug": g, "FP32 (s)": fp32, "OPT1 (s)": by.get("opt1"), "fastest (s)": by[best],
                      "fastest configuration": best, "× FP32": fp32 / by[best] if fp32 else None})
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=["gpu_slug", "FP32 (s)", "OPT1 (s)", "fastest (s)", "fastest configuration",
+                                       "× FP32"])
 
 
 def fp8_state(sb: pd.DataFrame) -> pd.DataFrame:
     """Chapter 12's first table: per GPU, one 128³ volume of DDPM 250 (batch 1) under the fastest bf16 configuration
     and under the fastest FP8 one, and the FP8 one's speed-up."""
-    cols = ["gpu_slug", "bf16 (s)", "bf16 configuration", "FP8 (s)", "FP8 configuration", "× bf16"]
-    d = sb[(sb["sampler"] == "ddpm") & (sb["steps"] == 250) & (sb["batch"] == 1)] if len(sb) else sb
     rows = []
-    for g, r in d.groupby("gpu_slug", sort=False) if len(d) else []:
-        by = r.drop_duplicates("config", keep="last").set_index("config")["s_per_volume_median"]
+    for g, by in _ddpm250_per_gpu(sb):
         fp8 = by[[c for c in by.index if "fp8" in c]]
         bf16 = by[[c for c in by.index if "fp8" not in c and c not in ("baseline", "opt1", "opt2", "opt12")]]
-        if fp8.empty or bf16.empty:
-            continue
-        rows.append({"gpu_slug": g, "bf16 (s)": bf16.min(), "bf16 configuration": bf16.idxmin(), "FP8 (s)": fp8.min(),
-                     "FP8 configuration": fp8.idxmin(), "× bf16": bf16.min() / fp8.min()})
-    return pd.DataFrame(rows, columns=cols)
+        if len(fp8) and len(bf16):
+            rows.append({"gpu_slug": g, "bf16 (s)": bf16.min(), "bf16 configuration": bf16.idxmin(),
+                         "FP8 (s)": fp8.min(), "FP8 configuration": fp8.idxmin(), "× bf16": bf16.min() / fp8.min()})
+    return pd.DataFrame(rows, columns=["gpu_slug", "bf16 (s)", "bf16 configuration", "FP8 (s)", "FP8 configuration",
+                                       "× bf16"])

@@ -5,16 +5,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import manifests
+from .present import gpu_name
 
 KIND = "recipe-ab"
 
 
 def _decimal(flags: str) -> str:
     """An arm's flags with their rates in decimals (``--lr 2e-4`` → ``--lr 0.0002``: the same option, as prose reads)."""
-    return re.sub(r"(?<![\w.-])(\d+(?:\.\d+)?e-\d+)(?![\w.-])", lambda m: f"{float(m[1]):f}".rstrip("0"), flags)
+    return re.sub(r"(?<![\w.-])(\d+(?:\.\d+)?e-\d+)(?![\w.-])",
+                  lambda m: np.format_float_positional(float(m[1]), trim="-"), flags)
 
 
 def _ready(stdout: Path) -> float:
@@ -53,6 +56,12 @@ def records(curve: pd.DataFrame, target: float) -> pd.DataFrame:
     return df.sort_values(["wall at target (s)", "final loss"]).reset_index(drop=True) if len(df) else df
 
 
+def fastest(run: Path, manifest: dict) -> pd.Series | None:
+    """The ``records`` row of ``run``'s arm that reached its manifest's target first, None where none did."""
+    rec = records(curves(run, manifest), manifest["target"]["heldout"]).dropna(subset=["wall at target (s)"])
+    return rec.iloc[0] if len(rec) else None
+
+
 def newest(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict] | None:
     """The newest recipe A/B run on ``gpus``, None where the store has none."""
     found = manifests.runs(root, KIND, gpus)
@@ -86,9 +95,8 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
                      "steps to target": int(first["step at target"]), "wall to target (s)": float("nan"),
                      "GPUs": gpu_label(first["gpu"]), "run": f"{first['gpu']}/anatomy/train/{first['run']}"})
     for gpu, run, m in reversed(manifests.runs(root, KIND, gpus)):
-        rec = records(curves(run, m), target).dropna(subset=["wall at target (s)"])
-        if len(rec):
-            best = rec.iloc[0]
+        best = fastest(run, m)
+        if best is not None:
             rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']}",
                          "steps to target": int(best["step at target"]), "wall to target (s)": best["wall at target (s)"],
                          "GPUs": gpu_label(gpu), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
@@ -97,6 +105,4 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
 
 def gpu_label(slug: str) -> str:
     """One GPU of a store folder, by its readers' name."""
-    from .present import gpu_name
-
     return f"1 × {gpu_name(slug)}"
