@@ -138,10 +138,13 @@ def run(a: argparse.Namespace) -> int:
         load[g] += cost(u)
     deadline_at = time.time() + a.deadline - (time.monotonic() - START)
     procs = []
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [str(g) for g in range(a.gpus)]
+    if len(visible) < a.gpus:
+        raise InputError(f"--gpus {a.gpus}, but CUDA_VISIBLE_DEVICES names {len(visible)}")
     for g, share in enumerate(shares):
         f = work / f"worker-{g}.json"
         f.write_text(json.dumps(share))
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(g)}
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible[g]}  # the g-th GPU this process may use
         procs.append(subprocess.Popen([sys.executable, __file__, "--data", a.data, "--checkpoint", a.checkpoint,
                                        "--out", a.out, "--name", a.name, "--runs", a.runs, "--split", a.split,
                                        "--batch", str(a.batch), "--work", str(work), "--worker", str(f),
