@@ -12,7 +12,7 @@ from typing import Sequence
 from .core.config import (DEFAULT_ETA, DEFAULT_RECIPE, EVAL_WEIGHTS, FAST_FROM_CALLS, INTENSITIES, LR_DECAYS,
                           PREDICTIONS, RECIPES, SMALL_JOB, USER_CONFIGS, DataConfig, fast_from)
 from .core.errors import InputError, MedddpmError
-from .diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
+from .diffusion.solvers import CANDIDATE, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
 
 
 def _size(values: Sequence[int] | None, default: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -697,15 +697,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--mask-labels", metavar="NAME=VALUES,…", help=MASK_LABELS_HELP + " (default: the map the "
                    "checkpoint was trained with)")
     s.add_argument("--sampler", choices=SAMPLERS,
-                   help=f"ancestral DDPM, DDIM or a few-step solver (default: by the checkpoint's recipe, and the "
-                   f"command says which ran: for v-prediction {EQUIVALENT.describe()}, which {EQUIVALENT.why}; for "
-                   f"ε-prediction {REFERENCE.describe()}, {REFERENCE.why})")
+                   help=f"ancestral DDPM, DDIM or a few-step solver (default, and the command says so: {REFERENCE.describe()}, "
+                   f"{REFERENCE.why}; the {CANDIDATE.steps}-call chain {CANDIDATE.describe()} is --sampler "
+                   f"{CANDIDATE.sampler} --steps {CANDIDATE.steps} --spacing {CANDIDATE.spacing} --eta {CANDIDATE.eta:g}, "
+                   f"{CANDIDATE.why})")
     s.add_argument("--steps", type=int, help="denoising steps (default: the default sampler's; all timesteps for ddpm "
                    f"and ddim, {FEW_STEP.steps} for a few-step solver)")
     s.add_argument("--spacing", choices=SPACINGS, help="a few-step solver's timesteps: uniform in time, in log-SNR "
                    f"or quadratic in time (default {FEW_STEP.spacing})")
     s.add_argument("--eta", type=float, help=f"noise scale of ddim and of the -sde solvers (0 = deterministic, 1 = "
-                   f"DDPM's noise; default: the default sampler's ({EQUIVALENT.eta:g} for v-prediction's), else "
+                   f"DDPM's noise; default "
                    f"{DEFAULT_ETA:g}: at 0 the trained model's samples lose in-brain agreement); the other samplers take none")
     s.add_argument("--seed", type=int, default=0, help="random seed")
     s.add_argument("--weights", default="ema", choices=["ema", "model"], help="EMA or raw weights")
@@ -714,7 +715,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", help=DEVICE_HELP)
     s.add_argument("--config", help=f"run configuration of the denoiser (default: on a CPU baseline; on a GPU fast from "
                    f"{FAST_FROM_CALLS} denoiser calls on (masks × calls a mask: {fast_from(REFERENCE.steps)} masks of "
-                   f"DDPM {REFERENCE.steps}, {fast_from(EQUIVALENT.steps)} of the {EQUIVALENT.steps}-call chain), where its "
+                   f"DDPM {REFERENCE.steps}, {fast_from(CANDIDATE.steps)} of the {CANDIDATE.steps}-call chain), where its "
                    f"compilation pays off even with a cold cache, else {SMALL_JOB} (fast's sampler, not compiled), which is "
                    "done first; the rule reads only the command, so a command always writes the same files); "
                    f"one of: {configs}")

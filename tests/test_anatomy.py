@@ -207,7 +207,7 @@ def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tm
     assert f["an_big_util_step"] == "on an earlier training under the same name, at step 500 (the measures above: step 1,000)"
     assert f["an_big_util_ratio"].startswith("92.8 %") and f["an_big_util_ratio"].endswith("missed)")
     assert f["an_util_ratio"].startswith("100.0 %")  # the base size's runs alone
-    assert f["an_big_state"] == "still learning"  # its held-out loss halved between its last two evaluations
+    assert f["an_big_state"] == "still learning: v-s13-fast-128"  # its held-out loss halved between its last two evaluations
     assert larger(tmp_path, "none").empty and facts(tmp_path, ["none"])["an_big_wall"].startswith("—")
     sl = pd.DataFrame([{"source": src, "subject": s, "view": "axial", "row": 0, "col": 0, "value": 0.5}
                        for src in (LARGE_RUN, "dpm2m-sde12-logsnr-eta1.3:fast") for s in ("IXI441", "IXI440")])

@@ -114,24 +114,25 @@ def test_the_chapters_facts_and_tables_on_a_store_with_and_without_the_gate(tmp_
     j = report.judged(tmp_path, "h100-80gb-hbm3")
     assert list(dict.fromkeys(j["role"])) == ["reference, other seeds", "poor sampler", "candidate"]
     assert len(report.intervals(j)) == 4 and len(report.margins(j)) == len(MEASURES)
-    assert f["eq_first"] == "the same checkpoint" and f["eq_default_verdict"].startswith("—")
-    # a second checkpoint written after: the chapter judges the newest, and names the first
-    s2, d2 = tables({report.default_run(): {}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
+    assert f["eq_first"] == "the same checkpoint" and f["eq_candidate_verdict"].startswith("—")
+    assert f["eq_confirm"].startswith("—")  # no checkpoint after the one that chose
+    # a second checkpoint written after, judging the chosen chain alone: a confirmation, not where it was chosen
+    s2, d2 = tables({report.candidate_run(): {}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
     s2.assign(name="v-s1-fast", step=2000).to_csv(folder / "samples.csv", mode="a", header=False, index=False)
     d2.assign(name="v-s1-fast", step=2000).to_csv(folder / "diversity.csv", mode="a", header=False, index=False)
     f = report.facts(tmp_path, ["h100-80gb-hbm3"])
-    assert f["eq_checkpoint"] == "v-s1-fast (step 2,000)" and f["eq_first"] == "v-s0-fast (step 1,000)"
-    assert f["eq_candidates"] == "1" and f["eq_default_verdict"].startswith("pass")
+    assert f["eq_checkpoint"] == "v-s0-fast (step 1,000)" and report.chosen_on(tmp_path, "h100-80gb-hbm3") == "v-s0-fast"
+    assert f["eq_candidates"] == "2" and f["eq_confirm"].endswith("(v-s1-fast): confirmed")
     assert f["eq_first_sde2_r"].startswith("12 calls -0.0")  # the first checkpoint's chain, quoted as such
     assert f["eq_big_state"].startswith("—")
     # a 128³ checkpoint written last, its reference arms apart on W1 (the calibration's pass case fails):
     # the chapter still judges the newest 64³ one, and the larger size's facts say the gate decides nothing there
-    s3, d3 = tables({report.default_run(): {"brain_corr": -0.02}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
+    s3, d3 = tables({report.candidate_run(): {"brain_corr": -0.02}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
     s3.loc[(s3["run"] == REF) & (s3["seed"] >= 8), "hist_w1"] += 0.01
     s3.assign(name="v-s13-fast-128", step=3000).to_csv(folder / "samples.csv", mode="a", header=False, index=False)
     d3.assign(name="v-s13-fast-128", step=3000).to_csv(folder / "diversity.csv", mode="a", header=False, index=False)
     f = report.facts(tmp_path, ["h100-80gb-hbm3"])
-    assert f["eq_checkpoint"] == "v-s1-fast (step 2,000)" and f["eq_default_verdict"].startswith("pass")
+    assert f["eq_checkpoint"] == "v-s0-fast (step 1,000)" and "fails on v-s13-fast-128: not confirmed" in f["eq_confirm"]
     assert report.names(tmp_path, "h100-80gb-hbm3") == ["v-s0-fast", "v-s1-fast"]
     assert report.largest(tmp_path, "h100-80gb-hbm3") == "v-s13-fast-128" and f["eq_big_size"] == "128³"
     assert f["eq_big_again"] == "fails on W1" and f["eq_big_state"].startswith("not calibrated")
@@ -140,30 +141,34 @@ def test_the_chapters_facts_and_tables_on_a_store_with_and_without_the_gate(tmp_
     assert f["eq_big_decision"].startswith("The table below reads these intervals, but the gate does not decide")
     # a newer 128³ checkpoint whose gate is calibrated: the default's W1 lies below DDPM 250's (nearer the
     # scans) by more than the margin, and two-sided equivalence fails it for that too
-    s4, d4 = tables({report.default_run(): {"hist_w1": -0.01}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
+    s4, d4 = tables({report.candidate_run(): {"hist_w1": -0.01}, "dpm2m-sde4-logsnr:fast": {"brain_corr": 0.05}})
     s4.assign(name="v-s14-fast-128", step=4000).to_csv(folder / "samples.csv", mode="a", header=False, index=False)
     d4.assign(name="v-s14-fast-128", step=4000).to_csv(folder / "diversity.csv", mode="a", header=False, index=False)
     f = report.facts(tmp_path, ["h100-80gb-hbm3"])
     assert f["eq_big_checkpoint"] == "v-s14-fast-128 (step 4,000)" and f["eq_big_state"].startswith("calibrated")
     assert f["eq_big_default"] == "fails on W1" and "lower than DDPM 250's, nearer the scans" in f["eq_big_failing"]
-    assert f["eq_big_decision"].startswith("So at this size the gate does not show the default equivalent")
+    assert f["eq_big_decision"].startswith("So at this size the gate does not show the chain equivalent")
     empty = report.facts(tmp_path, ["h200"])
     assert all(v.startswith("—") for k, v in empty.items() if k not in report.STORE_FREE)
     assert report.judged(tmp_path, None).empty and report.intervals(report.judged(tmp_path, None)).empty
 
 
-def test_the_packages_v_default_is_a_sampler_the_committed_gate_passed():
-    """``solvers.EQUIVALENT`` (sample's default on v-prediction checkpoints) passes the equivalence
-    gate on the store's newest checkpoint and the segmentation utility test: change one, change both."""
+def test_the_packages_default_follows_the_committed_confirmations_of_the_chosen_chain():
+    """``sample``'s default on v-prediction checkpoints is the gate's chosen chain (``solvers.CANDIDATE``) only where
+    the store confirms it on every checkpoint that took no part in choosing it, else DDPM 250; the chain passed the
+    utility test where it was chosen: change one, change the other."""
     from pathlib import Path
 
+    from medddpm.diffusion.solvers import CANDIDATE, REFERENCE, recommended
     from medddpm.report import equivalence as report
 
-    root = Path(__file__).resolve().parents[1] / "data" / "results"
-    assert report.facts(root, ["h100-80gb-hbm3"])["eq_default_verdict"].startswith("pass")
-    assert report.default_passes(root, "h100-80gb-hbm3") and not report.default_passes(root, "h200")
-    u = report.utility(root, "h100-80gb-hbm3")
-    mine = u[u["sampler run"] == report.label(report.default_run())]
+    root, gpu = Path(__file__).resolve().parents[1] / "data" / "results", "h100-80gb-hbm3"
+    said = report.confirmed(report.under_both_rules(root, gpu), report.chosen_on(root, gpu))
+    assert not said.startswith("—")
+    assert recommended("v") is (CANDIDATE if said.endswith(": confirmed") else REFERENCE)
+    assert report.facts(root, [gpu])["eq_candidate_verdict"].startswith("pass")  # where it was chosen
+    u = report.utility(root, gpu)
+    mine = u[u["sampler run"] == report.label(report.candidate_run())]
     assert len(mine) == 1 and mine["passes"].all()
 
 
@@ -248,21 +253,23 @@ def test_non_inferiority_judges_the_background_by_its_gap_and_diversity_both_way
         judge_all(s, d, ref, [Arm("far:fast", other)], rule="lenient")
 
 
-def test_the_chapter_opens_on_calibration_and_the_defaults_verdicts_per_checkpoint():
-    """Issue 76: chapter 16's first table: a checkpoint is calibrated only where, under both rules, the reference on
-    other seeds passes and the poor sampler fails; the default's verdict, or that it was not sampled there."""
-    from medddpm.report.equivalence import ROLES, default_run, label, state
+def test_the_chapter_opens_on_calibration_and_the_candidates_verdicts_per_checkpoint():
+    """Issue 76: chapter 16's first table: whether a checkpoint took part in choosing the candidate (up to the one it
+    was chosen on); calibrated only where, under both rules, the reference on other seeds passes and the poor sampler
+    fails, else the measures it is not calibrated on; the candidate's verdicts, or that it was not sampled there."""
+    from medddpm.report.equivalence import ROLES, candidate_run, label, state
 
     rows = []
-    for name, again, default in (("c1", "pass", "pass"), ("c2", "fail: hist_w1", None)):
+    for name, again, verdict in (("c1", "pass", "pass"), ("c2", "fail: hist_w1", None), ("c3", "pass", "fail: brain_corr")):
         rows += [{"checkpoint": name, "size": 64, "role": ROLES[0], "run": "ddpm", "equivalence": again,
                   "non-inferiority": again},
                  {"checkpoint": name, "size": 64, "role": ROLES[1], "run": "poor", "equivalence": "fail: w",
                   "non-inferiority": "fail: w"}]
-        if default:
-            rows.append({"checkpoint": name, "size": 64, "role": ROLES[2], "run": label(default_run()),
-                         "equivalence": "fail: hist_w1", "non-inferiority": default})
-    t = state(pd.DataFrame(rows)).set_index("checkpoint")
-    assert tuple(t.loc["c1", ["calibrated", "default (equivalence)", "default (non-inferiority)"]]) == (
-        "yes", "fail: hist_w1", "pass")
-    assert tuple(t.loc["c2", ["calibrated", "default (equivalence)"]]) == ("no", "not sampled")
+        if verdict:
+            rows.append({"checkpoint": name, "size": 64, "role": ROLES[2], "run": label(candidate_run()),
+                         "equivalence": "fail: hist_w1", "non-inferiority": verdict})
+    t = state(pd.DataFrame(rows), "c1").set_index("checkpoint")
+    cols = ["chose the candidate", "calibrated", "candidate (equivalence)", "candidate (non-inferiority)"]
+    assert tuple(t.loc["c1", cols]) == ("yes", "yes", "fail: hist_w1", "pass")
+    assert tuple(t.loc["c2", cols[:3]]) == ("no", "not on W1", "not sampled")
+    assert tuple(t.loc["c3", cols]) == ("no", "yes", "fail: hist_w1", "fail: brain_corr")

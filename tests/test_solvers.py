@@ -284,17 +284,17 @@ def test_first_order_converges_from_below(sampler):
     assert 0.35 < err20 / err10 < 0.65
 
 
-def test_the_default_sampler_follows_the_checkpoints_prediction_and_what_is_given():
-    from medddpm.diffusion.solvers import EQUIVALENT, REFERENCE, recommended, resolve
+def test_the_default_sampler_is_ddpm_250_on_either_prediction_unless_one_is_given():
+    from medddpm.diffusion.solvers import CANDIDATE, REFERENCE, recommended, resolve
 
-    assert recommended("v") is EQUIVALENT and recommended("eps") is REFERENCE
-    assert resolve(None, None, None, None, "v") == (EQUIVALENT, "dpm2m-sde", 12, "logsnr", EQUIVALENT.eta)
-    assert resolve(None, 20, "time", 0.5, "v") == (EQUIVALENT, "dpm2m-sde", 20, "time", 0.5)  # given options win
+    assert recommended("v") is REFERENCE and recommended("eps") is REFERENCE
+    assert resolve(None, None, None, None, "v") == (REFERENCE, "ddpm", None, None, 1.0)
     assert resolve(None, None, None, None, "eps") == (REFERENCE, "ddpm", None, None, 1.0)
     assert resolve("dpm2m-sde", None, None, None, "v") == (None, "dpm2m-sde", None, None, 1.0)  # named: its own η
+    assert resolve("dpm2m-sde", 12, "logsnr", 1.3, "v") == (None, "dpm2m-sde", 12, "logsnr", 1.3)  # given options win
     with pytest.raises(ValueError, match="prediction"):
         recommended("x0")
-    assert EQUIVALENT.describe() == "dpm2m-sde 12 logsnr η 1.3" and REFERENCE.describe() == "ddpm 250"
+    assert CANDIDATE.describe() == "dpm2m-sde 12 logsnr η 1.3" and REFERENCE.describe() == "ddpm 250"
     # before the checkpoint picks (no sampler yet): only what holds for any sampler is checked
     from medddpm.diffusion.solvers import check_sampler
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core.config import DEFAULT_ETA, DiffusionConfig, SAMPLING_ALIASES
 from ..diffusion.gaussian import GaussianDiffusion
-from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE as DDPM_REFERENCE
+from ..diffusion.solvers import FEW_STEP, REFERENCE as DDPM_REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
 from .present import gpu_name
@@ -496,8 +496,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
                           if len(fp8) else missing("FP8 sampler run in the IXI gate"))
     out["an_gate_checkpoints"] = (", ".join(f"`{n}` (step {s:,})" for n, s in hist.groupby("checkpoint", sort=False)["step"].first().items())
                                   if len(hist) else missing("sampler gate on IXI (anatomy/ with FP32 DDPM 250)"))
-    out["an_default"] = (f"`{DDPM_REFERENCE.describe()}` on ε-prediction checkpoints and `{EQUIVALENT.describe()}` "
-                         "on v-prediction ones")
+    out["an_default"] = f"`{DDPM_REFERENCE.describe()}` on every checkpoint"
     passing = table[table["verdict"] == "pass"] if len(table) else table
     fewest = passing[passing["steps"] == passing["steps"].min()] if len(passing) else passing
     out["an_fewest_pass"] = (", ".join(sorted({f"{r.sampler} {r.steps} under `{r.config}`" for r in fewest.itertuples()}))
@@ -663,8 +662,9 @@ def larger_facts(root: Path, gpu: str | None, val: pd.DataFrame, levels: pd.Data
     out["an_big_fp32_s"] = number(float(fp32["s_per_volume_median"].iloc[-1]) if len(fp32) else None, ".0f",
                                   f"FP32 DDPM 250 at {big}³ in sample_bench.csv" if big else what)
     mine = levels[levels["name"].str.endswith(f"-{big}")] if big and len(levels) else levels.iloc[:0]
-    out["an_big_state"] = (("levelled off" if mine["levelled"].all() else "still learning") if len(mine)
-                           else missing(what))
+    out["an_big_state"] = ("; ".join(f"{state}: {', '.join(g['name'])}" for state, g in mine.assign(
+        state=mine["levelled"].map({True: "levelled off", False: "still learning"})).groupby("state"))
+                           if len(mine) else missing(what))
     dev = [run_device(root, gpu, n) for n in mine["name"]]
     dev = [d for d in dev if d]
     out["an_big_gpus"] = (", ".join(sorted({f"{d.get('gpus', 1)} × {d['gpu']}" for d in dev})) if dev

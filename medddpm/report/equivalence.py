@@ -5,8 +5,9 @@ per 128³ volume — as tables, a figure and facts.
 
 The reference run's seeds are split in two halves: the first is the reference arm, the second the
 reference again (the calibration's pass case); every other run is a candidate on its own seeds.
-The tables may hold several checkpoints (their ``name``): the chapter judges the newest, and quotes
-the first for what it showed (the solvers' behaviour with calls and η). A store may hold none of it:
+The tables may hold several checkpoints (their ``name``): the chapter judges the newest one on which
+candidates were chosen (``chosen_on``), quotes the first for what it showed (the solvers' behaviour
+with calls and η), and reads every later one as a confirmation of the chosen candidate. A store may hold none of it:
 every function returns its full shape then, and every fact reads "—".
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import InputError
-from ..diffusion.solvers import EQUIVALENT, REFERENCE
+from ..diffusion.solvers import CANDIDATE, REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.equivalence import ABSOLUTE_MARGINS, ALPHA, MEASURES, POWER, RELATIVE_MARGIN, RULES, Arm, judge_all
 from ..sample.gate import GateRun
@@ -33,7 +34,7 @@ UTILITY_FLOOR = 0.99  # issue 62: a sampler's synthetic-trained Dice ≥ 99 % of
 NEARER = {"brain_corr": 1, "region_corr": 1, "hist_w1": -1}  # the sign of a difference that lies nearer the scans
 ROLES = ("reference, other seeds", "poor sampler", "candidate")  # the judged arms, in the tables' order
 WHAT = "sampler equivalence results (equivalence/)"
-STORE_FREE = ("eq_default", "eq_reference", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
+STORE_FREE = ("eq_default", "eq_candidate", "eq_reference", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
 
 
 def equivalence_gpu(root: Path, gpus: list[str]) -> str | None:
@@ -59,10 +60,22 @@ def sizes(root: Path, gpu: str | None) -> list[int]:
     return sorted({size_of(n) for n in names(root, gpu, None)} - {BASE_SIZE})
 
 
+def chosen_on(root: Path, gpu: str | None) -> str | None:
+    """The newest checkpoint at ``BASE_SIZE`` whose gate judged more than one candidate: where the candidate was
+    chosen (None: the store has none)."""
+    samples = _read(root, gpu, "samples")
+    if samples.empty:
+        return None
+    cands = samples[~samples["run"].isin([REAL, TEMPLATE, REFERENCE_RUN])
+                    & ~samples["run"].str.startswith(POOR_SPEC + ":")].groupby("name")["run"].nunique()
+    chosen = [n for n in names(root, gpu) if cands.get(n, 0) > 1]
+    return chosen[-1] if chosen else None
+
+
 def load(root: Path, gpu: str | None, name: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(samples, diversity) of checkpoint ``name`` (default: the newest at ``BASE_SIZE``, the chapter's)."""
+    """(samples, diversity) of checkpoint ``name`` (default: ``chosen_on``'s, the chapter's)."""
     samples, diversity = _read(root, gpu, "samples"), _read(root, gpu, "diversity")
-    name = name or (names(root, gpu) or [None])[-1]
+    name = name or chosen_on(root, gpu)
     if samples.empty or diversity.empty or name is None:
         return pd.DataFrame(), pd.DataFrame()
     return samples[samples["name"] == name], diversity[diversity["name"] == name]
@@ -235,17 +248,36 @@ def _interval(row: pd.Series) -> str:
     return f"{row['difference']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}] against ±{row['margin']:.4f}"
 
 
-def default_run() -> str:
-    """The run spec of ``solvers.EQUIVALENT`` (the default for v-prediction checkpoints) under fast."""
-    r = GateRun(EQUIVALENT.sampler, EQUIVALENT.steps, EQUIVALENT.spacing, "fast", eta=EQUIVALENT.eta)
+def candidate_run() -> str:
+    """The run spec of ``solvers.CANDIDATE`` (the gate's chosen chain) under fast."""
+    r = GateRun(CANDIDATE.sampler, CANDIDATE.steps, CANDIDATE.spacing, "fast", eta=CANDIDATE.eta)
     return f"{r.spec}:fast"
 
 
-def default_passes(root: Path, gpu: str | None) -> bool:
-    """Whether ``solvers.EQUIVALENT`` passed the gate on the store's newest checkpoint."""
-    j = judged(root, gpu)
-    v = _verdicts(j) if not j.empty else pd.DataFrame(columns=["verdict"])
-    return label(default_run()) in v.index and v.loc[label(default_run()), "verdict"] == "pass"
+def confirmations(both: pd.DataFrame, chosen: str | None) -> pd.DataFrame:
+    """From ``under_both_rules``: the candidate's verdicts on every checkpoint judged after ``chosen`` (none took part
+    in choosing it), with the measures its non-inferiority verdict fails on."""
+    cols = ["checkpoint", "size", "equivalence", "non-inferiority"]
+    if both.empty or chosen is None or chosen not in set(both["checkpoint"]):
+        return pd.DataFrame(columns=cols)
+    order = list(dict.fromkeys(both["checkpoint"]))
+    later = both[both["checkpoint"].isin(order[order.index(chosen) + 1:]) & (both["run"] == label(candidate_run()))]
+    return later[cols].reset_index(drop=True)
+
+
+def confirmed(both: pd.DataFrame, chosen: str | None) -> str:
+    """One sentence: on how many checkpoints that took no part in choosing it the candidate passes non-inferiority,
+    which, and what follows for ``sample``'s default."""
+    c = confirmations(both, chosen)
+    if c.empty:
+        return missing(f"a gate of {CANDIDATE.describe()} on a checkpoint other than the one it was chosen on")
+    ok = c["non-inferiority"] == "pass"
+    said = (f"it passes non-inferiority on {int(ok.sum())} of the {len(c)} checkpoints that took no part in choosing "
+            f"it{' (' + ', '.join(c.loc[ok, 'checkpoint']) + ')' if ok.any() else ''}")
+    if ok.all():
+        return f"{said}: confirmed"
+    return (f"{said} and fails on {', '.join(c.loc[~ok, 'checkpoint'])}: not confirmed, so `sample` runs "
+            f"{REFERENCE.sampler.upper()} {REFERENCE.steps} by default and the chain is one option away")
 
 
 def _verdicts(j: pd.DataFrame) -> pd.DataFrame:
@@ -303,12 +335,11 @@ def _decision(calibrated: bool, verdict: str | None) -> str:
     if verdict is None:
         return missing("the default sampler at this size")
     if not calibrated:
-        return ("The table below reads these intervals, but the gate does not decide on them: at this size it needs more "
-                "seeds of DDPM 250. The default rests on the 64³ verdict above")
+        return ("The table below reads these intervals, but the gate does not decide on the measures the reference "
+                "fails against itself: at this size they need more seeds of DDPM 250")
     if verdict == "pass":
-        return "So the default is equivalent to DDPM 250 at this size too"
-    return ("So at this size the gate does not show the default equivalent to DDPM 250. `medddpm sample` still runs it "
-            "on every v-prediction checkpoint, by the 64³ verdict above, and says so; `--sampler ddpm` runs the reference")
+        return "So the chain is equivalent to DDPM 250 at this size too"
+    return "So at this size the gate does not show the chain equivalent to DDPM 250"
 
 
 def larger_facts(root: Path, gpu: str | None) -> dict[str, str]:
@@ -326,7 +357,7 @@ def larger_facts(root: Path, gpu: str | None) -> dict[str, str]:
               "the poor sampler fails": len(poor) and poor["verdict"].iloc[0] != "pass"}
     broken = [k.replace("passes", "fails").replace("the poor sampler fails", "the poor sampler passes")
               for k, ok in checks.items() if not ok]
-    mine = label(default_run())
+    mine = label(candidate_run())
     v = _verdicts(j)
     w1 = again.set_index("measure").loc["hist_w1"] if len(again) else None
     verdict = v.loc[mine, "verdict"] if mine in v.index else None
@@ -359,8 +390,9 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     keys = ("gpu", "checkpoint", "subjects", "ref_seeds", "cand_seeds", "margin_r", "margin_region", "margin_w1",
             "again", "poor", "detects_r", "detects_ssim", "candidates", "passing", "nearest", "eta_r", "eta_ssim",
             "calls", "util", "seconds", "first", "first_chain_r", "first_sde2_r", "first_sde1_r", "first_eta_r",
-            "first_eta_ssim", "default_verdict", "default_r", "default_region", "default_util")
-    rules = {"eq_default": f"{EQUIVALENT.describe()} ({EQUIVALENT.steps} denoiser calls)",  # the package's, whatever the store
+            "first_eta_ssim", "candidate_verdict", "candidate_r", "candidate_region", "candidate_util", "confirm")
+    rules = {"eq_default": f"{REFERENCE.describe()} ({REFERENCE.steps} denoiser calls)",  # the package's, whatever the store
+             "eq_candidate": f"{CANDIDATE.describe()} ({CANDIDATE.steps} denoiser calls)",
              "eq_reference": f"{REFERENCE.sampler.upper()} {REFERENCE.steps}",
              "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %", "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
              "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",
@@ -376,7 +408,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     verdicts = _verdicts(j)
     passing = verdicts[verdicts["verdict"] == "pass"].sort_values(["calls", "worst"])
     nearest_run = verdicts["worst"].idxmin() if len(verdicts) else None
-    mine = label(default_run())
+    mine = label(candidate_run())
 
     util, secs = utility(root, gpu), seconds(root, gpu)
     poor = j[j["role"] == "poor sampler"]
@@ -404,11 +436,12 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
         "eq_eta_r": _by_eta(j, "brain_corr"),
         "eq_eta_ssim": _by_eta(j, "ssim_between_seeds"),
         "eq_calls": f"{j['calls'].min()} to {cands['calls'].max() if len(cands) else j['calls'].max()}",
-        "eq_default_verdict": (f"{verdicts.loc[mine, 'verdict']} (widest bound {verdicts.loc[mine, 'worst']:.2f} of its "
-                               "margin)") if mine in verdicts.index else missing(f"{mine} in the newest checkpoint's runs"),
-        "eq_default_r": _candidate_interval(j, mine, "brain_corr"),
-        "eq_default_region": _candidate_interval(j, mine, "region_corr"),
-        "eq_default_util": ("; ".join(f"{r['synthetic Dice']:.3f} against DDPM 250's on {r['checkpoint']}, "
+        "eq_confirm": confirmed(under_both_rules(root, gpu), chosen_on(root, gpu)),
+        "eq_candidate_verdict": (f"{verdicts.loc[mine, 'verdict']} (widest bound {verdicts.loc[mine, 'worst']:.2f} of its "
+                               "margin)") if mine in verdicts.index else missing(f"{mine} in the chosen checkpoint's runs"),
+        "eq_candidate_r": _candidate_interval(j, mine, "brain_corr"),
+        "eq_candidate_region": _candidate_interval(j, mine, "region_corr"),
+        "eq_candidate_util": ("; ".join(f"{r['synthetic Dice']:.3f} against DDPM 250's on {r['checkpoint']}, "
                                       f"{100 * r['against DDPM 250']:.1f} %" for _, r in mine_util.iterrows())
                             or missing(f"a utility row of {mine}")),
         "eq_first_chain_r": _candidate_interval(first, label("dpm2m-sde12-logsnr:fast"), "brain_corr"),
@@ -426,19 +459,29 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     }
 
 
-def state(both: pd.DataFrame) -> pd.DataFrame:
-    """Chapter 16's first table, from ``under_both_rules``: per committed checkpoint, whether its gate is calibrated
-    (the reference on other seeds passes, the poor sampler fails, under each rule) and the default's verdicts."""
-    cols = ["checkpoint", "size", "calibrated", "default (equivalence)", "default (non-inferiority)"]
+def state(both: pd.DataFrame, chosen: str | None) -> pd.DataFrame:
+    """Chapter 16's first table, from ``under_both_rules``: per committed checkpoint, whether it took part in choosing
+    the candidate (up to ``chosen``), the measures on which its gate is not calibrated (the reference on other seeds
+    fails, or the poor sampler passes, under either rule), and the candidate's verdicts."""
+    cols = ["checkpoint", "size", "chose the candidate", "calibrated", "candidate (equivalence)",
+            "candidate (non-inferiority)"]
     if both.empty:
         return pd.DataFrame(columns=cols)
+    order = list(dict.fromkeys(both["checkpoint"]))
+    upto = order[:order.index(chosen) + 1] if chosen in order else []
     rows = []
     for (name, size), g in both.groupby(["checkpoint", "size"], sort=False):
         by_role = {role: r for role, r in g.groupby("role")}
-        ok = all((by_role[ROLES[0]][rule] == "pass").all() and (by_role["poor sampler"][rule] != "pass").all()
-                 for rule in RULES) if {ROLES[0], "poor sampler"} <= set(by_role) else False
-        default = g[g["run"] == label(default_run())]
-        rows.append({"checkpoint": name, "size": size, "calibrated": "yes" if ok else "no",
-                     "default (equivalence)": default["equivalence"].iloc[0] if len(default) else "not sampled",
-                     "default (non-inferiority)": default["non-inferiority"].iloc[0] if len(default) else "not sampled"})
+        if {ROLES[0], "poor sampler"} <= set(by_role):
+            off = {m for rule in RULES for m in _failed(by_role[ROLES[0]][rule].iloc[0]).split(", ")
+                   if by_role[ROLES[0]][rule].iloc[0] != "pass"}
+            off |= {"the poor sampler passes" for rule in RULES if (by_role["poor sampler"][rule] == "pass").any()}
+            calibrated = "yes" if not off else "not on " + ", ".join(sorted(off))
+        else:
+            calibrated = "no: no calibration arms"
+        cand = g[g["run"] == label(candidate_run())]
+        rows.append({"checkpoint": name, "size": size, "chose the candidate": "yes" if name in upto else "no",
+                     "calibrated": calibrated,
+                     "candidate (equivalence)": cand["equivalence"].iloc[0] if len(cand) else "not sampled",
+                     "candidate (non-inferiority)": cand["non-inferiority"].iloc[0] if len(cand) else "not sampled"})
     return pd.DataFrame(rows, columns=cols)

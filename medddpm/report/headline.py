@@ -9,7 +9,7 @@ import pandas as pd
 from . import paper, waiting
 from .few_step import fastest_passing
 from .present import gpu_name
-from ..diffusion.solvers import EQUIVALENT
+from ..diffusion.solvers import CANDIDATE
 from .tables import SCOPES, bench, normalized_scopes
 from .waiting import rows as waiting_rows, wall
 
@@ -99,6 +99,7 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- `fast`: " + "; ".join(f"{per[x].loc['fast', 'speedup_vs_baseline']:.1f}× faster than true FP32, "
                                             f"{per[x].loc['fast', 'step_ms_median']:.1f} ms a step at 128³ on {on(x)}"
                                             for x in have) + f" — {ch('06', '06_beyond')}.")
+    out.extend(recipe_line(root, gpus, ch))
     scaling = fast_facts.beyond(root, gpus).get("fast_scaling", "—")
     if not scaling.startswith("—"):
         out.append(f"- Several GPUs: `fast` {scaling} — {ch('06', '06_beyond')}.")
@@ -111,29 +112,26 @@ def readme_lines(root: Path) -> list[str]:
         out.append(f"- Real brains (IXI, v-prediction, validation subjects): at 64³ background {an['an_v_gap']} from the "
                    f"scans', in-brain r {an['an_v_r']}{big} — {ch('14', '14_anatomy')}.")
     secs = equivalence.seconds(root, g).set_index("sampler")
-    chain = f"{EQUIVALENT.sampler} {EQUIVALENT.steps}"
-    if {"ddpm 250", chain} <= set(secs.index) and equivalence.default_passes(root, g):
-        big = equivalence.larger_facts(root, g)
-        at_big = (f"; at {big['eq_big_size']} it {big['eq_big_default']}" if big["eq_big_state"].startswith("calibrated")
-                  else "")
-        out.append(f"- Sampling a 128³ volume on an H100: {secs.loc[chain, 's / volume']:.2f} s with the default for "
-                   f"v-prediction checkpoints, `{EQUIVALENT.describe()}` ({EQUIVALENT.steps} denoiser calls), which passed the sampler equivalence gate against "
-                   f"DDPM 250 ({secs.loc['ddpm 250', 's / volume']:.2f} s) on real brains at 64³{at_big} — {ch('16', '16_equivalence')}.")
+    chain = f"{CANDIDATE.sampler} {CANDIDATE.steps}"
+    if {"ddpm 250", chain} <= set(secs.index):
+        out.append(f"- Sampling a 128³ volume on an H100: {secs.loc['ddpm 250', 's / volume']:.2f} s with the default, "
+                   f"DDPM 250; {secs.loc[chain, 's / volume']:.2f} s with the 12-call chain `{CANDIDATE.describe()}`, "
+                   f"which the sampler gate chose on one checkpoint: "
+                   f"{equivalence.confirmed(equivalence.under_both_rules(root, g), equivalence.chosen_on(root, g))} — "
+                   f"{ch('16', '16_equivalence')}.")
     state = waiting.state(root, single).set_index(["GPU", "what"])["today (s)"]
-    warm_cold = [(x, *(state.get((gpu_name(x), w)) for w, *_ in waiting.STATE_ROWS[:2])) for x in single]
-    warm_cold = [(x, w, c) for x, w, c in warm_cold if w is not None and c is not None]
-    if warm_cold and equivalence.default_passes(root, g):
-        out.append(f"- `medddpm sample` of one mask by default (`{EQUIVALENT.describe()}` for a v-prediction checkpoint), "
-                   f"process start to file, today's rows: " + "; ".join(
-                       f"{w:.1f} s warm, {c:.1f} s with an empty compile cache on {on(x)}" for x, w, c in warm_cold)
-                   + f" — {ch('15', '15_time_to_result')}.")
+    rows = [(x, *(state.get((gpu_name(x), r[0])) for r in waiting.STATE_ROWS[:3])) for x in single]
+    rows = [r for r in rows if None not in r]
+    if rows:
+        out.append(f"- `medddpm sample` of one mask, process start to file: " + "; ".join(
+            f"{d:.1f} s warm by default (DDPM 250), {w:.1f} s warm and {c:.1f} s with an empty compile cache with the "
+            f"12-call chain on {on(x)}" for x, d, w, c in rows) + f" — {ch('15', '15_time_to_result')}.")
     runs = waiting.limit_runs(root, gpus)
     clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
     if len(clock):
         shares = ", ".join(f"{100 * r.share:g} % on an {gpu_name(r.gpu).split()[0]}" for r in clock.itertuples())
         out.append(f"- `medddpm train --time-limit 300` on IXI 64³ (the command `prepare-ixi` prints, warm compile cache) "
                    f"spends {shares} of its time in steady steps — {ch('15', '15_time_to_result')}.")
-    out.extend(recipe_line(root, gpus, ch))
     return out
 
 
@@ -142,19 +140,34 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     recipe in steps (chapter 17); none where the store has no such run or no arm got there."""
     from . import recipe
 
+    out = []
+    plateau = recipe.manifests.runs(root, recipe.PLATEAU, gpus)
+    if plateau:
+        pgpu, prun, pm = plateau[0]
+        wall = recipe.stage_seconds(prun, *next(iter(pm["arms"].values()))["stamps"])
+        runs = recipe.big_records(recipe.big_curves(root, None), recipe.plateau_target(root, gpus)).set_index("run")
+        mine, paper = runs[runs["recipe"] != recipe.PAPER_AT_BOOK_RATE].iloc[-1], runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]
+        four = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
+        before = (f" (Med-DDPM's recipe: {four['step at target'].iloc[0]:,.0f} steps, {four['minutes at target'].iloc[0]:.1f} "
+                  "min of steps)" if len(four) else "")
+        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(pgpu)}, `train`'s default recipe, "
+                   f"warm cache): {wall / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out loss "
+                   f"{mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss "
+                   f"{recipe.plateau_target(root, gpus):g} after {mine['step at target']:,.0f} steps, {mine['minutes at target']:.1f} "
+                   f"min of steps{before} — {ch('17', '17_time_to_trained')}.")
     found = recipe.newest(root, gpus)
     if found is None:
-        return []
+        return out
     gpu, run, m = found
     target, best = m["target"]["heldout"], recipe.fastest(run, m)
     if best is None:
-        return []
+        return out
     paper_runs = recipe.paper_recipe_steps(root, target)
     hit = paper_runs["step at target"].dropna()
     long_enough = (paper_runs["steps"] >= hit.min()).sum() if len(hit) else 0  # runs that trained as far as the first hit
     paper_part = (f"; Med-DDPM's recipe at the book's rate got there in {int(hit.min()):,}–{int(hit.max()):,} steps in "
                   f"{len(hit)} of its {long_enough} runs that trained that long" if len(hit) else "")
-    return [f"- Time to a trained model at 64³ on IXI (held-out loss ≤ {target:g}, one {gpu_name(gpu).split()[0]}): "
+    return out + [f"- Time to a trained model at 64³ on IXI (held-out loss ≤ {target:g}, one {gpu_name(gpu).split()[0]}): "
             f"{best['wall at target (s)']:.0f} s from the command's start less the evaluations, {int(best['step at target']):,} "
             f"steps of `{best['flags']}`{paper_part} — {ch('17', '17_time_to_trained')}."]
 

@@ -106,3 +106,134 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
 def gpu_label(slug: str) -> str:
     """One GPU of a store folder, by its readers' name."""
     return f"1 × {gpu_name(slug)}"
+
+
+PLATEAU = "recipe-plateau"  # a run to its plateau at the paper's size (scripts/probes/plateau128.sh)
+PAPER_AT_BOOK_RATE = "Med-DDPM's at 10⁻⁴"  # the recipe of chapter 14's runs (Adam at a constant rate, EMA 0.995)
+
+
+def steady_ms(timing: pd.DataFrame) -> float:
+    """The steady step in ms: the median of ``timing.csv``'s read-back intervals after the first step (as ``train``
+    prints it), so that minutes of steps compare runs whatever their start-up, evaluations and stalls."""
+    return float(timing.loc[timing["step_from"] >= 1, "ms_per_step"].median())
+
+
+def _ranks(stdout: Path) -> int:
+    found = re.search(r"on (\d+) ranks", stdout.read_text()) if stdout.exists() else None
+    return int(found.group(1)) if found else 1
+
+
+def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128) -> pd.DataFrame:
+    """Every v run at ``size``³ (chapter 14's ``anatomy/train/v-s*-fast-<size>``, each run of a ``recipe-plateau``
+    manifest read from its own folder): per evaluation, the EMA's held-out loss, the step and the minutes of steps at
+    the run's steady step (``ms``), with the run's recipe and GPUs."""
+    ours = {arm: run / arm for _, run, m in manifests.runs(root, PLATEAU, gpus) for arm in m["arms"]}
+    rows = []
+    for path in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv")):
+        if gpus is not None and path.parts[-5] not in gpus and path.parent.name not in ours:
+            continue
+        name = path.parent.name
+        folder = ours.get(name, path.parent)
+        h = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'").groupby("step", as_index=False)["loss"].mean()
+        ms = steady_ms(pd.read_csv(folder / "timing.csv"))
+        stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
+        rows.append(h.assign(run=name, recipe="train's default (cosine)" if name in ours else PAPER_AT_BOOK_RATE,
+                             GPUs=_ranks(stdout), minutes=h["step"] * ms / 60_000, ms=ms))
+    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
+def plateau_target(root: str | Path, gpus: list[str]) -> float:
+    """The held-out target of the newest ``recipe-plateau`` run (NaN: none)."""
+    found = manifests.runs(root, PLATEAU, gpus)
+    return found[0][2]["target"]["heldout"] if found else float("nan")
+
+
+def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd.DataFrame:
+    """Per run of ``big_curves``: its steps and last loss, the first evaluation at or below ``target`` (step, minutes
+    of steps; NaN: not reached) and whether it levelled (its loss fell by less than ``plateau`` between its last two
+    evaluations, the book's rule); minutes are of steps at its steady step."""
+    rows = []
+    for run, g in curve[curve["step"] > 0].groupby("run", sort=False):
+        hit, last = g[g["loss"] <= target].head(1), g.iloc[-1]
+        drop = (g["loss"].iloc[-2] - last["loss"]) / g["loss"].iloc[-2] if len(g) > 1 else float("nan")
+        rows.append({"run": run, "recipe": last["recipe"], "GPUs": int(last["GPUs"]), "steps": int(last["step"]),
+                     "final loss": last["loss"], "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
+                     "minutes at target": hit["minutes"].iloc[0] if len(hit) else float("nan"),
+                     "minutes of steps": last["minutes"], "ms a step": last["ms"],
+                     "levelled": "yes" if drop < plateau else "no"})
+    cols = ["run", "recipe", "GPUs", "steps", "final loss", "step at target", "minutes at target", "minutes of steps",
+            "ms a step", "levelled"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def stage_seconds(run: Path, start: str, end: str) -> float:
+    """Seconds between two stamps of a pipeline's ``logs/times.txt`` (``<stage> <epoch seconds>`` lines; ``end``
+    matched as a prefix, so ``train128-rc`` finds ``train128-rc0``), NaN where either is missing."""
+    path = run / "logs" / "times.txt"
+    stamps = dict(line.split() for line in path.read_text().splitlines() if line.strip()) if path.exists() else {}
+    t0, t1 = stamps.get(start), next((v for k, v in stamps.items() if k.startswith(end)), None)
+    return float(t1) - float(t0) if t0 and t1 else float("nan")
+
+
+TARGET_MINUTES = (4.0, 12.0)  # issue 75 on 4 GPUs: reach the target, then the plateau, process start to checkpoint
+TARGET_R = 0.82  # issue 75: in-brain r of DDPM 250's samples on the plateau checkpoint
+TARGET_DICE = 0.95  # issue 75: the synthetic-trained segmenter's Dice against the real-trained one's
+
+
+def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
+    """Chapter 17's 128³ table: the newest ``recipe-plateau`` run against issue 75's targets, each row measured (its
+    time to the target, its process wall to the plateau checkpoint, its loss, the anatomy of DDPM 250's samples, the
+    segmentation utility and the sampler gate's verdict on the chain), with where it comes from."""
+    from . import anatomy, equivalence
+
+    cols = ["what", "measured", "target", "met", "from"]
+    found = manifests.runs(root, PLATEAU, gpus)
+    if not found:
+        return pd.DataFrame(columns=cols)
+    gpu, run, m = found[0]
+    (name, spec), = m["arms"].items()
+    rec = big_records(big_curves(root, None), m["target"]["heldout"]).set_index("run")
+    mine, here = rec.loc[name], f"{gpu}/{run.relative_to(Path(root) / gpu)}"
+    wall = stage_seconds(run, *spec["stamps"])
+    rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target)",
+             f"{mine['minutes at target']:.1f} min of steps ({mine['step at target']:,.0f} steps)",
+             f"≤ {TARGET_MINUTES[0]:g} min", mine["minutes at target"] <= TARGET_MINUTES[0], here),
+            ("the plateau (under 1 % between the last two evaluations), process start to checkpoint, warm cache",
+             f"{wall / 60:.1f} min ({mine['steps']:,} steps, levelled: {mine['levelled']})", f"≤ {TARGET_MINUTES[1]:g} min",
+             wall / 60 <= TARGET_MINUTES[1] and mine["levelled"] == "yes", here),
+            ("held-out loss at the plateau", f"{mine['final loss']:.4f}", f"< {m['target']['best_before']:g}",
+             mine["final loss"] < m["target"]["best_before"], here)]
+    g = anatomy.anatomy_gpu(root, manifests_gpus(root))
+    s = anatomy.load(root, g, "anatomy_summary")
+    s = s[(s["name"] == name) & (s["split"] == "val")].set_index("run")
+    if anatomy.LARGE_RUN in s.index:
+        r, t = s.loc[anatomy.LARGE_RUN], s.loc["template"]
+        at = f"{g}/anatomy/anatomy_summary.csv"
+        rows += [("background, DDPM 250 − scan", f"{r['background_gap']:+.3f}", f"within ±{anatomy.TARGET_GAP:g}",
+                  abs(r["background_gap"]) <= anatomy.TARGET_GAP, at),
+                 ("largest background spread between seeds", f"{r['background_seed_spread_max']:.3f}",
+                  f"≤ {anatomy.TARGET_SPREAD:g}", r["background_seed_spread_max"] <= anatomy.TARGET_SPREAD, at),
+                 ("W1 to the scans' intensities", f"{r['hist_w1']:.4f}", f"≤ the template's {t['hist_w1']:.4f}",
+                  r["hist_w1"] <= t["hist_w1"], at),
+                 ("in-brain r", f"{r['brain_corr']:.3f}", f"≥ {TARGET_R:g}", r["brain_corr"] >= TARGET_R, at)]
+    u = anatomy.utility(root, g)
+    u = u[u["run"] == name].set_index("segmenter trained on")
+    if {"real", "synthetic"} <= set(u.index):
+        share = u.loc["synthetic", "Dice"] / u.loc["real", "Dice"]
+        rows.append(("segmentation Dice, synthetic-trained against real-trained", f"{100 * share:.1f} %",
+                     f"≥ {100 * TARGET_DICE:g} %", share >= TARGET_DICE, f"{g}/anatomy/anatomy_utility.csv"))
+    eg = equivalence.equivalence_gpu(root, manifests_gpus(root))
+    both = equivalence.under_both_rules(root, eg)
+    v = both[(both["checkpoint"] == name) & (both["run"] == equivalence.label(equivalence.candidate_run()))]
+    if len(v):
+        rows.append((f"sampler gate, non-inferiority: {equivalence.label(equivalence.candidate_run())}",
+                     v["non-inferiority"].iloc[0], "pass", v["non-inferiority"].iloc[0] == "pass",
+                     f"{eg}/equivalence/samples.csv"))
+    out = pd.DataFrame(rows, columns=cols)
+    return out.assign(met=out["met"].map({True: "yes", False: "no"}))
+
+
+def manifests_gpus(root: str | Path) -> list[str]:
+    """Every GPU folder of a store (where chapters 14 and 16 keep every IXI checkpoint's rows)."""
+    return sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []

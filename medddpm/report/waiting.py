@@ -15,7 +15,7 @@ from typing import Callable
 import pandas as pd
 
 from ..core.config import FAST_FROM_CALLS, SAMPLING_ALIASES, SMALL_JOB, DiffusionConfig, fast_from
-from ..diffusion.solvers import EQUIVALENT, FEW_STEP, REFERENCE, denoiser_calls
+from ..diffusion.solvers import CANDIDATE, FEW_STEP, REFERENCE, denoiser_calls
 from ..profiling.waiting import COLUMNS, PHASES, SAME_COLUMNS
 from .anatomy import run_device, train_folder
 from .present import gpu_name
@@ -640,7 +640,7 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     df = rows(root, have[:1])
     f = {"tr_fast_from_calls": f"{FAST_FROM_CALLS:,}", "tr_fast_from_ddpm": str(fast_from(REFERENCE.steps)),
          "tr_fast_from_chain": str(fast_from(FEW_STEP.steps)), "tr_small": f"`{SMALL_JOB}`",
-         "tr_default_sampler": f"`{EQUIVALENT.describe()}` for v-prediction, `{REFERENCE.describe()}` for ε-prediction", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
+         "tr_default_sampler": f"`{REFERENCE.describe()}` on every checkpoint since the gate's 12-call chain, `{CANDIDATE.describe()}`, the v-prediction default these rows measured, was not confirmed on checkpoints that took no part in choosing it", "tr_gpu": gpu_name(have[0]) if have else missing("time_to_result.csv")}
     f.update(small_job_facts(root, have[:1]))
     before = run_csv(Path(root), have[:1], BEFORE_OWN_GPU, "time_to_result")
     f["tr_nproc_before"] = (sharded(pd.concat([df[df["nproc"] == 1], tidy(before)], ignore_index=True)) if len(before)
@@ -854,10 +854,13 @@ def _cache_verdict(text: str) -> str:
     return "; ".join(parts) if parts else "no cache counters in the log"
 
 
-STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s or None)
-    ("`sample`, 1 mask, defaults, warm cache (median)", 1, "warm", CHAIN_TARGETS[(1, "warm")]),
-    ("`sample`, 1 mask, defaults, empty cache", 1, "cold", CHAIN_TARGETS[(1, "cold")]),
-    ("`sample`, 100 masks, defaults, warm cache", 100, "warm", CHAIN_TARGETS[(100, "warm")]),
+CHAIN_WHEN = f"the {CANDIDATE.steps}-call chain, the default when measured"  # rows without --sampler: a v checkpoint's
+STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s or None, --sampler the command named)
+    (f"`sample`, 1 mask, {REFERENCE.describe()} (today's default), warm cache", 1, "warm", TARGETS[("default", 1, "warm")],
+     REFERENCE.sampler),
+    (f"`sample`, 1 mask, {CHAIN_WHEN}, warm cache (median)", 1, "warm", CHAIN_TARGETS[(1, "warm")], None),
+    (f"`sample`, 1 mask, {CHAIN_WHEN}, empty cache", 1, "cold", CHAIN_TARGETS[(1, "cold")], None),
+    (f"`sample`, 100 masks, {CHAIN_WHEN}, warm cache", 100, "warm", CHAIN_TARGETS[(100, "warm")], None),
 )
 
 
@@ -875,10 +878,11 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
         if raw.empty:
             continue
         run = str(folder.relative_to(Path(root) / g))
-        sample = raw[raw["command"].str.startswith("sample ") & ~raw["command"].str.contains("--sampler")
-                     & (raw["rc"] == 0)]
-        for what, n, cache, target in STATE_ROWS:
-            s = sample[(sample["volumes"] == n) & (sample["cache"] == cache)]["wall_s"]
+        sample = raw[raw["command"].str.startswith("sample ") & (raw["rc"] == 0)]
+        named = sample["command"].str.extract(r"--sampler (\S+)", expand=False)
+        for what, n, cache, target, sampler in STATE_ROWS:
+            mine = named.isna() if sampler is None else named == sampler
+            s = sample[mine & (sample["volumes"] == n) & (sample["cache"] == cache)]["wall_s"]
             if len(s):
                 now = s.median()
                 rows.append({"GPU": gpu_name(g), "what": what, "today (s)": now, "target (s)": target,

@@ -377,7 +377,7 @@ def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, dev
         if say is not None and device.type == "cuda":
             say(f"config {why}")
     if say is not None and rec is not None:
-        say(f"sampler {rec.describe()}: the default for {diff_cfg.prediction}-prediction checkpoints; {rec.why}")
+        say(f"sampler {rec.describe()}: the default; {rec.why}")
     denoiser = Sampler(ckpt, device, config, weights)
     marks = {"ready": time.perf_counter(), **({} if imported is None else {"imports": imported})}
     written = denoiser.write_jobs(jobs, mine, sampler, steps, eta, seed, batch, clip, spacing, progress, marks)
