@@ -44,8 +44,12 @@ from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "ladder", size, configs)
-glue_facts(fast_facts.beyond(root, G))
+F = fast_facts.beyond(root, G)
+glue_facts(F)
 L = fast_tables.ladder(root, G)
+LB = fast_tables.loop_vs_bench(root, G)
+SC, PR = fast_tables.scaling(root)
+SC_EARLIER = fast_tables.scaling_earlier(root)
 
 # %% tags=["hide-input"]
 plots.show_table(fast_tables.state(root, G), "bench rows of baseline, opt1 and fast", "ladder", digits=1)
@@ -73,28 +77,26 @@ if not FB.empty:
     display(table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3))
 
 # %% [markdown]
-# On the {glue:text}`ref_gpu` `fast` takes {glue:text}`ref_fast_ms` ms a step:
-# {glue:text}`ref_fast_x`× the FP32 baseline and {glue:text}`ref_fast_vs_opt1`× the paper's best
-# (OPT1, {glue:text}`ref_opt1_ms` ms). It {glue:text}`ref_target_verdict` the 50 ms target. It
-# reaches {glue:text}`ref_fast_tflops` TFLOP/s of model arithmetic,
-# {glue:text}`ref_fast_peak_pct` of the bf16 matmul peak measured on the same GPU (`peaks.json`).
-# `bf16-graphs`, the rung before it, takes {glue:text}`ref_bf16-graphs_ms` ms. The
-# {glue:text}`alt_gpu` gives {glue:text}`alt_fast_ms` ms (`bf16-graphs`:
-# {glue:text}`alt_bf16-graphs_ms`). The biggest single steps are bf16
-# ({glue:text}`ref_bf16_ms` ms) and `torch.compile` ({glue:text}`ref_bf16-compile_ms` ms), which
-# fuses GroupNorm, SiLU and the elementwise tails into Triton kernels.
+# On the {glue:text}`ref_gpu` `fast` takes {glue:text}`ref_fast_ms` ms a step: {glue:text}`ref_fast_x`× the FP32
+# baseline and {glue:text}`ref_fast_vs_opt1`× the paper's best (OPT1, {glue:text}`ref_opt1_ms` ms). It
+# {glue:text}`ref_target_verdict` the 50 ms target. It reaches {glue:text}`ref_fast_tflops` TFLOP/s of model
+# arithmetic, {glue:text}`ref_fast_peak_pct` of the bf16 matmul peak measured on the same GPU (`peaks.json`).
+# `bf16-graphs`, the rung before it, takes {glue:text}`ref_bf16-graphs_ms` ms. The {glue:text}`alt_gpu` gives
+# {glue:text}`alt_fast_ms` ms (`bf16-graphs`: {glue:text}`alt_bf16-graphs_ms`). The biggest single steps are bf16
+# ({glue:text}`ref_bf16_ms` ms) and `torch.compile` ({glue:text}`ref_bf16-compile_ms` ms), which fuses GroupNorm, SiLU
+# and the elementwise tails into Triton kernels.
 #
-# **What the paper's OPT2 would have needed.** Channels-last pays only once nothing converts back: with PyTorch's
-# own GroupNorm and upsampling, cuDNN transposes around every convolution (the kernel mix below). Written
+# **What the paper's OPT2 would have needed.** Channels-last pays only once nothing converts back: with PyTorch's own
+# GroupNorm and upsampling, cuDNN transposes around every convolution (the kernel mix below). Written
 # layout-preserving, NDHWC is the fastest layout ({glue:text}`ref_bf16-ndhwc_ms` ms against
 # {glue:text}`ref_bf16-compile-tuned_ms` ms for the same knobs in NCDHW).
 
 # %% [markdown]
 # ## Where the time goes
 #
-# Every kernel of one steady step (torch.profiler), grouped by the book's categories, for the best
-# NCDHW rung and for `bf16-graphs`. Inductor names its fused kernels after the operations in them,
-# so a fused GroupNorm kernel that contains a `permute` is counted under "layout transform" here.
+# Every kernel of one steady step (torch.profiler), grouped by the book's categories, for the best NCDHW rung and for
+# `bf16-graphs`. Inductor names its fused kernels after the operations in them, so a fused GroupNorm kernel that
+# contains a `permute` is counted under "layout transform" here.
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-fast-mix", "caption": "Share of kernel time per category in every kernel of one steady training step (torch.profiler, whole step) of `baseline`, `opt1`, the best NCDHW rung (`bf16-compile-tuned`) and `bf16-graphs`, per GPU with tables for them."}}
 T = tables.torch_kernels(root, G, "step", ["baseline", "opt1", "bf16-compile-tuned", "bf16-graphs"])
@@ -107,19 +109,17 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# In `bf16-graphs` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward,
-# data-gradient and weight-gradient) take {glue:text}`ref_fast_conv_ms` of
-# {glue:text}`ref_fast_kernel_ms` ms of kernel time; the remaining {glue:text}`ref_fast_other_ms` ms are Triton kernels of the normalizations and their
-# backward, and elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the measured bf16 matmul
-# peak) is {glue:text}`ref_floor_ms` ms: the convolutions sit well above it and the normalizations further from their
-# bandwidth bound. {doc}`07_kernels` takes that gap kernel by kernel, {doc}`08_roofline` against each bound.
-
-# %% [markdown]
+# In `bf16-graphs` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward, data-gradient and
+# weight-gradient) take {glue:text}`ref_fast_conv_ms` of {glue:text}`ref_fast_kernel_ms` ms of kernel time; the
+# remaining {glue:text}`ref_fast_other_ms` ms are Triton kernels of the normalizations and their backward, and
+# elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the measured bf16 matmul peak) is
+# {glue:text}`ref_floor_ms` ms: the convolutions sit well above it and the normalizations further from their bandwidth
+# bound. {doc}`07_kernels` takes that gap kernel by kernel, {doc}`08_roofline` against each bound.
+#
 # ## Does the fast path compute the same model?
 #
-# ε-prediction of seeded weights on fixed (x_t, mask, t) inputs at 128³, each rung against the FP32
-# baseline on the same GPU (`medddpm/train/parity.py`): bf16's rounding alone gives a relative error near 10⁻²,
-# TF32's near 10⁻³.
+# ε-prediction of seeded weights on fixed (x_t, mask, t) inputs at 128³, each rung against the FP32 baseline on the
+# same GPU (`medddpm/train/parity.py`): bf16's rounding alone gives a relative error near 10⁻², TF32's near 10⁻³.
 
 # %% tags=["hide-input"]
 A = tables.fast_path_csv(root, G, "agreement")
@@ -127,10 +127,13 @@ if not A.empty:
     display(table(A.pivot_table(index=["gpu_slug", "config"], columns="t", values="rel_l2"), 4, index=True))
 
 # %% [markdown]
-# **Loss after short training.** The same seeded phantoms, weights and data order, 50 Adam steps
-# (batch 1, learning rate 10⁻⁴) per configuration at 64³, then the held-out denoising loss of the trained
-# weights at fixed (x0, t, ε) triples, computed by the same FP32 forward for every configuration
-# (`medddpm.train.parity.short_training`). Baseline with three seeds gives the seed-to-seed band.
+# **Loss after short training.** The same seeded phantoms, weights and data order, 50 Adam steps (batch 1, learning
+# rate 10⁻⁴) per configuration at 64³, then the held-out denoising loss of the trained weights at fixed (x0, t, ε)
+# triples, computed by the same FP32 forward for every configuration (`medddpm.train.parity.short_training`). Baseline
+# with three seeds gives the seed-to-seed band. On the {glue:text}`lp_ref_gpu` the baseline's held-out loss after 50 steps spans {glue:text}`lp_band` over
+# {glue:text}`lp_seeds` seeds; `bf16-graphs` (seed 0) ends at {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`**
+# that band; {doc}`09_quality`'s training parity (1,000 steps, held-out subjects, a prediction band from the seeds) is
+# the longer test.
 
 # %% tags=["hide-input"]
 LP = fast_tables.loss_parity(root, G)
@@ -139,23 +142,14 @@ if not LP.empty:
                   .rename(columns={"loss": "held-out L1 loss"}), 4))
 
 # %% [markdown]
-# On the {glue:text}`lp_ref_gpu` the baseline's held-out loss after 50 steps spans
-# {glue:text}`lp_band` over {glue:text}`lp_seeds` seeds; `bf16-graphs` (seed 0) ends at
-# {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`** that band; {doc}`09_quality`'s training parity (1,000 steps,
-# held-out subjects, a prediction band from the seeds) is the longer test.
-
-# %% [markdown]
 # ## The real training loop
 #
-# `medddpm train` feeds each step through its input pipeline (`medddpm/data/pipeline.py`, knob `data_cache`):
-# volumes on the GPU, in pinned host memory (the next one copied on a side stream), or decoded ahead by loader
-# workers; `auto` takes the fastest whose memory rule holds. Below, the loop on 128³ phantom NIfTI files (steady
-# state per micro-batch) against `medddpm bench --grad-accum` in the same device run (`scripts/loop_measure.sh`).
-
-# %% tags=["remove-cell"]
-LB = fast_tables.loop_vs_bench(root, G)
-SC, PR = fast_tables.scaling(root)
-SC_EARLIER = fast_tables.scaling_earlier(root)
+# `medddpm train` feeds each step through its input pipeline (`medddpm/data/pipeline.py`, knob `data_cache`): volumes
+# on the GPU, in pinned host memory (the next one copied on a side stream), or decoded ahead by loader workers; `auto`
+# takes the fastest whose memory rule holds. Below, the loop on 128³ phantom NIfTI files (steady state per
+# micro-batch) against `medddpm bench --grad-accum` in the same device run (`scripts/loop_measure.sh`):
+# {glue:text}`loop_within` rows keep the loop within 3 % of its benchmark per micro-batch; the largest ratio is
+# {glue:text}`loop_worst`. The pipeline every run chose: {glue:text}`loop_data`.
 
 # %% tags=["hide-input"]
 if LB.empty:
@@ -163,14 +157,6 @@ if LB.empty:
 else:
     display(table(LB[["gpu_slug", "config", "grad_accum", "data", "loop_ms_per_micro_batch", "bench_ms", "ratio"]],
                   {"loop_ms_per_micro_batch": 1, "bench_ms": 1, "ratio": 3}))
-
-# %% [markdown]
-# {glue:text}`loop_within` rows keep the loop within 3 % of its benchmark per micro-batch; the
-# largest ratio is {glue:text}`loop_worst`. The pipeline every run chose: {glue:text}`loop_data`.
-# Before this pipeline, configurations without a data cache (`opt1` among them) decoded a NIfTI
-# file on the critical path of every step and copied it from pageable memory, a copy that waits
-# for the GPU to finish the step before it: `opt1` took {glue:text}`opt1_earlier_ms` ms/step on one
-# → two GPUs of the earlier run (`h200-x2/`'s ddp run), against {glue:text}`opt1_a1_ms` now.
 
 # %% [markdown]
 # ## Several GPUs: torchrun, one all-reduce, one CUDA graph
@@ -184,8 +170,6 @@ else:
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one GPU and on several (torchrun, weak scaling), per machine, configuration and micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
-
-# %% tags=["hide-input"]
 if not SC.empty:
     display(table(SC[["machine", "config", "grad_accum", "world_size", "step_ms_median", "volumes_per_s",
                       "scaling_efficiency", "nccl"]], 3))
@@ -194,57 +178,23 @@ if not SC.empty:
 # {glue:text}`scaling_within` rows on several GPUs reach 97 % ({glue:text}`scaling_range`). On
 # {glue:text}`bf16-graphs_machine`, `bf16-graphs` {glue:text}`bf16-graphs_a1_eff` ({glue:text}`bf16-graphs_a1_ms`
 # ms/step) and {glue:text}`bf16-graphs_a2_eff` with two micro-batches; on {glue:text}`opt1_machine`, `opt1`
-# {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and {glue:text}`opt1_a2_eff`. The earlier run used DDP's
-# buckets, no CUDA graph on two ranks, and (for `opt1`) NIfTI decoding on the critical path; it kept
-# {glue:text}`opt1_earlier_eff` for `opt1` and {glue:text}`bf16-graphs_earlier_eff` for `bf16-graphs`
-# ({glue:text}`bf16-graphs_earlier_ms` ms/step). Its `opt1` NCCL kernels spanned {glue:text}`opt1_earlier_nccl` ms a
-# step against under a millisecond for the all-reduce alone (the ddp run's `allreduce_probe.txt`): waiting, we read,
-# for the other rank's decoding. `bf16-graphs` still pays its all-reduce after the backward (one CUDA graph a step).
+# {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and {glue:text}`opt1_a2_eff`.
+#
+# `fast` on several ranks runs the network whole and after the backward all-reduces one flat buffer (`grad_buckets`
+# {glue:text}`config_fast_buckets`) in {glue:text}`config_fast_reduce` (`grad_reduce`): the gradients rounded in by
+# one copy, averaged by NCCL, copied back into the fp32 gradients Adam reads. `fast` now: {glue:text}`fast_scaling`;
+# {glue:text}`fast_within` of its rows reach 97 %.
+#
+# ### History
+#
+# What was tried on the way, oldest first (`fast-b3`, three fp32 buckets overlapped with the backward, is called
+# `fast` in the earlier runs); then the first runs' rows and the per-rank profiles.
 
 # %% tags=["hide-input"]
+plots.show_table(fast_facts.scaling_history(F), "multi-GPU runs (<machine>/…/run.json)", "scaling")
 if not SC_EARLIER.empty:
     display(table(SC_EARLIER[["machine", "run", "config", "world_size", "step_ms_median", "scaling_efficiency",
                               "allreduce_ms"]], 3))
-
-# %% [markdown]
-# ### One all-reduce in bf16 after the backward
-#
-# On several ranks `fast` runs the network whole and after the backward all-reduces one flat buffer (`grad_buckets` {glue:text}`config_fast_buckets`) in
-# {glue:text}`config_fast_reduce` (`grad_reduce`): the gradients rounded in by one copy, averaged by NCCL, copied back into the fp32 gradients Adam reads.
-# `fast` now: {glue:text}`fast_scaling`; {glue:text}`fast_within` of its rows reach 97 %. One call ({glue:text}`sync_run`): {glue:text}`sync_rows`; one late
-# bf16 all-reduce {glue:text}`sync_gain` against `fast-b3` (three fp32 buckets overlapped with the backward; the earlier runs below call it `fast`), and the two runs' losses
-# {glue:text}`sync_loss`. Why the overlap lost: each rank's kernels by name ({glue:text}`kernel_run`) show the three segments' code path (no byte moved) adding
-# {glue:text}`seg_launches` launches and {glue:text}`seg_kernel_ms` ms of kernels a step (ranks 0 / 1), and the backward's kernels running
-# {glue:text}`beside_ms` ms longer beside NCCL's; one fp32 all-reduce after the backward spends {glue:text}`flat_nccl_ms` ms in NCCL, bf16 halves its bytes.
-#
-# ### The three buckets, and where their time went
-#
-# `fast-b3` runs the network as {glue:text}`config_b3_buckets` compiled segments: the decoder first, then the encoder cut after its downsamplings. Its flat
-# buffer is laid out in as many buckets. When backward has accumulated a segment's gradients, a hook gathers them into their bucket with one multi-tensor copy
-# and starts the bucket's all-reduce on NCCL's stream: all but the last run beside the encoder's backward, inside the step's CUDA graph. `fast-b3`:
-# {glue:text}`buckets_scaling`, with two micro-batches {glue:text}`buckets_scaling_a2`; on other hosts: {glue:text}`buckets_other`. 97 % at one:
-# {glue:text}`overlap_within`. Two GPUs lose {glue:text}`fast_two_lost` a step. The earlier run ({glue:text}`added_run`) added every gradient into the zeroed
-# flat buffer instead: `fast` (three buckets) {glue:text}`added_scaling`, and `fast-flat` (one fp32 all-reduce after the backward) {glue:text}`flat_scaling`.
-# One run each: {glue:text}`overlap_verdict`. The all-reduce alone is not where the time goes. The {glue:text}`probe_mb` MB all-reduce of two GPUs takes
-# {glue:text}`probe_ms` ms by itself (`allreduce_probe.txt`). The per-rank profile of `fast` on two ranks is {glue:text}`rank_run`. There the NCCL kernels last
-# {glue:text}`rank_nccl_ms` ms a step on ranks 0 and 1, of which {glue:text}`rank_exposed_ms` ms overlap no other kernel: the slower rank's NCCL kernels spend
-# about {glue:text}`rank_wait_ms` ms more than the transfer needs, waiting for the other rank to reach the same bucket. Both ranks' other kernels take
-# {glue:text}`rank_compute_ms` ms a step, against {glue:text}`fast_one_gpu_ms` ms for the whole step on one GPU, and compute kernels share the GPU with NCCL
-# kernels that wait there (step: {glue:text}`rank_step_ms` ms).
-
-# %% tags=["hide-input"]
 RP = fast_tables.rank_profiles(root)
 if not RP.empty:
     display(table(RP, 2))
-
-# %% [markdown]
-# ### Half the bytes inside the backward
-#
-# `fast-rbf16` all-reduces the three buckets in bf16 (`fast` there: the three fp32 buckets). One run ({glue:text}`rbf16_run`): {glue:text}`rbf16_rows`;
-# {glue:text}`rbf16_verdict`, and {glue:text}`rbf16_within` of its rows reach 97 %. The two 2-rank runs' losses {glue:text}`rbf16_loss`. Another run
-# ({glue:text}`split_run`) has two ranks whose all-reduces are no-ops (`scripts/train_without_allreduce.py`: the 2-rank code path, no byte moved, no rank
-# waiting): {glue:text}`split_rows`. So {glue:text}`split_comm` ms come with NCCL and {glue:text}`split_path` ms with the code path. The busy GPUs' median SM
-# clock: {glue:text}`split_clocks`, at {glue:text}`split_power` ({glue:text}`split_reasons`); `fast` of each run on one GPU and on 2 ranks wherever clocks were
-# logged: {glue:text}`clocks_hosts`. Our reading: NCCL's kernels beside the backward take SMs, and at the power cap watts; where a rank kept its one-GPU clock
-# ({glue:text}`clocks_kept`), the clock is not the whole loss. Three buckets on two ranks under NCCL settings: {glue:text}`nccl_env_rows`. Each GPU alone, all four at
-# once ({glue:text}`gpu_run`): {glue:text}`gpu_rows`, {glue:text}`gpu_spread` apart; a step of N ranks waits for its slowest.

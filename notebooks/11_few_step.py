@@ -56,8 +56,8 @@ glue_facts(quality_facts.quality_chapter(root, G))
 
 # %% [markdown]
 # **Where it stands**: per GPU, the fastest sampler that passed this gate, its seconds a 128³ volume and its speed-up
-# over DDPM 250 under OPT1 and in FP32 (the default for v-prediction checkpoints, judged by another gate on real
-# brains, is in {doc}`16_equivalence`); then every run of the judging checkpoint.
+# over DDPM 250 under OPT1 and in FP32 (`sample`'s default, and the sampler gate on real brains that decides it, are
+# in {doc}`16_equivalence`); then every run of the judging checkpoint.
 
 # %% tags=["hide-input"]
 show_table(few_step.fastest_passing(root, G).rename(columns={

@@ -169,15 +169,15 @@ show_table(anatomy.larger_runs(root, AG), "IXI training runs at larger sizes (an
 # so the numerics gate sampled a few subjects: {glue:text}`an_big_numerics`. That band is
 # {glue:text}`an_big_numerics_state`. The same noise makes each pair comparable sample by sample:
 # `fast` less FP32, {glue:text}`an_big_numerics_shift`. The gate's rows are the last of the history table
-# below. The equivalence gate of {doc}`16_equivalence` judged the default sampler at this size; its
-# verdict is at the end of that chapter. The default 12-step chain is measured beside DDPM 250 in the
+# below. The equivalence gate of {doc}`16_equivalence` judged the 12-step chain at this size; its
+# verdict is in that chapter's first table. The chain is measured beside DDPM 250, `sample`'s default, in the
 # table.
 
 # %% tags=["hide-input"]
 show_table(anatomy.larger(root, AG), "IXI runs at larger sizes", "SIZE=96 scripts/anatomy_measure.sh; "
            "medddpm train --size 128 --nproc N", digits=3)
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-anatomy-big-slices", "caption": "One validation subject sampled by the largest-size run ({glue:text}`an_big_size`, its best EMA checkpoint), by DDPM 250 and by the default 12-step chain, first seed, under `fast`. The scans are IXI's and are not committed: a user with IXI sees them beside these with `scripts/anatomy.py`."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-anatomy-big-slices", "caption": "One validation subject sampled by the largest-size run ({glue:text}`an_big_size`, its best EMA checkpoint), by DDPM 250 and by the 12-step chain, first seed, under `fast`. The scans are IXI's and are not committed: a user with IXI sees them beside these with `scripts/anatomy.py`."}}
 BIG = anatomy.run_slices(root, AG, anatomy.largest_run(root, AG))
 plots.finish(plots.slices(BIG[0], sorted(BIG[0]["subject"].unique()), BIG[1]) if BIG
              else plots.no_data("IXI slices at a larger size (anatomy/slices-*.parquet)", "anatomy"))

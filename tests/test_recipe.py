@@ -109,3 +109,40 @@ def test_runs_are_found_by_their_manifests_newest_first_and_superseded_ones_left
     with pytest.raises(ValueError, match="lacks date, gpu"):
         manifests.runs(root, "recipe-ab")
 
+
+
+def _run(folder, steps, losses, ms, ranks):
+    folder.mkdir(parents=True)
+    pd.DataFrame([{"step": s, "weights": "ema", "subject": "a", "t": 1, "loss": v} for s, v in zip(steps, losses)]
+                 ).to_csv(folder / "heldout.csv", index=False)
+    pd.DataFrame({"step_from": [0, 1, 500], "step_to": [1, 500, 1000], "ms_per_step": [9e4, ms, ms + 2]}
+                 ).to_csv(folder / "timing.csv", index=False)
+    (folder / "stdout.txt").write_text(f"trained to step {steps[-1]} on {ranks} ranks (global batch {ranks})\n")
+
+
+def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_its_manifest(tmp_path):
+    """recipe.big_curves / big_records / stage_seconds: chapter 14's runs and a recipe-plateau run's arm (its own
+    folder, not a copy), minutes at the run's median steady step, the target's first hit, the plateau rule."""
+    from medddpm.report import recipe
+
+    _run(tmp_path / "h100" / "anatomy" / "train" / "v-s1-fast-128", [0, 3000, 6000], [0.5, 0.09, 0.08], 50.0, 2)
+    run = tmp_path / "h200" / "recipe" / "plateau-128-2026-01-02"
+    _run(run / "v-s2-fast-128", [0, 1500, 3000, 4500], [0.5, 0.085, 0.0795, 0.0792], 60.0, 4)
+    (run / "logs").mkdir()
+    (run / "logs" / "times.txt").write_text("train128 100.0\ntrain128-rc0 700.5\n")
+    (run / "run.json").write_text(json.dumps({"kind": "recipe-plateau", "date": "2026-01-02", "gpu": "H200",
+                                              "machine": "m", "commits": {}, "changed": "c", "kept": "k",
+                                              "target": {"heldout": 0.08, "best_before": 0.08},
+                                              "arms": {"v-s2-fast-128": {"stamps": ["train128", "train128-rc"]}}}))
+    c = recipe.big_curves(tmp_path)
+    r = recipe.big_records(c, recipe.plateau_target(tmp_path, ["h200"])).set_index("run")
+    assert r.loc["v-s1-fast-128", "recipe"] == recipe.PAPER_AT_BOOK_RATE and r.loc["v-s1-fast-128", "GPUs"] == 2
+    assert r.loc["v-s1-fast-128", "step at target"] == 6000 and r.loc["v-s1-fast-128", "levelled"] == "no"  # fell 11 %
+    assert r.loc["v-s1-fast-128", "minutes at target"] == pytest.approx(6000 * 51.0 / 60_000)  # the median interval
+    assert r.loc["v-s2-fast-128", "step at target"] == 3000 and r.loc["v-s2-fast-128", "levelled"] == "yes"
+    assert r.loc["v-s2-fast-128", "GPUs"] == 4 and r.loc["v-s2-fast-128", "final loss"] == pytest.approx(0.0792)
+    assert recipe.stage_seconds(run, "train128", "train128-rc") == pytest.approx(600.5)
+    assert math.isnan(recipe.stage_seconds(run, "train128", "gate128-rc"))
+    state = recipe.plateau_state(tmp_path, ["h200"]).set_index("what")
+    assert state.iloc[1]["met"] == "yes" and state.iloc[2]["met"] == "yes" and len(state) == 3  # no anatomy rows here
+    assert recipe.plateau_state(tmp_path, ["h100"]).empty and math.isnan(recipe.plateau_target(tmp_path, ["h100"]))

@@ -410,3 +410,33 @@ def test_the_fused_residual_is_quoted_against_the_unfused_sampler_on_one_machine
                                                         "from the first volume to the last); old: 31.0 s (26.0 s from the "
                                                         "first volume to the last); new-h1 against old-h1: 100 of 100 "
                                                         "files identical; distinct files: 100")
+
+
+def test_where_time_to_result_stands_takes_each_row_from_the_newest_run_of_the_newest_date_that_has_it(tmp_path):
+    """waiting.state: DDPM 250 (today's default) and the 12-call chain are told apart by the sampler that ran, each row
+    from the newest run of the GPU's newest date holding it; an older date's rows stay out of the first table."""
+    import json
+
+    import pandas as pd
+
+    from medddpm.report import waiting
+
+    def run(name, date, rows):
+        folder = tmp_path / "h200" / "time_to_result" / f"{name}-{date}"
+        folder.mkdir(parents=True)
+        pd.DataFrame([{"command": f"sample --masks m{extra}", "sampler": s, "volumes": 1, "cache": c, "wall_s": w, "rc": 0}
+                      for s, c, w, extra in rows]).to_csv(folder / "time_to_result.csv", index=False)
+        (folder / "run.json").write_text(json.dumps({"kind": "sample-rows", "name": name, "date": date, "gpu": "H200",
+                                                     "machine": "m", "commits": {}, "changed": "c", "kept": "k"}))
+
+    run("warmup-every-config", "2026-01-01", [("ddpm", "cold", 30.0, "")])  # an older date: not today's
+    run("default-rows", "2026-01-02", [("dpm2m-sde", "warm", 4.0, ""), ("dpm2m-sde", "cold", 12.0, ""),
+                                       ("ddpm", "warm", 8.0, " --sampler ddpm")])
+    run("ddpm-v-default", "2026-01-02", [("ddpm", "cold", 17.0, "")])
+    s = waiting.state(tmp_path, ["h200"]).set_index("what")
+    rows = {r[0]: r for r in waiting.STATE_ROWS}
+    ddpm_warm, ddpm_cold, chain_warm, chain_cold, _ = (r[0] for r in waiting.STATE_ROWS)
+    assert s.loc[ddpm_warm, "today (s)"] == 8.0 and s.loc[ddpm_warm, "run"] == "time_to_result/default-rows-2026-01-02"
+    assert s.loc[ddpm_cold, "today (s)"] == 17.0 and s.loc[ddpm_cold, "met"] == ("no" if 17.0 > rows[ddpm_cold][3] else "yes")
+    assert s.loc[chain_warm, "today (s)"] == 4.0 and s.loc[chain_cold, "today (s)"] == 12.0
+    assert len(s) == 4  # no 100-mask row measured, and the older date's cold DDPM row is not read

@@ -589,3 +589,38 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
         f[f"{cfg}_earlier_ms"] = (f"{old1['step_ms_median'].iloc[0]:.1f} → {old['step_ms_median'].iloc[0]:.1f}"
                                   if len(old) and len(old1) else missing("earlier run"))
     return f
+
+
+SCALING_HISTORY = (  # chapter 06's multi-GPU history, oldest first: (the change, what it measured, its run; facts in braces)
+    ("the first runs: DDP's buckets, no CUDA graph on two ranks, NIfTI decoding on the critical path",
+     "`opt1` {opt1_earlier_eff}, `bf16-graphs` {bf16-graphs_earlier_eff} ({bf16-graphs_earlier_ms} ms/step); `opt1`'s "
+     "NCCL kernels {opt1_earlier_nccl} ms a step, under a millisecond for the all-reduce alone; without a data cache "
+     "`opt1` decoded a NIfTI file on every step's critical path: {opt1_earlier_ms} ms/step on one → two GPUs, "
+     "{opt1_a1_ms} now", "the table below"),
+    ("gradients added into the zeroed flat buffer: three fp32 buckets overlapped with the backward, or one after it",
+     "`fast` (three buckets) {added_scaling}; `fast-flat` {flat_scaling}; {overlap_verdict}", "{added_run}"),
+    ("the per-rank profile of three buckets on two ranks", "NCCL kernels {rank_nccl_ms} ms a step on ranks 0 and 1, "
+     "{rank_exposed_ms} ms overlapping no other kernel, about {rank_wait_ms} ms of waiting for the other rank; the "
+     "other kernels {rank_compute_ms} ms against {fast_one_gpu_ms} ms for a step on one GPU (step {rank_step_ms} ms); "
+     "the {probe_mb} MB all-reduce alone {probe_ms} ms", "{rank_run}"),
+    ("`fast-b3`: three compiled segments, each bucket gathered by one multi-tensor copy and all-reduced beside the "
+     "encoder's backward", "{buckets_scaling}; with two micro-batches {buckets_scaling_a2}; other hosts: "
+     "{buckets_other}; 97 % at one: {overlap_within}; two GPUs lose {fast_two_lost} a step", "the scaling runs"),
+    ("`fast-rbf16`: the three buckets all-reduced in bf16", "{rbf16_rows}; {rbf16_verdict}; {rbf16_within} of its rows "
+     "reach 97 %; the 2-rank losses {rbf16_loss}", "{rbf16_run}"),
+    ("two ranks whose all-reduces are no-ops (`scripts/train_without_allreduce.py`), clocks logged",
+     "{split_rows}: {split_comm} ms with NCCL, {split_path} ms with the code path; median SM clock {split_clocks} at "
+     "{split_power} ({split_reasons}); `fast` on one GPU and on 2 ranks: {clocks_hosts}; where a rank kept its clock: "
+     "{clocks_kept}; under NCCL settings: {nccl_env_rows}; each GPU alone, all four at once ({gpu_run}): {gpu_rows}, "
+     "{gpu_spread} apart", "{split_run}"),
+    ("today's `fast`: the network whole, one flat all-reduce in bf16 after the backward",
+     "{sync_rows}; {sync_gain} against `fast-b3`; losses {sync_loss}; by kernel name ({kernel_run}) the segments' code "
+     "path added {seg_launches} launches and {seg_kernel_ms} ms of kernels a step and the backward ran {beside_ms} ms "
+     "longer beside NCCL's; one fp32 all-reduce after the backward {flat_nccl_ms} ms in NCCL", "{sync_run}"),
+)
+
+
+def scaling_history(facts: dict[str, str]) -> pd.DataFrame:
+    """Chapter 06's multi-GPU history table from ``SCALING_HISTORY`` and the chapter's ``facts``."""
+    return pd.DataFrame([{"change": c, "measured": m.format_map(facts), "run": r.format_map(facts)}
+                         for c, m, r in SCALING_HISTORY], columns=["change", "measured", "run"])

@@ -120,12 +120,17 @@ def readme_lines(root: Path) -> list[str]:
                    f"{equivalence.confirmed(equivalence.under_both_rules(root, g), equivalence.chosen_on(root, g))} — "
                    f"{ch('16', '16_equivalence')}.")
     state = waiting.state(root, single).set_index(["GPU", "what"])["today (s)"]
-    rows = [(x, *(state.get((gpu_name(x), r[0])) for r in waiting.STATE_ROWS[:3])) for x in single]
-    rows = [r for r in rows if None not in r]
-    if rows:
-        out.append(f"- `medddpm sample` of one mask, process start to file: " + "; ".join(
-            f"{d:.1f} s warm by default (DDPM 250), {w:.1f} s warm and {c:.1f} s with an empty compile cache with the "
-            f"12-call chain on {on(x)}" for x, d, w, c in rows) + f" — {ch('15', '15_time_to_result')}.")
+    said = []
+    for x in single:
+        d_warm, d_cold, c_warm, c_cold = (state.get((gpu_name(x), r[0])) for r in waiting.STATE_ROWS[:4])
+        parts = [f"{v:.1f} s {how}" for v, how in ((d_warm, "warm"), (d_cold, "with an empty compile cache")) if v is not None]
+        chain = [f"{v:.1f} s {how}" for v, how in ((c_warm, "warm"), (c_cold, "empty")) if v is not None]
+        if parts:
+            said.append(f"{' and '.join(parts)} by default (DDPM 250) on {on(x)}"
+                        + (f" (the 12-call chain: {', '.join(chain)})" if chain else ""))
+    if said:
+        out.append(f"- `medddpm sample` of one mask, process start to file: " + "; ".join(said)
+                   + f" — {ch('15', '15_time_to_result')}.")
     runs = waiting.limit_runs(root, gpus)
     clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
     if len(clock):

@@ -41,7 +41,7 @@ def runs(root: str | Path, kind: str, gpus: list[str] | None = None) -> list[tup
 DATED = re.compile(r"^(?P<name>.+)-(?P<date>20\d\d-\d\d-\d\d)$")  # a run kept apart: content, then date
 KINDS = {  # the kind of measurement a dated run folder holds, by its content name (the chapters' vocabulary)
     "sample-rows": ("default-rows", "after-cut", "v-default-chain", "ddpm-default", "ddpm-default-two-gpu-host",
-                    "warmup-every-config", "beside-training", "beside-training-ddpm-default"),
+                    "warmup-every-config", "beside-training", "beside-training-ddpm-default", "ddpm-v-default"),
     "sample-ab": ("own-gpu-ranks", "fused-residual", "small-job", "small-job-precompile", "process-pool-tried",
                   "triton-key-h200-host", "triton-keys", "start-up-tried", "start-up-cut", "sample-overlap"),
     "train-clock": ("train-clock", "train-eval-cut"),

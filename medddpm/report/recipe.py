@@ -128,12 +128,10 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     manifest read from its own folder): per evaluation, the EMA's held-out loss, the step and the minutes of steps at
     the run's steady step (``ms``), with the run's recipe and GPUs."""
     ours = {arm: run / arm for _, run, m in manifests.runs(root, PLATEAU, gpus) for arm in m["arms"]}
+    theirs = {p.parent.name: p.parent for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
+              if (gpus is None or p.parts[-5] in gpus) and p.parent.name not in ours}
     rows = []
-    for path in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv")):
-        if gpus is not None and path.parts[-5] not in gpus and path.parent.name not in ours:
-            continue
-        name = path.parent.name
-        folder = ours.get(name, path.parent)
+    for name, folder in sorted({**theirs, **{a: f for a, f in ours.items() if a.endswith(f"-{size}")}}.items()):
         h = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'").groupby("step", as_index=False)["loss"].mean()
         ms = steady_ms(pd.read_csv(folder / "timing.csv"))
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")

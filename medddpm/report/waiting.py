@@ -854,43 +854,108 @@ def _cache_verdict(text: str) -> str:
     return "; ".join(parts) if parts else "no cache counters in the log"
 
 
-CHAIN_WHEN = f"the {CANDIDATE.steps}-call chain, the default when measured"  # rows without --sampler: a v checkpoint's
-STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s or None, --sampler the command named)
-    (f"`sample`, 1 mask, {REFERENCE.describe()} (today's default), warm cache", 1, "warm", TARGETS[("default", 1, "warm")],
+CHAIN_WHEN = f"the {CANDIDATE.steps}-call chain, the default when measured"  # a v checkpoint's default until issue 75
+STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s or None, the sampler that ran)
+    (f"`sample`, 1 mask, {REFERENCE.sampler.upper()} {REFERENCE.steps} (today's default), warm cache", 1, "warm", TARGETS[("default", 1, "warm")],
      REFERENCE.sampler),
-    (f"`sample`, 1 mask, {CHAIN_WHEN}, warm cache (median)", 1, "warm", CHAIN_TARGETS[(1, "warm")], None),
-    (f"`sample`, 1 mask, {CHAIN_WHEN}, empty cache", 1, "cold", CHAIN_TARGETS[(1, "cold")], None),
-    (f"`sample`, 100 masks, {CHAIN_WHEN}, warm cache", 100, "warm", CHAIN_TARGETS[(100, "warm")], None),
+    (f"`sample`, 1 mask, {REFERENCE.sampler.upper()} {REFERENCE.steps} (today's default), empty cache", 1, "cold",
+     TARGETS[("default", 1, "cold")], REFERENCE.sampler),
+    (f"`sample`, 1 mask, {CHAIN_WHEN}, warm cache (median)", 1, "warm", CHAIN_TARGETS[(1, "warm")], CANDIDATE.sampler),
+    (f"`sample`, 1 mask, {CHAIN_WHEN}, empty cache", 1, "cold", CHAIN_TARGETS[(1, "cold")], CANDIDATE.sampler),
+    (f"`sample`, 100 masks, {CHAIN_WHEN}, warm cache", 100, "warm", CHAIN_TARGETS[(100, "warm")], CANDIDATE.sampler),
 )
 
 
 def state(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Where time to result stands: per GPU, the newest run of current rows (manifest kind ``sample-rows``, none
-    superseding it): each of ``STATE_ROWS`` against its target, and `train`'s first 100 steps at 128³, process start
-    to checkpoint, warm and cold; with the run folder it comes from."""
+    """Where time to result stands: per GPU and row of ``STATE_ROWS``, the newest run of current rows (manifest kind
+    ``sample-rows``, none superseding it, of the GPU's newest date) that has it, against its target; and `train`'s first 100 steps at 128³,
+    process start to checkpoint, warm and cold, from the newest run that has them; with the run folder of each."""
     rows = []
     for g in gpus:
-        found = manifests.runs(root, "sample-rows", [g])
-        if not found:
-            continue
-        _, folder, m = found[0]
-        raw = pd.read_csv(folder / "time_to_result.csv") if (folder / "time_to_result.csv").exists() else pd.DataFrame()
-        if raw.empty:
-            continue
-        run = str(folder.relative_to(Path(root) / g))
-        sample = raw[raw["command"].str.startswith("sample ") & (raw["rc"] == 0)]
-        named = sample["command"].str.extract(r"--sampler (\S+)", expand=False)
+        found, newest = [], None
+        for _, folder, m in manifests.runs(root, "sample-rows", [g]):  # newest first; the rows of its date alone
+            newest = newest or m["date"]
+            if m["date"] != newest:
+                break
+            raw = pd.read_csv(folder / "time_to_result.csv") if (folder / "time_to_result.csv").exists() else pd.DataFrame()
+            if len(raw):
+                found.append((str(folder.relative_to(Path(root) / g)), raw[raw["rc"] == 0]))
         for what, n, cache, target, sampler in STATE_ROWS:
-            mine = named.isna() if sampler is None else named == sampler
-            s = sample[mine & (sample["volumes"] == n) & (sample["cache"] == cache)]["wall_s"]
-            if len(s):
-                now = s.median()
-                rows.append({"GPU": gpu_name(g), "what": what, "today (s)": now, "target (s)": target,
-                             "met": "yes" if now <= target else "no", "run": run})
-        train = raw[raw["command"].str.startswith("train ") & (raw["rc"] == 0)]
+            for run, raw in found:
+                s = raw[raw["command"].str.startswith("sample ") & (raw["sampler"] == sampler) & (raw["volumes"] == n)
+                        & (raw["cache"] == cache)]["wall_s"]
+                if len(s):
+                    now = s.median()
+                    rows.append({"GPU": gpu_name(g), "what": what, "today (s)": now, "target (s)": target,
+                                 "met": "yes" if now <= target else "no", "run": run})
+                    break
         for cache in ("warm", "cold"):
-            t = train[train["cache"] == cache]["wall_s"]
-            if len(t):
-                rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³, {cache} cache",
-                             "today (s)": t.iloc[-1], "target (s)": None, "met": "", "run": run})
+            for run, raw in found:
+                t = raw[raw["command"].str.startswith("train ") & (raw["cache"] == cache)]["wall_s"]
+                if len(t):
+                    rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³, {cache} cache",
+                                 "today (s)": t.iloc[-1], "target (s)": None, "met": "", "run": run})
+                    break
     return pd.DataFrame(rows, columns=["GPU", "what", "today (s)", "target (s)", "met", "run"])
+
+
+HISTORY = (  # chapter 15's history, oldest first: (the run's content name, or "" for the first rows in
+    # time_to_result.csv; the change; what it measured, its facts in braces)
+    ("", "the first rows: an ε checkpoint's DDPM 250 default, eager bf16 small jobs, by the rule of their day",
+     "against the first targets: {tr_targets}; 1 mask {tr_one_cold} cold, {tr_one_warm} warm; 8 masks by default "
+     "{tr_default8_cold} and {tr_default8_warm}, under fast {tr_fast8_cold} cold and {tr_fast8_warm} warm; 100 masks "
+     "warm {tr_hundred_warm} ({tr_per_volume} a further volume; the chain alone {tr_chain}; fixed cost {tr_fast_fixed})"),
+    ("", "the timing line splits a row's wall time into phases", "{tr_phases}"),
+    ("", "cProfile of the 1-mask default, warm", "{tr_profile_total} under the profiler: {tr_profile_parts}; "
+     "{tr_profile_ops} custom operators registered at start"),
+    ("", "train --config fast --steps 100 at 128³, process start to checkpoint", "{tr_train}; under cProfile, warm: "
+     "{tr_train_parts}"),
+    ("small-job", "fast-eager: fast's sampler without torch.compile for small jobs, its Triton kernels compiled "
+     "together in threads (kernels.precompile)", "steady state {tr_small_bench}; cold kernels {tr_small_kernels}; "
+     "before, and without the Triton kernels: {tr_small_before}"),
+    ("own-gpu-ranks", "each --nproc rank sees only its own GPU (torch's compile caches key a graph by its device "
+     "index, pytorch/pytorch#108971)", "{tr_nproc}; before: {tr_nproc_before}"),
+    ("small-job-precompile", "AOT autograd's cache told to keep fast's graph (model._DenseGradCat is an "
+     "autograd.Function)", "the caches of a warm run since: {tr_train_cache}"),
+    ("warmup-every-config", "warmup without --config compiles every configuration sample may pick",
+     "{tr_afterwarmup}"),
+    ("v-default-chain", "a v-prediction checkpoint's default of its day, the 12-call chain", "{tr_v_default}"),
+    ("start-up-tried", "the Triton kernels' own functions, the first kernel compiled alone, a gloo group "
+     "(not kept then)", "{tr_tried}; training warm since: {tr_train_now}"),
+    ("triton-key-h200-host", "Triton's installation key kept in MEDDDPM_CACHE (run/cache.py)", "{tr_triton_key}"),
+    ("start-up-cut", "a shape's first call runs eagerly; the Triton kernels skip the dispatcher in eager inference; "
+     "the process ends once its files are written; precompile compiles each kind of launch once",
+     "{tr_cut_codes}: {tr_cut}; importing torch._dynamo, which the dispatcher did: {tr_cut_dynamo}; against the "
+     "targets: {tr_cut_targets}; warmup, then sample: {tr_cut_afterwarmup}"),
+    ("eager-kernels", "every kernel of ten warm denoiser calls at 128³, fast-eager against fast", "{tr_eager_kernels}"),
+    ("train-clock", "train --time-limit reports where its seconds went", "{tr_train_limit}; the first 100 steps at "
+     "128³: {tr_first_steps}"),
+    ("train-eval-cut", "the EMA's held-out loss alone by default, best.pt hard-linked to checkpoint.pt, one FP32 "
+     "evaluator a run", "{tr_eval_cut}"),
+    ("after-cut", "the rows again on fresh machines after the start-up cut", "{tr_after_cut}"),
+    ("process-pool-tried", "worker processes compiling a cold cache's kernels (removed)", "{tr_pool_tried}"),
+    ("triton-keys", "the dry run keys an integer as Triton does (kernels._int_key)", "{tr_triton_keys}"),
+    ("fused-residual", "each ResBlock's output written by one Triton kernel (fused_residual)", "{tr_fused_residual}"),
+    ("default-rows", "the rows again with the fused residual", "{tr_default_rows_now}; {tr_default_rows}"),
+    ("sample-overlap", "each volume queued before the one before is read back; masks read as int8", "{tr_overlap}"),
+    ("ddpm-v-default", "DDPM 250 the default on every checkpoint: the 12-call chain not confirmed",
+     "{tr_default_sampler}: the first table"),
+)
+
+
+def history(root: Path, gpus: list[str], facts: dict[str, str]) -> pd.DataFrame:
+    """Chapter 15's history table, from ``HISTORY`` and the chapter's ``facts``: per change, the newest date of its
+    run on ``gpus``, what changed, what it measured, and its run folders (every GPU's)."""
+    dated: dict[str, list[tuple[str, str]]] = {}
+    for g, folder, m in manifests.every(root):
+        if g in gpus:
+            name = m.get("name") or manifests.DATED.match(folder.name)["name"]
+            dated.setdefault(name, []).append((m["date"], str(folder.relative_to(Path(root) / g)) + f" ({gpu_name(g)})"))
+    rows = []
+    for name, change, measured in HISTORY:
+        runs = sorted(dated.get(name, []))
+        if name and not runs:
+            continue  # this store holds no run of it
+        rows.append({"date": runs[-1][0] if runs else "", "change": change, "measured": measured.format_map(facts),
+                     "run": ", ".join(r for _, r in runs) or f"{FOLDER}/time_to_result.csv"})
+    return pd.DataFrame(rows, columns=["date", "change", "measured", "run"])
