@@ -15,11 +15,10 @@
 # %% [markdown]
 # # Interventions: TF32 and channels-last (Figs. 8–13)
 #
-# `opt1` turns TF32 on for matmul and cuDNN convolutions (Alg. 1), `opt2` puts model and inputs
-# in `torch.channels_last_3d` (Alg. 2), `opt12` does both. Kernel mixes of whole steps come from
-# torch.profiler for every configuration; the counter-based figures (9–13) need Nsight Compute
-# reports, and are shown for the GPU × configuration pairs we have reports for — the tables say
-# which.
+# `opt1` turns TF32 on for matmul and cuDNN convolutions (Alg. 1), `opt2` puts model and inputs in
+# `torch.channels_last_3d` (Alg. 2), `opt12` does both. Kernel mixes of whole steps come from torch.profiler for every
+# configuration; the counter-based figures (9–13) need Nsight Compute reports, and are shown for the GPU ×
+# configuration pairs we have reports for — the tables say which.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -70,21 +69,20 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step
-# to elementwise kernels (~{glue:text}`paper_opt2_elementwise`). In our whole-step measurements
-# on the {glue:text}`mix_ref_gpu` convolutions take {glue:text}`mix_ref_opt2_conv_share` of `opt2`
-# (baseline: {glue:text}`mix_ref_baseline_conv_share`), while TF32 (`opt1`) brings them to
-# {glue:text}`mix_ref_opt1_conv_share`. With both (`opt12`), layout
-# copies (category *copy*: elementwise kernels that copy between memory formats) take a large
-# share. The paper's 100-kernel windows may simply not contain the step's convolutions — see the
-# end-to-end chapter.
+# The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step to elementwise
+# kernels (~{glue:text}`paper_opt2_elementwise`). In our whole-step measurements on the {glue:text}`mix_ref_gpu`
+# convolutions take {glue:text}`mix_ref_opt2_conv_share` of `opt2` (baseline:
+# {glue:text}`mix_ref_baseline_conv_share`), while TF32 (`opt1`) brings them to {glue:text}`mix_ref_opt1_conv_share`.
+# With both (`opt12`), layout copies (category *copy*: elementwise kernels that copy between memory formats) take a
+# large share. The paper's 100-kernel windows may simply not contain the step's convolutions — see the end-to-end
+# chapter.
 #
 # ## Normalized cycles, instructions and IPC (§6.1)
 #
-# Sums over the kernels of an ncu report, divided by `baseline` on the same GPU; IPC is the
-# geometric mean of per-kernel IPC (§3.2). Two scopes: the paper's window (paper mode: the 11th–110th
-# kernel from process start, `--set full`) and a whole steady-state training step (step mode: every
-# kernel between cudaProfilerStart/Stop, the one-pass `core` metric set).
+# Sums over the kernels of an ncu report, divided by `baseline` on the same GPU; IPC is the geometric mean of
+# per-kernel IPC (§3.2). Two scopes: the paper's window (paper mode: the 11th–110th kernel from process start, `--set
+# full`) and a whole steady-state training step (step mode: every kernel between cudaProfilerStart/Stop, the one-pass
+# `core` metric set).
 
 # %% tags=["hide-input"]
 norm = tables.normalized_scopes(root, G)
@@ -100,36 +98,31 @@ plots.finish(fig)
 
 # %% [markdown]
 # **TF32 (`opt1`).** Over the paper's window on the {glue:text}`ncu_ref_gpu` we measure
-# {glue:text}`ncu_ref_opt1_paper_norm_cycles`× the cycles,
-# {glue:text}`ncu_ref_opt1_paper_norm_instructions`× the instructions and
-# {glue:text}`ncu_ref_opt1_paper_norm_ipc`× the IPC of the baseline; the paper reports
+# {glue:text}`ncu_ref_opt1_paper_norm_cycles`× the cycles, {glue:text}`ncu_ref_opt1_paper_norm_instructions`× the
+# instructions and {glue:text}`ncu_ref_opt1_paper_norm_ipc`× the IPC of the baseline; the paper reports
 # {glue:text}`paper_H100_opt1_norm_cycles`×, {glue:text}`paper_H100_opt1_norm_instructions`× and
 # {glue:text}`paper_H100_opt1_norm_ipc`× on its H100 (A100: {glue:text}`paper_A100_opt1_norm_cycles`×,
-# {glue:text}`paper_A100_opt1_norm_instructions`×, {glue:text}`paper_A100_opt1_norm_ipc`×).
-# Over a whole step: {glue:text}`ncu_ref_opt1_step_norm_cycles`× cycles and
-# {glue:text}`ncu_ref_opt1_step_norm_instructions`× instructions on the {glue:text}`ncu_ref_gpu`
-# ({glue:text}`ncu_alt_opt1_step_norm_cycles`× and {glue:text}`ncu_alt_opt1_step_norm_instructions`×
-# on the {glue:text}`ncu_alt_gpu`). Convolutions, which TF32 moves to tensor cores, take a smaller
-# share of the window's kernel time than of a whole step's (end-to-end chapter), so the window
-# understates what TF32 saves. PyTorch's own default (`pytorch-default`: TF32 for cuDNN
-# convolutions, not for matmuls) lands next to `opt1`:
-# {glue:text}`ncu_ref_pytorch-default_paper_norm_cycles`× cycles in the window and
+# {glue:text}`paper_A100_opt1_norm_instructions`×, {glue:text}`paper_A100_opt1_norm_ipc`×). Over a whole step:
+# {glue:text}`ncu_ref_opt1_step_norm_cycles`× cycles and {glue:text}`ncu_ref_opt1_step_norm_instructions`×
+# instructions on the {glue:text}`ncu_ref_gpu` ({glue:text}`ncu_alt_opt1_step_norm_cycles`× and
+# {glue:text}`ncu_alt_opt1_step_norm_instructions`× on the {glue:text}`ncu_alt_gpu`). Convolutions, which TF32 moves
+# to tensor cores, take a smaller share of the window's kernel time than of a whole step's (end-to-end chapter), so
+# the window understates what TF32 saves. PyTorch's own default (`pytorch-default`: TF32 for cuDNN convolutions, not
+# for matmuls) lands next to `opt1`: {glue:text}`ncu_ref_pytorch-default_paper_norm_cycles`× cycles in the window and
 # {glue:text}`ncu_ref_pytorch-default_step_norm_cycles`× over a step on the {glue:text}`ncu_ref_gpu`
-# ({glue:text}`ncu_alt_pytorch-default_paper_norm_cycles`× and
-# {glue:text}`ncu_alt_pytorch-default_step_norm_cycles`× on the {glue:text}`ncu_alt_gpu`). A run
-# that forgets to switch TF32 off measures a TF32 run: a baseline that keeps PyTorch's defaults
-# already has TF32 convolutions.
+# ({glue:text}`ncu_alt_pytorch-default_paper_norm_cycles`× and {glue:text}`ncu_alt_pytorch-default_step_norm_cycles`×
+# on the {glue:text}`ncu_alt_gpu`). A run that forgets to switch TF32 off measures a TF32 run: a baseline that keeps
+# PyTorch's defaults already has TF32 convolutions.
 #
-# **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to
-# {glue:text}`paper_H100_opt2_norm_cycles`× and instructions to
-# {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100.
+# **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to {glue:text}`paper_H100_opt2_norm_cycles`×
+# and instructions to {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100.
 # {glue:text}`ncu_opt2_verdict`: on the {glue:text}`ncu_ref_gpu` `opt2` gives
 # {glue:text}`ncu_ref_opt2_paper_norm_cycles`× the cycles in the window and
-# {glue:text}`ncu_ref_opt2_step_norm_cycles`× over a whole step
-# ({glue:text}`ncu_alt_opt2_step_norm_cycles`× on the {glue:text}`ncu_alt_gpu`; compare its step
-# time in the end-to-end chapter); `opt12` gives {glue:text}`ncu_ref_opt12_step_norm_cycles`× over
-# a step against TF32 alone's {glue:text}`ncu_ref_opt1_step_norm_cycles`×. Where channels-last adds
-# cycles, it adds layout copies rather than removing the convolutions' work.
+# {glue:text}`ncu_ref_opt2_step_norm_cycles`× over a whole step ({glue:text}`ncu_alt_opt2_step_norm_cycles`× on the
+# {glue:text}`ncu_alt_gpu`; compare its step time in the end-to-end chapter); `opt12` gives
+# {glue:text}`ncu_ref_opt12_step_norm_cycles`× over a step against TF32 alone's
+# {glue:text}`ncu_ref_opt1_step_norm_cycles`×. Where channels-last adds cycles, it adds layout copies rather than
+# removing the convolutions' work.
 #
 # ## Fig. 9 — instruction mix per configuration
 
@@ -152,62 +145,27 @@ plots.finish(fig)
 # %% [markdown]
 # ## Figs. 10–13 — utilization, memory, warps, stalls
 #
-# Kernel-duration-weighted means over the report's kernels (pipe utilizations, SM throughput, hit
-# rates, DRAM throughput, active warps), totals for stalls; relative values divide by baseline.
-
-# %% tags=["remove-cell"]
-def fig_metrics(metrics, figure, title, ylabel, relative=False):
-    t = tables.metric_vs_paper(S, metrics, figure)
-    if t.empty:
-        plots.finish(plots.no_data("ncu reports in paper mode", "ncu"))
-        return t
-    meas = t.rename(columns={"measured": "value"})[["gpu", "config", "metric", "value"]]
-    ref = paper.values(figure=figure, metric=metrics)
-    ref = ref[ref["config"].isin(meas["config"].unique())]
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), squeeze=False)  # one panel per row
-    for ax, m in zip(axes[:, 0], metrics):
-        data = plots.with_paper(meas[meas["metric"] == m], ref[ref["metric"] == m], "config")
-        plots.bars(data, "config", "value", m, ylabel, ax, order=[c for c in tables.CONFIG_ORDER if c in set(data["config"])])
-    fig.suptitle(title)
-    plots.finish(fig)
-    return t
-
-
-def metrics_table(t):
-    """The numbers behind a figure: ours and the paper's per GPU × configuration."""
-    if not t.empty:
-        return table(t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]), 3, index=True)
-
+# Kernel-duration-weighted means over the report's kernels (pipe utilizations, SM throughput, hit rates, DRAM
+# throughput, active warps), totals for stalls; relative values divide by baseline.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-10", "caption": "The paper's Fig. 10, measured: tensor, FMA and ALU pipe utilization and SM throughput (% of peak), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.2)."}}
-t10 = fig_metrics(["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
-            "Fig. 10 — pipe utilization and SM throughput", "% of peak")
-
-# %% tags=["hide-input"]
-metrics_table(t10)
+display(plots.paper_metrics(S, ["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
+                            "Fig. 10 — pipe utilization and SM throughput", "% of peak"))
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-11", "caption": "The paper's Fig. 11, measured: L1 and L2 hit rates and DRAM throughput (%), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.3)."}}
-t11 = fig_metrics(["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11", "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%")
-
-# %% tags=["hide-input"]
-metrics_table(t11)
+display(plots.paper_metrics(S, ["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11",
+                            "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%"))
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-12", "caption": "The paper's Fig. 12, measured: active warps per cycle, kernel-duration-weighted over the paper's 100-kernel window and divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.4)."}}
-t12 = fig_metrics(["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline", "× baseline")
-
-# %% tags=["hide-input"]
-metrics_table(t12)
+display(plots.paper_metrics(S, ["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline",
+                            "× baseline"))
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-13", "caption": "The paper's Fig. 13, measured: long-scoreboard, math-pipe-throttle and branch-resolving warp stalls summed over the paper's 100-kernel window, divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.5)."}}
-t13 = fig_metrics(["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"], "Fig 13",
-                  "Fig. 13 — warp stalls relative to baseline", "× baseline")
-
-# %% tags=["hide-input"]
-metrics_table(t13)
+display(plots.paper_metrics(S, ["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"],
+                            "Fig 13", "Fig. 13 — warp stalls relative to baseline", "× baseline"))
 
 # %% [markdown]
-# Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter
-# pass so a whole 128³ step profiles in about a minute), so they show the paper's window. What could
-# not be compared: the paper's V100 and A100 values (we had neither GPU). `pytorch-default` has no
-# counterpart in the paper; its bars are ours. GPUs the paper did not run (the H200 among them)
-# have no paper bars beside theirs.
+# Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter pass so a whole 128³
+# step profiles in about a minute), so they show the paper's window. What could not be compared: the paper's V100 and
+# A100 values (we had neither GPU). `pytorch-default` has no counterpart in the paper; its bars are ours. GPUs the
+# paper did not run (the H200 among them) have no paper bars beside theirs.

@@ -15,9 +15,9 @@
 # %% [markdown]
 # # Sampling: seconds per volume, and which sampler is right
 #
-# How long a 128³ volume takes to sample under each configuration, where a denoising step's time
-# goes, and which sampler's samples are as good as DDPM 250's. The quality measures are those of
-# {doc}`09_quality`; the few-step solvers follow in {doc}`11_few_step`.
+# How long a 128³ volume takes to sample under each configuration, where a denoising step's time goes, and which
+# sampler's samples are as good as DDPM 250's. The quality measures are those of {doc}`09_quality`; the few-step
+# solvers follow in {doc}`11_few_step`.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -50,20 +50,18 @@ plots.show_table(quality_tables.sampling_state(SB), "bench-sample rows (sample_b
 # %% [markdown]
 # ## Sampling in seconds
 #
-# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, one untimed warm-up
-# run (compilation and the capture of one denoising step as a CUDA graph), then whole sampling
-# chains timed with CUDA events. The denoiser runs under inference mode in each configuration; in
-# `bf16-graphs`, bf16 with compiled NDHWC kernels and one CUDA graph per step. Two levers only a sampler
-# can pull, each a configuration of its own that training refuses: `fast-w16` stores the
-# convolution and linear weights in bf16 once (the numbers autocast casts them to at every call),
-# and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero
-# channels to 8 (the same sums). `fast-w16-p8-tnorm` also runs GroupNorm + SiLU through the Triton
-# kernels of `medddpm/net/kernels.py`, which read and write each activation the fewest times the
-# operation allows (the training step's lever, see {doc}`07_kernels`). `fast-w16-tnorm-tconv`
-# runs those norm kernels and, instead of the padding, the Triton thin convolutions of the same
-# module for the stem and the output convolution. `fast-w16-tnorm-tconv-fold` also adds each
-# ResBlock's first convolution bias inside the norm kernels, with the timestep embedding, instead
-# of in a kernel of its own (the training step's `fold_conv_bias`).
+# `medddpm bench-sample`: seeded weights and phantom masks, whole-head 128³, one untimed warm-up run (compilation and
+# the capture of one denoising step as a CUDA graph), then whole sampling chains timed with CUDA events. The denoiser
+# runs under inference mode in each configuration; in `bf16-graphs`, bf16 with compiled NDHWC kernels and one CUDA
+# graph per step. Two levers only a sampler can pull, each a configuration of its own that training refuses:
+# `fast-w16` stores the convolution and linear weights in bf16 once (the numbers autocast casts them to at every
+# call), and `fast-w16-p8` also pads the 3-channel stem and the 1-channel output convolution with zero channels to 8
+# (the same sums). `fast-w16-p8-tnorm` also runs GroupNorm + SiLU through the Triton kernels of
+# `medddpm/net/kernels.py`, which read and write each activation the fewest times the operation allows (the training
+# step's lever, see {doc}`07_kernels`). `fast-w16-tnorm-tconv` runs those norm kernels and, instead of the padding,
+# the Triton thin convolutions of the same module for the stem and the output convolution. `fast-w16-tnorm-tconv-fold`
+# also adds each ResBlock's first convolution bias inside the norm kernels, with the timestep embedding, instead of in
+# a kernel of its own (the training step's `fold_conv_bias`).
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
 if SB.empty:
@@ -77,38 +75,26 @@ if not SB.empty:
                       "s_per_volume_max", "peak_mem_gib"]], 3))
 
 # %% [markdown]
-# On the {glue:text}`samp_ref_gpu` the fastest sampler, {glue:text}`samp_best`, samples a volume
-# with DDIM 50 in {glue:text}`samp_best_ddim_s` s ({glue:text}`samp_best_ddim_vs_opt1`× faster than
-# `opt1`) and with DDPM's 250 steps in {glue:text}`samp_best_ddpm_s` s
-# ({glue:text}`samp_best_ddpm_vs_opt1`×): it {glue:text}`samp_best_ddim_verdict` the DDIM target
-# of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target
-# of {glue:text}`samp_best_ddpm_target` s; {glue:text}`samp_best_quality`. `bf16-graphs` took {glue:text}`samp_bf16-graphs_ddim_s` s and
-# {glue:text}`samp_bf16-graphs_ddpm_s` s; `fast-w16` {glue:text}`samp_fast-w16_ddim_s` s and
-# {glue:text}`samp_fast-w16_ddpm_s` s; `fast-w16-p8-tnorm` {glue:text}`samp_fast-w16-p8-tnorm_ddim_s` s and
-# {glue:text}`samp_fast-w16-p8-tnorm_ddpm_s` s; `fast-w16-tnorm-tconv`
-# {glue:text}`samp_fast-w16-tnorm-tconv_ddim_s` s and {glue:text}`samp_fast-w16-tnorm-tconv_ddpm_s` s;
-# `fast-w16-tnorm-tconv-fold` {glue:text}`samp_fast-w16-tnorm-tconv-fold_ddim_s` s and
-# {glue:text}`samp_fast-w16-tnorm-tconv-fold_ddpm_s` s; `fast-w16-tnorm-tconv-fold-up`, which also
-# runs the decoder's trilinear ×2 upsampling as one Triton kernel that writes its output once
-# (Inductor's kernels of the axis-by-axis reference write intermediates of the output's size),
-# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up_ddim_s` s and
-# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up_ddpm_s` s. Two levers stand beside it, each
-# measured on its own: `fast-w16-tnorm-tconv-fold-up-update` runs DDPM's update x_t → x_{t−1} as
-# one compiled kernel instead of some thirty eager ones a step (its DDIM is fold-up's), DDPM 250
-# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update_ddpm_s` s; `fast-w16-tnorm-tconv-fold-up-table`
-# reads every ResBlock's time addend from a table computed once, DDPM 250
-# {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-table_ddpm_s` s (Inductor then writes one small
-# slice kernel per ResBlock, and the step got no faster).
-# DDIM's η (the table's `eta`; older rows ran at 0, "Which sampler is right?" below says why the
-# default is now 1) costs one noise draw a step, no time: {glue:text}`samp_best` took
-# {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM 50
-# ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`, and with DDPM 250:
-# {glue:text}`samp_best_ddpm_batches`. Against the DDIM target, {glue:text}`samp_best_ddim_batch_meets`;
-# against the DDPM target, {glue:text}`samp_best_ddpm_batch_meets`. Batching is a throughput knob:
-# each volume of a batch still waits for the whole batch, so the targets above are judged at batch 1.
+# On the {glue:text}`samp_ref_gpu` the fastest sampler, {glue:text}`samp_best`, samples a volume with DDIM 50 in
+# {glue:text}`samp_best_ddim_s` s ({glue:text}`samp_best_ddim_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps
+# in {glue:text}`samp_best_ddpm_s` s ({glue:text}`samp_best_ddpm_vs_opt1`×): it {glue:text}`samp_best_ddim_verdict`
+# the DDIM target of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target of
+# {glue:text}`samp_best_ddpm_target` s; {glue:text}`samp_best_quality`. Every rung's seconds are in the table above.
+# `fast-w16-tnorm-tconv-fold-up` also runs the decoder's trilinear ×2 upsampling as one Triton kernel that writes its
+# output once (Inductor's kernels of the axis-by-axis reference write intermediates of the output's size). Two levers
+# stand beside it, each measured on its own: `fast-w16-tnorm-tconv-fold-up-update` runs DDPM's update x_t → x_{t−1} as
+# one compiled kernel instead of some thirty eager ones a step (its DDIM is fold-up's);
+# `fast-w16-tnorm-tconv-fold-up-table` reads every ResBlock's time addend from a table computed once (Inductor then
+# writes one small slice kernel per ResBlock, and the step got no faster). DDIM's η (the table's `eta`; older rows ran
+# at 0, "Which sampler is right?" below says why the default is now 1) costs one noise draw a step, no time:
+# {glue:text}`samp_best` took {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM
+# 50 ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`, and with DDPM 250:
+# {glue:text}`samp_best_ddpm_batches`. Against the DDIM target, {glue:text}`samp_best_ddim_batch_meets`; against the
+# DDPM target, {glue:text}`samp_best_ddpm_batch_meets`. Batching is a throughput knob: each volume of a batch still
+# waits for the whole batch, so the targets above are judged at batch 1.
 #
-# Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside
-# the replayed CUDA graph included), milliseconds per step by kernel category:
+# Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside the replayed CUDA
+# graph included), milliseconds per step by kernel category:
 
 # %% tags=["hide-input"]
 per_cat = quality_tables.denoise_categories(root, [SGPU] if SGPU else [])
@@ -118,33 +104,30 @@ else:
     display(table(per_cat, 2, index=True))
 
 # %% [markdown]
-# A `bf16-graphs` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which
-# convolutions {glue:text}`denoise_fast_conv_ms` ms and cuDNN's NCHW↔NHWC transposes
-# {glue:text}`denoise_fast_layout_ms` ms. Under inference mode the compiled network casts each
-# weight to bf16 inside its graph, and Inductor lays those casts and the activations around them
-# out NCDHW (in training, the activations saved for the backward pass keep the eager NDHWC
-# layout); cuDNN then transposes the input, the weight and the output of almost every
-# convolution. With the weights stored in bf16 once, Inductor keeps every activation NDHWC; with
-# the two odd-channel convolutions padded, no small-channel kernel, copy or transpose is left
-# either: a {glue:text}`denoise_best_config` step (the fastest sampler with a kernel table) takes
-# {glue:text}`denoise_best_ms` ms, convolutions
-# {glue:text}`denoise_best_conv_ms` ms, transposes {glue:text}`denoise_best_layout_ms` ms. What is
-# left is convolutions and the Triton normalization kernels: the per-layer work of the training
-# step (every convolution at its shape's best, every norm at its minimal bytes) is what would take
-# DDPM under its target. DDPM 250 of {glue:text}`samp_best` takes {glue:text}`samp_best_ddpm_step_ms`
-# ms a step, of which its kernels take {glue:text}`samp_best_kernel_ms` ms; with no time between
-# them (the gaps between the graph's kernels and the sampler's own small update kernels) DDPM 250
+# A `bf16-graphs` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which convolutions
+# {glue:text}`denoise_fast_conv_ms` ms and cuDNN's NCHW↔NHWC transposes {glue:text}`denoise_fast_layout_ms` ms. Under
+# inference mode the compiled network casts each weight to bf16 inside its graph, and Inductor lays those casts and
+# the activations around them out NCDHW (in training, the activations saved for the backward pass keep the eager NDHWC
+# layout); cuDNN then transposes the input, the weight and the output of almost every convolution. With the weights
+# stored in bf16 once, Inductor keeps every activation NDHWC; with the two odd-channel convolutions padded, no
+# small-channel kernel, copy or transpose is left either: a {glue:text}`denoise_best_config` step (the fastest sampler
+# with a kernel table) takes {glue:text}`denoise_best_ms` ms, convolutions {glue:text}`denoise_best_conv_ms` ms,
+# transposes {glue:text}`denoise_best_layout_ms` ms. What is left is convolutions and the Triton normalization
+# kernels: the per-layer work of the training step (every convolution at its shape's best, every norm at its minimal
+# bytes) is what would take DDPM under its target. DDPM 250 of {glue:text}`samp_best` takes
+# {glue:text}`samp_best_ddpm_step_ms` ms a step, of which its kernels take {glue:text}`samp_best_kernel_ms` ms; with
+# no time between them (the gaps between the graph's kernels and the sampler's own small update kernels) DDPM 250
 # would take {glue:text}`samp_best_kernels_only_s` s: {glue:text}`samp_best_gap_verdict`.
 
 # %% [markdown]
 # ## Which sampler is right?
 #
-# A faster sampler counts only if its samples are as good as DDPM 250's from the same checkpoint,
-# so first a checkpoint worth judging. `medddpm train --config bf16-graphs --held-out 2 --eval-every 1000`
-# trains on the 6 training subjects (64³, learning rate 10⁻⁴, batch 1) and every 1,000 steps evaluates the
-# denoising loss of the 2 held-out subjects, on the same fixed noised inputs and with the same FP32
-# evaluator each time (`heldout.csv`), keeping the checkpoint of the lowest loss (`best.pt`);
-# `--time-limit` and `--resume` split the run into device calls.
+# A faster sampler counts only if its samples are as good as DDPM 250's from the same checkpoint, so first a
+# checkpoint worth judging. `medddpm train --config bf16-graphs --held-out 2 --eval-every 1000` trains on the 6
+# training subjects (64³, learning rate 10⁻⁴, batch 1) and every 1,000 steps evaluates the denoising loss of the 2
+# held-out subjects, on the same fixed noised inputs and with the same FP32 evaluator each time (`heldout.csv`),
+# keeping the checkpoint of the lowest loss (`best.pt`); `--time-limit` and `--resume` split the run into device
+# calls.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-converge", "caption": "Held-out denoising loss (L1 on ε, mean over the 2 held-out subjects and 6 timesteps) of `medddpm train --config bf16-graphs` on the 6 training subjects ({glue:text}`q_gpu`, 64³), for the model's weights and their EMA (which sampling uses); dashed: the EMA's lowest point; red: the step of the checkpoint sampled below (the same recipe, trained again)."}}
 curve = quality_tables.heldout_curve(root, QGPU) if QGPU else None
@@ -155,19 +138,17 @@ else:
     plots.finish(plots.no_data("held-out loss curve (quality/converge_heldout.csv)", "quality"))
 
 # %% [markdown]
-# The EMA's held-out loss {glue:text}`cv_verdict` at step {glue:text}`cv_best_step`
-# ({glue:text}`cv_best_loss`) and was {glue:text}`cv_rise` higher by step {glue:text}`cv_last_step`
-# ({glue:text}`cv_last_loss`): past that point the model learns its six training subjects, not
-# the task (the run took {glue:text}`cv_ms` ms a step). The checkpoint sampled here is the same
-# recipe trained to step {glue:text}`sm_ckpt_step` (held-out loss {glue:text}`sm_ckpt_loss`).
+# The EMA's held-out loss {glue:text}`cv_verdict` at step {glue:text}`cv_best_step` ({glue:text}`cv_best_loss`) and
+# was {glue:text}`cv_rise` higher by step {glue:text}`cv_last_step` ({glue:text}`cv_last_loss`): past that point the
+# model learns its six training subjects, not the task (the run took {glue:text}`cv_ms` ms a step). The checkpoint
+# sampled here is the same recipe trained to step {glue:text}`sm_ckpt_step` (held-out loss {glue:text}`sm_ckpt_loss`).
 #
 # From it, each sampler drew {glue:text}`sm_n` samples under `bf16-graphs` and under the fastest sampling
-# configuration, `fast-w16-tnorm-tconv`, and every sample was compared with its subject's real
-# image (`scripts/quality.py samplers` → `quality/samplers.csv`): the mean intensity of the
-# background (outside the brain mask; the real image's is {glue:text}`sm_real_bg`), the Pearson
-# correlation with the real image inside the brain, PSNR and SSIM. A run *matches DDPM 250* when
-# its background mean lies within 0.1 of DDPM 250's and its in-brain correlation at most 0.05 below,
-# both as means over all samples of the run.
+# configuration, `fast-w16-tnorm-tconv`, and every sample was compared with its subject's real image
+# (`scripts/quality.py samplers` → `quality/samplers.csv`): the mean intensity of the background (outside the brain
+# mask; the real image's is {glue:text}`sm_real_bg`), the Pearson correlation with the real image inside the brain,
+# PSNR and SSIM. A run *matches DDPM 250* when its background mean lies within 0.1 of DDPM 250's and its in-brain
+# correlation at most 0.05 below, both as means over all samples of the run.
 
 # %% tags=["hide-input"]
 runs = quality_tables.samplers(root, QGPU) if QGPU else None
@@ -210,22 +191,9 @@ else:
 #
 # ## From Python: one sampler, many calls
 #
-# `medddpm sample` builds its denoiser once per command, and compiles it and captures its CUDA graphs
-# on first use. In a notebook, keep that object and call it again and again
-# (`medddpm/sample/sampler.py`; the command line is built on it):
-#
-# ```python
-# from medddpm.sample import Sampler
-#
-# s = Sampler.from_checkpoint("RUN/best.pt", config="fast")    # load once: fast on a GPU by default
-# images = s.sample("NEW_MASKS", seed=1)                        # {mask name: nibabel image in its mask's space}
-# images = s.sample("NEW_MASKS/sub-07.nii.gz", sampler="dpm2m-sde")  # 12 steps; a shape compiles once, then replays
-# s.write("NEW_MASKS", "SAMPLES", seed=1)                       # the files `medddpm sample` writes
-# ```
-#
-# Each mask's noise comes from a generator seeded by (seed, mask name), so its sample does not depend
-# on the call, the batch or the rank. Compiled work is kept in `MEDDDPM_CACHE` (default
-# `~/.cache/medddpm`) for later processes, and `medddpm warmup --checkpoint RUN/best.pt` fills it
-# ahead of time. Without `--config`, `medddpm sample` on a GPU runs `fast` only for enough masks that
-# its compilation pays off. Fewer masks run eagerly in bf16, which finishes before `fast` would have
-# compiled.
+# `medddpm sample` builds its denoiser once per command and compiles it on first use; in a notebook, keep that object
+# (`Sampler.from_checkpoint`, `medddpm/sample/sampler.py`: the README shows the calls) and call it again and again: a
+# shape compiles once, then replays. Each mask's noise comes from a generator seeded by (seed, mask name), so its
+# sample does not depend on the call, the batch or the rank. Compiled work is kept in `MEDDDPM_CACHE` (default
+# `~/.cache/medddpm`) for later processes, and `medddpm warmup --checkpoint RUN/best.pt` fills it ahead of time; how
+# `sample` picks its configuration without `--config` is in {doc}`15_time_to_result`.

@@ -417,3 +417,25 @@ def roofline(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str]):
     legend_in = 0.25 + 0.16 * -(-len(shown) // 5)  # title + rows of five entries, in inches
     fig.set_layout_engine("tight", rect=(0, 0, 1, 1 - legend_in / fig.get_figheight()))  # room for the legend
     return fig
+
+
+def paper_metrics(summaries: pd.DataFrame, metrics: list[str], figure: str, title: str, ylabel: str):
+    """One of the paper's Figs. 10–13 measured: a panel per metric of ``summaries`` (ncu, paper mode) per GPU and
+    configuration beside the paper's values (hatched); shown, then its numbers returned as a table of ours and the
+    paper's per GPU × configuration (None where the store has no such report: the figure says so)."""
+    from .tables import CONFIG_ORDER, metric_vs_paper
+
+    t = metric_vs_paper(summaries, metrics, figure)
+    if t.empty:
+        finish(no_data("ncu reports in paper mode", "ncu"))
+        return None
+    meas = t.rename(columns={"measured": "value"})[["gpu", "config", "metric", "value"]]
+    ref = paper.values(figure=figure, metric=metrics)
+    ref = ref[ref["config"].isin(meas["config"].unique())]
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), squeeze=False)  # one panel per row
+    for ax, m in zip(axes[:, 0], metrics):
+        data = with_paper(meas[meas["metric"] == m], ref[ref["metric"] == m], "config")
+        bars(data, "config", "value", m, ylabel, ax, order=[c for c in CONFIG_ORDER if c in set(data["config"])])
+    fig.suptitle(title)
+    finish(fig)
+    return table(t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]), 3, index=True)
