@@ -68,15 +68,13 @@ if not L.empty:
     display(table(L[["gpu_slug", "config", "step_ms_median", "fwd_ms_median", "peak_mem_gib", "speedup_vs_previous",
              "speedup_vs_baseline", "tflops", "peak_fraction"]], 3))
 
-# %% [markdown]
-# Larger batches for `bf16-graphs` (the same step, N volumes at once):
-
-# %% tags=["hide-input"]
 FB = tables.bench(root, G, ["bf16-graphs"], batch=None)
 if not FB.empty:
     display(table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3))
 
 # %% [markdown]
+# The tables: every rung; then `bf16-graphs` at larger batches (the same step, N volumes at once).
+#
 # On the {glue:text}`ref_gpu` `fast` takes {glue:text}`ref_fast_ms` ms a step: {glue:text}`ref_fast_x`× the FP32
 # baseline and {glue:text}`ref_fast_vs_opt1`× the paper's best (OPT1, {glue:text}`ref_opt1_ms` ms). It
 # {glue:text}`ref_target_verdict` the 50 ms target. It reaches {glue:text}`ref_fast_tflops` TFLOP/s of model
@@ -170,6 +168,8 @@ else:
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-scaling", "caption": "Training throughput of the real training loop (`medddpm train`, 128³ phantom NIfTI files, micro-batch 1 per GPU) on one GPU and on several (torchrun, weak scaling), per machine, configuration and micro-batches per step; bars labelled with the step time and the scaling efficiency T(1 GPU) / T(N GPUs)."}}
 plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU scaling runs (<machine>/scaling.csv)", "scaling"))
+
+# %% tags=["hide-input"]
 if not SC.empty:
     display(table(SC[["machine", "config", "grad_accum", "world_size", "step_ms_median", "volumes_per_s",
                       "scaling_efficiency", "nccl"]], 3))

@@ -101,6 +101,14 @@ show_table(recipe.paper_recipe_steps(root, target, G), "the paper's recipe at 10
            "scripts/anatomy_measure.sh", digits={"lowest loss": 4})
 
 # %% [markdown]
+# The record is one seed's. `train`'s default recipe exactly as `train` runs it (`--steps` and `--seed` alone), every
+# 64³ run of it in the store, to the same target:
+
+# %% tags=["hide-input"]
+show_table(recipe.default_seeds(root, G, target), f"train's default recipe at 64³, target {target:g}",
+           "scripts/probes/recipe_ab.sh; scripts/probes/plateau128.sh", digits={"final loss": 4})
+
+# %% [markdown]
 # ## Held-out loss against the training clock
 #
 # One line per arm; the dashed line is the target. Arms with Min-SNR-γ weighting or a peak rate of 4 × 10⁻⁴ and up are

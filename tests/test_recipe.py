@@ -146,3 +146,26 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
     state = recipe.plateau_state(tmp_path, ["h200"]).set_index("what")
     assert state.iloc[1]["met"] == "yes" and state.iloc[2]["met"] == "yes" and len(state) == 3  # no anatomy rows here
     assert recipe.plateau_state(tmp_path, ["h100"]).empty and math.isnan(recipe.plateau_target(tmp_path, ["h100"]))
+
+
+def test_the_default_recipes_seeds_are_the_arms_that_set_only_steps_and_seed(tmp_path):
+    """recipe.default_seeds: a recipe A/B arm of the cosine default with --steps/--seed alone, and a plateau run's 64³
+    confirm runs; an arm that sets a rate of its own is not the default as train runs it."""
+    from medddpm.report import recipe
+
+    base = {"date": "2026-01-02", "gpu": "H200", "machine": "m", "commits": {}, "changed": "c", "kept": "k"}
+    ab = tmp_path / "h200" / "recipe" / "ab-64-2026-01-02"
+    for arm, losses in (("d", [0.2, 0.104]), ("lr", [0.2, 0.10])):
+        (ab / arm).mkdir(parents=True)
+        pd.DataFrame({"step": [0, 500, 1000], "weights": "ema", "loss": [0.5, *losses]}).to_csv(ab / arm / "heldout.csv",
+                                                                                               index=False)
+    (ab / "run.json").write_text(json.dumps({**base, "kind": "recipe-ab", "arms": {
+        "d": {"flags": "--steps 1000 --seed 3", "recipe_default": "cosine"},
+        "lr": {"flags": "--steps 1000 --lr 1e-4", "recipe_default": "cosine"}}}))
+    pl = tmp_path / "h200" / "recipe" / "plateau-128-2026-01-03"
+    (pl / "c").mkdir(parents=True)
+    pd.DataFrame({"step": [0, 1000], "weights": "ema", "loss": [0.5, 0.106]}).to_csv(pl / "c" / "heldout.csv", index=False)
+    (pl / "run.json").write_text(json.dumps({**base, "kind": "recipe-plateau", "date": "2026-01-03", "arms": {},
+                                             "confirm": {"c": {"flags": "--size 64 --steps 1000 --seed 41"}, "why": "w"}}))
+    t = recipe.default_seeds(tmp_path, ["h200"], 0.105).set_index("seed")
+    assert sorted(t.index) == [3, 41] and t.loc[3, "step at target"] == 1000 and math.isnan(t.loc[41, "step at target"])

@@ -172,9 +172,12 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     long_enough = (paper_runs["steps"] >= hit.min()).sum() if len(hit) else 0  # runs that trained as far as the first hit
     paper_part = (f"; Med-DDPM's recipe at the book's rate got there in {int(hit.min()):,}–{int(hit.max()):,} steps in "
                   f"{len(hit)} of its {long_enough} runs that trained that long" if len(hit) else "")
+    seeds = recipe.default_seeds(root, gpus, target)
+    default_part = (f"; `train`'s default as it runs (`--steps` and `--seed` alone) reached it in "
+                    f"{int(seeds['step at target'].notna().sum())} of {len(seeds)} runs" if len(seeds) else "")
     return out + [f"- Time to a trained model at 64³ on IXI (held-out loss ≤ {target:g}, one {gpu_name(gpu).split()[0]}): "
             f"{best['wall at target (s)']:.0f} s from the command's start less the evaluations, {int(best['step at target']):,} "
-            f"steps of `{best['flags']}`{paper_part} — {ch('17', '17_time_to_trained')}."]
+            f"steps of `{best['flags']}` (one seed){default_part}{paper_part} — {ch('17', '17_time_to_trained')}."]
 
 
 if __name__ == "__main__":

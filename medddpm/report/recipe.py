@@ -235,3 +235,23 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
 def manifests_gpus(root: str | Path) -> list[str]:
     """Every GPU folder of a store (where chapters 14 and 16 keep every IXI checkpoint's rows)."""
     return sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []
+
+
+def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFrame:
+    """Every 64³ run of ``train``'s default recipe as ``train`` runs it (a recipe A/B arm with no recipe flag beyond
+    ``--steps`` and ``--seed``, and a ``recipe-plateau`` run's 64³ ``confirm`` runs): its seed, steps, final held-out
+    loss and the first step at or below ``target`` (NaN: not reached), so one seed's record reads beside the others."""
+    rows = []
+    for gpu, run, m in manifests.runs(root, KIND, gpus) + manifests.runs(root, PLATEAU, gpus):
+        arms = m["arms"] if m["kind"] == KIND else {k: v for k, v in m.get("confirm", {}).items() if isinstance(v, dict)}
+        for arm, spec in arms.items():
+            flags = spec["flags"].split()
+            own = [f for f in flags[::2] if f.startswith("--")]
+            if m["kind"] == KIND and (spec.get("recipe_default") != "cosine" or set(own) - {"--steps", "--seed"}):
+                continue
+            g = pd.read_csv(run / arm / "heldout.csv").query("weights == 'ema' and step > 0").groupby("step")["loss"].mean()
+            seed = int(flags[flags.index("--seed") + 1]) if "--seed" in flags else 0
+            hit = g[g <= target]
+            rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}", "seed": seed, "steps": int(g.index.max()),
+                         "final loss": g.iloc[-1], "step at target": hit.index[0] if len(hit) else float("nan")})
+    return pd.DataFrame(rows, columns=["run", "seed", "steps", "final loss", "step at target"])
