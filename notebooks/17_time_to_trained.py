@@ -70,7 +70,7 @@ show_table(recipe.plateau_state(root, G), "the 128³ run to its plateau (run.jso
 # %% tags=["hide-input"]
 show_table(recipe.big_records(big, big_target), f"128³ runs, target held-out loss {big_target:g}",
            "scripts/probes/plateau128.sh", digits={"final loss": 4, "minutes at target": 1, "minutes of steps": 1,
-                                                   "ms a step": 1})
+                                                   "wall at target (min)": 1, "ms a step": 1})
 if big.empty:
     no_data("a 128³ v run (anatomy/train/v-s*-fast-128 or run.json kind recipe-plateau)", "scripts/probes/plateau128.sh")
 else:

@@ -111,13 +111,14 @@ def test_runs_are_found_by_their_manifests_newest_first_and_superseded_ones_left
 
 
 
-def _run(folder, steps, losses, ms, ranks):
+def _run(folder, steps, losses, ms, ranks, clock=None):
     folder.mkdir(parents=True)
-    pd.DataFrame([{"step": s, "weights": "ema", "subject": "a", "t": 1, "loss": v} for s, v in zip(steps, losses)]
-                 ).to_csv(folder / "heldout.csv", index=False)
+    pd.DataFrame([{"step": s, "weights": "ema", "subject": "a", "t": 1, "loss": v, **({"seconds": s * clock} if clock else {})}
+                  for s, v in zip(steps, losses)]).to_csv(folder / "heldout.csv", index=False)
     pd.DataFrame({"step_from": [0, 1, 500], "step_to": [1, 500, 1000], "ms_per_step": [9e4, ms, ms + 2]}
                  ).to_csv(folder / "timing.csv", index=False)
-    (folder / "stdout.txt").write_text(f"trained to step {steps[-1]} on {ranks} ranks (global batch {ranks})\n")
+    (folder / "stdout.txt").write_text(f"trained to step {steps[-1]} on {ranks} ranks (global batch {ranks})\n"
+                                       "timing: ready 30.0 s, first step 1.0 s\n")
 
 
 def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_its_manifest(tmp_path):
@@ -127,7 +128,7 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
 
     _run(tmp_path / "h100" / "anatomy" / "train" / "v-s1-fast-128", [0, 3000, 6000], [0.5, 0.09, 0.08], 50.0, 2)
     run = tmp_path / "h200" / "recipe" / "plateau-128-2026-01-02"
-    _run(run / "v-s2-fast-128", [0, 1500, 3000, 4500], [0.5, 0.085, 0.0795, 0.0792], 60.0, 4)
+    _run(run / "v-s2-fast-128", [0, 1500, 3000, 4500], [0.5, 0.085, 0.0795, 0.0792], 60.0, 4, clock=0.07)
     (run / "logs").mkdir()
     (run / "logs" / "times.txt").write_text("train128 100.0\ntrain128-rc0 700.5\n")
     (run / "run.json").write_text(json.dumps({"kind": "recipe-plateau", "date": "2026-01-02", "gpu": "H200",
@@ -141,6 +142,8 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
     assert r.loc["v-s1-fast-128", "minutes at target"] == pytest.approx(6000 * 51.0 / 60_000)  # the median interval
     assert r.loc["v-s2-fast-128", "step at target"] == 3000 and r.loc["v-s2-fast-128", "levelled"] == "yes"
     assert r.loc["v-s2-fast-128", "GPUs"] == 4 and r.loc["v-s2-fast-128", "final loss"] == pytest.approx(0.0792)
+    assert r.loc["v-s2-fast-128", "wall at target (min)"] == pytest.approx((3000 * 0.07 + 30.0) / 60)  # clock + ready
+    assert math.isnan(r.loc["v-s1-fast-128", "wall at target (min)"])  # a run that kept no clock
     assert recipe.stage_seconds(run, "train128", "train128-rc") == pytest.approx(600.5)
     assert math.isnan(recipe.stage_seconds(run, "train128", "gate128-rc"))
     state = recipe.plateau_state(tmp_path, ["h200"]).set_index("what")

@@ -158,7 +158,8 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(pgpu)}, `train`'s default recipe, "
                    f"warm cache): {wall / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out loss "
                    f"{mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss "
-                   f"{recipe.plateau_target(root, gpus):g} after {mine['step at target']:,.0f} steps, {mine['minutes at target']:.1f} "
+                   f"{recipe.plateau_target(root, gpus):g} after {mine['step at target']:,.0f} steps, "
+                   f"{mine['wall at target (min)']:.1f} min from its start less the evaluations, {mine['minutes at target']:.1f} "
                    f"min of steps{before} — {ch('17', '17_time_to_trained')}.")
     found = recipe.newest(root, gpus)
     if found is None:

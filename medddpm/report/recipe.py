@@ -125,19 +125,24 @@ def _ranks(stdout: Path) -> int:
 
 def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128) -> pd.DataFrame:
     """Every v run at ``size``³ (chapter 14's ``anatomy/train/v-s*-fast-<size>``, each run of a ``recipe-plateau``
-    manifest read from its own folder): per evaluation, the EMA's held-out loss, the step and the minutes of steps at
-    the run's steady step (``ms``), with the run's recipe and GPUs."""
+    manifest read from its own folder): per evaluation, the EMA's held-out loss, the step, the minutes of steps at
+    the run's steady step (``ms``) and, where ``heldout.csv`` keeps the training clock, the wall time from the
+    command's start less the evaluations (``wall``, as at 64³: ``curves``), with the run's recipe and GPUs."""
     ours = {arm: run / arm for _, run, m in manifests.runs(root, PLATEAU, gpus) for arm in m["arms"]}
     theirs = {p.parent.name: p.parent for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
               if (gpus is None or p.parts[-5] in gpus) and p.parent.name not in ours}
     rows = []
     for name, folder in sorted({**theirs, **{a: f for a, f in ours.items() if a.endswith(f"-{size}")}}.items()):
-        h = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'").groupby("step", as_index=False)["loss"].mean()
+        raw = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'")
+        if "seconds" not in raw:
+            raw = raw.assign(seconds=float("nan"))
+        h = raw.groupby("step", as_index=False).agg(loss=("loss", "mean"), seconds=("seconds", "first"))
         ms = steady_ms(pd.read_csv(folder / "timing.csv"))
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         rows.append(h.assign(run=name, recipe="train's default (cosine)" if name in ours else PAPER_AT_BOOK_RATE,
-                             GPUs=_ranks(stdout), minutes=h["step"] * ms / 60_000, ms=ms))
-    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms"]
+                             GPUs=_ranks(stdout), minutes=h["step"] * ms / 60_000, ms=ms,
+                             wall=h["seconds"] + _ready(stdout)))
+    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
@@ -150,7 +155,8 @@ def plateau_target(root: str | Path, gpus: list[str]) -> float:
 def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd.DataFrame:
     """Per run of ``big_curves``: its steps and last loss, the first evaluation at or below ``target`` (step, minutes
     of steps; NaN: not reached) and whether it levelled (its loss fell by less than ``plateau`` between its last two
-    evaluations, the book's rule); minutes are of steps at its steady step."""
+    evaluations, the book's rule); minutes are of steps at its steady step, the wall from the command's start less the
+    evaluations where the run kept its clock."""
     rows = []
     for run, g in curve[curve["step"] > 0].groupby("run", sort=False):
         hit, last = g[g["loss"] <= target].head(1), g.iloc[-1]
@@ -158,10 +164,11 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
         rows.append({"run": run, "recipe": last["recipe"], "GPUs": int(last["GPUs"]), "steps": int(last["step"]),
                      "final loss": last["loss"], "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
                      "minutes at target": hit["minutes"].iloc[0] if len(hit) else float("nan"),
+                     "wall at target (min)": hit["wall"].iloc[0] / 60 if len(hit) else float("nan"),
                      "minutes of steps": last["minutes"], "ms a step": last["ms"],
                      "levelled": "yes" if drop < plateau else "no"})
-    cols = ["run", "recipe", "GPUs", "steps", "final loss", "step at target", "minutes at target", "minutes of steps",
-            "ms a step", "levelled"]
+    cols = ["run", "recipe", "GPUs", "steps", "final loss", "step at target", "minutes at target", "wall at target (min)",
+            "minutes of steps", "ms a step", "levelled"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -195,8 +202,9 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     mine, here = rec.loc[name], f"{gpu}/{run.relative_to(Path(root) / gpu)}"
     wall = stage_seconds(run, *spec["stamps"])
     rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target)",
-             f"{mine['minutes at target']:.1f} min of steps ({mine['step at target']:,.0f} steps)",
-             f"≤ {TARGET_MINUTES[0]:g} min", mine["minutes at target"] <= TARGET_MINUTES[0], here),
+             f"{mine['wall at target (min)']:.1f} min from `train`'s start, evaluations left out ({mine['step at target']:,.0f} "
+             f"steps, {mine['minutes at target']:.1f} min of steps)",
+             f"≤ {TARGET_MINUTES[0]:g} min", mine["wall at target (min)"] <= TARGET_MINUTES[0], here),
             ("the plateau (under 1 % between the last two evaluations), process start to checkpoint, warm cache",
              f"{wall / 60:.1f} min ({mine['steps']:,} steps, levelled: {mine['levelled']})", f"≤ {TARGET_MINUTES[1]:g} min",
              wall / 60 <= TARGET_MINUTES[1] and mine["levelled"] == "yes", here),
