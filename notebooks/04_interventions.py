@@ -149,20 +149,32 @@ plots.finish(fig)
 # throughput, active warps), totals for stalls; relative values divide by baseline.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-10", "caption": "The paper's Fig. 10, measured: tensor, FMA and ALU pipe utilization and SM throughput (% of peak), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.2)."}}
-display(plots.paper_metrics(S, ["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
-                            "Fig. 10 — pipe utilization and SM throughput", "% of peak"))
+t10 = plots.paper_metrics(S, ["tensor_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "sm_throughput_pct"], "Fig 10",
+                            "Fig. 10 — pipe utilization and SM throughput", "% of peak")
+
+# %% tags=["hide-input"]
+plots.show_table(t10, "ncu reports in paper mode", "ncu", digits=3)
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-11", "caption": "The paper's Fig. 11, measured: L1 and L2 hit rates and DRAM throughput (%), kernel-duration-weighted over the paper's 100-kernel window (ncu, paper mode), per GPU and configuration, beside the paper's values (hatched, §6.3)."}}
-display(plots.paper_metrics(S, ["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11",
-                            "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%"))
+t11 = plots.paper_metrics(S, ["l1_hit_pct", "l2_hit_pct", "dram_throughput_pct"], "Fig 11",
+                            "Fig. 11 — L1/L2 hit rate and DRAM throughput", "%")
+
+# %% tags=["hide-input"]
+plots.show_table(t11, "ncu reports in paper mode", "ncu", digits=3)
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-12", "caption": "The paper's Fig. 12, measured: active warps per cycle, kernel-duration-weighted over the paper's 100-kernel window and divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.4)."}}
-display(plots.paper_metrics(S, ["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline",
-                            "× baseline"))
+t12 = plots.paper_metrics(S, ["rel_warps_active"], "Fig 12", "Fig. 12 — active warps per cycle relative to baseline",
+                            "× baseline")
+
+# %% tags=["hide-input"]
+plots.show_table(t12, "ncu reports in paper mode", "ncu", digits=3)
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-13", "caption": "The paper's Fig. 13, measured: long-scoreboard, math-pipe-throttle and branch-resolving warp stalls summed over the paper's 100-kernel window, divided by the baseline's on the same GPU, beside the paper's ratios (hatched, §6.5)."}}
-display(plots.paper_metrics(S, ["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"],
-                            "Fig 13", "Fig. 13 — warp stalls relative to baseline", "× baseline"))
+t13 = plots.paper_metrics(S, ["rel_stall_long_scoreboard", "rel_stall_math_pipe_throttle", "rel_stall_branch_resolving"],
+                            "Fig 13", "Fig. 13 — warp stalls relative to baseline", "× baseline")
+
+# %% tags=["hide-input"]
+plots.show_table(t13, "ncu reports in paper mode", "ncu", digits=3)
 
 # %% [markdown]
 # Figs. 10, 11 and 13 need counters that only paper mode collects (step mode keeps to one counter pass so a whole 128³

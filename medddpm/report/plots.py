@@ -421,14 +421,14 @@ def roofline(points: pd.DataFrame, roofs: pd.DataFrame, configs: list[str]):
 
 def paper_metrics(summaries: pd.DataFrame, metrics: list[str], figure: str, title: str, ylabel: str):
     """One of the paper's Figs. 10–13 measured: a panel per metric of ``summaries`` (ncu, paper mode) per GPU and
-    configuration beside the paper's values (hatched); shown, then its numbers returned as a table of ours and the
-    paper's per GPU × configuration (None where the store has no such report: the figure says so)."""
+    configuration beside the paper's values (hatched); shown, then its numbers returned, ours and the paper's per GPU
+    × configuration, for a cell of their own (``show_table``; empty where the store has no such report)."""
     from .tables import CONFIG_ORDER, metric_vs_paper
 
     t = metric_vs_paper(summaries, metrics, figure)
     if t.empty:
         finish(no_data("ncu reports in paper mode", "ncu"))
-        return None
+        return t
     meas = t.rename(columns={"measured": "value"})[["gpu", "config", "metric", "value"]]
     ref = paper.values(figure=figure, metric=metrics)
     ref = ref[ref["config"].isin(meas["config"].unique())]
@@ -438,4 +438,4 @@ def paper_metrics(summaries: pd.DataFrame, metrics: list[str], figure: str, titl
         bars(data, "config", "value", m, ylabel, ax, order=[c for c in CONFIG_ORDER if c in set(data["config"])])
     fig.suptitle(title)
     finish(fig)
-    return table(t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]), 3, index=True)
+    return t.pivot_table(index=["gpu", "config"], columns="metric", values=["measured", "paper"]).reset_index()
