@@ -217,8 +217,8 @@ RECIPES: dict[str, dict[str, Any]] = {  # `train --recipe NAME`: TrainConfig val
     # Med-DDPM's (paper §3.2): Adam at a constant 1e-5, no warm-up, EMA 0.995 from step 2000, the unweighted loss
     "paper": {"lr": 1e-5, "lr_warmup": 0, "lr_decay": "constant", "lr_final": 0.0, "min_snr_gamma": 0.0,
               "ema_decay": 0.995, "ema_start_step": 2000, "ema_every": 10},
-    # issue 75's A/B at 64³ on IXI (4 × H200, data/results/h200-x4/recipe/): a 500-step warm-up to 2e-4, a cosine to 0
-    # at the run's last step, an EMA of 10 times shorter memory (0.99 every 10 steps); at 10,000 steps a held-out
+    # issue 75's A/B at 64³ on IXI (one arm per H200: data/results/h200/recipe/, kind recipe-ab): a 500-step warm-up
+    # to 2e-4, a cosine to 0 at the run's last step, an EMA of 10 times shorter memory (0.99 every 10 steps); at 10,000 steps a held-out
     # loss of 0.1063 and 0.1086 (seeds 0, 1) against 0.1124 for Adam at a constant 1e-4 (the book's IXI rate).
     # Min-SNR-γ 5 (0.156) and peaks of 4e-4 and up (0.46) lost
     "cosine": {"lr": 2e-4, "lr_warmup": 500, "lr_decay": "cosine", "lr_final": 0.0, "min_snr_gamma": 0.0,

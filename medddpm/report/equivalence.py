@@ -12,6 +12,7 @@ every function returns its full shape then, and every fact reads "—".
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -130,7 +131,18 @@ def judged(root: Path, gpu: str | None, name: str | None = None, rule: str = "eq
 def under_both_rules(root: Path, gpu: str | None) -> pd.DataFrame:
     """Every committed checkpoint's arms re-read under both rules (issue 75, declared before its new checkpoints):
     per checkpoint, size and arm, the verdict by equivalence and by non-inferiority, and the quality measures
-    whose interval lies below zero (nearer the scans than DDPM 250: what the book may say so of)."""
+    whose interval lies below zero (nearer the scans than DDPM 250: what the book may say so of). Judged once per
+    version of the tables (``_both``): a chapter, its facts and the headline ask for it several times."""
+    files = [Path(root) / str(gpu) / FOLDER / f"{t}.csv" for t in ("samples", "diversity")]
+    version = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) if f.exists() else (str(f), 0, 0)
+                    for f in files)
+    return _both(str(root), gpu, version).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _both(root: str, gpu: str | None, version: tuple) -> pd.DataFrame:
+    """``under_both_rules`` of one version of the tables (``version``: their paths, modification times and sizes)."""
+    root = Path(root)
     rows = []
     for name in names(root, gpu, None):
         by = {rule: judged(root, gpu, name, rule) for rule in RULES}
@@ -254,14 +266,18 @@ def candidate_run() -> str:
     return f"{r.spec}:fast"
 
 
+def _after(both: pd.DataFrame, chosen: str | None) -> list[str]:
+    """The checkpoints of ``under_both_rules`` judged after ``chosen`` (none took part in choosing the candidate);
+    none where ``chosen`` is not among them."""
+    order = list(dict.fromkeys(both["checkpoint"])) if len(both) else []
+    return order[order.index(chosen) + 1:] if chosen in order else []
+
+
 def confirmations(both: pd.DataFrame, chosen: str | None) -> pd.DataFrame:
-    """From ``under_both_rules``: the candidate's verdicts on every checkpoint judged after ``chosen`` (none took part
-    in choosing it), with the measures its non-inferiority verdict fails on."""
+    """From ``under_both_rules``: the candidate's verdicts on every checkpoint judged after ``chosen``."""
     cols = ["checkpoint", "size", "equivalence", "non-inferiority"]
-    if both.empty or chosen is None or chosen not in set(both["checkpoint"]):
-        return pd.DataFrame(columns=cols)
-    order = list(dict.fromkeys(both["checkpoint"]))
-    later = both[both["checkpoint"].isin(order[order.index(chosen) + 1:]) & (both["run"] == label(candidate_run()))]
+    later = both[both["checkpoint"].isin(_after(both, chosen)) & (both["run"] == label(candidate_run()))] if len(both) \
+        else pd.DataFrame(columns=cols)
     return later[cols].reset_index(drop=True)
 
 
@@ -467,8 +483,7 @@ def state(both: pd.DataFrame, chosen: str | None) -> pd.DataFrame:
             "candidate (non-inferiority)"]
     if both.empty:
         return pd.DataFrame(columns=cols)
-    order = list(dict.fromkeys(both["checkpoint"]))
-    upto = order[:order.index(chosen) + 1] if chosen in order else []
+    later = _after(both, chosen)
     rows = []
     for (name, size), g in both.groupby(["checkpoint", "size"], sort=False):
         by_role = {role: r for role, r in g.groupby("role")}
@@ -480,7 +495,7 @@ def state(both: pd.DataFrame, chosen: str | None) -> pd.DataFrame:
         else:
             calibrated = "no: no calibration arms"
         cand = g[g["run"] == label(candidate_run())]
-        rows.append({"checkpoint": name, "size": size, "chose the candidate": "yes" if name in upto else "no",
+        rows.append({"checkpoint": name, "size": size, "chose the candidate": "no" if name in later or chosen is None else "yes",
                      "calibrated": calibrated,
                      "candidate (equivalence)": cand["equivalence"].iloc[0] if len(cand) else "not sampled",
                      "candidate (non-inferiority)": cand["non-inferiority"].iloc[0] if len(cand) else "not sampled"})

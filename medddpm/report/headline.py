@@ -115,7 +115,7 @@ def readme_lines(root: Path) -> list[str]:
     chain = f"{CANDIDATE.sampler} {CANDIDATE.steps}"
     if {"ddpm 250", chain} <= set(secs.index):
         out.append(f"- Sampling a 128³ volume on an H100: {secs.loc['ddpm 250', 's / volume']:.2f} s with the default, "
-                   f"DDPM 250; {secs.loc[chain, 's / volume']:.2f} s with the 12-call chain `{CANDIDATE.describe()}`, "
+                   f"DDPM 250; {secs.loc[chain, 's / volume']:.2f} s with the {CANDIDATE.steps}-call chain `{CANDIDATE.describe()}`, "
                    f"which the sampler gate chose on one checkpoint: "
                    f"{equivalence.confirmed(equivalence.under_both_rules(root, g), equivalence.chosen_on(root, g))} — "
                    f"{ch('16', '16_equivalence')}.")
@@ -127,7 +127,7 @@ def readme_lines(root: Path) -> list[str]:
         chain = [f"{v:.1f} s {how}" for v, how in ((c_warm, "warm"), (c_cold, "empty")) if v is not None]
         if parts:
             said.append(f"{' and '.join(parts)} by default (DDPM 250) on {on(x)}"
-                        + (f" (the 12-call chain: {', '.join(chain)})" if chain else ""))
+                        + (f" (the {CANDIDATE.steps}-call chain: {', '.join(chain)})" if chain else ""))
     if said:
         out.append(f"- `medddpm sample` of one mask, process start to file: " + "; ".join(said)
                    + f" — {ch('15', '15_time_to_result')}.")
@@ -146,21 +146,18 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     from . import recipe
 
     out = []
-    plateau = recipe.manifests.runs(root, recipe.PLATEAU, gpus)
-    if plateau:
-        pgpu, prun, pm = plateau[0]
-        wall = recipe.stage_seconds(prun, *next(iter(pm["arms"].values()))["stamps"])
-        runs = recipe.big_records(recipe.big_curves(root, None), recipe.plateau_target(root, gpus)).set_index("run")
-        mine, paper = runs[runs["recipe"] != recipe.PAPER_AT_BOOK_RATE].iloc[-1], runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]
+    p = recipe.plateau(root, gpus)
+    if p is not None:
+        mine, runs = p["record"], p["records"]
+        paper = runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]
         four = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
         before = (f" (Med-DDPM's recipe: {four['step at target'].iloc[0]:,.0f} steps, {four['minutes at target'].iloc[0]:.1f} "
                   "min of steps)" if len(four) else "")
-        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(pgpu)}, `train`'s default recipe, "
-                   f"warm cache): {wall / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out loss "
-                   f"{mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss "
-                   f"{recipe.plateau_target(root, gpus):g} after {mine['step at target']:,.0f} steps, "
-                   f"{mine['wall at target (min)']:.1f} min from its start less the evaluations, {mine['minutes at target']:.1f} "
-                   f"min of steps{before} — {ch('17', '17_time_to_trained')}.")
+        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, `train`'s default "
+                   f"recipe, warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out "
+                   f"loss {mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss {p['target']:g} after "
+                   f"{mine['step at target']:,.0f} steps, {mine['wall at target (min)']:.1f} min from its start less the "
+                   f"evaluations, {mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
     found = recipe.newest(root, gpus)
     if found is None:
         return out

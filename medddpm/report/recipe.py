@@ -26,14 +26,27 @@ def _ready(stdout: Path) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
+def ema_curve(folder: Path) -> pd.DataFrame:
+    """A run's held-out loss of the EMA weights per evaluated step (mean over subjects and t), with its training clock
+    (``seconds``; NaN in runs that kept none)."""
+    h = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'")
+    if "seconds" not in h:
+        h = h.assign(seconds=float("nan"))
+    return h.groupby("step", as_index=False).agg(loss=("loss", "mean"), seconds=("seconds", "first"))
+
+
+def first_at(curve: pd.DataFrame, target: float) -> pd.DataFrame:
+    """The first evaluation of ``curve`` at or below ``target`` (no row: never)."""
+    return curve[curve["loss"] <= target].head(1)
+
+
 def curves(run: Path, manifest: dict) -> pd.DataFrame:
     """One row per (arm, evaluation): the EMA's held-out loss (mean over subjects and t), the step, and the training
     clock (seconds of steps, evaluations left out) plus the arm's start-up (``ready``). Step 0 is left out: its clock
     held that evaluation's own time in runs before the clock was read first (``run.json`` notes)."""
     frames = []
     for arm, spec in manifest["arms"].items():
-        h = pd.read_csv(run / arm / "heldout.csv").query("weights == 'ema' and step > 0")
-        g = h.groupby("step", as_index=False).agg(loss=("loss", "mean"), seconds=("seconds", "first"))
+        g = ema_curve(run / arm).query("step > 0")
         frames.append(g.assign(arm=arm, flags=_decimal(spec["flags"]), recipe=spec.get("recipe_default", ""),
                                wall=g["seconds"] + _ready(run / arm / "stdout.txt")))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
@@ -46,8 +59,7 @@ def records(curve: pd.DataFrame, target: float) -> pd.DataFrame:
     reached); reached first, fastest first."""
     rows = []
     for arm, g in curve.groupby("arm", sort=False):
-        hit = g[g["loss"] <= target].head(1)
-        last = g.iloc[-1]
+        hit, last = first_at(g, target), g.iloc[-1]
         rows.append({"arm": arm, "recipe": last["recipe"], "flags": last["flags"], "steps": int(last["step"]), "final loss": last["loss"],
                      "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
                      "clock at target (s)": hit["seconds"].iloc[0] if len(hit) else float("nan"),
@@ -76,10 +88,10 @@ def paper_recipe_steps(root: str | Path, target: float, gpus: list[str] | None =
     for path in sorted(Path(root).glob("*/anatomy/train/v-s*-fast/heldout.csv")):
         if gpus is not None and path.parts[-5] not in gpus:
             continue
-        g = pd.read_csv(path).query("weights == 'ema'").groupby("step")["loss"].mean()
-        hit = g[g <= target]
-        rows.append({"gpu": path.parts[-5], "run": path.parent.name, "steps": int(g.index.max()),
-                     "lowest loss": g.min(), "step at target": hit.index[0] if len(hit) else float("nan")})
+        g = ema_curve(path.parent)
+        hit = first_at(g, target)
+        rows.append({"gpu": path.parts[-5], "run": path.parent.name, "steps": int(g["step"].max()),
+                     "lowest loss": g["loss"].min(), "step at target": hit["step"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["gpu", "run", "steps", "lowest loss", "step at target"])
 
 
@@ -133,10 +145,7 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
               if (gpus is None or p.parts[-5] in gpus) and p.parent.name not in ours}
     rows = []
     for name, folder in sorted({**theirs, **{a: f for a, f in ours.items() if a.endswith(f"-{size}")}}.items()):
-        raw = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'")
-        if "seconds" not in raw:
-            raw = raw.assign(seconds=float("nan"))
-        h = raw.groupby("step", as_index=False).agg(loss=("loss", "mean"), seconds=("seconds", "first"))
+        h = ema_curve(folder)
         ms = steady_ms(pd.read_csv(folder / "timing.csv"))
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         rows.append(h.assign(run=name, recipe="train's default (cosine)" if name in ours else PAPER_AT_BOOK_RATE,
@@ -146,10 +155,25 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
+def plateau(root: str | Path, gpus: list[str]) -> dict | None:
+    """The newest ``recipe-plateau`` run on ``gpus`` (None: none): its GPU folder, run folder and manifest, its arm's
+    name, that arm's ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder,
+    so the paper recipe's compare), the process's wall seconds to its checkpoint (``stage_seconds``) and the target."""
+    found = manifests.runs(root, PLATEAU, gpus)
+    if not found:
+        return None
+    gpu, run, m = found[0]
+    (name, spec), = m["arms"].items()
+    target = m["target"]["heldout"]
+    records = big_records(big_curves(root, None), target).set_index("run")
+    return {"gpu": gpu, "run": run, "manifest": m, "name": name, "target": target, "record": records.loc[name],
+            "records": records, "wall": stage_seconds(run, *spec["stamps"])}
+
+
 def plateau_target(root: str | Path, gpus: list[str]) -> float:
     """The held-out target of the newest ``recipe-plateau`` run (NaN: none)."""
-    found = manifests.runs(root, PLATEAU, gpus)
-    return found[0][2]["target"]["heldout"] if found else float("nan")
+    p = plateau(root, gpus)
+    return p["target"] if p else float("nan")
 
 
 def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd.DataFrame:
@@ -159,7 +183,7 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
     evaluations where the run kept its clock."""
     rows = []
     for run, g in curve[curve["step"] > 0].groupby("run", sort=False):
-        hit, last = g[g["loss"] <= target].head(1), g.iloc[-1]
+        hit, last = first_at(g, target), g.iloc[-1]
         drop = (g["loss"].iloc[-2] - last["loss"]) / g["loss"].iloc[-2] if len(g) > 1 else float("nan")
         rows.append({"run": run, "recipe": last["recipe"], "GPUs": int(last["GPUs"]), "steps": int(last["step"]),
                      "final loss": last["loss"], "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
@@ -193,14 +217,11 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     from . import anatomy, equivalence
 
     cols = ["what", "measured", "target", "met", "from"]
-    found = manifests.runs(root, PLATEAU, gpus)
-    if not found:
+    p = plateau(root, gpus)
+    if p is None:
         return pd.DataFrame(columns=cols)
-    gpu, run, m = found[0]
-    (name, spec), = m["arms"].items()
-    rec = big_records(big_curves(root, None), m["target"]["heldout"]).set_index("run")
-    mine, here = rec.loc[name], f"{gpu}/{run.relative_to(Path(root) / gpu)}"
-    wall = stage_seconds(run, *spec["stamps"])
+    m, name, mine, wall = p["manifest"], p["name"], p["record"], p["wall"]
+    here = f"{p['gpu']}/{p['run'].relative_to(Path(root) / p['gpu'])}"
     rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target)",
              f"{mine['wall at target (min)']:.1f} min from `train`'s start, evaluations left out ({mine['step at target']:,.0f} "
              f"steps, {mine['minutes at target']:.1f} min of steps)",
@@ -210,7 +231,7 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
              wall / 60 <= TARGET_MINUTES[1] and mine["levelled"] == "yes", here),
             ("held-out loss at the plateau", f"{mine['final loss']:.4f}", f"< {m['target']['best_before']:g}",
              mine["final loss"] < m["target"]["best_before"], here)]
-    g = anatomy.anatomy_gpu(root, manifests_gpus(root))
+    g = anatomy.anatomy_gpu(root, gpus)
     s = anatomy.load(root, g, "anatomy_summary")
     s = s[(s["name"] == name) & (s["split"] == "val")].set_index("run")
     if anatomy.LARGE_RUN in s.index:
@@ -229,7 +250,7 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
         share = u.loc["synthetic", "Dice"] / u.loc["real", "Dice"]
         rows.append(("segmentation Dice, synthetic-trained against real-trained", f"{100 * share:.1f} %",
                      f"≥ {100 * TARGET_DICE:g} %", share >= TARGET_DICE, f"{g}/anatomy/anatomy_utility.csv"))
-    eg = equivalence.equivalence_gpu(root, manifests_gpus(root))
+    eg = equivalence.equivalence_gpu(root, gpus)
     both = equivalence.under_both_rules(root, eg)
     v = both[(both["checkpoint"] == name) & (both["run"] == equivalence.label(equivalence.candidate_run()))]
     if len(v):
@@ -238,11 +259,6 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
                      f"{eg}/equivalence/samples.csv"))
     out = pd.DataFrame(rows, columns=cols)
     return out.assign(met=out["met"].map({True: "yes", False: "no"}))
-
-
-def manifests_gpus(root: str | Path) -> list[str]:
-    """Every GPU folder of a store (where chapters 14 and 16 keep every IXI checkpoint's rows)."""
-    return sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []
 
 
 def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFrame:
@@ -254,12 +270,13 @@ def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFr
         arms = m["arms"] if m["kind"] == KIND else {k: v for k, v in m.get("confirm", {}).items() if isinstance(v, dict)}
         for arm, spec in arms.items():
             flags = spec["flags"].split()
-            own = [f for f in flags[::2] if f.startswith("--")]
-            if m["kind"] == KIND and (spec.get("recipe_default") != "cosine" or set(own) - {"--steps", "--seed"}):
+            named = {f for f in flags if f.startswith("--")}
+            if m["kind"] == KIND and (spec.get("recipe_default") != "cosine" or named - {"--steps", "--seed"}):
                 continue
-            g = pd.read_csv(run / arm / "heldout.csv").query("weights == 'ema' and step > 0").groupby("step")["loss"].mean()
+            g = ema_curve(run / arm).query("step > 0")
             seed = int(flags[flags.index("--seed") + 1]) if "--seed" in flags else 0
-            hit = g[g <= target]
-            rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}", "seed": seed, "steps": int(g.index.max()),
-                         "final loss": g.iloc[-1], "step at target": hit.index[0] if len(hit) else float("nan")})
+            hit = first_at(g, target)
+            rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}", "seed": seed,
+                         "steps": int(g["step"].max()), "final loss": g["loss"].iloc[-1],
+                         "step at target": hit["step"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["run", "seed", "steps", "final loss", "step at target"])
