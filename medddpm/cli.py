@@ -140,7 +140,8 @@ def _train_inputs(a: argparse.Namespace):
     given = {"lr": a.lr, "lr_warmup": a.lr_warmup, "lr_decay": a.lr_decay, "lr_final": a.lr_final,
              "min_snr_gamma": a.min_snr_gamma, "ema_decay": a.ema_decay, "grad_accum": a.grad_accum,
              "save_every": a.save_every, "log_every": a.log_every, "seed": a.seed, "ema_start_step": a.ema_start,
-             "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights}
+             "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights,
+             "patch_size": a.patch_size, "patch_steps": a.patch_steps}
     try:
         if stored is None:
             train_cfg = recipe_config(a.recipe or DEFAULT_RECIPE, **given)
@@ -653,6 +654,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--min-snr-gamma", type=float, metavar="GAMMA", help="Min-SNR-γ loss weighting (Hang et al. 2023; "
                    "0 = unweighted) (default: the recipe's)")
     s.add_argument("--ema-decay", type=float, help="decay of the weights' EMA (default: the recipe's)")
+    s.add_argument("--patch-size", type=int, metavar="N", help="a curriculum (Patch Diffusion, Wang et al. 2023): the "
+                   "first --patch-steps steps train on random N³ cubes of each volume and its mask, whole volumes after "
+                   "(the held-out loss is always judged on whole volumes) (default: the recipe's: none)")
+    s.add_argument("--patch-steps", type=int, metavar="STEPS", help="with --patch-size: the steps on patches "
+                   "(default: the recipe's)")
     s.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 2)")
     s.add_argument("--save-every", type=int, help="checkpoint period in steps (default 1000)")
     s.add_argument("--log-every", type=int, help="steps between loss read-backs and NaN checks (default 50)")

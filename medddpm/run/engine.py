@@ -119,13 +119,15 @@ def build_model(model_cfg: ModelConfig, knobs: Knobs, device: torch.device, init
     return model.to(device=device, memory_format=memory_format(knobs))
 
 
-def compiled(model: nn.Module, knobs: Knobs) -> nn.Module | Callable:
-    """``torch.compile(model, mode=knobs.compile_mode)`` when asked for, else the model itself; with
-    ``grad_buckets`` > 1 the U-Net in that many segments, each compiled on its own (``Segmented``)."""
+def compiled(model: nn.Module, knobs: Knobs, dynamic: bool | None = None) -> nn.Module | Callable:
+    """``torch.compile(model, mode=knobs.compile_mode, dynamic=dynamic)`` when asked for, else the model itself; with
+    ``grad_buckets`` > 1 the U-Net in that many segments, each compiled on its own (``Segmented``). ``dynamic``
+    False: a second input shape compiles a graph of its own static shape (training's curriculum), not one of
+    symbolic shapes for all."""
     if knobs.compile or switched_on(knobs, TRITON_KNOBS):
         cache.use()  # Inductor's and Triton's caches under MEDDDPM_CACHE, kept across processes
-    compile_fn = (lambda f: torch.compile(f, mode=None if knobs.compile_mode == "default" else knobs.compile_mode)) \
-        if knobs.compile else (lambda f: f)
+    mode = None if knobs.compile_mode == "default" else knobs.compile_mode
+    compile_fn = (lambda f: torch.compile(f, mode=mode, dynamic=dynamic)) if knobs.compile else (lambda f: f)
     if knobs.grad_buckets > 1:
         return Segmented(model, knobs.grad_buckets, compile_fn)
     return compile_fn(model)
@@ -518,7 +520,7 @@ class Engine:
         # the denoiser's input (image + mask, concatenated) in the model's layout: a 1-channel NDHWC
         # batch is also NCDHW-contiguous, so the concatenation comes out NCDHW, and the thin stem
         # (Triton for NDHWC only) would fall back to cuDNN
-        self.diffusion = GaussianDiffusion(compiled(net, self.knobs), diffusion_cfg,
+        self.diffusion = GaussianDiffusion(compiled(net, self.knobs, dynamic=False), diffusion_cfg,
                                            memory_format(self.knobs)).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)
         self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device,
@@ -543,7 +545,7 @@ class TrainStep:
     With ``cuda_graphs`` on a GPU, the first ``GRAPH_WARMUP`` calls run eagerly on a side stream
     (they are real steps), the next captures the whole step — every micro-batch and the optimizer —
     as one CUDA graph, and every call from then on copies its inputs into the graph's static
-    buffers and replays it. The returned loss tensor is then the graph's own: read or copy it
+    buffers and replays it. A call of another input shape releases the graph and starts again. The returned loss tensor is then the graph's own: read or copy it
     before the next call.
     """
 
@@ -604,6 +606,8 @@ class TrainStep:
         with nvtx("train_step"):
             if mark is not None:
                 marks.append(mark())
+            if self.graph is not None and [tuple(t.shape) for t in images] != [tuple(t.shape) for t in self.static[:len(images)]]:
+                self.release()  # a new input shape (a curriculum's whole volumes after its patches): captured anew
             if not self.graphed:
                 loss = self._run(images, masks, draws, mark, marks)
             elif self.graph is None and self.calls < GRAPH_WARMUP:
@@ -648,9 +652,6 @@ class TrainStep:
             with torch.cuda.graph(self.graph, capture_error_mode=mode):
                 self.static_loss = self._run(self.static[:n], self.static[n:2 * n], static_draws, None, [],
                                              capturing=True)
-        elif [t.shape for t in inputs] != [t.shape for t in self.static]:
-            raise ValueError("a CUDA-graph step replays one input shape; got "
-                             f"{[tuple(t.shape) for t in inputs]}, captured {[tuple(t.shape) for t in self.static]}")
         for dst, src in zip(self.static, inputs):
             dst.copy_(src, non_blocking=True)
         if mark is not None:

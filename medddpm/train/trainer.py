@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..data import pipeline
+from ..data import patches, pipeline
 from ..core.config import (EVAL_WEIGHTS, PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig,
                            from_dict)
 from ..run.distributed import World, draw_seed
@@ -93,7 +93,9 @@ def timing_line(phases: dict[str, float], ready_s: float | None = None, time_lim
     n = int(phases.get("steady steps n", 0))
     per = f" at {1e3 * phases['steady steps'] / n:.1f} ms" if n else ""
     parts = ([f"ready {ready_s:.1f} s"] if ready_s is not None else []) + [
-        f"first step {phases.get('first step', 0.0):.1f} s", f"steady steps {phases.get('steady steps', 0.0):.1f} s ({n:,}{per})",
+        f"first step {phases.get('first step', 0.0):.1f} s"] + (
+        [f"first whole-volume step {phases['switch step']:.1f} s"] if phases.get("switch step n") else []) + [
+        f"steady steps {phases.get('steady steps', 0.0):.1f} s ({n:,}{per})",
         f"held-out {phases.get('held-out', 0.0):.1f} s ({int(phases.get('held-out n', 0))})",
         f"checkpoints {phases.get('checkpoints', 0.0):.1f} s ({int(phases.get('checkpoints n', 0))})"]
     if time_limit_s:
@@ -160,6 +162,14 @@ class Trainer:
         self.model_cfg, self.train_cfg, self.knobs, self.diffusion_cfg = model_cfg, train_cfg, knobs, diffusion_cfg
         self.size = tuple(size)
         model_cfg.check_size(self.size)
+        if train_cfg.patch_size:
+            p = train_cfg.patch_size
+            if any(p > s for s in self.size):
+                raise InputError(f"--patch-size {p} is larger than the training size {self.size}")
+            try:
+                model_cfg.check_size((p,) * 3)
+            except ValueError as exc:
+                raise InputError(f"--patch-size {p}: {exc}") from None
         torch.manual_seed(train_cfg.seed)
         np.random.seed(train_cfg.seed)
         random.seed(train_cfg.seed)
@@ -314,6 +324,12 @@ class Trainer:
         eps = self.engine.diffusion.draw_noise(image, self._gen)  # with the offset noise, if any
         return t, self.engine.to_device(eps)  # in the images' layout
 
+    def patches(self, draw: int, image: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Draw ``draw``'s volumes and masks cut to its random patches (``data.patches``), in the model's layout."""
+        p = self.train_cfg.patch_size
+        low = patches.corners(self.train_cfg.seed, draw, image.shape[0], self.size, p)
+        return self.engine.to_device(patches.crop(image, low, p)), self.engine.to_device(patches.crop(mask, low, p))
+
     def train_step(self) -> Tensor:
         """One optimizer step (``grad_accum`` micro-batches on each rank); returns this rank's
         mean loss on the device (no host synchronisation) and queues it for the next ``flush``."""
@@ -322,6 +338,8 @@ class Trainer:
         assert self._feed is not None
         draws = self.draws(self.step)
         pairs = self._feed.take(self.step)
+        if self.train_cfg.patched(self.step):
+            pairs = [self.patches(d, image, mask) for d, (image, mask) in zip(draws, pairs)]
         noises = [self.noise(d, image) for d, (image, _) in zip(draws, pairs)]
         set_lr(self.optimizer, self.train_cfg.lr_at(self.step, max(self._steps, self.step + 1)))
         loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs], draws=noises)
@@ -412,7 +430,10 @@ class Trainer:
         if deadline is None and not self.world.distributed:
             return False
         now = time.perf_counter()
-        (a, ta), (b, tb) = self._clock[min(1, len(self._clock) - 1)], self._clock[-1]  # after the first step: steady
+        paced = [c for c in self._clock if c[0] > self.train_cfg.patch_steps]  # after a curriculum's first whole step
+        if not self.train_cfg.patch_steps or len(paced) < 2:
+            paced = self._clock[min(1, len(self._clock) - 1):]  # after the first step: steady
+        (a, ta), (b, tb) = paced[0], paced[-1]
         end = self.step + (deadline - now) * (b - a) / (tb - ta) if deadline and b > a and tb > ta else steps
         mine = torch.tensor([float(deadline is not None and now > deadline), float(end)], dtype=torch.float64,
                             device=self.device) * float(self.world.main)
@@ -452,7 +473,7 @@ class Trainer:
         start = self._fit_start = self._clock[0][1]
         deadline = None if time_limit_s is None else start + time_limit_s
         self.stopped_early = self._agreed_stop = False
-        self.phases = {"first step": 0.0, "first step n": 0, "held-out": 0.0, "held-out n": 0, "checkpoints": 0.0,
+        self.phases = {"first step": 0.0, "first step n": 0, "switch step": 0.0, "switch step n": 0, "held-out": 0.0, "held-out n": 0, "checkpoints": 0.0,
                        "checkpoints n": 0, "steady steps": 0.0, "steady steps n": 0}
         from tqdm.auto import tqdm
 
@@ -468,6 +489,9 @@ class Trainer:
                 if self.step == first + 1:  # read back at once: the first step's compilation, capture and warm-up
                     self.flush()
                     self.phases["first step"], self.phases["first step n"] = time.perf_counter() - t0, 1
+                elif self.step == cfg.patch_steps + 1:  # a curriculum's first whole volumes: their compilation and capture
+                    self.flush()
+                    self.phases["switch step"], self.phases["switch step n"] = time.perf_counter() - t0, 1
                 if self.step % cfg.log_every == 0 or self.step % cfg.save_every == 0:
                     self.flush()
                     bar.update(self.step - bar.n)
@@ -489,8 +513,9 @@ class Trainer:
         self._timed("held-out", self._evaluate_if_due, steps, True)  # best.pt considers the last weights, however it ends
         self._timed("checkpoints", self.save)
         p = self.phases
-        p["steady steps"] = max(time.perf_counter() - start - p["first step"] - p["held-out"] - p["checkpoints"], 0.0)
-        p["steady steps n"] = self.step - first - p["first step n"]
+        p["steady steps"] = max(time.perf_counter() - start - p["first step"] - p["switch step"] - p["held-out"]
+                                - p["checkpoints"], 0.0)
+        p["steady steps n"] = self.step - first - p["first step n"] - p["switch step n"]
         return self.losses
 
     def _held_postfix(self) -> dict[str, str]:

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The patch curriculum at the paper's size (issue 75, Patch Diffusion): IXI 128³ on 4 GPUs, seed 15 as the plateau run,
+# from `medddpm train` start to its checkpoint (warm compile cache), evaluated every EVAL steps.
+#   arm patch : the default recipe, its first PATCH_STEPS steps on random 64³ cubes, then whole volumes, STEPS_A in all
+#   arm short : the default recipe alone with STEPS_B steps (its cosine ends as early): what the short budget gives
+# Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
+#   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
+#   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
+#   curriculum128.sh wait S (later calls)                        — waits up to S s, prints where the pipeline is
+#   curriculum128.sh collect                                     — $OUT/curriculum.tgz: every table, log and timing
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset PYTHONDONTWRITEBYTECODE
+W=/tmp/w; R=$W/repo; RES=$W/res
+export PYTHONPYCACHEPREFIX=$W/pycache PYTHONPATH=$R:/tmp/site
+export MEDDDPM_CACHE=$W/cache TORCHINDUCTOR_CACHE_DIR=$W/cache/inductor TRITON_CACHE_DIR=$W/cache/triton
+PATCH_STEPS=${PATCH_STEPS:-6000}; STEPS_A=${STEPS_A:-8500}; STEPS_B=${STEPS_B:-4000}; EVAL=${EVAL:-750}
+ARMS=${ARMS:-patch short}
+TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet --size 128
+  --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --nproc 4 --seed 15"
+
+stamp() { echo "$1 $(date +%s.%N)" >> $W/times.txt; }
+where() {
+  cat $W/times.txt 2>/dev/null | awk -v t0=$(head -1 $W/times.txt 2>/dev/null | cut -d' ' -f2) '{printf "%s +%.0f s\n", $1, $2 - t0}'
+  for f in $W/r-*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
+  tail -3 $W/logs/*.txt 2>/dev/null | tail -30
+}
+
+pipeline() {
+  cd $R; mkdir -p $W/logs $RES; stamp pipeline
+  # 1. the compile caches filled by a short run of the curriculum: both shapes (64³ patches, 128³ volumes), their
+  # CUDA graphs and the held-out judge, so the timed runs start warm
+  timeout 560 $TRAIN --steps 12 --patch-size 64 --patch-steps 6 --eval-every 1000 --out $W/fill \
+    > $W/logs/fill.txt 2>&1; stamp "fill-rc$?"
+  for arm in $ARMS; do
+    stamp $arm
+    case $arm in
+      patch) $TRAIN --steps $STEPS_A --patch-size 64 --patch-steps $PATCH_STEPS --time-limit 420 --eval-every $EVAL \
+               --log-every 250 --save-every 100000 --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
+      short) $TRAIN --steps $STEPS_B --time-limit 420 --eval-every $EVAL --log-every 250 --save-every 100000 \
+               --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
+    esac
+    stamp "$arm-rc$?"
+  done
+  stamp DONE
+}
+
+case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
+  load)
+    mkdir -p $W /tmp/d128
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
+    cp -r .carry/d128a/. /tmp/d128/
+    { nvidia-smi -L; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+      python3 -c "import torch,triton,sys;print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.nccl.version(), triton.__version__, sys.version.split()[0])"
+      git log -1 --format=%H 2>/dev/null; git status --short 2>/dev/null | head; } > $W/env.txt 2>&1
+    cat $W/env.txt; ls /tmp/d128/dev/images | wc -l ;;
+  start)
+    cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/
+    echo "128³: $(ls /tmp/d128/dev/images | wc -l) images, $(ls /tmp/d128/dev/masks | wc -l) masks"
+    rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/ && rm -f $W/times.txt
+    setsid nohup bash $R/scripts/probes/curriculum128.sh pipeline > $W/pipeline.txt 2>&1 < /dev/null &
+    sleep ${2:-500}; where ;;
+  pipeline) pipeline ;;
+  wait)
+    for i in $(seq 1 $((${2:-560} / 10))); do grep -q DONE $W/times.txt 2>/dev/null && break; sleep 10; done
+    where ;;
+  collect)
+    mkdir -p $RES/runs
+    for d in $W/r-* $W/fill; do
+      [ -d $d ] && mkdir -p $RES/runs/$(basename $d) && cp $d/*.csv $RES/runs/$(basename $d)/ 2>/dev/null; done
+    cp -r $W/logs $W/times.txt $W/env.txt $W/pipeline.txt $RES/ 2>/dev/null
+    tar -C $W -czf $OUT/curriculum.tgz res && ls -la $OUT && where ;;
+esac
