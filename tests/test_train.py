@@ -292,3 +292,15 @@ def test_resume_may_change_the_cadences_and_stays_exact(phantoms, tmp_path, caps
         assert torch.equal(rest.model.state_dict()[k], v), k
     with pytest.raises(InputError, match=r"lr 0.001 → 0.002"):
         _trainer(phantoms, tmp_path / "b", lr=2e-3).resume()
+
+
+def test_the_ema_copies_before_its_start_keep_no_autograd_history(phantoms, tmp_path):
+    """Before ema_start_step the EMA is reset to the model every ema_every steps; that copy must not record autograd
+    history: the EMA's tensors would then require grad and keep the parameters' autograd nodes alive on the stream of
+    the copy, which breaks a later CUDA-graph capture (a curriculum's whole volumes: cudaErrorStreamCaptureImplicit on
+    4 × H200, torch 2.11)."""
+    t = _trainer(phantoms, tmp_path, ema_start_step=100, grad_accum=1)
+    t.fit(3, progress=False)
+    assert all(p.grad_fn is None and not p.requires_grad for p in t.ema.parameters())
+    for a, b in zip(t.ema.parameters(), t.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # still a copy of the model

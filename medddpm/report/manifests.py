@@ -51,6 +51,7 @@ KINDS = {  # the kind of measurement a dated run folder holds, by its content na
     "gpu-book": ("gpu-book",),
     "recipe-ab": ("ab-64",),
     "recipe-plateau": ("plateau-128",),
+    "recipe-probe": ("curriculum-128",),
     "gpu-tests": ("gpu-tests",),
 }
 SUPERSEDING = {"sample-rows": ("after-cut", "default-rows")}  # a kind's current rows: each newer run of these names

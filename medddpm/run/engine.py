@@ -545,7 +545,10 @@ class TrainStep:
     With ``cuda_graphs`` on a GPU, the first ``GRAPH_WARMUP`` calls run eagerly on a side stream
     (they are real steps), the next captures the whole step — every micro-batch and the optimizer —
     as one CUDA graph, and every call from then on copies its inputs into the graph's static
-    buffers and replays it. A call of another input shape releases the graph and starts again. The returned loss tensor is then the graph's own: read or copy it
+    buffers and replays it. A call of another input shape releases the graph and starts again: warm-up
+    steps, then a capture of the new shape (a curriculum's patches, then whole volumes). A capture needs
+    every autograd node alive from earlier steps to belong to no stream but its own: the trainer's EMA
+    copies run without autograd for that reason. The returned loss tensor is then the graph's own: read or copy it
     before the next call.
     """
 

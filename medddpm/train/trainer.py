@@ -348,7 +348,8 @@ class Trainer:
         cfg = self.train_cfg
         if self.step % cfg.ema_every == 0:
             if self.step < cfg.ema_start_step:
-                torch._foreach_copy_(self._ema_params, self._params)
+                with torch.no_grad():  # else the EMA's tensors hold the parameters' autograd nodes, on this stream
+                    torch._foreach_copy_(self._ema_params, self._params)
             else:
                 ema_update(self._ema_params, self._params, cfg.ema_decay)
         return loss

@@ -30,8 +30,8 @@ pipeline() {
   cd $R; mkdir -p $W/logs $RES; stamp pipeline
   # 1. the compile caches filled by a short run of the curriculum: both shapes (64³ patches, 128³ volumes), their
   # CUDA graphs and the held-out judge, so the timed runs start warm
-  timeout 560 $TRAIN --steps 12 --patch-size 64 --patch-steps 6 --eval-every 1000 --out $W/fill \
-    > $W/logs/fill.txt 2>&1; stamp "fill-rc$?"
+  if [ "${FILL:-1}" = 1 ]; then timeout 560 $TRAIN --steps 12 --patch-size 64 --patch-steps 6 --eval-every 1000 \
+    --out $W/fill > $W/logs/fill.txt 2>&1; stamp "fill-rc$?"; fi
   for arm in $ARMS; do
     stamp $arm
     case $arm in
@@ -64,6 +64,12 @@ case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
   wait)
     for i in $(seq 1 $((${2:-560} / 10))); do grep -q DONE $W/times.txt 2>/dev/null && break; sleep 10; done
     where ;;
+  again)  # after DONE: this tree's code, the arms $ARMS (the caches stay), in its own session
+    grep -q DONE $W/times.txt || { echo "the pipeline has not finished"; exit 1; }
+    sed -i 's/^DONE /DONE-before /' $W/times.txt
+    rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/
+    FILL=0 setsid nohup bash $R/scripts/probes/curriculum128.sh pipeline >> $W/pipeline.txt 2>&1 < /dev/null &
+    sleep ${2:-500}; where ;;
   collect)
     mkdir -p $RES/runs
     for d in $W/r-* $W/fill; do
