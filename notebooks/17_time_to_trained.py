@@ -145,4 +145,7 @@ else:
 # recipe's 4-GPU run's, though its held-out loss is lower: one seed of each, so this ranks nothing.
 #
 # **Not yet measured**: a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal
-# is 40 ms at 128³ on an H200), and the levers not tried (Adam's betas, Muon, a patch curriculum, post-hoc EMA).
+# is 40 ms at 128³ on an H200), and the levers not tried (Adam's betas, Muon, post-hoc EMA). A patch curriculum
+# (`train --patch-size --patch-steps`, {doc}`../usage`) is built; its first 128³ runs ended at the capture of whole
+# volumes, which exposed a fault since fixed (the EMA's reset copies recorded autograd history), before any
+# held-out loss of a whole run: the probe's manifest (kind `recipe-probe`) says what ran.
