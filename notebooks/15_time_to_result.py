@@ -62,8 +62,8 @@ show_table(waiting.state(root, G), "today's time-to-result rows (a sample-rows r
 # configuration and the volume size, and `medddpm warmup --checkpoint …` fills it ahead of time.
 # A *cold* row starts from an empty cache; a *warm* row runs the same command again. Without
 # `--config`, `warmup` compiles every configuration `sample` may pick (`fast-eager` for small jobs,
-# `fast` for large ones), so the first `sample` after it starts warm whatever its size. On one machine
-# (`warmup-every-config/`): {glue:text}`tr_afterwarmup`.
+# `fast` for large ones), so the first `sample` after it starts warm whatever its size (the history below has
+# what that bought on each machine).
 #
 # **The sampler.** A row without `--sampler` ran the default of its day; the first rows of the history ran
 # {glue:text}`tr_sampler`. Today's default ({doc}`16_equivalence`): {glue:text}`tr_default_sampler`.
@@ -75,11 +75,12 @@ show_table(waiting.state(root, G), "today's time-to-result rows (a sample-rows r
 # %% [markdown]
 # ## History
 #
-# Every change this chapter measured, oldest first: what changed, what it measured (on the run's machines, against
-# the code before where it was an A/B), and its run folders. Each run's `run.json` says how it ran.
+# Every change this chapter measured, oldest first, per GPU: what changed, what it measured (before → after where it
+# was an A/B, on one machine), and its run folder, whose `run.json` says how it ran. Each row was computed once, when
+# its run was judged, into the GPU's `time_to_result/history.json` (`medddpm/report/history.py`).
 
 # %% tags=["hide-input"]
-show_table(waiting.history(root, G, FACTS), "what moved the time to result (time_to_result/*/run.json)",
+show_table(waiting.history(root, G), "what moved the time to result (time_to_result/history.json)",
            "scripts/time_to_result.sh, scripts/probes/")
 
 # %% [markdown]

@@ -11,7 +11,6 @@ from .few_step import fastest_passing
 from .present import gpu_name
 from ..diffusion.solvers import CANDIDATE
 from .tables import SCOPES, bench, normalized_scopes
-from .waiting import rows as waiting_rows, wall
 
 
 def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -63,12 +62,13 @@ def headline(root: Path, gpus: list[str]) -> pd.DataFrame:
             fp["vs_opt1_ddpm250"].to_dict())
         add("  × faster than DDPM 250 in FP32", scope, "Quality and sampling", "not reported",
             fp["vs_fp32_ddpm250"].to_dict())
-    walls = {g: [wall(d, "default", 1, c) for c in ("cold", "warm")]
-             for g, d in waiting_rows(root, gpus).groupby("gpu_slug")}
+    now = waiting.state(root, gpus).set_index(["GPU", "what"])["today (s)"]
+    warm, cold = (r[0] for r in waiting.STATE_ROWS[:2])  # today's default, 1 mask: warm and empty cache
+    walls = {g: [now.get((gpu_name(g), w)) for w in (cold, warm)] for g in gpus}
     walls = {g: " / ".join("—" if w is None else f"{w:.1f}" for w in ws)
              for g, ws in walls.items() if any(w is not None for w in ws)}
     if walls:  # what the user waits for, beside the steady state above
-        add("`medddpm sample` of one mask, defaults: process start to file written (s)",
+        add("`medddpm sample` of one mask, today's default: process start to file written (s)",
             "cold / warm compile cache, 128³", "Time to result", "not reported", walls)
     return pd.DataFrame(rows, columns=["result", "scope", "GPU", "ours", "paper (H100)", "chapter"])
 
