@@ -191,7 +191,7 @@ if not SC.empty:
 # `fast` in the earlier runs); then the first runs' rows and the per-rank profiles.
 
 # %% tags=["hide-input"]
-plots.show_table(fast_facts.scaling_history(F), "multi-GPU runs (<machine>/…/run.json)", "scaling")
+plots.show_table(fast_facts.scaling_history(root), "multi-GPU runs (<machine>/history.json)", "scaling")
 if not SC_EARLIER.empty:
     display(table(SC_EARLIER[["machine", "run", "config", "world_size", "step_ms_median", "scaling_efficiency",
                               "allreduce_ms"]], 3))

@@ -38,29 +38,3 @@ def test_reason_names():
     assert reason_names("0x4") == ["software power cap"]
     assert reason_names(0x24) == ["software power cap", "software thermal slowdown"]
     assert reason_names("0x0") == [] and reason_names("0x1000") == ["0x1000"]
-
-
-def test_clock_facts_read_fast_on_one_gpu_and_two_ranks_in_every_folder(tmp_path):
-    """report.fast_facts.clock_facts: each folder whose clocks.csv holds fast-1 and fast-2, the
-    earlier run folders before the machines' current ones; a folder missing one of them is skipped."""
-    import pandas as pd
-
-    from medddpm.report.fast_facts import clock_facts
-
-    row = lambda run, i, mhz: {"run": run, "gpu_index": i, "sm_mhz_median": mhz, "power_w_median": 690.0}  # noqa: E731
-    (tmp_path / "m-x2").mkdir()
-    (tmp_path / "m-x4" / "old").mkdir(parents=True)
-    pd.DataFrame([row("fast-1", 0, 1830), row("fast-2", 1, 1800), row("fast-2", 0, 1792)]).to_csv(
-        tmp_path / "m-x2" / "clocks.csv", index=False)
-    pd.DataFrame([row("fast-1", 0, 1830), row("fast-2", 0, 1815), row("fast-2", 1, 1830)]).to_csv(
-        tmp_path / "m-x4" / "old" / "clocks.csv", index=False)
-    pd.DataFrame([row("opt1-1", 0, 1980)]).to_csv(tmp_path / "m-x4" / "clocks.csv", index=False)
-    f = clock_facts(tmp_path)
-    assert f["clocks_hosts"] == ("`m-x4/old/` one GPU 1830 MHz at 690 W, 2 ranks 1815 / 1830 MHz at 690 / 690 W; "
-                                 "`m-x2/` one GPU 1830 MHz at 690 W, 2 ranks 1792 / 1800 MHz at 690 / 690 W")
-    # a rank that kept its one-GPU clock on 2 ranks is named, with the folder's 2-GPU efficiency where it has one
-    assert f["clocks_kept"] == "`m-x4/old/`"
-    pd.DataFrame([{"config": "fast", "world_size": 2, "grad_accum": 1, "scaling_efficiency": 0.9629}]).to_csv(
-        tmp_path / "m-x4" / "old" / "scaling.csv", index=False)
-    assert clock_facts(tmp_path)["clocks_kept"] == "`m-x4/old/` (96.3 % at 2 GPUs)"
-    assert clock_facts(tmp_path, "opt1")["clocks_hosts"].startswith("—")

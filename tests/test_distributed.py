@@ -354,121 +354,6 @@ def test_a_rank_variant_scales_against_its_one_gpu_twin():
     assert eff["fast-rbf16"] == round(50 / 51, 4) and eff["fast"] == 1.0 and np.isnan(eff["fast-skipgrad"])
 
 
-def test_reduce_facts_set_the_bf16_reduction_beside_fast(tmp_path):
-    """fast-rbf16 against fast of the same earlier run: step times, the 2-GPU difference, the rows at
-    97 % and the two 2-rank runs' losses; nothing of the kind reads '—'."""
-    import pandas as pd
-
-    from medddpm.report.fast_facts import reduce_facts
-
-    run = tmp_path / "m-x4" / "r1"
-    run.mkdir(parents=True)
-    rows = [("fast", 1, 50.0, 1.0), ("fast", 2, 52.0, 50 / 52), ("fast-rbf16", 2, 51.0, 50 / 51),
-            ("fast-rbf16", 4, 52.5, 50 / 52.5)]
-    earlier = pd.DataFrame([{"machine": "m-x4", "run": "r1", "config": c, "world_size": n, "grad_accum": 1,
-                             "step_ms_median": ms, "scaling_efficiency": e} for c, n, ms, e in rows])
-    for cfg, losses in (("fast", [1.0, 0.5]), ("fast-rbf16", [1.0, 0.501])):
-        pd.DataFrame({"step": [1, 2], "loss": losses}).to_csv(run / f"log-{cfg}-2.csv", index=False)
-    f = reduce_facts(tmp_path, earlier)
-    assert f["rbf16_run"] == "`m-x4/r1/`" and f["rbf16_within"] == "1 of 2"
-    assert f["rbf16_verdict"] == "half the bytes changed the 2-GPU step by -1.00 ms"
-    assert f["rbf16_rows"].startswith("1 GPU: `fast` 50.0 ms; 2 GPUs: `fast` 52.0 ms (96.2 %), `fast-rbf16` 51.0 ms (98.0 %)")
-    assert f["rbf16_loss"] == "differ by at most 0.20 % over their 2 common steps"
-    assert all(v.startswith("—") for v in reduce_facts(tmp_path, pd.DataFrame()).values())
-
-
-def test_overlap_facts_with_and_without_data():
-    """fast's rows now and fast-b3's (three buckets), the latest earlier run holding fast and fast-flat, and the
-    newest per-rank profile (the current one before an earlier run's), each named; no data: no-data lines."""
-    import pandas as pd
-
-    from medddpm.report.fast_facts import overlap_facts
-    from medddpm.report.fast_tables import RANK_COLUMNS
-
-    empty = overlap_facts(pd.DataFrame(), pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame())
-    assert all(v.startswith("—") for k, v in empty.items() if not k.startswith("config_"))
-    sc = pd.DataFrame({"machine": "m", "config": "fast-b3", "grad_accum": 1, "world_size": [1, 2, 4],
-                       "step_ms_median": [50.0, 51.0, 53.0], "scaling_efficiency": [1.0, 50 / 51, 50 / 53]})
-    now = sc.assign(config="fast", step_ms_median=[50.0, 51.0, 51.4], scaling_efficiency=[1.0, 50 / 51, 50 / 51.4])
-    f = overlap_facts(pd.concat([sc, now]), pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame())
-    assert f["fast_scaling"] == "50.0 → 51.0 / 51.4 ms/step on 1 → 2 / 4 GPUs (98.0 % / 97.3 %, m)"
-    assert f["fast_within"] == "2 of 2" and f["overlap_within"] == "1 of 2"
-    assert (f["config_fast_buckets"], f["config_fast_reduce"], f["config_b3_buckets"]) == ("1", "bf16", "3")
-    old = pd.DataFrame({"machine": "m", "run": "old", "config": ["fast", "fast", "fast-flat", "fast-flat"],
-                        "grad_accum": 1, "world_size": [1, 2, 1, 2], "step_ms_median": [50.0, 52.0, 50.0, 51.5],
-                        "scaling_efficiency": [1.0, 50 / 52, 1.0, 50 / 51.5]})
-    older = old.assign(run="a-older", step_ms_median=99.0)  # not the latest run: never quoted
-    rank = {"machine": "m", "config": "fast", "world_size": 2, "rank": [1, 0], "step_ms": [52.0, 52.1],
-            "exposed_ms_per_step": [0.1, 0.9], "compute_ms_per_step": [51.0, 51.5]}
-    ranks = pd.concat([pd.DataFrame({**rank, "run": "old", "allreduce_ms_per_step": [1.0, 3.0]}),
-                       pd.DataFrame({**rank, "run": "", "allreduce_ms_per_step": [1.0, 2.0]})])
-    probes = pd.DataFrame({"machine": ["m"], "world_size": [2], "mb": [161], "ms": [0.6], "bus_gb_s": [270.0]})
-    f = overlap_facts(sc, ranks, probes, pd.concat([older, old]))
-    assert f["buckets_scaling"] == "50.0 → 51.0 / 53.0 ms/step on 1 → 2 / 4 GPUs (98.0 % / 94.3 %, m)"
-    assert f["added_scaling"].startswith("50.0 → 52.0 ms/step") and f["added_run"] == "`m/old/`"
-    assert f["overlap_verdict"].startswith("on two GPUs the buckets cost 0.5 ms") and f["overlap_within"] == "1 of 2"
-    assert f["rank_nccl_ms"] == "2.00 and 1.00" and f["rank_wait_ms"] == "1.4" and f["probe_mb"] == "161"
-    assert f["rank_run"].startswith("the current code's")
-    f = overlap_facts(sc, ranks[ranks["run"] == "old"], probes, old)
-    assert f["rank_nccl_ms"] == "3.00 and 1.00" and f["rank_run"].startswith("measured before") and "m/old/" in f["rank_run"]
-    assert f["buckets_other"] == "none measured"
-    assert f["fast_scaling"].startswith("—")  # no fast rows: fast-b3's are never quoted as fast's
-    # a second machine that ran fast-b3 on fewer GPUs: quoted apart, never mixed into the first's line or loss
-    two = sc.iloc[:2].assign(machine="k", step_ms_median=[60.0, 62.0], scaling_efficiency=[1.0, 60 / 62])
-    f = overlap_facts(pd.concat([two, sc]), ranks, probes, old)
-    assert f["buckets_scaling"].endswith("(98.0 % / 94.3 %, m)") and f["fast_two_lost"] == "1.00 ms with 1 micro-batch"
-    assert f["buckets_other"] == "60.0 → 62.0 ms/step on 1 → 2 GPUs (96.8 %, k)" and f["fast_one_gpu_ms"] == "50.0"
-
-
-def test_sync_and_kernel_facts_read_the_newest_run(tmp_path):
-    """sync.csv (fast and fast-b3 in one call) and the kernel sums of profiles/ give the same-machine
-    comparison, the losses' gap and where the buckets' time went; an empty store gives no-data lines."""
-    import pandas as pd
-
-    from medddpm.report.sync_facts import KERNEL_KEYS, SYNC_KEYS, kernel_facts, sync_facts
-
-    f = {**sync_facts(tmp_path), **kernel_facts(tmp_path)}
-    assert set(f) == {*SYNC_KEYS, *KERNEL_KEYS} and all(v.startswith("—") for v in f.values())
-    run = tmp_path / "m-x4" / "s2"
-    (run / "profiles").mkdir(parents=True)
-    pd.DataFrame({"config": ["fast", "fast", "fast-b3"], "world_size": [1, 4, 4], "grad_accum": 1,
-                  "step_ms_median": [50.0, 51.0, 52.0], "scaling_efficiency": [1.0, 50 / 51, 50 / 52]}).to_csv(
-        run / "sync.csv", index=False)
-    (tmp_path / "m-x4" / "s1").mkdir()  # an older run: never read
-    pd.DataFrame({"config": ["fast"], "world_size": [4], "grad_accum": 1, "step_ms_median": [99.0],
-                  "scaling_efficiency": [0.5]}).to_csv(tmp_path / "m-x4" / "s1" / "sync.csv", index=False)
-    for cfg, losses in (("fast-b3", [1.0, 0.5]), ("fast", [1.0, 0.501])):
-        pd.DataFrame({"step": [1, 2], "loss": losses}).to_csv(run / f"log-{cfg}-4.csv", index=False)
-    k = lambda names, us, launches: pd.DataFrame({"name": names, "us_per_step": us, "launches_per_step": launches})  # noqa: E731
-    k(["conv"], [50000.0], [900.0]).to_csv(run / "profiles" / "k-fast-1-rank0.csv", index=False)
-    for r, conv in ((0, 50200.0), (1, 50100.0)):
-        k(["conv", "copy"], [conv, 100.0], [900.0, 40.0]).to_csv(run / "profiles" / f"k-fast-b3-2-nocomm-rank{r}.csv", index=False)
-        k(["conv", "copy", "ncclDevKernel_AllReduce"], [conv + 800.0, 100.0, 1200.0], [900.0, 40.0, 3.0]).to_csv(
-            run / "profiles" / f"k-fast-b3-2-rank{r}.csv", index=False)
-    f = {**sync_facts(tmp_path), **kernel_facts(tmp_path)}
-    assert f["sync_run"] == "`m-x4/s2/`" and f["kernel_run"] == "`m-x4/s2/profiles/`"
-    assert f["sync_rows"] == "1 GPU: `fast` 50.00 ms; 4 GPUs: `fast` 51.00 ms (98.0 %), `fast-b3` 52.00 ms (96.2 %)"
-    assert f["sync_gain"] == "saves 1.00 ms a step at 4 GPUs"
-    assert f["sync_loss"] == "at 4 GPUs differ by at most 0.20 % over their 2 common steps"
-    assert f["seg_launches"] == "+40 / +40" and f["seg_kernel_ms"] == "+0.30 / +0.20"
-    assert f["beside_ms"] == "+0.80 / +0.80" and f["flat_nccl_ms"].startswith("—")
-
-
-def test_nccl_setting_rows_name_each_setting_on_two_ranks(tmp_path):
-    """nccl_*.csv rows on two ranks under NCCL's own or torch's NCCL settings are quoted with their
-    setting; the 1-GPU and default rows beside them are not."""
-    import pandas as pd
-
-    from medddpm.report.fast_facts import gpu_facts
-
-    assert gpu_facts(tmp_path)["nccl_env_rows"].startswith("—")
-    (tmp_path / "m" / "r").mkdir(parents=True)
-    pd.DataFrame({"environment": ["default", "default", "TORCH_NCCL_HIGH_PRIORITY=1", "NCCL_MAX_CTAS=8 (x)"],
-                  "world_size": [1, 2, 2, 2], "step_ms_median": [50.0, 52.0, 52.5, 51.0],
-                  "scaling_efficiency": [1.0, 50 / 52, 50 / 52.5, 50 / 51]}).to_csv(tmp_path / "m" / "r" / "nccl_x.csv", index=False)
-    assert gpu_facts(tmp_path)["nccl_env_rows"] == "`TORCH_NCCL_HIGH_PRIORITY=1` 52.50 ms (95.2 %); `NCCL_MAX_CTAS=8` 51.00 ms (98.0 %)"
-
-
 @pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])
 def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
     """NDHWC under DDP (gradients copied into the buckets, not views of them)."""
@@ -504,3 +389,20 @@ def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path, config
     moments = [torch.cat([s["exp_avg"].float().flatten() for s in c["optimizer"]["state"].values()]) for c in (two, one)]
     assert (moments[0] - moments[1]).norm() <= 0.05 * moments[1].norm()
     assert all(torch.isfinite(v).all() for v in two["model"].values())
+
+
+def test_scaling_facts_quote_fast_on_the_machine_of_the_most_gpus():
+    """Today's fast on 1 → N GPUs from the machine that ran it on the most GPUs, the rows reaching the target counted
+    over every machine; no rows: no-data lines, the configuration's own settings still said."""
+    import pandas as pd
+
+    from medddpm.report.fast_facts import scaling_facts
+
+    empty = scaling_facts(pd.DataFrame())
+    assert all(v.startswith("—") for k, v in empty.items() if not k.startswith("config_"))
+    now = pd.DataFrame({"machine": "m", "config": "fast", "grad_accum": 1, "world_size": [1, 2, 4],
+                        "step_ms_median": [50.0, 51.0, 51.4], "scaling_efficiency": [1.0, 50 / 51, 50 / 51.4]})
+    two = now.iloc[:2].assign(machine="a-two", step_ms_median=[50.0, 53.0], scaling_efficiency=[1.0, 50 / 53])
+    f = scaling_facts(pd.concat([two, now]))
+    assert f["fast_scaling"] == "50.0 → 51.0 / 51.4 ms/step on 1 → 2 / 4 GPUs (98.0 % / 97.3 %, m)"
+    assert f["fast_within"] == "2 of 3" and (f["config_fast_buckets"], f["config_fast_reduce"]) == ("1", "bf16")

@@ -665,45 +665,6 @@ def test_brats_workload_beside_whole_head(tmp_path):
     assert f["br_sample_s"].startswith("—") and f["br_fig_steps"].startswith("—")
 
 
-def test_split_facts_read_the_timing_files_of_the_newest_nocomm_run(tmp_path):
-    """split_facts: the steady medians (after the first interval) of one GPU, N ranks with no-op
-    all-reduces and N ranks from the newest folder ddp_scaling.sh NOCOMM=1 wrote, the loss split
-    into NCCL's share and the code path's, and the clocks, power and reasons of clocks.csv."""
-    from medddpm.report.fast_facts import SPLIT_KEYS, split_facts
-
-    def timing(folder, run, ms):
-        folder.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame({"step_from": [0, 20, 40, 60], "step_to": [20, 40, 60, 80],
-                      "ms_per_step": [900.0, *ms]}).to_csv(folder / f"timing-{run}.csv", index=False)
-
-    old, new = tmp_path / "gpu-x4" / "clocks-2026-01-01", tmp_path / "gpu-x4" / "clocks-2026-02-01"
-    for folder, base in ((old, 60.0), (new, 50.0)):
-        timing(folder, "fast-1", [base, base + 0.2, base - 0.2])
-        timing(folder, "fast-4-nocomm", [base + 1, base + 1, base + 1])
-        timing(folder, "fast-4", [base + 3, base + 3.5, base + 2.5])
-    pd.DataFrame([{"run": r, "gpu_index": i, "sm_mhz_median": mhz, "power_w_median": w, "event_reasons": "0x4"}
-                  for r, i, mhz, w in (("fast-1", 0, 1830, 690), ("fast-4", 1, 1815, 695), ("fast-4", 0, 1800, 691),
-                                       ("other", 0, 1, 1))]).to_csv(new / "clocks.csv", index=False)
-    (new / "nvidia-smi.csv").write_text("index, power.limit [W]\n0, 700.00 W\n1, 700.00 W\n")
-    f = split_facts(tmp_path)
-    assert f["split_run"] == "`gpu-x4/clocks-2026-02-01/`"
-    assert f["split_rows"] == "one GPU 50.00 ms; 4 ranks, all-reduce a no-op 51.00 ms; 4 ranks 53.00 ms"
-    assert (f["split_comm"], f["split_path"]) == ("2.00", "1.00")
-    assert f["split_clocks"] == "one GPU 1830 MHz; 4 ranks 1800 / 1815 MHz"
-    assert f["split_power"] == "690–695 W of the 700 W limit" and f["split_reasons"] == "software power cap"
-    top = tmp_path / "gpu-x4"  # the machine's current runs come before its earlier ones
-    for run, ms in (("fast-1", 40.0), ("fast-2-nocomm", 41.0), ("fast-2", 42.0)):
-        timing(top, run, [ms] * 3)
-    assert split_facts(tmp_path)["split_run"] == "`gpu-x4/`" and split_facts(tmp_path)["split_comm"] == "1.00"
-    for run in ("fast-1", "fast-2-nocomm", "fast-2"):
-        (top / f"timing-{run}.csv").unlink()
-    (new / "clocks.csv").unlink()  # no clock log: the step facts stay, the clock facts say what is missing
-    f = split_facts(tmp_path)
-    assert f["split_comm"] == "2.00" and f["split_clocks"].startswith("—") and f["split_reasons"].startswith("—")
-    (new / "timing-fast-4.csv").unlink()  # the newest run incomplete: every fact says what is missing
-    assert all(v.startswith("—") for v in split_facts(tmp_path).values()) and set(split_facts(tmp_path)) == set(SPLIT_KEYS)
-
-
 def test_the_readme_is_a_short_page_whose_headline_numbers_come_from_the_store():
     """Issue 64: the README reads in a minute (≤ 200 lines); its headline numbers are exactly
     ``headline.readme_lines`` of the committed store, each with its chapter, and its links resolve."""

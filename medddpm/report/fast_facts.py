@@ -10,10 +10,9 @@ import pandas as pd
 
 from ..core.config import CONFIGS, KERNEL_VARIANTS, LADDER
 from ..net.kernels import THIN
-from . import fast_tables, tables
+from . import fast_tables, history, tables
 from .facts import NORM_METRICS, STEP_TARGET_MS, _get, _names, _worst_agreement, gpu_list
 from .present import gpu_name, register_gpus
-from .sync_facts import by_world_size, kernel_facts, loss_gap, sync_facts
 from .wording import missing, number, pct, roles
 
 
@@ -202,144 +201,8 @@ def beyond(root: Path, gpus: list[str]) -> dict[str, str]:
     sc, _ = fast_tables.scaling(root)
     earlier = fast_tables.scaling_earlier(root)
     f.update(loop_facts(fast_tables.loop_vs_bench(root, gpus), sc, earlier))
-    f.update(overlap_facts(sc, fast_tables.rank_profiles(root), fast_tables.allreduce_probes(root), earlier))
-    f.update(reduce_facts(root, earlier))
-    f.update(sync_facts(root))
-    f.update(kernel_facts(root))
-    f.update(split_facts(root))
-    f.update(gpu_facts(root))
-    f.update(clock_facts(root))
+    f.update(scaling_facts(sc))
     return f
-
-
-def gpu_facts(root: Path) -> dict[str, str]:
-    """Each GPU's own speed (the newest ``per_gpu.csv``: the same 1-GPU run on every GPU at once,
-    ``PER_GPU=1 scripts/ddp_scaling.sh``) and the 2-rank rows run under NCCL settings
-    (``nccl_*.csv`` with an ``environment`` column), against the efficiency NCCL's own choice gave."""
-    root = Path(root)
-    found = fast_tables.run_files(root, "per_gpu.csv")
-    f = {}
-    if found:
-        g = pd.read_csv(found[-1]).sort_values("gpu_index")
-        ms = g["step_ms_median"]
-        f["gpu_run"] = f"`{found[-1].parent.relative_to(root).as_posix()}/`"
-        f["gpu_rows"] = ", ".join(f"GPU {int(i)} {v:.2f}" for i, v in zip(g["gpu_index"], ms)) + " ms"
-        f["gpu_spread"] = f"{ms.max() - ms.min():.2f} ms ({100 * (ms.max() / ms.min() - 1):.1f} %)"
-    else:
-        f.update({k: missing("per_gpu.csv (PER_GPU=1 scripts/ddp_scaling.sh)") for k in ("gpu_run", "gpu_rows", "gpu_spread")})
-    env = [pd.read_csv(p) for p in fast_tables.run_files(root, "nccl_*.csv")]
-    env = pd.concat(env, ignore_index=True) if env else pd.DataFrame(columns=["environment", "world_size"])
-    env = env[(env["world_size"] == 2) & env["environment"].str.contains("NCCL_")]  # NCCL's own or torch's NCCL settings
-    f["nccl_env_rows"] = ("; ".join(f"`{r['environment'].split()[0]}` {r['step_ms_median']:.2f} ms "
-                                    f"({100 * r['scaling_efficiency']:.1f} %)" for _, r in env.iterrows())
-                          if len(env) else missing("2-rank rows under NCCL settings (nccl_*.csv)"))
-    return f
-
-
-SPLIT_KEYS = ("split_run", "split_rows", "split_comm", "split_path", "split_clocks", "split_power", "split_reasons")
-_NOCOMM = re.compile(r"timing-(?P<config>.+)-(?P<n>\d+)-nocomm\.csv")
-
-
-def split_facts(root: Path) -> dict[str, str]:
-    """Where the N-GPU loss goes, from the run folder that ``NOCOMM=1 scripts/ddp_scaling.sh`` wrote
-    (a machine's current one, else its newest earlier one): the steady step (``steady_intervals``' median) of ``timing-<config>-1.csv``, of
-    ``timing-<config>-<N>-nocomm.csv`` (N ranks whose all-reduces are no-ops) and of
-    ``timing-<config>-<N>.csv``, split into what comes with NCCL and what the N-rank code path
-    costs; and each run's busy SM clocks, power and clock-event reasons (``clocks.csv``)."""
-    from ..profiling.clocks import power_limit, reason_names
-    from ..train.trainer import steady_intervals
-
-    root = Path(root)
-    found = [(p, m) for p in fast_tables.run_files(root, "timing-*-nocomm.csv") if (m := _NOCOMM.fullmatch(p.name))]
-    runs = {}
-    if found:
-        path, m = found[-1]
-        folder, config, n = path.parent, m["config"], int(m["n"])
-        label = {f"{config}-1": "one GPU", f"{config}-{n}-nocomm": f"{n} ranks, all-reduce a no-op",
-                 f"{config}-{n}": f"{n} ranks"}
-        runs = {run: float(steady_intervals(pd.read_csv(folder / f"timing-{run}.csv")).median())
-                for run in label if (folder / f"timing-{run}.csv").is_file()}
-    if len(runs) < 3:
-        return {k: missing("runs of one GPU, N ranks and N ranks with no-op all-reduces (NOCOMM=1)")
-                for k in SPLIT_KEYS}
-    one, noop, nccl = runs.values()
-    f = {"split_run": f"`{folder.relative_to(root).as_posix()}/`",
-         "split_rows": "; ".join(f"{label[run]} {ms:.2f} ms" for run, ms in runs.items()),
-         "split_comm": f"{nccl - noop:.2f}", "split_path": f"{noop - one:.2f}"}
-    c = pd.read_csv(folder / "clocks.csv") if (folder / "clocks.csv").is_file() else pd.DataFrame(columns=["run"])
-    c = c[c["run"].isin(label)]
-    if c.empty:
-        return {**f, **{k: missing(f"{folder.name}/clocks.csv") for k in ("split_clocks", "split_power", "split_reasons")}}
-    f["split_clocks"] = "; ".join(f"{label[run]} {' / '.join(f'{v:.0f}' for v in g.sort_values('gpu_index')['sm_mhz_median'])} MHz"
-                                  for run, g in c.groupby("run", sort=False))
-    limit = power_limit(folder / "nvidia-smi.csv")
-    f["split_power"] = (f"{c['power_w_median'].min():.0f}–{c['power_w_median'].max():.0f} W"
-                        + (f" of the {limit:.0f} W limit" if limit else ""))
-    f["split_reasons"] = ", ".join(sorted({n for m in c["event_reasons"] for n in reason_names(m)})) or "none"
-    return f
-
-
-def clock_facts(root: Path, config: str = "fast") -> dict[str, str]:
-    """``clocks_hosts``: every run folder whose ``clocks.csv`` holds ``config`` on one GPU and on 2 ranks
-    (``<config>-1``, ``<config>-2``; ``scripts/_run.sh`` clocks_on): the busy median SM clock of each, and
-    the power it ran at; the same reading as ``split_facts``' on each machine that measured it."""
-    root = Path(root)
-    parts, kept = [], []
-    for path in fast_tables.run_files(root, "clocks.csv"):
-        c = pd.read_csv(path)
-        one, two = c[c["run"] == f"{config}-1"], c[c["run"] == f"{config}-2"].sort_values("gpu_index")
-        if len(one) and len(two):
-            folder = f"`{path.parent.relative_to(root).as_posix()}/`"
-            parts.append(f"{folder} one GPU {one['sm_mhz_median'].iloc[0]:.0f} MHz at {one['power_w_median'].iloc[0]:.0f} W, "
-                         f"2 ranks {' / '.join(f'{v:.0f}' for v in two['sm_mhz_median'])} MHz at "
-                         f"{' / '.join(f'{v:.0f}' for v in two['power_w_median'])} W")
-            if two["sm_mhz_median"].max() >= one["sm_mhz_median"].iloc[0]:
-                eff = _two_gpu_efficiency(path.parent / "scaling.csv", config)
-                kept.append(folder + (f" ({eff})" if eff else ""))
-    return {"clocks_hosts": "; ".join(parts) if parts else missing(f"clocks.csv with {config} on 1 GPU and 2 ranks"),
-            "clocks_kept": ", ".join(kept) if kept else "none" if parts else missing(f"clocks.csv with {config} on 2 ranks")}
-
-
-def _two_gpu_efficiency(path: Path, config: str) -> str | None:
-    """``config``'s 2-GPU scaling efficiency at one micro-batch in a run folder's ``scaling.csv``."""
-    if not path.is_file():
-        return None
-    s = pd.read_csv(path)
-    hit = s[(s["config"] == config) & (s["world_size"] == 2) & (s["grad_accum"] == 1)]
-    return f"{100 * hit['scaling_efficiency'].iloc[-1]:.1f} % at 2 GPUs" if len(hit) else None
-
-
-NARROW = "fast-rbf16"  # fast's three buckets all-reduced in bf16 (Knobs.grad_reduce)
-BUCKETED = "fast-b3"  # three fp32 buckets overlapped with the backward: fast's way before issue 49
-
-
-def reduce_facts(root: Path, earlier: pd.DataFrame) -> dict[str, str]:
-    """'Half the bytes': the latest earlier run holding ``NARROW`` beside ``fast`` (step times and
-    efficiencies at each world size, the 2-GPU difference) and the two 2-rank runs' losses step by
-    step (``log-<config>-2.csv`` in the run's folder)."""
-    run, old = _latest_run(earlier, NARROW)
-    old = old[old["grad_accum"] == 1] if len(old) else old
-    what = f"earlier run of {NARROW} beside fast"
-    if not len(old):
-        return {k: missing(what) for k in ("rbf16_run", "rbf16_rows", "rbf16_verdict", "rbf16_within", "rbf16_loss")}
-    machine = old["machine"].iloc[0]
-    f = {"rbf16_run": f"`{machine}/{run}/`"}
-    rows = old.sort_values(["world_size", "config"])
-    f["rbf16_rows"] = by_world_size(rows, 1)
-    f["rbf16_within"] = _within(rows[rows["config"] == NARROW], f"{NARROW} rows on several GPUs")
-    two = rows[rows["world_size"] == 2].set_index("config")["step_ms_median"]
-    f["rbf16_verdict"] = (f"half the bytes changed the 2-GPU step by {two[NARROW] - two['fast']:+.2f} ms"
-                          if {"fast", NARROW} <= set(two.index) else missing(f"fast and {NARROW} on 2 GPUs in one run"))
-    gap = loss_gap(*(Path(root) / machine / run / f"log-{cfg}-2.csv" for cfg in ("fast", NARROW)))
-    f["rbf16_loss"] = gap or missing(f"the 2-rank loss logs of fast and {NARROW}")
-    return f
-
-
-def _latest_run(earlier: pd.DataFrame, config: str) -> tuple[str, pd.DataFrame]:
-    """The newest earlier run (``fast_tables.scaling_earlier``) that holds ``config``: its name and
-    rows, or ("", no rows)."""
-    runs = sorted(earlier.loc[earlier["config"] == config, "run"].unique()) if len(earlier) else []
-    return (runs[-1], earlier[earlier["run"] == runs[-1]]) if runs else ("", pd.DataFrame())
 
 
 def _scaling_line(rows: pd.DataFrame, what: str, accum: int = 1) -> str:
@@ -363,72 +226,14 @@ def _widest(rows: pd.DataFrame) -> str | None:
     return str(g.sort_values(["n", "rows"], ascending=False, kind="stable").index[0])
 
 
-def overlap_facts(sc: pd.DataFrame, ranks: pd.DataFrame, probes: pd.DataFrame,
-                  earlier: pd.DataFrame = pd.DataFrame()) -> dict[str, str]:
-    """The prose facts of 'One all-reduce in bf16' and 'Three buckets': fast on 1 → N GPUs now (one flat
-    bf16 all-reduce after the backward) and ``BUCKETED`` (three fp32 buckets overlapped with the backward,
-    fast's way before issue 49), each on the machine that ran it on the most GPUs (``_widest``), and on the
-    others; the latest earlier run that holds fast and fast-flat (gradient buckets added into a
-    zeroed flat buffer) and where fast's time went on two ranks (the newest per-rank
-    profile, against the all-reduce alone)."""
-    every = sc[sc["config"] == BUCKETED] if len(sc) else sc
-    machine = _widest(every)
-    b3 = every[every["machine"] == machine] if machine else every
-    others = [_scaling_line(g, "") + (f", with two micro-batches {two}" if not (two := _scaling_line(g, "", 2)).startswith("—") else "")
-              for m, g in every.groupby("machine") if m != machine] if machine else []
-    f: dict[str, str] = {"buckets_scaling": _scaling_line(b3, f"{BUCKETED} rows in scaling.csv"),
-                         "buckets_scaling_a2": _scaling_line(b3, f"{BUCKETED} rows with grad-accum 2 in scaling.csv", 2),
-                         "buckets_other": ("; ".join(o for o in others if not o.startswith("—")) or "none measured")
-                         if machine else missing(f"{BUCKETED} rows in scaling.csv")}
+def scaling_facts(sc: pd.DataFrame) -> dict[str, str]:
+    """Today's ``fast`` on 1 → N GPUs (one flat bf16 all-reduce after the backward), on the machine that ran it on the
+    most GPUs (``_widest``), and how many of its rows reach the scaling target; its gradient settings."""
     now = sc[sc["config"] == "fast"] if len(sc) else sc
     widest = _widest(now)
-    f["fast_scaling"] = _scaling_line(now[now["machine"] == widest] if widest else now, "fast rows in scaling.csv")
-    f["fast_within"] = _within(now[now["grad_accum"] == 1] if len(now) else now, "fast rows on several GPUs")
-    f["config_fast_reduce"] = CONFIGS["fast"].grad_reduce
-    run, old = _latest_run(earlier, "fast-flat")
-    f["added_run"] = f"`{old['machine'].iloc[0]}/{run}/`" if run else missing("earlier run of fast-flat")
-    for cfg, key in (("fast", "added_scaling"), ("fast-flat", "flat_scaling")):
-        f[key] = _scaling_line(old[old["config"] == cfg] if len(old) else old, f"earlier {cfg} rows")
-    f["config_fast_buckets"] = str(CONFIGS["fast"].grad_buckets)
-    f["config_b3_buckets"] = str(CONFIGS[BUCKETED].grad_buckets)
-    pair = old[old["config"].isin(["fast", "fast-flat"]) & (old["grad_accum"] == 1) & (old["world_size"] == 2)] \
-        if len(old) else old
-    ms = pair.groupby("config")["step_ms_median"].first() if len(pair) else pd.Series(dtype=float)
-    if {"fast", "fast-flat"} <= set(ms.index):
-        gain = ms["fast-flat"] - ms["fast"]
-        f["overlap_verdict"] = (f"on two GPUs the buckets {'gained' if gain > 0 else 'cost'} {abs(gain):.1f} ms a step "
-                                f"against one all-reduce after the backward")
-    else:
-        f["overlap_verdict"] = missing("earlier fast and fast-flat rows on 2 GPUs")
-    lost = []
-    for accum in (1, 2):
-        rows = b3[b3["grad_accum"] == accum].set_index("world_size")["step_ms_median"] if len(b3) else {}
-        if 1 in rows and 2 in rows:
-            lost.append(f"{rows[2] - rows[1]:.2f} ms with {accum} micro-batch{'es' if accum > 1 else ''}")
-    f["fast_two_lost"] = " and ".join(lost) if lost else missing(f"{BUCKETED} on 1 and 2 GPUs")
-    f["overlap_within"] = _within(sc[(sc["config"] == BUCKETED) & (sc["grad_accum"] == 1)] if len(sc) else sc,
-                                  f"{BUCKETED} rows on several GPUs")
-    one = b3[(b3["world_size"] == 1) & (b3["grad_accum"] == 1)] if len(b3) else b3
-    f["fast_one_gpu_ms"] = f"{one['step_ms_median'].iloc[0]:.1f}" if len(one) else missing("fast on 1 GPU")
-    two = ranks[(ranks["config"] == "fast") & (ranks["world_size"] == 2)] if not ranks.empty else ranks
-    if len(two):
-        newest = sorted(two["run"].unique(), key=lambda r: (r != "", r))[0] if "run" in two else None
-        two = (two[two["run"] == newest] if newest is not None else two).sort_values("rank")
-    probe = probes[probes["world_size"] == 2] if not probes.empty else probes
-    if len(two) and len(probe):
-        per_rank = lambda col, fmt=".2f": " and ".join(format(v, fmt) for v in two[col])  # noqa: E731
-        f["rank_nccl_ms"], f["rank_exposed_ms"] = per_rank("allreduce_ms_per_step"), per_rank("exposed_ms_per_step")
-        f["rank_compute_ms"], f["rank_step_ms"] = per_rank("compute_ms_per_step", ".1f"), per_rank("step_ms", ".1f")
-        f["probe_ms"], f["probe_mb"] = f"{probe['ms'].iloc[0]:.2f}", str(probe["mb"].iloc[0])
-        f["rank_wait_ms"] = f"{two['allreduce_ms_per_step'].max() - probe['ms'].iloc[0]:.1f}"
-        run = two["run"].iloc[0] if "run" in two else ""
-        f["rank_run"] = (f"the current code's (`{two['machine'].iloc[0]}/`)" if not run
-                         else f"measured before the gradients were gathered (`{two['machine'].iloc[0]}/{run}/`)")
-    else:
-        for k in ("rank_nccl_ms", "rank_exposed_ms", "rank_compute_ms", "rank_step_ms", "probe_ms", "probe_mb",
-                  "rank_wait_ms", "rank_run"):
-            f[k] = missing("a per-rank profile of fast on 2 GPUs and the all-reduce probe")
-    return f
+    return {"fast_scaling": _scaling_line(now[now["machine"] == widest] if widest else now, "fast rows in scaling.csv"),
+            "fast_within": _within(now[now["grad_accum"] == 1] if len(now) else now, "fast rows on several GPUs"),
+            "config_fast_reduce": CONFIGS["fast"].grad_reduce, "config_fast_buckets": str(CONFIGS["fast"].grad_buckets)}
 
 
 def _parity_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
@@ -581,46 +386,9 @@ def loop_facts(lb: pd.DataFrame, sc: pd.DataFrame, earlier: pd.DataFrame) -> dic
                 if not here.empty else here
             f[f"{key}_ms"] = (f"{one['step_ms_median'].iloc[0]:.1f} → {row['step_ms_median'].iloc[0]:.1f}"
                               if len(row) and len(one) else missing("row"))
-        old = earlier[(earlier["config"] == cfg) & (earlier["world_size"] > 1)] if not earlier.empty else earlier
-        old1 = earlier[(earlier["config"] == cfg) & (earlier["world_size"] == 1)] if not earlier.empty else earlier
-        f[f"{cfg}_earlier_eff"] = f"{100 * old['scaling_efficiency'].iloc[0]:.1f} %" if len(old) else missing("earlier run")
-        nccl = old["allreduce_ms"].iloc[0] if len(old) and "allreduce_ms" in old else float("nan")
-        f[f"{cfg}_earlier_nccl"] = f"{nccl:.1f}" if nccl == nccl else missing("earlier profile")
-        f[f"{cfg}_earlier_ms"] = (f"{old1['step_ms_median'].iloc[0]:.1f} → {old['step_ms_median'].iloc[0]:.1f}"
-                                  if len(old) and len(old1) else missing("earlier run"))
     return f
 
 
-SCALING_HISTORY = (  # chapter 06's multi-GPU history, oldest first: (the change, what it measured, its run; facts in braces)
-    ("the first runs: DDP's buckets, no CUDA graph on two ranks, NIfTI decoding on the critical path",
-     "`opt1` {opt1_earlier_eff}, `bf16-graphs` {bf16-graphs_earlier_eff} ({bf16-graphs_earlier_ms} ms/step); `opt1`'s "
-     "NCCL kernels {opt1_earlier_nccl} ms a step, under a millisecond for the all-reduce alone; without a data cache "
-     "`opt1` decoded a NIfTI file on every step's critical path: {opt1_earlier_ms} ms/step on one → two GPUs, "
-     "{opt1_a1_ms} now", "the table below"),
-    ("gradients added into the zeroed flat buffer: three fp32 buckets overlapped with the backward, or one after it",
-     "`fast` (three buckets) {added_scaling}; `fast-flat` {flat_scaling}; {overlap_verdict}", "{added_run}"),
-    ("the per-rank profile of three buckets on two ranks", "NCCL kernels {rank_nccl_ms} ms a step on ranks 0 and 1, "
-     "{rank_exposed_ms} ms overlapping no other kernel, about {rank_wait_ms} ms of waiting for the other rank; the "
-     "other kernels {rank_compute_ms} ms against {fast_one_gpu_ms} ms for a step on one GPU (step {rank_step_ms} ms); "
-     "the {probe_mb} MB all-reduce alone {probe_ms} ms", "{rank_run}"),
-    ("`fast-b3`: three compiled segments, each bucket gathered by one multi-tensor copy and all-reduced beside the "
-     "encoder's backward", "{buckets_scaling}; with two micro-batches {buckets_scaling_a2}; other hosts: "
-     "{buckets_other}; 97 % at one: {overlap_within}; two GPUs lose {fast_two_lost} a step", "the scaling runs"),
-    ("`fast-rbf16`: the three buckets all-reduced in bf16", "{rbf16_rows}; {rbf16_verdict}; {rbf16_within} of its rows "
-     "reach 97 %; the 2-rank losses {rbf16_loss}", "{rbf16_run}"),
-    ("two ranks whose all-reduces are no-ops (`scripts/train_without_allreduce.py`), clocks logged",
-     "{split_rows}: {split_comm} ms with NCCL, {split_path} ms with the code path; median SM clock {split_clocks} at "
-     "{split_power} ({split_reasons}); `fast` on one GPU and on 2 ranks: {clocks_hosts}; where a rank kept its clock: "
-     "{clocks_kept}; under NCCL settings: {nccl_env_rows}; each GPU alone, all four at once ({gpu_run}): {gpu_rows}, "
-     "{gpu_spread} apart", "{split_run}"),
-    ("today's `fast`: the network whole, one flat all-reduce in bf16 after the backward",
-     "{sync_rows}; {sync_gain} against `fast-b3`; losses {sync_loss}; by kernel name ({kernel_run}) the segments' code "
-     "path added {seg_launches} launches and {seg_kernel_ms} ms of kernels a step and the backward ran {beside_ms} ms "
-     "longer beside NCCL's; one fp32 all-reduce after the backward {flat_nccl_ms} ms in NCCL", "{sync_run}"),
-)
-
-
-def scaling_history(facts: dict[str, str]) -> pd.DataFrame:
-    """Chapter 06's multi-GPU history table from ``SCALING_HISTORY`` and the chapter's ``facts``."""
-    return pd.DataFrame([{"change": c, "measured": m.format_map(facts), "run": r.format_map(facts)}
-                         for c, m, r in SCALING_HISTORY], columns=["change", "measured", "run"])
+def scaling_history(root: Path) -> pd.DataFrame:
+    """Chapter 06's multi-GPU history: every machine folder's ``history.json`` (``report.history``), oldest first."""
+    return history.table(root, sorted(p.name for p in Path(root).glob("*") if (p / history.FILE).is_file()), "")

@@ -3,7 +3,6 @@ roofline): tidy DataFrames read from the results store, one function per table."
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -125,16 +124,6 @@ def rank_profiles(root: Path) -> pd.DataFrame:
     rows = [{"machine": machine, "run": run, "config": d["config"], "world_size": d["world_size"], **r}
             for p, machine, run in paths for d in [json.loads(p.read_text())] for r in d.get("ranks", [])]
     return pd.DataFrame(rows, columns=RANK_COLUMNS)
-
-
-def allreduce_probes(root: Path) -> pd.DataFrame:
-    """The all-reduce alone (``scripts/probes/allreduce_probe.py``; ``<machine>/allreduce_probe.txt``
-    lines ``N GPUs: allreduce 161 MB: 0.593 ms median, bus bandwidth 271.3 GB/s``)."""
-    line = re.compile(r"(\d+) GPUs: allreduce (\d+) MB: ([0-9.]+) ms median, bus bandwidth ([0-9.]+) GB/s")
-    rows = [{"machine": p.parent.name, "world_size": int(m[1]), "mb": int(m[2]), "ms": float(m[3]),
-             "bus_gb_s": float(m[4])}
-            for p in sorted(Path(root).glob("*/allreduce_probe.txt")) for m in line.finditer(p.read_text())]
-    return pd.DataFrame(rows, columns=["machine", "world_size", "mb", "ms", "bus_gb_s"])
 
 
 def scaling_earlier(root: Path) -> pd.DataFrame:
