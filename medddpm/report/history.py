@@ -14,7 +14,7 @@ from ..core.io import write_text_atomic
 from .present import gpu_name
 
 FILE = "history.json"
-COLUMNS = ["date", "GPU", "change", "measured", "run"]
+COLUMNS = ["date", "GPU", "change", "measured (before → after, where an A/B)", "run"]
 FIELDS = ("date", "change", "measured", "run")  # what every row of a history.json holds
 
 
@@ -33,8 +33,8 @@ def rows(path: str | Path) -> list[dict[str, Any]]:
 def table(root: str | Path, gpus: list[str], folder: str) -> pd.DataFrame:
     """The history of chapter folder ``folder`` on ``gpus``: every GPU's rows, oldest first (a row without a date,
     the chapter's first measurements, first of its GPU's)."""
-    out = [{**{k: r[k] for k in FIELDS}, "GPU": gpu_name(g), "order": i}
-           for g in gpus for i, r in enumerate(rows(Path(root) / g / folder / FILE))]
+    out = [{"date": r["date"], "GPU": gpu_name(g), "change": r["change"], COLUMNS[3]: r["measured"], "run": r["run"],
+            "order": i} for g in gpus for i, r in enumerate(rows(Path(root) / g / folder / FILE))]
     df = pd.DataFrame(out, columns=[*COLUMNS, "order"])
     return df.sort_values(["date", "GPU", "order"], kind="stable").drop(columns="order").reset_index(drop=True)
 
