@@ -9,17 +9,12 @@
 #   curriculum128.sh wait S (later calls)                        — waits up to S s, prints where the pipeline is
 #   curriculum128.sh collect                                     — $OUT/curriculum.tgz: every table, log and timing
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset PYTHONDONTWRITEBYTECODE
-W=/tmp/w; R=$W/repo; RES=$W/res
-export PYTHONPYCACHEPREFIX=$W/pycache PYTHONPATH=$R:/tmp/site
-export MEDDDPM_CACHE=$W/cache TORCHINDUCTOR_CACHE_DIR=$W/cache/inductor TRITON_CACHE_DIR=$W/cache/triton
+source "$(dirname "$0")/device_ixi128.sh"
 PATCH_STEPS=${PATCH_STEPS:-6000}; STEPS_A=${STEPS_A:-8500}; STEPS_B=${STEPS_B:-4000}; EVAL=${EVAL:-750}
 ARMS=${ARMS:-patch short}
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet --size 128
   --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --nproc 4 --seed 15"
 
-stamp() { echo "$1 $(date +%s.%N)" >> $W/times.txt; }
 where() {
   cat $W/times.txt 2>/dev/null | awk -v t0=$(head -1 $W/times.txt 2>/dev/null | cut -d' ' -f2) '{printf "%s +%.0f s\n", $1, $2 - t0}'
   for f in $W/r-*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
@@ -46,14 +41,7 @@ pipeline() {
 }
 
 case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
-  load)
-    mkdir -p $W /tmp/d128
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
-    cp -r .carry/d128a/. /tmp/d128/
-    { nvidia-smi -L; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
-      python3 -c "import torch,triton,sys;print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.nccl.version(), triton.__version__, sys.version.split()[0])"
-      git log -1 --format=%H 2>/dev/null; git status --short 2>/dev/null | head; } > $W/env.txt 2>&1
-    cat $W/env.txt; ls /tmp/d128/dev/images | wc -l ;;
+  load) load_ixi128 ;;
   start)
     cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/
     echo "128³: $(ls /tmp/d128/dev/images | wc -l) images, $(ls /tmp/d128/dev/masks | wc -l) masks"

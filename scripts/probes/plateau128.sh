@@ -11,11 +11,7 @@
 # .carry/d128{a,b} and .carry/d64 are `prepare-ixi` folders (uint8; test/ never carried; val/ rebuilt here from
 # split.csv; the training subjects' masks binarized, which --mask-labels brain=nonzero reads identically).
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset PYTHONDONTWRITEBYTECODE
-W=/tmp/w; R=$W/repo; RES=$W/res
-export PYTHONPYCACHEPREFIX=$W/pycache PYTHONPATH=$R:/tmp/site
-export MEDDDPM_CACHE=$W/cache TORCHINDUCTOR_CACHE_DIR=$W/cache/inductor TRITON_CACHE_DIR=$W/cache/triton
+source "$(dirname "$0")/device_ixi128.sh"
 N128=${N128:-v-s15-cosine-128}; SEEDS64=${SEEDS64:-41 42}
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet"
 
@@ -24,7 +20,6 @@ val() {  # $1: a prepare-ixi folder: val/ as copies of dev/'s val rows of split.
   for s in $(awk -F, '$4 == "val" {print $2}' $1/split.csv); do
     cp $1/dev/images/$s.nii.gz $1/val/images/; cp $1/dev/masks/$s.nii.gz $1/val/masks/; done
 }
-stamp() { echo "$1 $(date +%s.%N)" >> $W/times.txt; }
 where() {
   cat $W/times.txt 2>/dev/null | awk -v t0=$(head -1 $W/times.txt 2>/dev/null | cut -d' ' -f2) '{printf "%s +%.0f s\n", $1, $2 - t0}'
   for f in $W/r128/heldout.csv $W/r64-*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
@@ -76,14 +71,7 @@ pipeline() {
 }
 
 case ${1:?usage: plateau128.sh load|start|wait S|collect} in
-  load)
-    mkdir -p $W /tmp/d128
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
-    cp -r .carry/d128a/. /tmp/d128/
-    { nvidia-smi -L; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
-      python3 -c "import torch,triton,sys;print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.nccl.version(), triton.__version__, sys.version.split()[0])"
-      git log -1 --format=%H 2>/dev/null; git status --short 2>/dev/null | head; } > $W/env.txt 2>&1
-    cat $W/env.txt; ls /tmp/d128/dev/images | wc -l ;;
+  load) load_ixi128 ;;
   start)
     cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/ && val /tmp/d128
     echo "128³: $(ls /tmp/d128/dev/images | wc -l) images, $(ls /tmp/d128/dev/masks | wc -l) masks, $(ls /tmp/d128/val/images | wc -l) val"
