@@ -141,7 +141,8 @@ def _train_inputs(a: argparse.Namespace):
              "min_snr_gamma": a.min_snr_gamma, "ema_decay": a.ema_decay, "grad_accum": a.grad_accum,
              "save_every": a.save_every, "log_every": a.log_every, "seed": a.seed, "ema_start_step": a.ema_start,
              "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights,
-             "patch_size": a.patch_size, "patch_steps": a.patch_steps}
+             "patch_size": a.patch_size, "patch_steps": a.patch_steps,
+             "adam_betas": tuple(a.adam_betas) if a.adam_betas else None}
     try:
         if stored is None:
             train_cfg = recipe_config(a.recipe or DEFAULT_RECIPE, **given)
@@ -654,6 +655,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--min-snr-gamma", type=float, metavar="GAMMA", help="Min-SNR-γ loss weighting (Hang et al. 2023; "
                    "0 = unweighted) (default: the recipe's)")
     s.add_argument("--ema-decay", type=float, help="decay of the weights' EMA (default: the recipe's)")
+    s.add_argument("--adam-betas", type=float, nargs=2, metavar=("B1", "B2"), help="Adam's β1 and β2 "
+                   "(default: the recipe's: 0.9 0.999)")
     s.add_argument("--patch-size", type=int, metavar="N", help="a curriculum (Patch Diffusion, Wang et al. 2023): the "
                    "first --patch-steps steps train on random N³ cubes of each volume and its mask, whole volumes after "
                    "(the held-out loss is always judged on whole volumes) (default: the recipe's: none)")

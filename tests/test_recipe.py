@@ -172,3 +172,18 @@ def test_the_default_recipes_seeds_are_the_arms_that_set_only_steps_and_seed(tmp
                                              "confirm": {"c": {"flags": "--size 64 --steps 1000 --seed 41"}, "why": "w"}}))
     t = recipe.default_seeds(tmp_path, ["h200"], 0.105).set_index("seed")
     assert sorted(t.index) == [3, 41] and t.loc[3, "step at target"] == 1000 and math.isnan(t.loc[41, "step at target"])
+
+
+def test_adams_betas_reach_the_optimizer_and_bad_ones_are_refused(phantoms, tmp_path):
+    from medddpm.core.config import MODEL_PRESETS, run_config
+    from medddpm.data.nifti import VolumeDataset, pair_files
+    from medddpm.train.trainer import Trainer
+
+    assert recipe_config("paper").adam_betas == (0.9, 0.999)  # PyTorch's, which Med-DDPM trains with
+    ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "tiny", 1, (16, 16, 16))
+    cfg = TrainConfig(adam_betas=(0.8, 0.95))
+    t = Trainer(ds, MODEL_PRESETS["tiny"], cfg, run_config("baseline"), torch.device("cpu"), tmp_path, (16, 16, 16))
+    assert t.optimizer.param_groups[0]["betas"] == (0.8, 0.95)
+    for bad in ((0.9, 1.0), (-0.1, 0.9), (0.9,)):
+        with pytest.raises(ValueError, match="adam_betas must be two numbers"):
+            TrainConfig(adam_betas=bad)

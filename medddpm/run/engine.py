@@ -157,13 +157,14 @@ class Segmented(nn.Module):
         return h
 
 
-def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device) -> torch.optim.Adam:
-    """Adam (paper §3.2); fused on CUDA when asked, capturable when the step is a CUDA graph, and then its rate
-    a device tensor that the graph reads at every replay (``set_lr`` writes it)."""
+def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device,
+                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
+    """Adam (paper §3.2) with ``betas``; fused on CUDA when asked, capturable when the step is a CUDA graph, and then
+    its rate a device tensor that the graph reads at every replay (``set_lr`` writes it)."""
     cuda = device.type == "cuda"
     if knobs.cuda_graphs and cuda:
         lr = torch.tensor(lr, dtype=torch.float32, device=device)
-    return torch.optim.Adam(params, lr=lr, fused=bool(knobs.fused_adam and cuda) or None,
+    return torch.optim.Adam(params, lr=lr, betas=tuple(betas), fused=bool(knobs.fused_adam and cuda) or None,
                             capturable=bool(knobs.cuda_graphs and cuda))
 
 
@@ -498,7 +499,7 @@ class Engine:
 
     def __init__(self, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
                  diffusion_cfg: DiffusionConfig = DiffusionConfig(), lr: float = 1e-5,
-                 world_size: int = 1) -> None:
+                 world_size: int = 1, betas: tuple[float, float] = (0.9, 0.999)) -> None:
         self.knobs = effective_knobs(knobs, device, world_size)
         self.device = device
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark, self.knobs.cudnn_benchmark_limit)
@@ -522,7 +523,7 @@ class Engine:
         # (Triton for NDHWC only) would fall back to cuDNN
         self.diffusion = GaussianDiffusion(compiled(net, self.knobs, dynamic=False), diffusion_cfg,
                                            memory_format(self.knobs)).to(device)
-        self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device)
+        self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device, betas)
         self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device,
                                     self.ddp.no_sync if self.ddp is not None else None, self.grads)
 

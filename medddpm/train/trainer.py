@@ -173,7 +173,8 @@ class Trainer:
         torch.manual_seed(train_cfg.seed)
         np.random.seed(train_cfg.seed)
         random.seed(train_cfg.seed)
-        self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr, world_size=world.size)
+        self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr, world_size=world.size,
+                             betas=train_cfg.adam_betas)
         self.model, self.diffusion, self.optimizer = self.engine.model, self.engine.diffusion, self.engine.optimizer
         if train_cfg.min_snr_gamma > 0:
             self.engine.train_step.loss_weights = self.diffusion.min_snr_weights(train_cfg.min_snr_gamma).to(device)
