@@ -45,19 +45,14 @@ case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
   start)
     cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/
     echo "128³: $(ls /tmp/d128/dev/images | wc -l) images, $(ls /tmp/d128/dev/masks | wc -l) masks"
-    rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/ && rm -f $W/times.txt
-    setsid nohup bash $R/scripts/probes/curriculum128.sh pipeline > $W/pipeline.txt 2>&1 < /dev/null &
-    sleep ${2:-500}; where ;;
+    launch curriculum128.sh; sleep ${2:-500}; where ;;
   pipeline) pipeline ;;
   wait)
     for i in $(seq 1 $((${2:-560} / 10))); do grep -q DONE $W/times.txt 2>/dev/null && break; sleep 10; done
     where ;;
   again)  # after DONE: this tree's code, the arms $ARMS (the caches stay), in its own session
     grep -q DONE $W/times.txt || { echo "the pipeline has not finished"; exit 1; }
-    sed -i 's/^DONE /DONE-before /' $W/times.txt
-    rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/
-    FILL=0 setsid nohup bash $R/scripts/probes/curriculum128.sh pipeline >> $W/pipeline.txt 2>&1 < /dev/null &
-    sleep ${2:-500}; where ;;
+    FILL=0 launch curriculum128.sh again; sleep ${2:-500}; where ;;
   collect)
     mkdir -p $RES/runs
     for d in $W/r-* $W/fill; do

@@ -17,3 +17,10 @@ load_ixi128() {  # call 1: nibabel from .carry/whl, half the 128³ images (.carr
     git log -1 --format=%H 2>/dev/null; git status --short 2>/dev/null | head; } > $W/env.txt 2>&1
   cat $W/env.txt; ls /tmp/d128/dev/images | wc -l
 }
+
+launch() {  # $1: the probe script's name; this tree copied to $R, its pipeline started in its own session (setsid),
+  # which outlives the call on a warm machine; $2 "again": the earlier pipeline's stamps kept, its output appended
+  rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/
+  if [ "${2:-}" = again ]; then sed -i 's/^DONE /DONE-before /' $W/times.txt; else rm -f $W/times.txt $W/pipeline.txt; fi
+  setsid nohup bash $R/scripts/probes/$1 pipeline >> $W/pipeline.txt 2>&1 < /dev/null &
+}

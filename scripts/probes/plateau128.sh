@@ -75,9 +75,7 @@ case ${1:?usage: plateau128.sh load|start|wait S|collect} in
   start)
     cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/ && val /tmp/d128
     echo "128³: $(ls /tmp/d128/dev/images | wc -l) images, $(ls /tmp/d128/dev/masks | wc -l) masks, $(ls /tmp/d128/val/images | wc -l) val"
-    rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/ && rm -f $W/times.txt
-    setsid nohup bash $R/scripts/probes/plateau128.sh pipeline > $W/pipeline.txt 2>&1 < /dev/null &
-    sleep ${2:-560}; where ;;
+    launch plateau128.sh; sleep ${2:-560}; where ;;
   pipeline) pipeline ;;
   wait)
     if [ -d .carry/d64 ] && [ ! -f /tmp/d64/READY ]; then
