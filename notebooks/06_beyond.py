@@ -44,8 +44,7 @@ from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "ladder", size, configs)
-F = fast_facts.beyond(root, G)
-glue_facts(F)
+glue_facts(fast_facts.beyond(root, G))
 L = fast_tables.ladder(root, G)
 LB = fast_tables.loop_vs_bench(root, G)
 SC, PR = fast_tables.scaling(root)

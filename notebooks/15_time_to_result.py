@@ -42,8 +42,7 @@ from medddpm.report.notebook import glue_facts
 from medddpm.report.plots import show_table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/time_to_result.sh OUT WORK [NPROC]")
-FACTS = waiting.facts(root, G)
-glue_facts(FACTS)
+glue_facts(waiting.facts(root, G))
 
 # %% tags=["hide-input"]
 show_table(waiting.state(root, G), "today's time-to-result rows (a sample-rows run's time_to_result.csv)",

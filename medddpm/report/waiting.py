@@ -109,14 +109,6 @@ def newest(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int =
     return hit.iloc[-1] if len(hit) else None
 
 
-def wall(df: pd.DataFrame, config: str, volumes: int, cache: str, nproc: int = 1,
-         sampler: str | None = None) -> float | None:
-    """``newest``'s seconds, or None."""
-    row = newest(df, config, volumes, cache, nproc, sampler)
-    return float(row["wall_s"]) if row is not None else None
-
-
-LIMIT_TARGET = 0.80  # issue 64: `train --time-limit T` spends at least this share of T in steady steps
 # train's last line (its share printed whole at first, with one decimal since)
 TIMING_LINE = re.compile(r"^timing: (.*?(\d+(?:\.\d+)?) % of --time-limit in steady steps)\s*$", re.MULTILINE)
 

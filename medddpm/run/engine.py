@@ -164,7 +164,7 @@ def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device,
     cuda = device.type == "cuda"
     if knobs.cuda_graphs and cuda:
         lr = torch.tensor(lr, dtype=torch.float32, device=device)
-    return torch.optim.Adam(params, lr=lr, betas=tuple(betas), fused=bool(knobs.fused_adam and cuda) or None,
+    return torch.optim.Adam(params, lr=lr, betas=betas, fused=bool(knobs.fused_adam and cuda) or None,
                             capturable=bool(knobs.cuda_graphs and cuda))
 
 
