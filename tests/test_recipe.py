@@ -151,6 +151,30 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
     assert recipe.plateau_state(tmp_path, ["h100"]).empty and math.isnan(recipe.plateau_target(tmp_path, ["h100"]))
 
 
+def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):
+    """recipe.big_curves / record_128 / ab_runs: a 128³ recipe A/B's arms join the 128³ runs under their labels, a
+    curriculum's minutes count its patch steps at the patch step's pace, the fastest run on the GPUs to the target
+    leads chapter 17's table, and the 64³ readers never take a 128³ A/B for theirs."""
+    from medddpm.report import recipe
+
+    base = {"kind": "recipe-ab", "date": "2026-01-03", "gpu": "H200", "machine": "m", "commits": {}, "changed": "c",
+            "kept": "k", "target": {"heldout": 0.08}}
+    ab = tmp_path / "h200" / "recipe" / "patch-128-2026-01-03"
+    _run(ab / "whole", [0, 1000], [0.5, 0.09], 50.0, 4, clock=0.05)
+    _run(ab / "cubes", [0, 500, 1000], [0.5, 0.1, 0.079], 50.0, 4, clock=0.03)
+    pd.DataFrame({"step_from": [0, 1, 250, 500, 501, 750], "step_to": [1, 250, 500, 501, 750, 1000],
+                  "ms_per_step": [9e4, 10.0, 10.0, 7e3, 50.0, 50.0]}).to_csv(ab / "cubes" / "timing.csv", index=False)
+    (ab / "run.json").write_text(json.dumps({**base, "size": 128, "arms": {
+        "whole": {"flags": "--steps 1000", "label": "whole volumes"},
+        "cubes": {"flags": "--steps 1000 --patch-size 64 --patch-steps 500", "label": "cubes first"}}}))
+    r = recipe.big_records(recipe.big_curves(tmp_path), 0.08).set_index("run")
+    assert r.loc["cubes", "recipe"] == "cubes first" and r.loc["cubes", "folder"] == "h200/recipe/patch-128-2026-01-03/cubes"
+    assert r.loc["cubes", "minutes at target"] == pytest.approx((500 * 10.0 + 500 * 50.0) / 60_000)  # not 1000 × 50 ms
+    assert r.loc["cubes", "ms a step"] == 50.0 and math.isnan(r.loc["whole", "step at target"])
+    assert recipe.record_128(r, 4).name == "cubes"
+    assert recipe.newest(tmp_path, ["h200"]) is None and recipe.record_table(tmp_path, ["h200"], 0.08).empty
+
+
 def test_the_default_recipes_seeds_are_the_arms_that_set_only_steps_and_seed(tmp_path):
     """recipe.default_seeds: a recipe A/B arm of the cosine default with --steps/--seed alone, and a plateau run's 64³
     confirm runs; an arm that sets a rate of its own is not the default as train runs it."""

@@ -158,6 +158,11 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                    f"loss {mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss {p['target']:g} after "
                    f"{mine['step at target']:,.0f} steps, {mine['wall at target (min)']:.1f} min from its start less the "
                    f"evaluations, {mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
+        best = recipe.record_128(runs, int(mine["GPUs"]))
+        if best.name != p["name"] and best["wall at target (min)"] < mine["wall at target (min)"]:
+            out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
+                       f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
+                       f"(one seed; its samples not yet judged) — {ch('17', '17_time_to_trained')}.")
     found = recipe.newest(root, gpus)
     if found is None:
         return out

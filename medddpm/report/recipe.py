@@ -76,8 +76,14 @@ def fastest(run: Path, manifest: dict) -> pd.Series | None:
 
 def newest(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict] | None:
     """The newest recipe A/B run on ``gpus``, None where the store has none."""
-    found = manifests.runs(root, KIND, gpus)
+    found = ab_runs(root, gpus)
     return found[0] if found else None
+
+
+def ab_runs(root: str | Path, gpus: list[str] | None, size: int = 64) -> list[tuple[str, Path, dict]]:
+    """The recipe A/B runs at ``size``³ on ``gpus``, newest first (``manifests.runs``; a manifest without a size is a
+    64³ run, the first A/B's)."""
+    return [r for r in manifests.runs(root, KIND, gpus) if r[2].get("size", 64) == size]
 
 
 def paper_recipe_steps(root: str | Path, target: float, gpus: list[str] | None = None) -> pd.DataFrame:
@@ -106,7 +112,7 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
         rows.append({"date": "", "change": "Med-DDPM's recipe at the book's rate (Adam at a constant 10⁻⁴, EMA 0.995)",
                      "steps to target": int(first["step at target"]), "wall to target (s)": float("nan"),
                      "GPUs": gpu_label(first["gpu"]), "run": f"{first['gpu']}/anatomy/train/{first['run']}"})
-    for gpu, run, m in reversed(manifests.runs(root, KIND, gpus)):
+    for gpu, run, m in reversed(ab_runs(root, gpus)):
         best = fastest(run, m)
         if best is not None:
             rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']}",
@@ -124,10 +130,27 @@ PLATEAU = "recipe-plateau"  # a run to its plateau at the paper's size (scripts/
 PAPER_AT_BOOK_RATE = "Med-DDPM's at 10⁻⁴"  # the recipe of chapter 14's runs (Adam at a constant rate, EMA 0.995)
 
 
-def steady_ms(timing: pd.DataFrame) -> float:
-    """The steady step in ms: the median of ``timing.csv``'s read-back intervals after the first step (as ``train``
-    prints it), so that minutes of steps compare runs whatever their start-up, evaluations and stalls."""
-    return float(timing.loc[timing["step_from"] >= 1, "ms_per_step"].median())
+def steady_ms(timing: pd.DataFrame, first: int = 1, last: float = float("inf")) -> float:
+    """The steady step in ms: the median of ``timing.csv``'s read-back intervals from step ``first`` to ``last`` (by
+    default every interval after the first step, as ``train`` prints it), so that minutes of steps compare runs whatever
+    their start-up, evaluations and stalls."""
+    return float(timing.loc[(timing["step_from"] >= first) & (timing["step_to"] <= last), "ms_per_step"].median())
+
+
+def _patch_steps(flags: str) -> int:
+    """A curriculum's steps on patches (``--patch-steps N`` in an arm's flags; 0: none)."""
+    found = re.search(r"--patch-steps (\d+)", flags)
+    return int(found.group(1)) if found else 0
+
+
+def step_minutes(steps: pd.Series, timing: pd.DataFrame, patch_steps: int = 0) -> tuple[pd.Series, float]:
+    """Minutes of steps at each of ``steps``, and the whole-volume step in ms: each phase of a curriculum (its
+    ``patch_steps`` on patches, then whole volumes) at its own steady step (``steady_ms``), one phase without one."""
+    if not patch_steps:
+        ms = steady_ms(timing)
+        return steps * ms / 60_000, ms
+    patch, whole = steady_ms(timing, 1, patch_steps), steady_ms(timing, patch_steps + 1)
+    return (steps.clip(upper=patch_steps) * patch + (steps - patch_steps).clip(lower=0) * whole) / 60_000, whole
 
 
 def _ranks(stdout: Path) -> int:
@@ -136,22 +159,25 @@ def _ranks(stdout: Path) -> int:
 
 
 def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128) -> pd.DataFrame:
-    """Every v run at ``size``³ (chapter 14's ``anatomy/train/v-s*-fast-<size>``, each run of a ``recipe-plateau``
-    manifest read from its own folder): per evaluation, the EMA's held-out loss, the step, the minutes of steps at
-    the run's steady step (``ms``) and, where ``heldout.csv`` keeps the training clock, the wall time from the
-    command's start less the evaluations (``wall``, as at 64³: ``curves``), with the run's recipe and GPUs."""
-    ours = {arm: run / arm for _, run, m in manifests.runs(root, PLATEAU, gpus) for arm in m["arms"]}
-    theirs = {p.parent.name: p.parent for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
+    """Every v run at ``size``³ (chapter 14's ``anatomy/train/v-s*-fast-<size>``, each arm of a ``recipe-plateau``
+    manifest and of a ``size``³ recipe A/B, read from its own folder): per evaluation, the EMA's held-out loss, the
+    step, the minutes of steps at the run's steady step (``step_minutes``: each phase of a curriculum at its own) and,
+    where ``heldout.csv`` keeps the training clock, the wall time from the command's start less the evaluations
+    (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs and folder."""
+    ours = {arm: (run / arm, spec) for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size)
+            for arm, spec in m["arms"].items()}
+    theirs = {p.parent.name: (p.parent, None) for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
               if (gpus is None or p.parts[-5] in gpus) and p.parent.name not in ours}
     rows = []
-    for name, folder in sorted({**theirs, **{a: f for a, f in ours.items() if a.endswith(f"-{size}")}}.items()):
+    for name, (folder, spec) in sorted({**theirs, **{a: v for a, v in ours.items()
+                                                     if a.endswith(f"-{size}") or "label" in v[1]}}.items()):
         h = ema_curve(folder)
-        ms = steady_ms(pd.read_csv(folder / "timing.csv"))
+        minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), _patch_steps(spec.get("flags", "")) if spec else 0)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
-        rows.append(h.assign(run=name, recipe="train's default (cosine)" if name in ours else PAPER_AT_BOOK_RATE,
-                             GPUs=_ranks(stdout), minutes=h["step"] * ms / 60_000, ms=ms,
-                             wall=h["seconds"] + _ready(stdout)))
-    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall"]
+        recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", "train's default (cosine)")
+        rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
+                             wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix()))
+    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall", "folder"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
@@ -190,10 +216,18 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
                      "minutes at target": hit["minutes"].iloc[0] if len(hit) else float("nan"),
                      "wall at target (min)": hit["wall"].iloc[0] / 60 if len(hit) else float("nan"),
                      "minutes of steps": last["minutes"], "ms a step": last["ms"],
-                     "levelled": "yes" if drop < plateau else "no"})
+                     "levelled": "yes" if drop < plateau else "no", "folder": last["folder"]})
     cols = ["run", "recipe", "GPUs", "steps", "final loss", "step at target", "minutes at target", "wall at target (min)",
-            "minutes of steps", "ms a step", "levelled"]
+            "minutes of steps", "ms a step", "levelled", "folder"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def record_128(records: pd.DataFrame, gpus: int) -> pd.Series:
+    """The ``big_records`` row (indexed by run) of the run on ``gpus`` GPUs that reached the target soonest from its
+    start less the evaluations; runs without a clock by their minutes of steps."""
+    mine = records[(records["GPUs"] == gpus) & records["step at target"].notna()]
+    key = mine["wall at target (min)"].fillna(mine["minutes at target"])
+    return mine.loc[key.idxmin()] if len(mine) else records[records["GPUs"] == gpus].iloc[0]
 
 
 def stage_seconds(run: Path, start: str, end: str) -> float:
@@ -222,13 +256,14 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     m, name, mine, wall = p["manifest"], p["name"], p["record"], p["wall"]
     here = f"{p['gpu']}/{p['run'].relative_to(Path(root) / p['gpu'])}"
-    rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target)",
-             f"{mine['wall at target (min)']:.1f} min from `train`'s start, evaluations left out ({mine['step at target']:,.0f} "
-             f"steps, {mine['minutes at target']:.1f} min of steps)",
-             f"≤ {TARGET_MINUTES[0]:g} min", mine["wall at target (min)"] <= TARGET_MINUTES[0], here),
-            ("the plateau (under 1 % between the last two evaluations), process start to checkpoint, warm cache",
-             f"{wall / 60:.1f} min ({mine['steps']:,} steps, levelled: {mine['levelled']})", f"≤ {TARGET_MINUTES[1]:g} min",
-             wall / 60 <= TARGET_MINUTES[1] and mine["levelled"] == "yes", here),
+    best = record_128(p["records"], int(mine["GPUs"]))
+    rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target), the fastest run on {mine['GPUs']} GPUs ({best['recipe']})",
+             f"{best['wall at target (min)']:.1f} min from `train`'s start, evaluations left out ({best['step at target']:,.0f} "
+             f"steps, {best['minutes at target']:.1f} min of steps)",
+             f"≤ {TARGET_MINUTES[0]:g} min", best["wall at target (min)"] <= TARGET_MINUTES[0], best["folder"]),
+            ("the plateau (under 1 % between the last two evaluations), process start to checkpoint, warm cache "
+             f"({mine['recipe']})", f"{wall / 60:.1f} min ({mine['steps']:,} steps, levelled: {mine['levelled']})",
+             f"≤ {TARGET_MINUTES[1]:g} min", wall / 60 <= TARGET_MINUTES[1] and mine["levelled"] == "yes", here),
             ("held-out loss at the plateau", f"{mine['final loss']:.4f}", f"< {m['target']['best_before']:g}",
              mine["final loss"] < m["target"]["best_before"], here)]
     g = anatomy.anatomy_gpu(root, gpus)
@@ -266,7 +301,7 @@ def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFr
     ``--steps`` and ``--seed``, and a ``recipe-plateau`` run's 64³ ``confirm`` runs): its seed, steps, final held-out
     loss and the first step at or below ``target`` (NaN: not reached), so one seed's record reads beside the others."""
     rows = []
-    for gpu, run, m in manifests.runs(root, KIND, gpus) + manifests.runs(root, PLATEAU, gpus):
+    for gpu, run, m in ab_runs(root, gpus) + manifests.runs(root, PLATEAU, gpus):
         arms = m["arms"] if m["kind"] == KIND else {k: v for k, v in m.get("confirm", {}).items() if isinstance(v, dict)}
         for arm, spec in arms.items():
             flags = spec["flags"].split()

@@ -12,6 +12,12 @@ set -uo pipefail
 source "$(dirname "$0")/device_ixi128.sh"
 PATCH_STEPS=${PATCH_STEPS:-6000}; STEPS_A=${STEPS_A:-8500}; STEPS_B=${STEPS_B:-4000}; EVAL=${EVAL:-750}
 ARMS=${ARMS:-patch short}
+# then, with AB64=1, the 64³ A/B on one GPU an arm (recipe_ab.sh, its cache filled beside the 128³ fill), IXI 64³ from
+# .carry/d64a (call 1) and .carry/d64b (call 2): Adam's betas and a 32³ patch curriculum against the default's runs
+AB64=${AB64:-1}
+AB64_ARMS=("patch32 --steps 12000 --patch-size 32 --patch-steps 6000" "b99 --steps 12000 --adam-betas 0.9 0.99"
+           "b95 --steps 12000 --adam-betas 0.95 0.99" "patch32-16k --steps 16000 --patch-size 32 --patch-steps 10000")
+ab64() { W=$W/w64 IXI=/tmp/d64 VAL=16 OUT=$W/ab64 bash $R/scripts/probes/recipe_ab.sh 64 "$@"; }
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet --size 128
   --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --nproc 4 --seed 15"
 
@@ -25,8 +31,11 @@ pipeline() {
   cd $R; mkdir -p $W/logs $RES; stamp pipeline
   # 1. the compile caches filled by a short run of the curriculum: both shapes (64³ patches, 128³ volumes), their
   # CUDA graphs and the held-out judge, so the timed runs start warm
+  if [ "${FILL:-1}" = 1 ] && [ "$AB64" = 1 ]; then
+    mkdir -p $W/ab64; FILL_ONLY=1 FILL_FLAGS="--patch-size 32 --patch-steps 20" ab64 > $W/logs/fill64.txt 2>&1 & fi
   if [ "${FILL:-1}" = 1 ]; then timeout 560 $TRAIN --steps 12 --patch-size 64 --patch-steps 6 --eval-every 1000 \
     --out $W/fill > $W/logs/fill.txt 2>&1; stamp "fill-rc$?"; fi
+  wait; stamp fill64-done  # no timed run beside a compile
   for arm in $ARMS; do
     stamp $arm
     case $arm in
@@ -37,26 +46,29 @@ pipeline() {
     esac
     stamp "$arm-rc$?"
   done
+  if [ "$AB64" = 1 ]; then stamp ab64; ab64 "${AB64_ARMS[@]}" > $W/logs/ab64.txt 2>&1; stamp "ab64-rc$?"; fi
   stamp DONE
 }
 
 case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
-  load) load_ixi128 ;;
+  load) load_ixi128; mkdir -p /tmp/d64 && cp -r .carry/d64a/. /tmp/d64/ ;;
   start)
     cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/
+    [ -d .carry/d64b ] && cp -r .carry/d64b/dev/images/. /tmp/d64/dev/images/
+    echo "64³: $(ls /tmp/d64/dev/images 2>/dev/null | wc -l) images"
     echo "128³: $(ls /tmp/d128/dev/images | wc -l) images, $(ls /tmp/d128/dev/masks | wc -l) masks"
     launch curriculum128.sh; sleep ${2:-500}; where ;;
   pipeline) pipeline ;;
   wait)
-    for i in $(seq 1 $((${2:-560} / 10))); do grep -q DONE $W/times.txt 2>/dev/null && break; sleep 10; done
+    for i in $(seq 1 $((${2:-560} / 10))); do grep -q "^DONE " $W/times.txt 2>/dev/null && break; sleep 10; done
     where ;;
   again)  # after DONE: this tree's code, the arms $ARMS (the caches stay), in its own session
-    grep -q DONE $W/times.txt || { echo "the pipeline has not finished"; exit 1; }
+    grep -q "^DONE " $W/times.txt || { echo "the pipeline has not finished"; exit 1; }
     FILL=0 launch curriculum128.sh again; sleep ${2:-500}; where ;;
   collect)
     mkdir -p $RES/runs
     for d in $W/r-* $W/fill; do
       [ -d $d ] && mkdir -p $RES/runs/$(basename $d) && cp $d/*.csv $RES/runs/$(basename $d)/ 2>/dev/null; done
-    cp -r $W/logs $W/times.txt $W/env.txt $W/pipeline.txt $RES/ 2>/dev/null
+    cp -r $W/logs $W/times.txt $W/env.txt $W/pipeline.txt $W/ab64/*.tgz $RES/ 2>/dev/null
     tar -C $W -czf $OUT/curriculum.tgz res && ls -la $OUT && where ;;
 esac

@@ -5,25 +5,29 @@
 # subjects held out, evaluated every EVAL_EVERY steps) and data; a 40-step run fills the compile cache first, so every
 # arm starts warm.
 #   scripts/probes/recipe_ab.sh SIZE "NAME FLAGS…" …
+# Overrides: W (work folder, its compile cache), IXI and VAL (the data and its val subjects' count), FILL_FLAGS (the fill
+# run's extra flags, e.g. a curriculum's patch shape), FILL_ONLY=1 (fill the cache and stop).
 # Each arm's heldout.csv, log.csv, timing.csv, stdout and stderr come back under $OUT/NAME/, in one tarball.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=/tmp/w/pycache
 SIZE=${1:?usage: recipe_ab.sh SIZE ARM...}; shift
-R=$PWD; W=/tmp/w; O=$OUT/ab; mkdir -p $W $O
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
+R=$PWD; W=${W:-/tmp/w}; O=$OUT/ab; mkdir -p $W $O
 export PYTHONPATH=$R:/tmp/site
+python3 -c "import nibabel" 2>/dev/null ||
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
 { nvidia-smi -L; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch,triton,sys;print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), triton.__version__, sys.version.split()[0])"
   git -C $R log -1 --format=%H 2>/dev/null; git -C $R status --short 2>/dev/null | head; } > $O/env.txt 2>&1
 NGPU=$(nvidia-smi -L | wc -l)
-IXI=$R/.carry/ixi$SIZE; VAL=$(ls $IXI/val/images | wc -l)
+IXI=${IXI:-$R/.carry/ixi$SIZE}; VAL=${VAL:-$(ls $IXI/val/images | wc -l)}
 export MEDDDPM_CACHE=$W/cache TORCHINDUCTOR_CACHE_DIR=$W/cache/inductor TRITON_CACHE_DIR=$W/cache/triton
 T="python3 -m medddpm train --images $IXI/dev/images --masks $IXI/dev/masks --held-out $VAL --mask-labels brain=nonzero
    --config ${CONFIG:-fast} --size $SIZE --grad-accum 1 --eval-every ${EVAL_EVERY:-1000} --log-every ${LOG_EVERY:-250}
    --save-every 100000 --quiet"
-[ -d $W/cache ] || { CUDA_VISIBLE_DEVICES=0 timeout 400 $T --steps 40 --out $W/fill > $O/fill.txt 2>&1; tail -1 $O/fill.txt; }
+[ -d $W/cache ] || { CUDA_VISIBLE_DEVICES=0 timeout 400 $T --steps 40 ${FILL_FLAGS:-} --out $W/fill > $O/fill.txt 2>&1; tail -1 $O/fill.txt; }
+[ "${FILL_ONLY:-0}" = 1 ] && exit 0
 k=0; pids=()
 for arm in "$@"; do
   name=${arm%% *}; flags=${arm#* }; [ "$flags" = "$name" ] && flags=
