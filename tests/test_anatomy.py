@@ -60,62 +60,10 @@ def test_the_script_samples_and_measures_the_validation_masks(ixi16, ixi_checkpo
     assert sorted(table["segmenter trained on"]) == ["real", "synthetic"] and (table["subjects"] == 1).all()
 
 
-def test_the_gate_shift_comes_with_its_standard_error_and_the_references_spread(tmp_path):
-    """gate_shift: the candidate's subject means less FP32 DDPM 250's, averaged, with the standard
-    error over the subjects; reference_span: how far the reference's seeds lie apart in that mean."""
-    from medddpm.report.anatomy import DEFAULT_RUN, gate_shift, reference_span
-    from medddpm.sample.gate import REFERENCE, GateRun
-
-    mine = GateRun.parse(*DEFAULT_RUN.split(":"))
-    diffs = [-0.01, -0.012, -0.008, -0.01]
-    rows = [{"sampler": k[0], "steps": k[1], "spacing": k[2], "config": k[3], "subject": f"s{i}", "brain_corr": 0.7 + (d if k != REFERENCE else 0),
-             "background_mean": -0.9} for k in (REFERENCE, mine.key()) for i, d in enumerate(diffs)]
-    shift = gate_shift(pd.DataFrame(rows))
-    assert abs(shift["brain_corr"] + 0.01) < 1e-12 and abs(shift["background_mean"]) < 1e-12
-    assert abs(shift["brain_corr_se"] - np.std(diffs, ddof=1) / 2) < 1e-12
-    folder = tmp_path / "gpu" / "anatomy"
-    folder.mkdir(parents=True)
-    ref = f"{REFERENCE[0]}{REFERENCE[1]}:{REFERENCE[3]}"
-    pd.DataFrame([{"name": "v-s0-fast", "run": ref, "seed": seed, "subject": s, "brain_corr": 0.7 + 0.001 * seed}
-                  for seed in range(4) for s in ("a", "b")]).to_csv(folder / "anatomy_samples.csv", index=False)
-    assert abs(reference_span(tmp_path, "gpu") - 0.003) < 1e-9 and reference_span(tmp_path, "none") is None
-
-
-def test_the_gate_cause_reads_the_numerics_and_the_steps_from_the_gates_rows():
-    """gate_cause: DDPM 250 under fast against FP32 gives the numerics' share; the few-step solver's
-    chains of every length judged give the steps' share (up to every timestep: its correction), DDIM
-    at η = 1 the first-order step's."""
-    from medddpm.report.anatomy import gate_cause
-
-    def table(ddpm_fast: str, chains: dict[int, str]) -> pd.DataFrame:
-        rows = [("ddpm", 250, "", "baseline", "reference"), ("ddpm", 250, "", "fast", ddpm_fast),
-                *(("dpm2m-sde", n, "logsnr", "fast", v) for n, v in chains.items()),
-                ("dpm2m-sde", 12, "logsnr", "fast-fp8", "fail: corr")]  # another configuration: not counted
-        return pd.DataFrame([dict(zip(["sampler", "steps", "spacing", "config", "verdict"], r), subject=s)
-                             for r in rows for s in ("a", "b")])
-
-    solver = gate_cause(table("pass", {10: "fail: corr", 12: "fail: corr", 24: "fail: w1"}))
-    assert "fails at 3 of its 3 lengths (10, 12, 24 steps)" in solver and "few-step solver" in solver
-    every = table("pass", {12: "fail: corr", 250: "fail: corr"})
-    ddim = pd.DataFrame([dict(zip(["sampler", "steps", "spacing", "config", "verdict"], r), subject=s)
-                         for r in (("ddim", 12, "", "fast", "fail: diversity, w1"), ("ddim", 250, "", "fast", "pass"),
-                                   ("dpm2m-sde", 12, "time", "fast", "pass"))  # another spacing: not counted
-                         for s in ("a", "b")])
-    full = gate_cause(pd.concat([every, ddim]))
-    assert "fails at 2 of its 2 lengths (12, 250 steps), even at 250" in full and "multistep correction" in full
-    assert "fails at 12 steps (diversity, w1) and passes at 250" in full
-    numerics = gate_cause(table("fail: corr", {12: "fail: corr"}))
-    assert "numerics already move" in numerics
-    mixed = gate_cause(table("pass", {12: "fail: corr", 24: "pass"}))
-    assert "fails at 1 of its 2 lengths" in mixed and "solver" not in mixed.split(":")[-1]
-    assert gate_cause(table("pass", {}).query("sampler == 'ddpm'")).startswith("—")
-    assert gate_cause(pd.DataFrame()).startswith("—")
-
-
 def test_runs_at_a_larger_size_stay_out_of_the_base_sizes_table_and_get_their_own_facts(tmp_path):
     """A run named with a size suffix (v-s11-fast-96) is parsed as configuration fast at 96³: the
-    64³ table leaves it out, recipes(size=96) holds it alone, and larger_facts judges its targets."""
-    from medddpm.report.anatomy import BASE_SIZE, LARGE_RUN, NAME, facts, recipes, sizes
+    64³ table leaves it out, recipes(size=96) holds it alone, and the chapter's first table judges it at 96³."""
+    from medddpm.report.anatomy import LARGE_RUN, NAME, recipes, sizes, state
     from medddpm.sample.anatomy import REAL, TEMPLATE
 
     assert NAME.match("v-s11-fast-96").group("config", "size") == ("fast", "96")
@@ -135,16 +83,17 @@ def test_runs_at_a_larger_size_stay_out_of_the_base_sizes_table_and_get_their_ow
     base, big = recipes(tmp_path, "gpu"), recipes(tmp_path, "gpu", size=96)
     assert list(base["runs"]) == [1] and base["gap"].iloc[0] == -0.02 and base["trained with"].iloc[0] == "fast"
     assert list(big["runs"]) == [2] and abs(big["gap"].iloc[0] + 0.07) < 1e-12
-    f = facts(tmp_path, ["gpu"])
-    assert f["an_big_size"] == "96³" and f["an_base_size"] == f"{BASE_SIZE}³" and f["an_big_gap"] == "-0.070"
-    assert f["an_big_targets"].startswith("background within 0.05: missed;") and "W1 at or below the template's: met" in f["an_big_targets"]
-    assert facts(tmp_path, ["none"])["an_big_size"].startswith("—")
+    t = state(tmp_path, "gpu").set_index("measure (validation subjects)")
+    assert list(t.columns) == ["64³", "96³", "target"]
+    assert t.loc["background mean, sample − scan (mean over seeds)", "96³"] == "-0.070"
+    assert t.loc["W1 of in-brain intensities", "96³"] == "0.050 (template 0.090)"
+    assert state(tmp_path, "none").iloc[:, 1:3].eq("—").all().all()
 
 
 def test_the_gate_history_judges_every_checkpoint_that_holds_the_reference(tmp_path):
     """gate_history: one block per checkpoint with FP32 DDPM 250 samples, oldest first; gate() of
-    the newest by default; an FP8 run found in any of them is quoted with its checkpoint."""
-    from medddpm.report.anatomy import REF_RUN, facts, gate, gate_history
+    the newest by default; an FP8 run found in any of them keeps its checkpoint."""
+    from medddpm.report.anatomy import REF_RUN, gate, gate_history
 
     folder = tmp_path / "gpu" / "anatomy"
     folder.mkdir(parents=True)
@@ -162,21 +111,17 @@ def test_the_gate_history_judges_every_checkpoint_that_holds_the_reference(tmp_p
     h = gate_history(tmp_path, "gpu")
     assert list(dict.fromkeys(h["checkpoint"])) == ["v-s1-fast", "v-s7-fast"] and list(h["step"].unique()) == [6000, 16000]
     fp8 = h[h["sampler run"].str.contains("fp8")]
-    assert len(fp8) == 1 and fp8["verdict"].iloc[0].startswith("fail")
-    pd.DataFrame(columns=["name", "split", "run"]).to_csv(folder / "anatomy_summary.csv", index=False)  # the store's mark
-    f = facts(tmp_path, ["gpu"])
-    assert f["an_gate_fp8"].startswith("dpm2m-sde 12 logsnr · fast-fp8 on `v-s1-fast`: fail")
-    assert f["an_gate_checkpoints"] == "`v-s1-fast` (step 6,000), `v-s7-fast` (step 16,000)"
+    assert len(fp8) == 1 and fp8["verdict"].iloc[0].startswith("fail") and fp8["checkpoint"].iloc[0] == "v-s1-fast"
 
 
-def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tmp_path):
-    """Sizes 96³ and 128³ in one store: the larger-size table holds both, the facts judge the largest
-    (in-brain r against the base size's runs, Dice against real-trained), name the GPUs and wall time
-    of its run's own record (train/NAME/env.json), and the base size's utility keeps its own rows; a
-    utility of another checkpoint than the measures' says so."""
+def test_the_chapter_opens_on_the_largest_size_with_its_own_device_wall_time_and_utility(tmp_path):
+    """Issue 76, sizes 96³ and 128³ in one store: the larger-size table holds both; the chapter's first table judges
+    the largest (in-brain r beside the template's, Dice against real-trained, its runs' plateau state), a utility of
+    another checkpoint than the measures' says so; the runs table names the GPUs and wall time of a run's own record
+    (train/NAME/env.json)."""
     import json
 
-    from medddpm.report.anatomy import LARGE_RUN, facts, larger, largest_run, run_slices
+    from medddpm.report.anatomy import LARGE_RUN, larger, largest_run, run_slices, runs, state
     from medddpm.sample.anatomy import REAL, TEMPLATE
 
     folder = tmp_path / "gpu" / "anatomy"
@@ -199,16 +144,19 @@ def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tm
     pd.DataFrame(rows).to_csv(folder / "anatomy_summary.csv", index=False)
     pd.DataFrame(util).to_csv(folder / "anatomy_utility.csv", index=False)
     assert list(larger(tmp_path, "gpu")["size"]) == ["96³", "128³"] and largest_run(tmp_path, "gpu") == "v-s13-fast-128"
-    f = facts(tmp_path, ["gpu"])
-    assert f["an_big_size"] == "128³" and f["an_big_gpus"] == "2 × NVIDIA H200"
-    assert f["an_big_wall"] == "15 min of training processes' wall time, 0.50 GPU-hours"
-    assert "in-brain r 0.800 above the 64³ runs' (0.810–0.820): missed" in f["an_big_targets"]
-    # its utility was measured on an earlier checkpoint of the same name: said, with both steps
-    assert f["an_big_util_step"] == "on an earlier training under the same name, at step 500 (the measures above: step 1,000)"
-    assert f["an_big_util_ratio"].startswith("92.8 %") and f["an_big_util_ratio"].endswith("missed)")
-    assert f["an_util_ratio"].startswith("100.0 %")  # the base size's runs alone
-    assert f["an_big_state"] == "still learning: v-s13-fast-128"  # its held-out loss halved between its last two evaluations
-    assert larger(tmp_path, "none").empty and facts(tmp_path, ["none"])["an_big_wall"].startswith("—")
+    t = state(tmp_path, "gpu").set_index("measure (validation subjects)")
+    assert list(t.columns) == ["64³", "128³", "target"]
+    # 64³ reads the 12-step chain's samples, which this store lacks; the largest size reads DDPM 250's
+    assert (t.loc["in-brain r", "64³"], t.loc["in-brain r", "128³"]) == ("—", "0.800 (template 0.710)")
+    # its utility was measured on an earlier checkpoint of the same name (step 500, the measures' 1,000): said
+    assert t.loc["segmentation Dice, synthetic- against real-trained", "128³"] == ("92.8 % (an earlier training under "
+                                                                                   "the same names, steps 500)")
+    # its held-out loss halved between its last two evaluations
+    assert t.loc["runs (steps of their checkpoints)", "128³"] == "1 runs (steps 1,000); still learning: v-s13-fast-128"
+    r = runs(tmp_path, "gpu").set_index("run")
+    assert r.loc["v-s13-fast-128", "GPUs"] == "2 × NVIDIA H200" and r.loc["v-s13-fast-128", "wall min"] == 15
+    assert r.loc["v-s13-fast-128", "GPU-hours"] == 0.5 and r.loc["v-s13-fast-128", "size"] == "128³"
+    assert larger(tmp_path, "none").empty and runs(tmp_path, "none").empty
     sl = pd.DataFrame([{"source": src, "subject": s, "view": "axial", "row": 0, "col": 0, "value": 0.5}
                        for src in (LARGE_RUN, "dpm2m-sde12-logsnr-eta1.3:fast") for s in ("IXI441", "IXI440")])
     sl.to_parquet(folder / "slices-v-s13-fast-128-val.parquet", index=False)
@@ -220,10 +168,11 @@ def test_the_largest_size_is_judged_with_its_own_device_wall_time_and_utility(tm
 def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sampled(tmp_path):
     """FP32 DDPM 250 at 128³ on 2 of 3 subjects and 2 of 3 seeds: the chapter's gate stays the base
     size's; the 128³ gate judges fast on FP32's own (subject, seed) pairs only, its band cannot be
-    checked against itself (2 seeds) and says so, and the paired shift is read sample by sample."""
+    checked against itself (2 seeds); the runs table reads each run from its own folder."""
     import json
 
-    from medddpm.report.anatomy import LARGE_RUN, REF_RUN, facts, gate, gate_history, gate_runs, larger_runs
+    from medddpm.report.anatomy import LARGE_RUN, REF_RUN, gate, gate_history, gate_runs
+    from medddpm.report.anatomy import runs as training_runs
     from medddpm.sample.anatomy import REAL, TEMPLATE
 
     folder = tmp_path / "gpu" / "anatomy"
@@ -255,12 +204,6 @@ def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sam
     verdict = gate_runs(big).set_index("sampler run")["verdict"]
     assert verdict.to_dict() == {"ddpm 250 · baseline": "reference", "ddpm 250 · fast": "fail: background"}
     assert list(dict.fromkeys(gate_history(tmp_path, "gpu")["checkpoint"])) == ["v-s7-fast", "v-s14-fast-128"]
-    f = facts(tmp_path, ["gpu"])
-    assert f["an_big_numerics"] == ("`v-s14-fast-128`, 2 validation subjects × 2 seeds: DDPM 250 under `fast` fails its "
-                                    "band on background")
-    assert f["an_big_numerics_state"].startswith("not calibrated") and "it had 2" in f["an_big_numerics_state"]
-    assert "background +0.0010 (from +0.0010 to +0.0010, above zero in 4 of 4)" in f["an_big_numerics_shift"]
-    assert f["an_big_numerics_shift"].startswith("in-brain r +0.0000")
     # the training runs beyond the base size, from their own folders
     train = folder / "train" / "v-s14-fast-128"
     train.mkdir(parents=True)
@@ -269,18 +212,6 @@ def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sam
     pd.DataFrame({"step": [1, 6500], "loss": [0.8, 0.1], "global_batch": [4, 4], "data": "device"}).to_csv(
         train / "log.csv", index=False)
     (train / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "gpus": 4, "train_wall_s": [900]}))
-    runs = larger_runs(tmp_path, "gpu")
-    r = runs.set_index("run").loc["v-s14-fast-128"]
+    r = training_runs(tmp_path, "gpu").set_index("run").loc["v-s14-fast-128"]
     assert (r["GPUs"], r["global batch"], r["steps"], r["best step"]) == ("4 × NVIDIA H200", 4, 6500, 6000)
     assert r["last drop"] == "1.5 %" and not r["levelled"] and r["wall min"] == 15 and r["GPU-hours"] == 1.0
-    assert larger_runs(tmp_path, "none").empty
-
-
-def test_the_chapter_opens_on_each_measure_at_both_sizes_against_its_target():
-    """Issue 76: chapter 14's first table quotes the facts it glues, one row per measure, '—' where one is missing."""
-    from medddpm.report.anatomy import state
-
-    t = state({"an_v_r": "0.80", "an_big_r": "0.82", "an_big_template_r": "0.71", "an_big_size": "128³"})
-    row = t.set_index("measure (validation subjects)").loc["in-brain r"]
-    assert (row["64³"], row["128³"], row["target"]) == ("0.80", "0.82 (template 0.71)", "≥ 0.82")
-    assert t.set_index("measure (validation subjects)").loc["W1 of in-brain intensities", "64³"] == "—"

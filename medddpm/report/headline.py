@@ -103,14 +103,16 @@ def readme_lines(root: Path) -> list[str]:
     scaling = fast_facts.beyond(root, gpus).get("fast_scaling", "—")
     if not scaling.startswith("—"):
         out.append(f"- Several GPUs: `fast` {scaling} — {ch('06', '06_beyond')}.")
-    an = anatomy.facts(root, gpus)
-    if not an["an_v_gap"].startswith("—"):
-        big = (f"; at {an['an_big_size']} ({an['an_big_runs']} run{'' if an['an_big_runs'] == '1' else 's'} on {an['an_big_gpus']}, {an['an_big_state']}) "
-               f"background {an['an_big_gap']}, in-brain r {an['an_big_r']}, segmentation Dice {an['an_big_util_share']}"
-               f"{' (on an earlier training)' if an['an_big_util_step'].startswith('on an earlier') else ''}"
-               if not an["an_big_gap"].startswith("—") and not an["an_big_util_share"].startswith("—") else "")
-        out.append(f"- Real brains (IXI, v-prediction, validation subjects): at 64³ background {an['an_v_gap']} from the "
-                   f"scans', in-brain r {an['an_v_r']}{big} — {ch('14', '14_anatomy')}.")
+    st = anatomy.state(root, anatomy.anatomy_gpu(root, gpus)).set_index("measure (validation subjects)")
+    small, big = st.columns[0], st.columns[1]
+    gap, r, dice, runs = (st.loc[k] for k in ("background mean, sample − scan (mean over seeds)", "in-brain r",
+                                              "segmentation Dice, synthetic- against real-trained",
+                                              "runs (steps of their checkpoints)"))
+    if gap[small] != "—":
+        larger = (f"; at {big} ({runs[big]}) background {gap[big]}, in-brain r {r[big]}, segmentation Dice of "
+                  f"synthetic- against real-trained {dice[big]}" if gap[big] != "—" else "")
+        out.append(f"- Real brains (IXI, v-prediction, validation subjects): at {small} background {gap[small]} from the "
+                   f"scans', in-brain r {r[small]}{larger} — {ch('14', '14_anatomy')}.")
     secs = equivalence.seconds(root, g).set_index("sampler")
     chain = f"{CANDIDATE.sampler} {CANDIDATE.steps}"
     if {"ddpm 250", chain} <= set(secs.index):
