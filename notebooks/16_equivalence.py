@@ -28,7 +28,7 @@ size = 128  # not used: this chapter measures nothing (its samples are 64³: scr
 configs = "fast"  # not used: this chapter measures nothing
 
 # %% tags=["remove-cell"]
-from medddpm.report import equivalence, plots
+from medddpm.report import equivalence, history, plots
 from medddpm.report.measure import render_only
 from medddpm.report.notebook import glue_facts
 from medddpm.report.plots import show_table
@@ -55,27 +55,22 @@ show_table(equivalence.state(BOTH, equivalence.chosen_on(root, EQ)), "sampler eq
 # - the measure passes when the interval lies inside ±margin, the sampler when every measure does.
 #
 # The margins were fixed before any sample: for in-brain r, region r and W1, {glue:text}`eq_rel_margin`
-# of DDPM 250's own distance from the training-mean template on that measure ({glue:text}`eq_margin_r`,
-# {glue:text}`eq_margin_region` and {glue:text}`eq_margin_w1` here); {glue:text}`eq_abs_margin` for the
-# background mean and for the SSIM between seeds. The segmentation utility must reach
+# of DDPM 250's own distance from the training-mean template on that measure; {glue:text}`eq_abs_margin` for the
+# background mean and for the SSIM between seeds (the table below gives each measure's margin, and the smallest shift
+# the gate fails with {glue:text}`eq_power` probability at its subjects and seeds). The segmentation utility must reach
 # {glue:text}`eq_util_floor` of DDPM 250's.
 #
-# Measured on the {glue:text}`eq_gpu` (`scripts/equivalence.py`): checkpoint
-# {glue:text}`eq_checkpoint` (the v recipe at 64³), {glue:text}`eq_subjects` validation subjects.
-# DDPM 250 runs under `fast` on {glue:text}`eq_ref_seeds` seeds for the reference and on
-# {glue:text}`eq_ref_seeds` others for the calibration; every candidate runs on those other seeds
-# ({glue:text}`eq_cand_seeds`), so the reference on other seeds is judged exactly as a candidate is.
-# FP32 DDPM 250 over that many seeds did not fit the device time (its seconds are in the folder's
+# Measured on the {glue:text}`eq_gpu` (`scripts/equivalence.py`), on v checkpoints at 64³ and 128³, the validation
+# subjects. DDPM 250 runs under `fast` on one set of seeds for the reference and on as many others for the
+# calibration; every candidate runs on those other seeds, so the reference on other seeds is judged exactly as a
+# candidate is. FP32 DDPM 250 over that many seeds did not fit the device time (its seconds are in the folder's
 # `provenance.json`), so the reference runs under `fast`; the numerics gate of {doc}`14_anatomy` is what ties `fast`
-# to FP32. The candidates of this checkpoint were chosen from what a first one, trained by the same
-# command with another seed ({glue:text}`eq_first`), showed; both checkpoints' runs are in the
-# folder, and the rule that picks the default (the fewest calls, then the farthest inside the
-# margins) was written down before this one's first sample.
+# to FP32. The candidates of the chosen checkpoint came from what a first one, trained by the same command with
+# another seed, showed (the history at the end); the rule that picks the default (the fewest calls, then the farthest
+# inside the margins) was written down before the chosen checkpoint's first sample.
 #
-# **Calibration.** DDPM 250 on other seeds: {glue:text}`eq_again`. A deliberately poor sampler,
-# {glue:text}`eq_poor`. What the gate resolves at this many subjects and seeds is in the table
-# below: a shift of {glue:text}`eq_detects_r` in in-brain r, or {glue:text}`eq_detects_ssim` in
-# SSIM between seeds, fails with {glue:text}`eq_power` probability.
+# **Calibration.** Two arms of every checkpoint's gate check the gate itself: DDPM 250 on other seeds must pass, and a
+# deliberately poor sampler must fail (the roles `reference, other seeds` and `poor sampler` of the tables).
 
 # %% tags=["hide-input"]
 EJ = equivalence.judged(root, EQ)
@@ -83,22 +78,13 @@ show_table(equivalence.margins(EJ), "sampler equivalence results (equivalence/)"
            digits=4)
 
 # %% [markdown]
-# **Candidates.** {glue:text}`eq_candidates` samplers of {glue:text}`eq_calls` denoiser calls, every one a
-# `medddpm sample` option: the second-order SDE solver on log-SNR spacing with its noise scale η
-# (SA-Solver's τ: `--eta`; 1 is SDE-DPM-Solver++). Those that pass: {glue:text}`eq_passing`.
-# The nearest to the margins' centre: {glue:text}`eq_nearest`.
-#
-# What the first checkpoint showed, and why these candidates:
-# - the second-order SDE solver (the 12-step chain: {glue:text}`eq_first_chain_r` in in-brain r) keeps
-#   its shift as the calls grow ({glue:text}`eq_first_sde2_r`): the bias is not the step size's;
-# - the first-order SDE solver converges to DDPM 250 (at all 250 timesteps it *is* DDPM 250, a test
-#   checks the coefficients), but from above and slowly ({glue:text}`eq_first_sde1_r`);
-# - more noise moves the 12-step chain towards DDPM 250 on both r and diversity (in-brain r
-#   {glue:text}`eq_first_eta_r`; SSIM between seeds {glue:text}`eq_first_eta_ssim`).
-#
-# On this checkpoint the 12-call chain follows η the same way (in-brain r {glue:text}`eq_eta_r`;
-# SSIM between seeds {glue:text}`eq_eta_ssim`), and region r, which η barely moves, decides the
-# highest η that passes. With more calls the same η does not help: the chains of 16 to 25 calls fail.
+# **Candidates.** Samplers of a few denoiser calls, every one a `medddpm sample` option: the second-order SDE solver
+# on log-SNR spacing with its noise scale η (SA-Solver's τ: `--eta`; 1 is SDE-DPM-Solver++). On the first checkpoint
+# the second-order solver kept its shift as the calls grew (the bias is not the step size's), the first-order one
+# converged to DDPM 250 from above and slowly (at all 250 timesteps it *is* DDPM 250, a test checks the
+# coefficients), and more noise moved the 12-call chain towards DDPM 250 on both r and diversity. On the chosen
+# checkpoint the 12-call chain follows η the same way, and region r, which η barely moves, decides the highest η
+# that passes; with more calls the same η does not help. Every judged run's intervals are in the figure and table.
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-equivalence", "caption": "Every judged sampler's {glue:text}`eq_interval` interval of the paired difference from DDPM 250, per measure, in units of the measure's margin (the shaded band ±1 passes; green: inside, red: outside, grey: the deliberately poor sampler), {glue:text}`eq_gpu`."}}
 plots.finish(equivalence.figure(EJ))
@@ -107,19 +93,16 @@ plots.finish(equivalence.figure(EJ))
 show_table(equivalence.intervals(EJ), "sampler equivalence results (equivalence/)", "scripts/equivalence.py", digits=4)
 
 # %% [markdown]
-# **Utility and time.** Mean Dice of a segmenter trained on each sampler's samples of the training
-# masks, and its share of DDPM 250's on the same checkpoint: {glue:text}`eq_util`. The checkpoint that
-# the gate judged went back with the machine before the utility of the chosen η was measured, so that
-# pair (DDPM 250 and the chosen chain) was measured on a second training by the same command
-# (`-twin`). Seconds per 128³ volume, batch 1, `fast` (η changes no work): {glue:text}`eq_seconds`.
+# **Utility and time.** Mean Dice of a segmenter trained on each sampler's samples of the training masks, and its
+# share of DDPM 250's on the same checkpoint. The checkpoint that the gate judged went back with the machine before
+# the utility of the chosen η was measured, so that pair (DDPM 250 and the chosen chain) was measured on a second
+# training by the same command (`-twin`). Then seconds per 128³ volume, batch 1, `fast` (η changes no work).
 #
-# **The chosen chain.** By the rule above, {glue:text}`eq_candidate`. Its verdict on the checkpoint it was chosen
-# on: {glue:text}`eq_candidate_verdict` (in-brain r {glue:text}`eq_candidate_r`; region r, its closest measure,
-# {glue:text}`eq_candidate_region`); the utility test: {glue:text}`eq_candidate_util`. It was picked from about 30
-# candidates with no correction for multiplicity, so it is the default only once confirmed, unchanged, on checkpoints
-# that took no part in choosing it (the first table): {glue:text}`eq_confirm`. `medddpm sample` therefore runs
-# {glue:text}`eq_default` on every checkpoint, and says so; the chain is one option away. Still open: the separate
-# check on the external test set (IXI ≥ 500), which this project does not run.
+# **The chosen chain**, by the rule above: {glue:text}`eq_candidate`. It was picked from about 30 candidates with no
+# correction for multiplicity, so it is the default only once confirmed, unchanged, on checkpoints that took no part
+# in choosing it (the first table): {glue:text}`eq_confirm`. `medddpm sample` therefore runs {glue:text}`eq_default`
+# on every checkpoint, and says so; the chain is one option away. Still open: the separate check on the external test
+# set (IXI ≥ 500), which this project does not run.
 
 # %% tags=["hide-input"]
 show_table(equivalence.utility(root, EQ), "segmentation utility per sampler (equivalence/utility.csv)",
@@ -130,15 +113,11 @@ show_table(equivalence.seconds(root, EQ), "seconds per 128³ volume (equivalence
 # %% [markdown]
 # ## At 128³
 #
-# The same gate, margins and rule on the {glue:text}`eq_big_size` checkpoint of {doc}`14_anatomy`,
-# {glue:text}`eq_big_checkpoint`, with {glue:text}`eq_big_seeds` seeds an arm. Calibration: the reference
-# on other seeds {glue:text}`eq_big_again`; {glue:text}`eq_big_poor`. The gate is therefore
-# {glue:text}`eq_big_state`. The reference's W1 against itself was {glue:text}`eq_big_w1`.
-#
-# The chain {glue:text}`eq_big_default` (in-brain r {glue:text}`eq_big_default_r`). Where it
-# fails: {glue:text}`eq_big_failing`. The gate is two-sided: equivalence means no shift beyond the
-# margin either way, so a chain nearer the scans than DDPM 250 fails it as one farther would.
-# {glue:text}`eq_big_decision`.
+# The same gate, margins and rule on the 128³ checkpoints of {doc}`14_anatomy`, with fewer seeds an arm (a 128³
+# volume costs eight times a 64³ one). The gate is two-sided under the equivalence rule: no shift beyond the margin
+# either way, so a chain nearer the scans than DDPM 250 fails it as one farther would. Where the reference on other
+# seeds fails against itself, the gate is not calibrated on that measure and decides nothing there (the first table's
+# `calibrated`). The newest 128³ checkpoint's intervals:
 
 # %% tags=["hide-input"]
 BIG = equivalence.largest(root, EQ)
@@ -157,4 +136,14 @@ show_table(equivalence.intervals(equivalence.judged(root, EQ, BIG) if BIG else E
 
 # %% tags=["hide-input"]
 show_table(BOTH, "sampler equivalence results (equivalence/)",
+           "scripts/equivalence.py")
+
+# %% [markdown]
+# ## History
+#
+# What earlier gates found, each row computed once from the store by the reader of its day (`history.json`'s
+# `frozen_by`).
+
+# %% tags=["hide-input"]
+show_table(history.table(root, [EQ] if EQ else [], "equivalence"), "chapter 16's history (equivalence/history.json)",
            "scripts/equivalence.py")

@@ -32,7 +32,6 @@ FOLDER = "equivalence"
 REFERENCE_RUN = f"{REFERENCE.sampler}{REFERENCE.steps}:fast"  # the reference arm: DDPM 250 under fast
 POOR_SPEC = "dpm2m-sde4-logsnr"  # the deliberately poor sampler of the calibration
 UTILITY_FLOOR = 0.99  # issue 62: a sampler's synthetic-trained Dice ≥ 99 % of DDPM 250's
-NEARER = {"brain_corr": 1, "region_corr": 1, "hist_w1": -1}  # the sign of a difference that lies nearer the scans
 ROLES = ("reference, other seeds", "poor sampler", "candidate")  # the judged arms, in the tables' order
 WHAT = "sampler equivalence results (equivalence/)"
 STORE_FREE = ("eq_default", "eq_candidate", "eq_reference", "eq_rel_margin", "eq_abs_margin", "eq_interval", "eq_util_floor", "eq_power")  # the gate's rules, whatever the store holds
@@ -243,23 +242,6 @@ def seconds(root: Path, gpu: str | None) -> pd.DataFrame:
                          "s / volume": b["s_per_volume_median"].values, "GPU": b["gpu"].values})
 
 
-def _candidate_interval(j: pd.DataFrame, run: str, measure: str) -> str:
-    """``_interval`` of candidate ``run`` (its label) on ``measure`` in a ``judged`` table, or "—"."""
-    row = j[(j["role"] == "candidate") & (j["run"] == run) & (j["measure"] == measure)]
-    return _interval(row.iloc[0]) if len(row) else "—"
-
-
-def _checkpoint(samples: pd.DataFrame) -> str:
-    """'v-s21-fast (step 14,000, training seed 21)' of one checkpoint's samples."""
-    row = samples.iloc[0]
-    seed = f", training seed {int(row['train_seed'])}" if "train_seed" in samples else ""
-    return f"{row['name']} (step {int(row['step']):,}{seed})"
-
-
-def _interval(row: pd.Series) -> str:
-    return f"{row['difference']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}] against ±{row['margin']:.4f}"
-
-
 def candidate_run() -> str:
     """The run spec of ``solvers.CANDIDATE`` (the gate's chosen chain) under fast."""
     r = GateRun(CANDIDATE.sampler, CANDIDATE.steps, CANDIDATE.spacing, "fast", eta=CANDIDATE.eta)
@@ -296,30 +278,6 @@ def confirmed(both: pd.DataFrame, chosen: str | None) -> str:
             f"{REFERENCE.sampler.upper()} {REFERENCE.steps} by default and the chain is one option away")
 
 
-def _verdicts(j: pd.DataFrame) -> pd.DataFrame:
-    """Per candidate run label: its verdict, calls and worst bound over margin (max |low|, |high| / margin)."""
-    cands = j[j["role"] == "candidate"]
-    worst = np.maximum(cands["low"].abs(), cands["high"].abs()) / cands["margin"]
-    return cands.assign(worst=worst).groupby("run", sort=False).agg(
-        verdict=("verdict", "first"), calls=("calls", "first"), worst=("worst", "max"), candidate=("candidate", "first"))
-
-
-def _by_eta(j: pd.DataFrame, measure: str, steps: int = 12) -> str:
-    """The ``steps``-call second-order chain's difference on ``measure`` at each η judged ('η 1: -0.0051, η 1.3: …')."""
-    eta_of = lambda c: GateRun.parse(*c.split(":")).eta  # noqa: E731
-    rows = j[(j["role"] == "candidate") & j["candidate"].str.match(rf"dpm2m-sde{steps}-logsnr(-eta[0-9.]+)?:")
-             & (j["measure"] == measure)]
-    return ", ".join(f"η {eta_of(c):g}: {d:+.4f}" for c, d in
-                     sorted(zip(rows["candidate"], rows["difference"]), key=lambda p: eta_of(p[0]))) or "—"
-
-
-def _runs_like(j: pd.DataFrame, prefix: str) -> str:
-    """In-brain r of the solver's η = 1 runs on log-SNR steps, by calls ('12 calls -0.0073, …')."""
-    sel = j[(j["role"] == "candidate") & (j["measure"] == "brain_corr")
-            & j["candidate"].str.match(rf"{prefix}\d+-logsnr:")].sort_values("calls")
-    return ", ".join(f"{c} calls {d:+.4f}" for c, d in zip(sel["calls"], sel["difference"])) or "—"
-
-
 def largest(root: Path, gpu: str | None) -> str | None:
     """The newest checkpoint judged at the largest size beyond ``BASE_SIZE`` (None: none was)."""
     big = (sizes(root, gpu) or [None])[-1]
@@ -331,148 +289,18 @@ def _failed(verdict: str) -> str:
     return ", ".join(MEASURE_LABELS.get(m, m) for m in verdict.removeprefix("fail: ").split(", "))
 
 
-def _failing(j: pd.DataFrame, run: str) -> str:
-    """Each measure candidate ``run`` fails on: its interval, and which side of DDPM 250 it lies on where the whole
-    interval does (nearer the scans or farther from them), else that it spans no difference."""
-    rows = j[(j["role"] == "candidate") & (j["run"] == run) & ~j["passes"].astype(bool)]
-    said = []
-    for r in rows.itertuples():
-        side = "higher" if r.difference > 0 else "lower"
-        sign = NEARER.get(r.measure)
-        lo, hi = sorted((sign * r.low, sign * r.high)) if sign is not None else (0.0, 0.0)
-        nearer = ("" if sign is None else ", nearer the scans" if lo > 0 else ", farther from the scans" if hi < 0
-                  else ", its interval spanning no difference: neither nearer nor farther shown")  # the words follow it
-        said.append(f"{MEASURE_LABELS.get(r.measure, r.measure)} {_interval(r._asdict())}: {side} than DDPM 250's{nearer}")
-    return "; ".join(said)
-
-
-def _decision(calibrated: bool, verdict: str | None) -> str:
-    """What the gate at a larger size means for ``sample``'s default, from its state and the default's verdict."""
-    if verdict is None:
-        return missing("the default sampler at this size")
-    if not calibrated:
-        return ("The table below reads these intervals, but the gate does not decide on the measures the reference "
-                "fails against itself: at this size they need more seeds of DDPM 250")
-    if verdict == "pass":
-        return "So the chain is equivalent to DDPM 250 at this size too"
-    return "So at this size the gate does not show the chain equivalent to DDPM 250"
-
-
-def larger_facts(root: Path, gpu: str | None) -> dict[str, str]:
-    """The gate on ``largest``'s checkpoint (prefix ``eq_big_``): its seeds, both calibration checks,
-    whether they let it decide, the default's verdict, and W1's margin against what the seeds resolve."""
-    keys = ("size", "checkpoint", "seeds", "again", "poor", "state", "default", "default_r", "w1", "failing", "decision")
-    name = largest(root, gpu)
-    if name is None:
-        return {f"eq_big_{k}": missing(f"the gate on a checkpoint beyond {BASE_SIZE}³ (scripts/equivalence.py)")
-                for k in keys}
-    j = judged(root, gpu, name)
-    samples, _ = load(root, gpu, name)
-    again, poor = (j[j["role"] == r] for r in ROLES[:2])
-    checks = {"the reference on other seeds passes": len(again) and again["verdict"].iloc[0] == "pass",
-              "the poor sampler fails": len(poor) and poor["verdict"].iloc[0] != "pass"}
-    broken = [k.replace("passes", "fails").replace("the poor sampler fails", "the poor sampler passes")
-              for k, ok in checks.items() if not ok]
-    mine = label(candidate_run())
-    v = _verdicts(j)
-    w1 = again.set_index("measure").loc["hist_w1"] if len(again) else None
-    verdict = v.loc[mine, "verdict"] if mine in v.index else None
-    return {
-        "eq_big_failing": _failing(j, mine) if verdict and verdict != "pass" else "—",
-        "eq_big_decision": _decision(not broken, verdict),
-        "eq_big_size": f"{size_of(name)}³",
-        "eq_big_checkpoint": _checkpoint(samples),
-        "eq_big_seeds": str(int(j["reference_seeds"].iloc[0])),
-        "eq_big_again": (again["verdict"].iloc[0] if again["verdict"].iloc[0] == "pass"
-                         else f"fails on {_failed(again['verdict'].iloc[0])}") if len(again) else missing("the reference's second arm"),
-        "eq_big_poor": (f"{label(poor['candidate'].iloc[0])} "
-                        f"{'passes' if poor['verdict'].iloc[0] == 'pass' else 'fails on ' + _failed(poor['verdict'].iloc[0])}")
-                       if len(poor) else missing("poor sampler run"),
-        "eq_big_state": ("calibrated: its verdicts decide" if not broken else
-                         f"not calibrated ({'; '.join(broken)}): at this many seeds it decides nothing"),
-        "eq_big_default": (("passes" if v.loc[mine, "verdict"] == "pass" else f"fails on {_failed(v.loc[mine, 'verdict'])}")
-                           if mine in v.index else missing(f"{mine} at this size")),
-        "eq_big_default_r": _candidate_interval(j, mine, "brain_corr"),
-        "eq_big_w1": (f"{_interval(w1)}; the smallest shift it fails with {100 * POWER:g} % probability is "
-                      f"{w1['detects']:.4f}" if w1 is not None else missing("the reference's second arm")),
-    }
-
-
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
-    """The section's glued facts (prefix ``eq_``): the newest checkpoint's gate, the first one's
-    exploration (the solvers against calls and η), the utility per checkpoint."""
+    """The chapter's glued facts (prefix ``eq_``): the gate's rules and the package's samplers, whatever the store
+    holds, the GPU, and the candidate's confirmation; every measure is in a table, earlier findings in the history."""
     gpu = equivalence_gpu(root, gpus)
-    j = judged(root, gpu)
-    keys = ("gpu", "checkpoint", "subjects", "ref_seeds", "cand_seeds", "margin_r", "margin_region", "margin_w1",
-            "again", "poor", "detects_r", "detects_ssim", "candidates", "passing", "nearest", "eta_r", "eta_ssim",
-            "calls", "util", "seconds", "first", "first_chain_r", "first_sde2_r", "first_sde1_r", "first_eta_r",
-            "first_eta_ssim", "candidate_verdict", "candidate_r", "candidate_region", "candidate_util", "confirm")
-    rules = {"eq_default": f"{REFERENCE.describe()} ({REFERENCE.steps} denoiser calls)",  # the package's, whatever the store
-             "eq_candidate": f"{CANDIDATE.describe()} ({CANDIDATE.steps} denoiser calls)",
-             "eq_reference": f"{REFERENCE.sampler.upper()} {REFERENCE.steps}",
-             "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %", "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
-             "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",
-             "eq_power": f"{100 * POWER:g} %"}
-    big = larger_facts(root, gpu)
-    if j.empty:
-        return {**{f"eq_{k}": missing(WHAT) for k in keys}, **rules, **big}
-    samples, _ = load(root, gpu)
-    every = names(root, gpu)
-    first = judged(root, gpu, every[0])
-    again = j[j["role"] == "reference, other seeds"].set_index("measure")
-    cands = j[j["role"] == "candidate"]
-    verdicts = _verdicts(j)
-    passing = verdicts[verdicts["verdict"] == "pass"].sort_values(["calls", "worst"])
-    nearest_run = verdicts["worst"].idxmin() if len(verdicts) else None
-    mine = label(candidate_run())
-
-    util, secs = utility(root, gpu), seconds(root, gpu)
-    poor = j[j["role"] == "poor sampler"]
-    mine_util = util[util["sampler run"] == mine]
-    first_samples, _ = load(root, gpu, every[0])
-    return {
-        "eq_gpu": gpu_name(gpu),
-        "eq_checkpoint": _checkpoint(samples),
-        "eq_first": _checkpoint(first_samples) if len(every) > 1 else "the same checkpoint",
-        "eq_subjects": str(int(j["subjects"].iloc[0])),
-        "eq_ref_seeds": str(int(j["reference_seeds"].iloc[0])),
-        "eq_cand_seeds": str(int(cands["seeds"].min())) if len(cands) else "—",
-        "eq_margin_r": f"{again.loc['brain_corr', 'margin']:.4f}",
-        "eq_margin_region": f"{again.loc['region_corr', 'margin']:.4f}",
-        "eq_margin_w1": f"{again.loc['hist_w1', 'margin']:.4f}",
-        "eq_again": f"{again['verdict'].iloc[0]} (in-brain r {_interval(again.loc['brain_corr'])})",
-        "eq_poor": (f"{label(poor['candidate'].iloc[0])}: {poor['verdict'].iloc[0]} (in-brain r "
-                    f"{_interval(poor.set_index('measure').loc['brain_corr'])})") if len(poor) else missing("poor sampler run"),
-        "eq_detects_r": f"{again.loc['brain_corr', 'detects']:.4f}",
-        "eq_detects_ssim": f"{again.loc['ssim_between_seeds', 'detects']:.4f}",
-        "eq_candidates": str(len(verdicts)),
-        "eq_passing": ", ".join(f"{r} ({c} calls)" for r, c in passing["calls"].items()) or "none",
-        "eq_nearest": (f"{nearest_run}: {verdicts.loc[nearest_run, 'verdict']}; its widest bound "
-                       f"{verdicts.loc[nearest_run, 'worst']:.2f} of its margin" if nearest_run else "—"),
-        "eq_eta_r": _by_eta(j, "brain_corr"),
-        "eq_eta_ssim": _by_eta(j, "ssim_between_seeds"),
-        "eq_calls": f"{j['calls'].min()} to {cands['calls'].max() if len(cands) else j['calls'].max()}",
-        "eq_confirm": confirmed(under_both_rules(root, gpu), chosen_on(root, gpu)),
-        "eq_candidate_verdict": (f"{verdicts.loc[mine, 'verdict']} (widest bound {verdicts.loc[mine, 'worst']:.2f} of its "
-                               "margin)") if mine in verdicts.index else missing(f"{mine} in the chosen checkpoint's runs"),
-        "eq_candidate_r": _candidate_interval(j, mine, "brain_corr"),
-        "eq_candidate_region": _candidate_interval(j, mine, "region_corr"),
-        "eq_candidate_util": ("; ".join(f"{r['synthetic Dice']:.3f} against DDPM 250's on {r['checkpoint']}, "
-                                      f"{100 * r['against DDPM 250']:.1f} %" for _, r in mine_util.iterrows())
-                            or missing(f"a utility row of {mine}")),
-        "eq_first_chain_r": _candidate_interval(first, label("dpm2m-sde12-logsnr:fast"), "brain_corr"),
-        "eq_first_sde2_r": _runs_like(first, "dpm2m-sde"),
-        "eq_first_sde1_r": _runs_like(first, "dpm1-sde"),
-        "eq_first_eta_r": _by_eta(first, "brain_corr"),
-        "eq_first_eta_ssim": _by_eta(first, "ssim_between_seeds"),
-        "eq_util": "; ".join(f"{r['checkpoint']}, {r['sampler run']} {r['synthetic Dice']:.3f} "
-                             f"({100 * r['against DDPM 250']:.1f} %)" for _, r in util.iterrows())
-                   or missing("utility rows (equivalence/utility.csv)"),
-        "eq_seconds": "; ".join(f"{r['sampler']} {r['s / volume']:.3g} s" for _, r in secs.iterrows())
-                      or missing("128³ timings (equivalence/bench.csv)"),
-        **rules,
-        **big,
-    }
+    return {"eq_default": f"{REFERENCE.describe()} ({REFERENCE.steps} denoiser calls)",
+            "eq_candidate": f"{CANDIDATE.describe()} ({CANDIDATE.steps} denoiser calls)",
+            "eq_reference": f"{REFERENCE.sampler.upper()} {REFERENCE.steps}",
+            "eq_rel_margin": f"{100 * RELATIVE_MARGIN:g} %",
+            "eq_abs_margin": ", ".join(sorted({f"{v:g}" for v in ABSOLUTE_MARGINS.values()})),
+            "eq_interval": f"{100 * (1 - 2 * ALPHA):g} %", "eq_util_floor": f"{100 * UTILITY_FLOOR:g} %",
+            "eq_power": f"{100 * POWER:g} %", "eq_gpu": gpu_name(gpu) if gpu else missing(WHAT),
+            "eq_confirm": confirmed(under_both_rules(root, gpu), chosen_on(root, gpu)) if gpu else missing(WHAT)}
 
 
 def state(both: pd.DataFrame, chosen: str | None) -> pd.DataFrame:
