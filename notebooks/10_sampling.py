@@ -29,7 +29,7 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # samplin
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import facts, plots, quality_facts, quality_tables
+from medddpm.report import facts, history, plots, quality_facts, quality_tables
 from medddpm.report.measure import prepare
 from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
@@ -138,15 +138,14 @@ else:
     plots.finish(plots.no_data("held-out loss curve (quality/converge_heldout.csv)", "quality"))
 
 # %% [markdown]
-# The EMA's held-out loss {glue:text}`cv_verdict` at step {glue:text}`cv_best_step` ({glue:text}`cv_best_loss`) and
-# was {glue:text}`cv_rise` higher by step {glue:text}`cv_last_step` ({glue:text}`cv_last_loss`): past that point the
-# model learns its six training subjects, not the task (the run took {glue:text}`cv_ms` ms a step). The checkpoint
-# sampled here is the same recipe trained to step {glue:text}`sm_ckpt_step` (held-out loss {glue:text}`sm_ckpt_loss`).
+# The EMA's held-out loss reaches its lowest point (dashed) and rises after it: past that point the model learns its
+# six training subjects, not the task. The checkpoint sampled here is the same recipe trained again to about that
+# point (red).
 #
-# From it, each sampler drew {glue:text}`sm_n` samples under `bf16-graphs` and under the fastest sampling
-# configuration, `fast-w16-tnorm-tconv`, and every sample was compared with its subject's real image
+# From it, each sampler drew samples of the held-out subjects under `bf16-graphs` and under the fastest sampling
+# configuration of the time, `fast-w16-tnorm-tconv`, and every sample was compared with its subject's real image
 # (`scripts/quality.py samplers` → `quality/samplers.csv`): the mean intensity of the background (outside the brain
-# mask; the real image's is {glue:text}`sm_real_bg`), the Pearson correlation with the real image inside the brain,
+# mask; the real image's is the table's `real` row), the Pearson correlation with the real image inside the brain,
 # PSNR and SSIM. A run *matches DDPM 250* when its background mean lies within 0.1 of DDPM 250's and its in-brain
 # correlation at most 0.05 below, both as means over all samples of the run.
 
@@ -162,32 +161,21 @@ else:
         "matches_ddpm250": "matches DDPM 250"}), 3))
 
 # %% [markdown]
-# - **Deterministic DDIM is what was wrong, at any step count.** With η = 0 the in-brain
-#   correlation falls to {glue:text}`sm_ddim50_eta0_bf16-graphs_corr` at 50 steps and to
-#   {glue:text}`sm_ddim250_eta0_bf16-graphs_corr` at all 250 (`bf16-graphs`; DDPM 250:
-#   {glue:text}`sm_ddpm250_bf16-graphs_corr`), so neither the step count nor the spacing of the steps is
-#   the cause: without fresh noise at each step the chain does not forgive the model's errors. The
-#   samplers' equations themselves are tested against an exact denoiser (Gaussian data, whose
-#   optimal ε is known: `tests/test_diffusion.py`).
-# - **DDIM 50 with η = 1 keeps DDPM's quality at a fifth of its steps**: in-brain correlation
-#   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_corr` under `fast-w16-tnorm-tconv` (matches:
-#   {glue:text}`sm_ddim50_eta1_fast-w16-tnorm-tconv_match`) and {glue:text}`sm_ddim50_eta1_bf16-graphs_corr`
-#   under `bf16-graphs` (matches: {glue:text}`sm_ddim50_eta1_bf16-graphs_match`;
-#   {glue:text}`sm_ddim50_eta1_bf16-graphs_vs`). `medddpm sample`
-#   and `bench-sample` therefore default to η = 1. The fastest DDIM chain is
-#   {glue:text}`sm_rec`: {glue:text}`sm_rec_s` s per 128³ volume on the {glue:text}`sm_rec_gpu`,
-#   which {glue:text}`sm_rec_verdict` the 1 s target.
-# - **Clipping x̂₀ to [−1, 1] is needed.** Without it (`--no-clip`, DDPM's Algorithm 2 as
-#   published) every chain diverges: background means {glue:text}`sm_noclip_bg`, in-brain
-#   correlation at most {glue:text}`sm_noclip_corr`.
-# - **No sampler draws a black background.** Of the clipped runs, {glue:text}`sm_black` lies within
-#   0.1 of the real image's background; DDPM 250's is {glue:text}`sm_ddpm250_bf16-graphs_bg` and
-#   {glue:text}`sm_ddpm250_fast-w16-tnorm-tconv_bg`, and single samples spread by
-#   {glue:text}`sm_bg_sd` (standard deviation): a uniform grey offset whose level depends on the
-#   seed, while the brain inside the mask is right. The model at its best held-out loss sets the
-#   background's level only loosely, and a sampler cannot add what the model lacks. On real brains
-#   {doc}`14_anatomy` finds the cause, ε-prediction's error in a volume's mean, and the fix:
-#   v-prediction (`train --prediction v`).
+# Read from the table (the history at the end of the chapter keeps the figures as first written):
+# - **Deterministic DDIM is what was wrong, at any step count.** With η = 0 the in-brain correlation falls well below
+#   DDPM 250's at 50 steps and at all 250, so neither the step count nor the spacing of the steps is the cause:
+#   without fresh noise at each step the chain does not forgive the model's errors. The samplers' equations themselves
+#   are tested against an exact denoiser (Gaussian data, whose optimal ε is known: `tests/test_diffusion.py`).
+# - **DDIM 50 with η = 1 keeps DDPM's quality at a fifth of its steps** (`matches DDPM 250` in the table), so
+#   `medddpm sample` and `bench-sample` default to η = 1 for DDIM.
+# - **Clipping x̂₀ to [−1, 1] is needed.** Without it (`--no-clip`, DDPM's Algorithm 2 as published) every chain
+#   diverges: the unclipped rows' background means lie far outside [−1, 1].
+# - **No sampler draws a black background.** When measured, no clipped run lay within 0.1 of the real image's
+#   background (the history), and single samples spread around their run's mean (`sd over samples`): a grey offset
+#   whose level depends on the seed,
+#   while the brain inside the mask is right. The model at its best held-out loss sets the background's level only
+#   loosely, and a sampler cannot add what the model lacks. On real brains {doc}`14_anatomy` finds the cause,
+#   ε-prediction's error in a volume's mean, and the fix: v-prediction (`train --prediction v`).
 #
 # ## From Python: one sampler, many calls
 #
@@ -197,3 +185,13 @@ else:
 # sample does not depend on the call, the batch or the rank. Compiled work is kept in `MEDDDPM_CACHE` (default
 # `~/.cache/medddpm`) for later processes, and `medddpm warmup --checkpoint RUN/best.pt` fills it ahead of time; how
 # `sample` picks its configuration without `--config` is in {doc}`15_time_to_result`.
+
+# %% [markdown]
+# ## History
+#
+# What earlier measurements of this chapter found, each row computed once from the store by the reader of its day
+# (`history.json`'s `frozen_by`).
+
+# %% tags=["hide-input"]
+plots.show_table(history.table(root, [QGPU] if QGPU else [], "quality"), "chapter 10's history (quality/history.json)",
+                 "quality")

@@ -159,7 +159,7 @@ else:
 # checkpoint of {doc}`10_sampling`: DDPM 250, the recommended DDIM 50 with η = 1, and the deterministic DDIM 50
 # (η = 0) it replaces. Slices go through each subject's lesion.
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the held-out-loss checkpoint of step {glue:text}`sm_ckpt_step`): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the checkpoint {doc}`10_sampling` sampled): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
 SSL = quality_tables.sampler_slices(root, QGPU) if QGPU else None
 if SSL is not None:
     plots.finish(plots.slices(SSL, sorted(SSL["subject"].unique()), quality_tables.fig1_sources(SSL, quality_facts.SAMPLER_QUALITY_CONFIGS)))

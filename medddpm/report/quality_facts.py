@@ -11,7 +11,7 @@ import pandas as pd
 from . import quality_tables, tables
 from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, _worst_agreement, gpu_list
 from .present import gpu_name, register_gpus
-from .wording import missing, number, pct, roles, sci_fact
+from .wording import missing, number, roles, sci_fact
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
@@ -111,7 +111,6 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     sb64 = quality_tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
     fig1 = sb64[(sb64["config"] == "bf16-graphs") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
-    f.update(sampler_quality(root, q, sb))
     f.update(sampler_numerics(root, q, gpus))
     f.update(fp8_sampling(root, q, r["ref"]))
     lr = quality_tables.long_run(root, q) if q else None
@@ -125,7 +124,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
 
 SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0), "ddim50_eta0": ("ddim", 50, 0.0),
                 "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
-SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samplers the chapter names
+SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samples chapter 10 judged (and Fig. 1 shows)
 OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16's rounding averages below 1e-4
 NUMERICS_RUNS = ("ddpm250", "ddim50_eta1")  # the SAMPLER_RUNS set beside FP32
 SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold",
@@ -311,72 +310,6 @@ def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, st
             _run_facts(r, f"sn_{key}_{cfg}", w, f)
             f[f"sn_{key}_{cfg}_vs"] = _versus_ddpm(r, _get(by, ("ddpm", 250, 1.0, quality_tables.NUMERICS_REFERENCE)), w,
                                                    "the FP32 model's")
-    return f
-
-
-def sampler_quality(root: Path, q: str | None, sb: pd.DataFrame) -> dict[str, str]:
-    """07, "Which sampler is right?": the held-out loss curve to its lowest point
-    (``quality/converge_heldout.csv``), the checkpoint that was sampled, every sampler run against
-    the real image (``quality/samplers.csv``), and the recommended sampler with its 128³ time
-    (``sb``: ``quality_tables.sample_bench``)."""
-    from ..sample.quality import MATCH_BACKGROUND
-
-    f: dict[str, str] = {}
-    what = "held-out loss curve (quality/converge_heldout.csv)"
-    pl = quality_tables.plateau(quality_tables.heldout_curve(root, q)) if q else None
-    f["cv_best_step"] = number(pl and pl["best_step"], ",", what)
-    f["cv_best_loss"] = number(pl and pl["best"], ".4f", what)
-    f["cv_last_step"] = number(pl and pl["last_step"], ",", what)
-    f["cv_last_loss"] = number(pl and pl["last"], ".4f", what)
-    f["cv_rise"] = pct(pl and pl["rise"], what)
-    f["cv_verdict"] = (missing(what) if pl is None else "stopped falling" if pl["stopped"]
-                       else "had not yet stopped falling")
-    f["cv_ms"] = number(quality_tables.steady_ms(root, [q], "quality/converge_timing").get(q) if q else None, ".1f",
-                        "timing of the held-out run (quality/converge_timing.csv)")
-    what = "held-out curve of the sampled run (quality/samplers_heldout.csv)"
-    sampled = quality_tables.plateau(quality_tables.heldout_curve(root, q, "samplers_heldout")) if q else None
-    f["sm_ckpt_step"] = number(sampled and sampled["last_step"], ",", what)
-    f["sm_ckpt_loss"] = number(sampled and sampled["last"], ".4f", what)
-    what = "sampler runs (quality/samplers.csv)"
-    s = quality_tables.samplers(root, q) if q else pd.DataFrame()
-    summ = quality_tables.sampler_summary(s) if not s.empty else pd.DataFrame()
-    runs = summ[(summ["sampler"] != "real") & summ["clip"]] if not summ.empty else summ
-    real = summ[summ["sampler"] == "real"] if not summ.empty else summ
-    f["sm_n"] = (missing(what) if s.empty else
-                 f"{s.loc[s['sampler'] != 'real', 'seed'].nunique()} seeds × {s['subject'].nunique()} held-out subjects")
-    f["sm_real_bg"] = number(real["background"].iloc[0] if len(real) else None, ".2f", what)
-    f["sm_bg_sd"] = (f"{runs['background_sd'].min():.2f}–{runs['background_sd'].max():.2f}" if len(runs)
-                     else missing(what))
-    by = runs.set_index(["sampler", "steps", "eta", "config"]) if len(runs) else runs
-    for key, (smp, steps, eta) in SAMPLER_RUNS.items():
-        for cfg in SAMPLER_QUALITY_CONFIGS:
-            _run_facts(_get(by, (smp, steps, eta, cfg)), f"sm_{key}_{cfg}", f"{run_label(smp, steps, eta)} samples of {cfg}", f)
-    for cfg in SAMPLER_QUALITY_CONFIGS:
-        f[f"sm_ddim50_eta1_{cfg}_vs"] = _versus_ddpm(_get(by, ("ddim", 50, 1.0, cfg)), _get(by, ("ddpm", 250, 1.0, cfg)),
-                                                    f"DDIM 50 and DDPM 250 samples of {cfg}")
-    raw = summ[(summ["sampler"] != "real") & ~summ["clip"]] if not summ.empty else summ
-    f["sm_noclip_bg"] = (f"{raw['background'].min():.1f} to {raw['background'].max():.1f}" if len(raw)
-                         else missing("unclipped sampler runs"))
-    f["sm_noclip_corr"] = number(raw["brain_corr"].max() if len(raw) else None, ".2f", "unclipped sampler runs")
-    black = runs[(runs["background"] - real["background"].iloc[0]).abs() <= MATCH_BACKGROUND] if len(real) else runs
-    f["sm_black"] = (missing(what) if not len(runs) else "none of them" if not len(black) else
-                     ", ".join(f"{run_label(r.sampler, r.steps, r.eta)} of `{r.config}`" for r in black.itertuples()))
-    fewer = runs[(runs["matches_ddpm250"] == "yes") & (runs["steps"] < 250)] if len(runs) else runs
-    one = sb[(sb["batch"] == 1) & (sb["sampler"] == "ddim")] if not sb.empty else sb
-    if len(fewer):
-        ref = roles(one["gpu_slug"] if len(one) else [])["ref"]
-        times = (one[one["gpu_slug"] == ref].set_index(["config", "steps", "eta"])["s_per_volume_median"]
-                 if len(one) else pd.Series(dtype=float))
-        fewer = fewer.assign(s=[_get(times, (r.config, r.steps, r.eta)) for r in fewer.itertuples()])
-        rec = fewer.sort_values(["steps", "s"], na_position="last").iloc[0]
-        f["sm_rec"] = f"{run_label(rec['sampler'], rec['steps'], rec['eta'])} under `{rec['config']}`"
-        f["sm_rec_gpu"] = gpu_name(ref) if ref else missing("sample_bench.csv")
-        f["sm_rec_s"] = number(rec["s"], ".2f", f"sample_bench row of {rec['config']} at η = {rec['eta']:g}")
-        f["sm_rec_verdict"] = (missing("sample_bench.csv") if rec["s"] is None else
-                               "meets" if rec["s"] <= SAMPLING_TARGETS_S["ddim"] else "misses")
-    else:
-        f.update({k: missing("sampler matching DDPM 250 with fewer steps")
-                  for k in ("sm_rec", "sm_rec_gpu", "sm_rec_s", "sm_rec_verdict")})
     return f
 
 
