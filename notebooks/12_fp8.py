@@ -22,9 +22,8 @@
 # ## FP8 convolutions: DDPM under 4 s, at what cost?
 #
 # The bf16 samplers stop at {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update_ddpm_s` s for DDPM 250
-# (`fast-w16-tnorm-tconv-fold-up-update`): its convolutions take {glue:text}`fp8_step_bf16_conv_ms` of the
-# {glue:text}`fp8_step_bf16_ms` ms of kernels a DDPM step runs. A sampler needs no backward, so it
-# can take a lever training cannot: FP8 (E4M3) operands, through cuDNN's graph API
+# (`fast-w16-tnorm-tconv-fold-up-update`), most of a DDPM step's kernel time in its convolutions. A sampler needs no
+# backward, so it can take a lever training cannot: FP8 (E4M3) operands, through cuDNN's graph API
 # (`medddpm/net/fp8.py`, `nvidia-cudnn-frontend`).
 #
 # - Activations are cast unscaled: E4M3 is a float, with 3 mantissa bits from 2⁻⁶ up to 448, where
@@ -48,7 +47,7 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # not use
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import plots, quality_facts, quality_tables
+from medddpm.report import history, plots, quality_facts, quality_tables
 from medddpm.report.measure import render_only
 from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
@@ -74,32 +73,22 @@ else:
                                         "fp8_plan": "cuDNN plan"}), 3))
 
 # %% [markdown]
-# At 128³, 64 → 64 channels goes from {glue:text}`fp8_probe_64_64_128_bf16` to
-# {glue:text}`fp8_probe_64_64_128_fp8` ms ({glue:text}`fp8_probe_64_64_128_x`×) and the decoder's
-# 128 → 64 (after a skip concatenation) from {glue:text}`fp8_probe_128_64_128_bf16` to
-# {glue:text}`fp8_probe_128_64_128_fp8` ms ({glue:text}`fp8_probe_128_64_128_x`×); 128 → 128 at 64³
-# gains nothing ({glue:text}`fp8_probe_128_128_64_x`×), so only convolutions of at most 64 output
-# channels change (`fp8.MAX_OUT_CHANNELS`). The price is precision: each FP8 convolution is off by
-# {glue:text}`fp8_probe_err` (relative RMS), a bf16 one by {glue:text}`fp8_probe_err_bf16`.
+# At 128³ the 64-output-channel convolutions gain, most of all the decoder's 128 → 64 after a skip concatenation; at
+# 64³ a 128 → 128 convolution gains nothing, so only convolutions of at most 64 output channels change
+# (`fp8.MAX_OUT_CHANNELS`). The price is precision: each FP8 convolution's error lies far above a bf16 one's (the
+# table's errors).
 #
-# Two configurations add the lever to `fast-w16-tnorm-tconv-fold-up-update`:
-# - `…-fp8skip` changes only the decoder ResBlocks' first convolutions, whose input is a skip
-#   concatenation (2C → C, the largest gain per convolution). DDPM 250:
-#   {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_s` s ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_verdict` the 4 s
-#   target); DDIM 50: {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddim_s` s.
-# - `…-fp8` changes every ResBlock and upsampling convolution of at most 64 output channels. DDPM
-#   250: {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_s` s ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_verdict` it); DDIM 50:
-#   {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddim_s` s. Its DDPM step runs {glue:text}`fp8_step_fp8_ms` ms of
-#   kernels, convolutions {glue:text}`fp8_step_fp8_conv_ms` ms.
+# Two configurations add the lever to `fast-w16-tnorm-tconv-fold-up-update`, their seconds in the first table:
+# - `…-fp8skip` changes only the decoder ResBlocks' first convolutions, whose input is a skip concatenation (2C → C,
+#   the largest gain per convolution);
+# - `…-fp8` changes every ResBlock and upsampling convolution of at most 64 output channels.
 #
-# Are the FP8 samples right? A fresh checkpoint of {doc}`10_sampling`'s recipe (64³, step
-# {glue:text}`fp8_step`) was sampled by DDPM 250 and by the deterministic DDIM 50 (η = 0) under the
-# FP32 baseline, `fast-w16-tnorm-tconv-fold-up-update` (bf16) and both FP8 configurations, {glue:text}`fp8_n`, each seed's noise
-# the same in every configuration (`scripts/quality.py samplers --name precision --reference baseline`
-# → `quality/precision.csv`, `precision_agreement.csv`). The first columns compare each run's
-# samples with the FP32 samples of the same run and seed, voxel by voxel and by their background;
-# the last ones, like {doc}`10_sampling`, compare them with the real images, and judge each run
-# against the FP32 baseline's DDPM 250.
+# Are the FP8 samples right? A fresh checkpoint of {doc}`10_sampling`'s recipe (64³) was sampled by DDPM 250 and by
+# the deterministic DDIM 50 (η = 0) under the FP32 baseline, `fast-w16-tnorm-tconv-fold-up-update` (bf16) and both FP8
+# configurations, each seed's noise the same in every configuration (`scripts/quality.py samplers --name precision
+# --reference baseline` → `quality/precision.csv`, `precision_agreement.csv`). The first columns compare each run's
+# samples with the FP32 samples of the same run and seed, voxel by voxel and by their background; the last ones, like
+# {doc}`10_sampling`, compare them with the real images, and judge each run against the FP32 baseline's DDPM 250.
 
 # %% tags=["hide-input"]
 prec = quality_tables.precision(root, QGPU) if QGPU else None
@@ -115,42 +104,21 @@ else:
         "matches_ddpm250": "matches FP32 DDPM 250"}), 3))
 
 # %% [markdown]
-# - **Voxel by voxel**, DDPM 250 against the FP32 samples: bf16 {glue:text}`fp8_ddpm250_bf16_psnr` dB
-#   (lowest {glue:text}`fp8_ddpm250_bf16_psnr_min`), `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_psnr` dB
-#   (lowest {glue:text}`fp8_ddpm250_fp8skip_psnr_min`), `…-fp8` {glue:text}`fp8_ddpm250_fp8_psnr` dB
-#   (lowest {glue:text}`fp8_ddpm250_fp8_psnr_min`). The bar is the earlier fast
-#   sampler's agreement with FP32, {glue:text}`fp8_bar_db` dB (`bf16-graphs`, "Do they sample the same
-#   volumes?" in {doc}`09_quality`): bf16 is {glue:text}`fp8_ddpm250_bf16_bar` it, `…-fp8skip`
-#   {glue:text}`fp8_ddpm250_fp8skip_bar`, `…-fp8` {glue:text}`fp8_ddpm250_fp8_bar`. With DDIM 50 (η = 0):
-#   bf16 {glue:text}`fp8_ddim50_eta0_bf16_psnr` dB, `…-fp8skip` {glue:text}`fp8_ddim50_eta0_fp8skip_psnr`,
-#   `…-fp8` {glue:text}`fp8_ddim50_eta0_fp8_psnr`.
-# - **Against the real images**, DDPM 250: FP32 background {glue:text}`fp8_ddpm250_fp32_bg`
-#   (in-brain r {glue:text}`fp8_ddpm250_fp32_corr`); bf16 {glue:text}`fp8_ddpm250_bf16_bg`
-#   (r {glue:text}`fp8_ddpm250_bf16_corr`; matches FP32's DDPM 250: {glue:text}`fp8_ddpm250_bf16_match`);
-#   `…-fp8skip` {glue:text}`fp8_ddpm250_fp8skip_bg` (r {glue:text}`fp8_ddpm250_fp8skip_corr`; matches:
-#   {glue:text}`fp8_ddpm250_fp8skip_match`); `…-fp8` {glue:text}`fp8_ddpm250_fp8_bg`
-#   (r {glue:text}`fp8_ddpm250_fp8_corr`; matches: {glue:text}`fp8_ddpm250_fp8_match`).
+# What the comparisons say (the history at the chapter's end keeps the figures as first written):
 #
-# What the comparisons say:
-#
-# - Where a PSNR is below the bar, those samples are not the FP32 model's samples voxel for voxel.
-#   A DDPM chain draws fresh noise at every step, and every small change of ε moves the sample to a
-#   neighbouring one: bf16's own lowest agreement is {glue:text}`fp8_ddpm250_bf16_psnr_min` dB.
-# - Paired with the FP32 sample of the same seed and subject (the same noise), the DDPM 250
-#   background moves by {glue:text}`fp8_ddpm250_bf16_shift` under bf16, by
-#   {glue:text}`fp8_ddpm250_fp8skip_shift` under `…-fp8skip` and by {glue:text}`fp8_ddpm250_fp8_shift`
-#   under `…-fp8` (mean ± standard error over the pairs, the table's "background shift"). The
-#   unpaired means carry the spread between subjects and seeds, which hides a shift of this size;
+# - **Voxel by voxel** no configuration reaches the bar of the earlier fast sampler's agreement with FP32
+#   (`bf16-graphs`, "Do they sample the same volumes?" in {doc}`09_quality`), bf16 included: a DDPM chain draws fresh
+#   noise at every step, and every small change of ε moves the sample to a neighbouring one. FP8 moves it further.
+# - **Paired** with the FP32 sample of the same seed and subject (the same noise), the DDPM 250 background moves up,
+#   more under FP8 than under bf16, and most under `…-fp8` (the table's "background shift", mean ± standard error
+#   over the pairs). The unpaired means carry the spread between subjects and seeds, which hides a shift of this size;
 #   the pairs show it.
-# - What the voxel bar stands for, the quality of the sample, is judged in the last column, with
-#   the criterion of {doc}`10_sampling`. Only a configuration whose DDPM 250 verdict is "yes" counts
-#   for the 4 s target: `…-fp8skip`: {glue:text}`fp8_ddpm250_fp8skip_match`
-#   ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8skip_ddpm_s` s), `…-fp8`: {glue:text}`fp8_ddpm250_fp8_match`
-#   ({glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update-fp8_ddpm_s` s). This rests on {glue:text}`fp8_n` of one checkpoint; the
-#   distribution-level metrics below (FID, MS-SSIM) were not measured.
-# - So FP8 is an option you choose, not the default. `medddpm sample` without `--config` samples
-#   with bf16 (`fast-w16-tnorm-tconv-fold-up-update`). `--config fast-w16-tnorm-tconv-fold-up-update-fp8skip` trades the voxel agreement and the background shift
-#   above for the time above.
+# - What the voxel bar stands for, the quality of the sample, is judged in the last column, with the criterion of
+#   {doc}`10_sampling`. Only a configuration whose DDPM 250 verdict is "yes" counts for the 4 s target. This rests on a
+#   few seeds and subjects of one checkpoint; the distribution-level metrics (FID, MS-SSIM) were not measured.
+# - So FP8 is an option you choose, not the default. `medddpm sample` without `--config` samples with bf16
+#   (`fast-w16-tnorm-tconv-fold-up-update`). `--config fast-w16-tnorm-tconv-fold-up-update-fp8skip` trades the voxel
+#   agreement and the background shift above for the time above.
 
 # %% [markdown]
 # ## The paper's Fig. 1, made from our own model
@@ -159,7 +127,7 @@ else:
 # checkpoint of {doc}`10_sampling`: DDPM 250, the recommended DDIM 50 with η = 1, and the deterministic DDIM 50
 # (η = 0) it replaces. Slices go through each subject's lesion.
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the checkpoint {doc}`10_sampling` sampled): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the checkpoint chapter 10 sampled): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
 SSL = quality_tables.sampler_slices(root, QGPU) if QGPU else None
 if SSL is not None:
     plots.finish(plots.slices(SSL, sorted(SSL["subject"].unique()), quality_tables.fig1_sources(SSL, quality_facts.SAMPLER_QUALITY_CONFIGS)))
@@ -187,3 +155,13 @@ else:
 #   configurations that agree here.
 # - **One seed per configuration.** Only the baseline has three seeds; a configuration at the
 #   band's edge would need its own seeds to call.
+
+# %% [markdown]
+# ## History
+#
+# What the FP8 study found when it ran, each row computed once from the store by the reader of its day
+# (`history.json`'s `frozen_by`).
+
+# %% tags=["hide-input"]
+plots.show_table(history.table(root, [SGPU] if SGPU else [], "sampling"), "chapter 12's history (sampling/history.json)",
+                 "sampling")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import quality_tables, tables
+from . import quality_tables
 from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, _worst_agreement, gpu_list
 from .present import gpu_name, register_gpus
 from .wording import missing, number, roles, sci_fact
@@ -112,7 +112,6 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     fig1 = sb64[(sb64["config"] == "bf16-graphs") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
     f.update(sampler_numerics(root, q, gpus))
-    f.update(fp8_sampling(root, q, r["ref"]))
     lr = quality_tables.long_run(root, q) if q else None
     what = "long run (quality/long_log.csv)"
     f["long_steps"] = number(lr and lr["steps"], ",", what)
@@ -129,60 +128,6 @@ OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16'
 NUMERICS_RUNS = ("ddpm250", "ddim50_eta1")  # the SAMPLER_RUNS set beside FP32
 SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold",
                             "fast-w16-tnorm-tconv-fold-up")  # bf16 ones set beside FP32
-FP8_RUNS = ("ddpm250", "ddim50_eta0")  # the SAMPLER_RUNS of quality/precision.csv
-
-
-def fp8_sampling(root: Path, q: str | None, s_gpu: str | None) -> dict[str, str]:
-    """07, "FP8 convolutions": the probe of each convolution shape (``sampling/fp8_convs.csv`` of
-    ``s_gpu``, the sampling GPU), one DDPM step's kernels in FP8 and bf16
-    (``sampling/denoise_kernels_ddpm.csv``), and the samples of one checkpoint under FP32, bf16 and
-    the FP8 configurations (``quality/precision*.csv`` of ``q``): voxel agreement with the FP32
-    samples of the same runs and seeds, and quality against the real images."""
-    f: dict[str, str] = {}
-    what = "FP8 convolution probe (sampling/fp8_convs.csv)"
-    probe = quality_tables.fp8_convs(root, s_gpu) if s_gpu else pd.DataFrame()
-    probe = probe.set_index(["cin", "cout", "side"]) if not probe.empty else probe
-    for shape in ((64, 64, 128), (128, 64, 128), (128, 128, 64)):
-        key = "fp8_probe_{}_{}_{}".format(*shape)
-        f[f"{key}_x"] = number(_get(probe, shape, "speedup"), ".2f", what)
-        f[f"{key}_bf16"] = number(_get(probe, shape, "bf16_ms"), ".2f", what)
-        f[f"{key}_fp8"] = number(_get(probe, shape, "fp8_ms"), ".2f", what)
-    f["fp8_probe_err"] = (missing(what) if probe.empty else
-                          f"{100 * probe['fp8_rel_err'].min():.1f}–{100 * probe['fp8_rel_err'].max():.1f} %")
-    f["fp8_probe_err_bf16"] = (missing(what) if probe.empty else f"{100 * probe['bf16_rel_err'].max():.2f} %")
-    dk = tables.results_csv(root, [s_gpu], "sampling/denoise_kernels_ddpm") if s_gpu else pd.DataFrame()
-    for cfg, key in ((FP8_BF16, "bf16"), (SAMPLING_FP8[-1], "fp8")):
-        rows = dk[dk["config"] == cfg] if not dk.empty else dk
-        w = f"DDPM-step kernel table of {cfg}"
-        f[f"fp8_step_{key}_ms"] = number(rows["ms_per_step"].sum() if len(rows) else None, ".1f", w)
-        conv = rows[rows["category"] == "convolution/GEMM"]["ms_per_step"].sum() if len(rows) else None
-        f[f"fp8_step_{key}_conv_ms"] = number(conv, ".1f", w)
-    what = "FP8 sample agreement (quality/precision*.csv)"
-    raw = quality_tables.precision_runs(root, q) if q else pd.DataFrame()
-    f["fp8_n"] = _seeds_subjects(raw, what)
-    pr = quality_tables.precision(root, q) if q else pd.DataFrame()
-    runs = pr[pr["sampler"] != "real"].set_index(["sampler", "steps", "eta", "config"]) if not pr.empty else pr
-    curve = quality_tables.plateau(quality_tables.heldout_curve(root, q, "precision_heldout")) if q else None
-    f["fp8_step"] = number(curve and curve["last_step"], ",", "quality/precision_heldout.csv")
-    bar = quality_tables.sample_agreement(root, q) if q else pd.DataFrame()
-    bar_db = _get(bar, "bf16-graphs", "psnr_db")
-    f["fp8_bar_db"] = number(bar_db, ".1f", "sample agreement of bf16-graphs (quality/sample_agreement.csv)")
-    for run_key in FP8_RUNS:
-        smp, steps, eta = SAMPLER_RUNS[run_key]
-        for cfg, key in (("baseline", "fp32"), (FP8_BF16, "bf16"), (SAMPLING_FP8[0], "fp8skip"), (SAMPLING_FP8[1], "fp8")):
-            r = _get(runs, (smp, steps, eta, cfg))
-            k = f"fp8_{run_key}_{key}"
-            _run_facts(r, k, what, f)
-            if cfg == "baseline":
-                continue
-            f[f"{k}_shift"] = (missing(what) if r is None or "background_shift" not in r or pd.isna(r["background_shift"])
-                               else f"{r['background_shift']:+.3f} ± {r['background_shift_se']:.3f}")
-            f[f"{k}_psnr"] = number(None if r is None else r["psnr_vs_fp32"], ".1f", what)
-            f[f"{k}_psnr_min"] = number(None if r is None else r["psnr_vs_fp32_min"], ".1f", what)
-            f[f"{k}_ssim"] = number(None if r is None else r["ssim_vs_fp32"], ".3f", what)
-            f[f"{k}_bar"] = (missing(what) if r is None or bar_db is None else
-                             "above" if r["psnr_vs_fp32"] >= bar_db else "below")
-    return f
 
 
 def run_label(sampler: str, steps: int, eta: float) -> str:
