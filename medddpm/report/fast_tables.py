@@ -16,14 +16,6 @@ from ..profiling.categories import CONV_PASSES, conv_pass
 from .tables import bench, fast_path_csv, ncu_kernels, ordered, results_csv, train_flops
 
 
-def run_files(root: Path, pattern: str) -> list[Path]:
-    """The files matching ``pattern`` in the machines' earlier run folders (``<machine>/<run>/``, by
-    name) and then in their current folders (``<machine>/``): the last is the one to quote."""
-    root = Path(root)
-    return sorted([*root.glob(f"*/*/{pattern}"), *root.glob(f"*/{pattern}")],
-                  key=lambda p: (p.parent.parent == root, p.parent.name, p.name))
-
-
 def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
     """The fast-path ladder (``config.LADDER``) at batch 1: ms/step, speed-up over the rung before
     and over baseline, achieved TFLOP/s (3 × forward FLOPs ÷ step time) and its share of the

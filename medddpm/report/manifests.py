@@ -116,14 +116,6 @@ def fill(root: str | Path) -> list[Path]:
     return written
 
 
-def newest_named(root: str | Path, gpu: str, parent: str, name: str) -> str:
-    """``parent/<name>-<date>`` of the newest run of content name ``name`` in ``gpu``'s ``parent`` folder (``name`` as
-    given where there is none: the reader then says what is missing); the way code names a run without its date."""
-    found = sorted(p.name for p in (Path(root) / gpu / parent).glob(f"{name}-20??-??-??")
-                   if (m := DATED.match(p.name)) and m["name"] == name)
-    return f"{parent}/{found[-1] if found else name}"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "fill":

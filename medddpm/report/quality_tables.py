@@ -51,21 +51,6 @@ def solver_bench(root: Path, gpus: list[str], size: str = FULL_SIZE) -> pd.DataF
     return sb.drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
-def sampling_targets(sb: pd.DataFrame, targets: dict[str, float], config: str = "bf16-graphs",
-                     reference: str = "opt1") -> pd.DataFrame:
-    """Per GPU and sampler: ``config``'s seconds per volume, the target, whether it is met, and the
-    speed-up over ``reference`` (``sb`` from ``sample_bench``)."""
-    s = sb.set_index(["gpu_slug", "config", "sampler"])["s_per_volume_median"]
-    rows = []
-    for (g, c, smp), v in s.items():
-        if c != config or smp not in targets:
-            continue
-        ref = s.get((g, reference, smp), float("nan"))
-        rows.append({"gpu_slug": g, "sampler": smp, "s_per_volume": v, "target_s": targets[smp],
-                     "meets": v <= targets[smp], "speedup_vs_reference": ref / v})
-    return pd.DataFrame(rows)
-
-
 def denoise_categories(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Milliseconds per denoising step by kernel category (rows) and configuration (columns), from
     ``sampling/denoise_kernels.csv`` (``sample_bench.denoise_kernels``)."""
