@@ -193,5 +193,5 @@ else:
 # (`history.json`'s `frozen_by`).
 
 # %% tags=["hide-input"]
-plots.show_table(history.table(root, [QGPU] if QGPU else [], "quality"), "chapter 10's history (quality/history.json)",
-                 "quality")
+plots.show_table(history.table(root, [QGPU] if QGPU else [], "quality", "10_sampling"),
+                 "chapter 10's history (quality/history.json)", "quality")

@@ -44,7 +44,7 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # not use
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import few_step, plots, quality_facts, quality_tables
+from medddpm.report import few_step, history, plots, quality_tables
 from medddpm.report.measure import render_only
 from medddpm.report.notebook import glue_facts
 from medddpm.report.plots import show_table
@@ -52,7 +52,7 @@ from medddpm.report.present import table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/quality.py gate (scripts/quality_measure.sh) and 10_sampling's bench-sample")
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
-glue_facts(quality_facts.quality_chapter(root, G))
+glue_facts(few_step.facts(root, G))
 
 # %% [markdown]
 # **Where it stands**: per GPU, the fastest sampler that passed this gate, its seconds a 128³ volume and its speed-up
@@ -74,32 +74,21 @@ table(few_step.passing_runs(root, FSG), digits={"in-brain r": 3, "background": 3
 plots.finish(few_step.tradeoff(root, FSG))
 
 # %% [markdown]
-# - **The recommended few-step sampler is {glue:text}`fs_rec`** (`--sampler dpm2m-sde`): its verdict
-#   is {glue:text}`fs_rec_verdict`, and it samples a 128³ volume in {glue:text}`fs_rec_s` s on the
-#   {glue:text}`fs_gpu` ({glue:text}`fs_rec_batches`): {glue:text}`fs_vs_ddpm_fast`× faster than
-#   DDPM 250 on the same denoiser ({glue:text}`fs_ddpm_fast_s` s), {glue:text}`fs_vs_opt1`× faster
-#   than DDPM 250 under the paper's OPT1 ({glue:text}`fs_ddpm_opt1_s` s) and {glue:text}`fs_vs_fp32`×
-#   faster than under FP32 ({glue:text}`fs_ddpm_fp32_s` s). The target of 0.2 s on the H200:
-#   {glue:text}`fs_target`.
-# - **Ten steps miss, narrowly.** The same solver at 10 steps ({glue:text}`fs_10_s` s) is
-#   {glue:text}`fs_10_verdict`: its histogram distance is {glue:text}`fs_10_w1`. Its FP8 form
-#   (`fast-fp8`, {glue:text}`fs_fp8_10_s` s) is {glue:text}`fs_fp8_10_verdict` on this checkpoint, and
-#   {glue:text}`fs_fp8_10_other`: this close to the band's edge the verdict follows the checkpoint and
-#   the seeds, so a solver's default length is the fewest steps that passed under `fast`. On real
-#   brains no few-step chain passes the same per-subject band ({doc}`14_anatomy`); a sampler of other
-#   noise is judged there by the equivalence gate of {doc}`16_equivalence`, whose verdict sets
-#   `medddpm sample`'s default.
-# - **Only the stochastic form keeps the model's quality.** The deterministic solvers (ODE
-#   DPM-Solver++, iPNDM) lose the in-brain correlation at 10 steps
-#   ({glue:text}`fs_ode_corr`, against DDPM's {glue:text}`fs_ref_corr`), as deterministic DDIM does
-#   at any step count: fresh noise at every step forgives the model's errors.
-# - **The spacing matters more than the order.** The stochastic solver at 10 steps, by spacing and
-#   checkpoint: {glue:text}`fs_spacings` (call 1's checkpoint stopped at 10,000 steps, before its
-#   held-out loss reached its plateau). Uniform in log-SNR over the whole schedule (`logsnr-full`)
-#   spends 4 of 10 steps where x_t is still noise: the cosine schedule's last, clipped β puts
-#   λ(T − 1) far below the rest. `logsnr` spaces the steps uniformly over the unclipped schedule after
-#   T − 1. The solvers' equations are tested against an exact denoiser (Gaussian data:
-#   `tests/test_solvers.py`).
+# Read from the tables above (the history at the chapter's end keeps the figures as first written):
+# - **The recommended few-step sampler is {glue:text}`fs_rec`** (`--sampler dpm2m-sde`): the fewest steps that passed
+#   under `fast`, its seconds and speed-ups in the first table.
+# - **Ten steps miss, narrowly.** The same solver at 10 steps misses the band on the histogram distance by a hair, and
+#   its FP8 form passed on one checkpoint and failed on another: this close to the band's edge the verdict follows the
+#   checkpoint and the seeds, so a solver's default length is the fewest steps that passed under `fast`. On real
+#   brains no few-step chain passes the same per-subject band ({doc}`14_anatomy`); a sampler of other noise is judged
+#   there by the equivalence gate of {doc}`16_equivalence`, whose verdict sets `medddpm sample`'s default.
+# - **Only the stochastic form keeps the model's quality.** The deterministic solvers (ODE DPM-Solver++, iPNDM) lose
+#   the in-brain correlation at 10 steps, as deterministic DDIM does at any step count: fresh noise at every step
+#   forgives the model's errors.
+# - **The spacing matters more than the order.** Uniform in log-SNR over the whole schedule (`logsnr-full`) spends 4
+#   of 10 steps where x_t is still noise: the cosine schedule's last, clipped β puts λ(T − 1) far below the rest.
+#   `logsnr` spaces the steps uniformly over the unclipped schedule after T − 1. The solvers' equations are tested
+#   against an exact denoiser (Gaussian data: `tests/test_solvers.py`).
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-few-step-slices", "caption": "One held-out subject (64³, seed 0, the gate's checkpoint, {glue:text}`fs_gpu`): its mask, the real image, FP32 DDPM 250 and the few-step runs whose slices the gate kept (the stochastic solver at 10 and 20 steps bracket the recommended 12; the deterministic iPNDM at 10)."}}
 FSL = few_step.slices(root, FSG)
@@ -112,11 +101,10 @@ else:
 # ## Are the fast samplers' samples the model's?
 #
 # The samplers of {doc}`10_sampling` were compared within each configuration's own numerics. Speed counts only
-# with the model's output, so the bf16 sampling configurations are also set beside the FP32
-# network. First their ε from trained weights: the EMA weights of {glue:text}`sn_bias_n`
-# checkpoints of {doc}`10_sampling`'s recipe (64³, step 14,000), on the held-out subjects at 6 timesteps,
-# against the FP32 baseline on the same GPU (`scripts/quality.py agree --checkpoint` →
-# `quality/agreement_trained.csv`). Seeded weights (the agreement table of {doc}`09_quality`) have small jittered
+# with the model's output, so the bf16 sampling configurations are also set beside the FP32 network. First their ε
+# from trained weights: the EMA weights of checkpoints of {doc}`10_sampling`'s recipe (64³, step 14,000), on the
+# held-out subjects at 6 timesteps, against the FP32 baseline on the same GPU (`scripts/quality.py agree --checkpoint`
+# → `quality/agreement_trained.csv`). Seeded weights (the agreement table of {doc}`09_quality`) have small jittered
 # biases; trained ones have real ones.
 
 # %% tags=["hide-input"]
@@ -129,26 +117,16 @@ else:
         "rel_l2": "worst relative L2", "checkpoints": "checkpoints"}), 5))
 
 # %% [markdown]
-# ε's error has a constant part under {glue:text}`sn_offset` (signed mean above 3 × 10⁻⁴), and
-# none under {glue:text}`sn_no_offset`. `bf16-graphs`'s offset is {glue:text}`sn_bias_bf16-graphs` on average
-# (up to {glue:text}`sn_bias_bf16-graphs_worst`), while its relative L2 error, {glue:text}`sn_l2_bf16-graphs`,
-# is at the level of the others: relative L2 does not see an offset this small. It goes with the
-# thin convolutions (the stem's 3 channels in, the output's 1 out) in cuDNN's bf16 kernels, and
-# goes away with `triton_conv`, whose kernels sum in fp32, add the bias and round once
-# (`fast-w16-tnorm-tconv`: {glue:text}`sn_bias_fast-w16-tnorm-tconv`,
-# `fast-w16-tnorm-tconv-fold`: {glue:text}`sn_bias_fast-w16-tnorm-tconv-fold`).
+# Some configurations' ε error has a constant part (a signed mean above 3 × 10⁻⁴), which relative L2 does not see:
+# `bf16-graphs`'s, at the others' level of relative L2. It goes with the thin convolutions (the stem's 3 channels in,
+# the output's 1 out) in cuDNN's bf16 kernels, and goes away with `triton_conv`, whose kernels sum in fp32, add the
+# bias and round once (the `fast-w16-tnorm-tconv` rows). The two convolutions alone
+# (`scripts/probes/thin_offset_probe.py`, 64³, seeded bf16 inputs and weights, a bias of 0.3, against float64 of the
+# same numbers) show the offset with the bias in cuDNN's kernels and not without it, nor in `conv3d_thin`; how it
+# grows with the bias's value was not measured (one value).
 #
-# The two convolutions alone (`scripts/probes/thin_offset_probe.py`, {glue:text}`sn_probe_gpu`, 64³,
-# seeded bf16 inputs and weights, a bias of 0.3, against float64 of the same numbers) show where:
-# cuDNN's output convolution is offset by {glue:text}`sn_probe_out_cudnn_bias` with the bias and by
-# {glue:text}`sn_probe_out_cudnn` without it, its stem by {glue:text}`sn_probe_stem_cudnn_bias`
-# and {glue:text}`sn_probe_stem_cudnn`; `conv3d_thin` by {glue:text}`sn_probe_out_triton_bias` and
-# {glue:text}`sn_probe_stem_triton_bias` with the bias. The offset comes with the bias in cuDNN's
-# bf16 kernels; how it grows with the bias's value was not measured (one value, 0.3).
-#
-# A sampler adds ε up over its steps, so an offset moves the samples. One checkpoint (step
-# {glue:text}`sn_step`) was sampled by DDPM 250 and DDIM 50 (η = 1) under the FP32 baseline and
-# the bf16 configurations, {glue:text}`sn_n` each, and every run is judged against the FP32
+# A sampler adds ε up over its steps, so an offset moves the samples. One checkpoint was sampled by DDPM 250 and DDIM
+# 50 (η = 1) under the FP32 baseline and the bf16 configurations, and every run is judged against the FP32
 # baseline's DDPM 250 (`quality/sampler_numerics.csv`; the criterion of {doc}`10_sampling`).
 
 # %% tags=["hide-input"]
@@ -162,26 +140,22 @@ else:
         "matches_ddpm250": "matches FP32 DDPM 250"}), 3))
 
 # %% [markdown]
-# - The FP32 model's DDPM 250 samples have a background mean of
-#   {glue:text}`sn_ddpm250_baseline_bg` (in-brain r {glue:text}`sn_ddpm250_baseline_corr`).
-# - `bf16-graphs`'s DDPM 250: {glue:text}`sn_ddpm250_bf16-graphs_bg` (r {glue:text}`sn_ddpm250_bf16-graphs_corr`;
-#   matches: {glue:text}`sn_ddpm250_bf16-graphs_match`). Its darker background lies nearer the real
-#   image's, but it comes from ε's offset, not from the model.
-# - `fast-w16-tnorm-tconv-fold`, DDPM 250: {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_bg`
-#   (r {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_corr`; matches:
-#   {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold_match`).
-# - `fast-w16-tnorm-tconv-fold-up`, the fastest sampler (the same denoiser with the Triton
-#   upsampling), DDPM 250: {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold-up_bg`
-#   (r {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold-up_corr`; matches:
-#   {glue:text}`sn_ddpm250_fast-w16-tnorm-tconv-fold-up_match`).
-# - Its DDIM 50 (η = 1): {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold-up_bg`
-#   (r {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold-up_corr`; matches:
-#   {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold-up_match`;
-#   {glue:text}`sn_ddim50_eta1_fast-w16-tnorm-tconv-fold-up_vs`).
-# - The FP32 model's own DDIM 50 (η = 1): {glue:text}`sn_ddim50_eta1_baseline_bg` (matches:
-#   {glue:text}`sn_ddim50_eta1_baseline_match`; {glue:text}`sn_ddim50_eta1_baseline_vs`).
+# - `bf16-graphs`'s DDPM 250 draws a darker background, nearer the real image's, but from ε's offset, not from the
+#   model: it does not match the FP32 model's DDPM 250.
+# - The Triton configurations' DDPM 250, the fastest sampler's included, match it.
+# - Their DDIM 50 (η = 1) and the FP32 model's own DDIM 50 get the same verdict.
 #
 # The comparisons of {doc}`10_sampling` hold within each configuration's numerics. Where a Triton
 # sampling variant's DDIM 50 and the FP32 model's own DDIM 50 get the same verdict, what DDIM 50
 # changes is the sampler's, not the numerics'; `bf16-graphs`'s DDPM 250 samples are shifted by
 # its ε offset.
+
+# %% [markdown]
+# ## History
+#
+# What the gate and the numerics found when they ran, each row computed once from the store by the reader of its day
+# (`history.json`'s `frozen_by`).
+
+# %% tags=["hide-input"]
+show_table(history.table(root, [g for g in (FSG, QGPU) if g], "quality", "11_few_step"),
+           "chapter 11's history (quality/history.json)", "scripts/quality.py gate")

@@ -167,19 +167,6 @@ def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
     assert f["samp_best"] not in checked and f["samp_best_quality"].startswith("its samples have not been compared")
 
 
-def test_trained_weight_offsets_split_the_configurations_by_the_threshold():
-    """Every configuration of quality/agreement_trained.csv is named once, on the side of
-    OFFSET_SEEN its largest |signed mean error| puts it."""
-    bias = quality_tables.eps_bias(COMMITTED, ["h200"]).set_index("config")
-    f = quality_facts.quality(COMMITTED, GPUS)
-    named = {side: {n.strip("` ") for n in f[side].split(",")} for side in ("sn_offset", "sn_no_offset")}
-    assert named["sn_offset"] | named["sn_no_offset"] == set(bias.index)
-    assert not named["sn_offset"] & named["sn_no_offset"]
-    for cfg in named["sn_offset"]:
-        assert bias.loc[cfg, "worst_mean_err"] > quality_facts.OFFSET_SEEN
-    assert from_sci(f["sn_bias_bf16-graphs"]) == pytest.approx(bias.loc["bf16-graphs", "mean_err"], rel=0.06)
-
-
 def from_sci(text: str) -> float:
     """'+8.5 × 10⁻⁴' (facts.sci_fact) back to a float."""
     mantissa, exponent = text.replace("−", "-").split(" × 10")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import SAMPLING_ALIASES
-from ..sample.gate import REFERENCE, RUN_COLUMNS
+from ..sample.gate import RUN_COLUMNS
 from ..diffusion.solvers import FEW_STEP
 from . import quality_tables
 from .wording import missing, number, roles
@@ -107,65 +107,19 @@ def seconds(times: dict, sampler: str, steps: int, spacing: str, config: str, ba
     return times.get((sampler, int(steps), spacing, config, batch), float("nan"))
 
 
-def _verdict_of(r: pd.DataFrame, *key) -> str | None:
-    sel = r[r["label"] == run_label(*key)]
-    return None if sel.empty else str(sel["verdict"].iloc[0])
-
-
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
-    """The few-step section's numbers (``fs_*``), every name always present."""
+    """The few-step section's glued facts (``fs_*``): the gate's GPU, seeds, runs and checkpoints, and the package's
+    recommended sampler; every measure is in a table, what the gate found when it ran in the chapter's history."""
     g = gate_gpu(root, gpus)
     v = verdicts(root, g)
     r = runs(root, g)
     ckpt = main_checkpoint(v)
-    rec = (FEW_STEP.sampler, FEW_STEP.steps, FEW_STEP.spacing, FAST)
-    ten = (FEW_STEP.sampler, 10, FEW_STEP.spacing, FAST)
     f = {"fs_gpu": gpu_name(g) if g else missing("sampler gate"),
          "fs_rec": f"{FEW_STEP.sampler}, {FEW_STEP.steps} steps, {FEW_STEP.spacing} spacing",
          "fs_seeds": number(None if v.empty else int(v["seeds"].min()), "d", "sampler gate"),
          "fs_runs": number(None if r.empty else len(r), "d", "sampler gate"),
          "fs_checkpoints": number(None if v.empty else v["checkpoint"].nunique(), "d", "sampler gate"),
          "fs_ckpt": ckpt.split(":")[0] if ckpt else missing("sampler gate")}
-    f["fs_rec_verdict"] = _verdict_of(r, *rec) or missing("gate verdict of the recommended sampler")
-    f["fs_10_verdict"] = _verdict_of(r, *ten) or missing("gate verdict of the 10-step sampler")
-    f["fs_fp8_10_verdict"] = _verdict_of(r, ten[0], 10, ten[2], FAST_FP8) or missing("gate verdict of FP8 at 10 steps")
-    times = timings(root, g)
-    t = {k: seconds(times, *k) for k in (rec, ten, (*ten[:3], FAST_FP8))}
-    f["fs_rec_s"] = number(t[rec], ".3f", "timing of the recommended sampler")
-    f["fs_10_s"] = number(t[ten], ".3f", "timing of the 10-step sampler")
-    f["fs_fp8_10_s"] = number(t[(*ten[:3], FAST_FP8)], ".3f", "timing of FP8 at 10 steps")
-    batches = [(b, seconds(times, *rec, batch=b)) for b in (1, 2, 4)]
-    f["fs_rec_batches"] = (", ".join(f"{s:.3f} s at batch {b}" for b, s in batches if np.isfinite(s))
-                           or missing("batched timings of the recommended sampler"))
-    for name, key in (("fs_ddpm_fast_s", ("ddpm", 250, "", FAST)), ("fs_ddpm_fp32_s", ("ddpm", 250, "", "baseline")),
-                      ("fs_ddpm_opt1_s", ("ddpm", 250, "", "opt1"))):
-        t[key] = seconds(times, *key)
-        f[name] = number(t[key], ".2f", f"DDPM 250 timing of {key[3]}")
-    for name, key in (("fs_vs_ddpm_fast", ("ddpm", 250, "", FAST)), ("fs_vs_fp32", ("ddpm", 250, "", "baseline")),
-                      ("fs_vs_opt1", ("ddpm", 250, "", "opt1"))):
-        f[name] = number(t[key] / t[rec], ".0f", "timings for this ratio")
-    target = 0.2
-    h200 = seconds(timings(root, "h200"), *rec)
-    f["fs_target"] = (f"met: {h200:.3f} s on the H200" if h200 <= target else
-                      f"missed: {h200:.3f} s on the H200" if np.isfinite(h200) else
-                      "not judged: the store has no H200 timing of it")
-    ode = r[r["sampler"].isin(["dpm2m", "dpm3m", "ipndm"])]
-    f["fs_ode_corr"] = (f"{ode['brain_corr'].min():.2f}–{ode['brain_corr'].max():.2f}" if len(ode)
-                        else missing("deterministic solver runs"))
-    ref = r[[tuple(k) == REFERENCE for k in zip(*(r[c] for c in RUN_COLUMNS))]]
-    f["fs_ref_corr"] = number(None if ref.empty else ref["brain_corr"].iloc[0], ".3f", "FP32 DDPM 250 runs")
-    def at_others(label: str) -> str:
-        o = v[(v["checkpoint"] != ckpt) & (v["label"] == label)].drop_duplicates("checkpoint")
-        return "; ".join(f"{x['verdict']} at {x['checkpoint'].split(':')[0]}" for _, x in o.iterrows()) or "not judged elsewhere"
-
-    f["fs_fp8_10_other"] = at_others(run_label(ten[0], 10, ten[2], FAST_FP8)) if len(v) else missing("sampler gate")
-    spac = v[(v["sampler"] == ten[0]) & (v["steps"] == 10) & (v["config"] == FAST)].drop_duplicates(["checkpoint", "spacing"])
-    f["fs_spacings"] = ("; ".join(f"{x['spacing']}: {x['verdict']} ({x['checkpoint'].split(':')[0]})" for _, x in spac.iterrows())
-                        or missing("10-step gate rows"))
-    tenrow = v[(v["checkpoint"] == ckpt) & (v["label"] == run_label(*ten))].astype({"hist_w1": float, "w1_high": float})
-    worst = tenrow.assign(excess=tenrow["hist_w1"] - tenrow["w1_high"]).sort_values("excess").tail(1)
-    f["fs_10_w1"] = (f"{worst['hist_w1'].iloc[0]:.3f} against the band's {worst['w1_high'].iloc[0]:.3f} on "
-                     f"{worst['subject'].iloc[0]}" if len(worst) else missing("10-step gate rows"))
     return f
 
 

@@ -30,21 +30,23 @@ def rows(path: str | Path) -> list[dict[str, Any]]:
     return found
 
 
-def table(root: str | Path, gpus: list[str], folder: str) -> pd.DataFrame:
+def table(root: str | Path, gpus: list[str], folder: str, chapter: str | None = None) -> pd.DataFrame:
     """The history of chapter folder ``folder`` on ``gpus``: every GPU's rows, oldest first (a row without a date,
-    the chapter's first measurements, first of its GPU's)."""
+    the chapter's first measurements, first of its GPU's); with ``chapter``, only the rows of that chapter (a folder
+    that several chapters read names each row's)."""
     out = [{"date": r["date"], "GPU": gpu_name(g), "change": r["change"], COLUMNS[3]: r["measured"], "run": r["run"],
-            "order": i} for g in gpus for i, r in enumerate(rows(Path(root) / g / folder / FILE))]
+            "order": i} for g in dict.fromkeys(gpus) for i, r in enumerate(rows(Path(root) / g / folder / FILE))
+           if chapter is None or r.get("chapter") == chapter]
     df = pd.DataFrame(out, columns=[*COLUMNS, "order"])
     return df.sort_values(["date", "GPU", "order"], kind="stable").drop(columns="order").reset_index(drop=True)
 
 
 def append(path: str | Path, row: dict[str, Any], frozen_by: str) -> None:
-    """Add one row (``FIELDS``) to a ``history.json``, written atomically; ``frozen_by`` names the reader and commit
-    that computed its ``measured``."""
+    """Add one row (``FIELDS``, and its ``chapter`` where given) to a ``history.json``, written atomically;
+    ``frozen_by`` names the reader and commit that computed its ``measured``."""
     if set(FIELDS) - set(row):
         raise ValueError(f"a history row needs {', '.join(FIELDS)}; got {', '.join(row)}")
     path = Path(path)
     old = json.loads(path.read_text()) if path.is_file() else {"rows": []}
-    old["rows"].append({**{k: row[k] for k in FIELDS}, "frozen_by": frozen_by})
+    old["rows"].append({**{k: row[k] for k in (*FIELDS, "chapter") if k in row}, "frozen_by": frozen_by})
     write_text_atomic(path, json.dumps(old, indent=1, ensure_ascii=False) + "\n")

@@ -3,7 +3,6 @@
 the store lacks the data."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +10,7 @@ import pandas as pd
 from . import quality_tables
 from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, _worst_agreement, gpu_list
 from .present import gpu_name, register_gpus
-from .wording import missing, number, roles, sci_fact
+from .wording import missing, number
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
@@ -111,7 +110,6 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
     sb64 = quality_tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
     fig1 = sb64[(sb64["config"] == "bf16-graphs") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
-    f.update(sampler_numerics(root, q, gpus))
     lr = quality_tables.long_run(root, q) if q else None
     what = "long run (quality/long_log.csv)"
     f["long_steps"] = number(lr and lr["steps"], ",", what)
@@ -124,10 +122,7 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
 SAMPLER_RUNS = {"ddpm250": ("ddpm", 250, 1.0), "ddim50_eta1": ("ddim", 50, 1.0), "ddim50_eta0": ("ddim", 50, 0.0),
                 "ddim250_eta0": ("ddim", 250, 0.0)}  # issue 20's comparison: fact key → (sampler, steps, η)
 SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samples chapter 10 judged (and Fig. 1 shows)
-OFFSET_SEEN = 3e-4  # |signed mean of ε's error| above this is an offset: bf16's rounding averages below 1e-4
 NUMERICS_RUNS = ("ddpm250", "ddim50_eta1")  # the SAMPLER_RUNS set beside FP32
-SAMPLER_NUMERICS_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold",
-                            "fast-w16-tnorm-tconv-fold-up")  # bf16 ones set beside FP32
 
 
 def run_label(sampler: str, steps: int, eta: float) -> str:
@@ -135,33 +130,9 @@ def run_label(sampler: str, steps: int, eta: float) -> str:
     return f"DDPM {steps}" if sampler == "ddpm" else f"DDIM {steps} (η = {eta:g})"
 
 
-def _versus_ddpm(run: pd.Series | None, ddpm: pd.Series | None, what: str, whose: str = "its") -> str:
-    """A sampler run's background mean against DDPM 250's (means ± standard errors), and, where it
-    misses the match criterion, by how much against the standard error of the difference."""
-    from ..sample.quality import MATCH_BACKGROUND
-
-    if run is None or ddpm is None:
-        return missing(what)
-    text = (f"background mean {run['background']:.2f} ± {run['background_se']:.2f} against {whose} DDPM 250's "
-            f"{ddpm['background']:.2f} ± {ddpm['background_se']:.2f}")
-    excess = abs(run["background"] - ddpm["background"]) - MATCH_BACKGROUND
-    if excess <= 0:
-        return text
-    se = math.hypot(run["background_se"], ddpm["background_se"])
-    return (f"{text}: {excess:.{3 if excess < 0.01 else 2}f} beyond the {MATCH_BACKGROUND:g} criterion, "
-            f"{'less' if excess < se else 'more'} than the {se:.2f} standard error of the difference")
-
-
 def _target_verdict(seconds: float | None, sampler: str, what: str) -> str:
     """"meets" or "misses" the sampler's target (``SAMPLING_TARGETS_S``), or ``missing(what)``."""
     return missing(what) if seconds is None else "meets" if seconds <= SAMPLING_TARGETS_S[sampler] else "misses"
-
-
-def _seeds_subjects(runs: pd.DataFrame, what: str) -> str:
-    """'N seeds × M held-out subjects' of sampler-run rows (the real images' rows not counted)."""
-    if runs.empty:
-        return missing(what)
-    return f"{runs.loc[runs['sampler'] != 'real', 'seed'].nunique()} seeds × {runs['subject'].nunique()} held-out subjects"
 
 
 def _batch_verdict(batches: pd.DataFrame, target: float) -> str:
@@ -176,14 +147,6 @@ def _batch_verdict(batches: pd.DataFrame, target: float) -> str:
     if batch == 1:
         return f"batch 1 already meets it ({secs:.2f} s)"
     return f"from batch {batch} on, {secs:.2f} s a volume, it meets it as throughput"
-
-
-def _run_facts(run: pd.Series | None, key: str, what: str, f: dict[str, str]) -> None:
-    """One sampler run of ``quality_tables.sampler_summary`` into ``f``: its background mean ± standard
-    error (``{key}_bg``), in-brain correlation (``_corr``) and match verdict (``_match``)."""
-    f[f"{key}_bg"] = missing(what) if run is None else f"{run['background']:.2f} ± {run['background_se']:.2f}"
-    f[f"{key}_corr"] = number(None if run is None else run["brain_corr"], ".3f", what)
-    f[f"{key}_match"] = missing(what) if run is None else run["matches_ddpm250"]
 
 
 def _numerics_summary(s: pd.DataFrame) -> pd.DataFrame:
@@ -210,58 +173,3 @@ def _best_sampler_quality(root: Path, q: str | None, best: str | None) -> str:
         return "its samples are compared with DDPM 250's on the same trained checkpoint below"
     return ("its samples have not been compared with DDPM 250's on a trained checkpoint: only its ε agreement "
             "with FP64 (below) is measured, so its speed does not yet count for the targets")
-
-
-def sampler_numerics(root: Path, q: str | None, gpus: list[str]) -> dict[str, str]:
-    """07, "Are the fast samplers' samples the model's?": ε's offset from trained weights
-    (``quality/agreement_trained.csv``) and the samplers of one checkpoint under the FP32 baseline and
-    the bf16 configurations, each against the FP32 DDPM 250 (``quality/sampler_numerics.csv``); the
-    thin convolutions' offset in isolation (``quality/thin_offset.csv`` of any of ``gpus``)."""
-    f: dict[str, str] = {}
-    bias = quality_tables.eps_bias(root, [q]) if q else pd.DataFrame()
-    b = bias.set_index("config") if not bias.empty else bias
-    f["sn_bias_n"] = number(int(b["checkpoints"].max()) if len(b) else None, "d", "quality/agreement_trained.csv")
-    off = b["worst_mean_err"] > OFFSET_SEEN if len(b) else pd.Series(dtype=bool)
-    for key, which in (("sn_offset", off), ("sn_no_offset", ~off)):
-        names = list(b.index[which]) if len(b) else []
-        f[key] = ", ".join(f"`{n}`" for n in names) if names else (
-            "none" if len(b) else missing("quality/agreement_trained.csv"))
-    for cfg in SAMPLER_NUMERICS_CONFIGS:
-        w = f"trained-weights ε agreement of {cfg}"
-        f[f"sn_bias_{cfg}"] = sci_fact(_get(b, cfg, "mean_err"), w, signed=True)
-        f[f"sn_bias_{cfg}_worst"] = sci_fact(_get(b, cfg, "worst_mean_err"), w)
-        f[f"sn_l2_{cfg}"] = number(_get(b, cfg, "rel_l2"), ".3f", w)
-    what = "thin-convolution offset probe (quality/thin_offset.csv)"
-    probe = quality_tables.quality_csv(root, gpus, "thin_offset")
-    pr = roles(probe["gpu_slug"] if not probe.empty else [])
-    mine = probe[probe["gpu_slug"] == pr["ref"]] if not probe.empty else probe
-    at = mine.set_index(["conv", "bias", "engine"])["mean_err"] if len(mine) else pd.Series(dtype=float)
-    f["sn_probe_gpu"] = gpu_name(pr["ref"]) if pr["ref"] else missing(what)
-    for conv, key in (("output 64→1", "out"), ("stem 3→64", "stem")):
-        for bias in (True, False):
-            for engine in ("cudnn", "triton"):
-                f[f"sn_probe_{key}_{engine}{'_bias' if bias else ''}"] = sci_fact(_get(at, (conv, bias, engine)), what, signed=True)
-    what = "sampler runs of the FP32 baseline (quality/sampler_numerics.csv)"
-    s = quality_tables.sampler_numerics(root, q) if q else pd.DataFrame()
-    f["sn_n"] = _seeds_subjects(s, what)
-    curve = quality_tables.plateau(quality_tables.heldout_curve(root, q, "sampler_numerics_heldout")) if q else None
-    f["sn_step"] = number(curve and curve["last_step"], ",", "quality/sampler_numerics_heldout.csv")
-    by = _numerics_summary(s)
-    for key in NUMERICS_RUNS:
-        smp, steps, eta = SAMPLER_RUNS[key]
-        for cfg in ("baseline", *SAMPLER_NUMERICS_CONFIGS):
-            r = _get(by, (smp, steps, eta, cfg))
-            w = f"{run_label(smp, steps, eta)} samples of {cfg} (quality/sampler_numerics.csv)"
-            _run_facts(r, f"sn_{key}_{cfg}", w, f)
-            f[f"sn_{key}_{cfg}_vs"] = _versus_ddpm(r, _get(by, ("ddpm", 250, 1.0, quality_tables.NUMERICS_REFERENCE)), w,
-                                                   "the FP32 model's")
-    return f
-
-
-def quality_chapter(root: Path, gpus: list[str]) -> dict[str, str]:
-    """Chapter 11's facts: ``quality``'s (the checkpoint, the samplers beside FP32) and the few-step
-    samplers' (``few_step.facts``)."""
-    from . import few_step
-
-    return {**quality(root, gpus), **few_step.facts(root, gpus)}
-
