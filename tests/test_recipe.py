@@ -172,6 +172,11 @@ def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fas
     assert r.loc["cubes", "minutes at target"] == pytest.approx((500 * 10.0 + 500 * 50.0) / 60_000)  # not 1000 × 50 ms
     assert r.loc["cubes", "ms a step"] == 50.0 and math.isnan(r.loc["whole", "step at target"])
     assert recipe.record_128(r, 4).name == "cubes"
+    _run(tmp_path / "h100" / "anatomy" / "train" / "v-s9-fast-128", [0, 3000, 6000], [0.5, 0.09, 0.079], 50.0, 4)
+    table = recipe.records_128(recipe.big_records(recipe.big_curves(tmp_path), 0.08), 4)
+    # chapter 14's undated run first (minutes of steps), then the faster dated one; a run short of the target holds none
+    assert list(table["run"]) == ["h100/anatomy/train/v-s9-fast-128", "h200/recipe/patch-128-2026-01-03/cubes"]
+    assert list(table["date"]) == ["", "2026-01-03"] and table["minutes to target"].iloc[0] == pytest.approx(6000 * 51 / 60_000)
     assert recipe.newest(tmp_path, ["h200"]) is None and recipe.record_table(tmp_path, ["h200"], 0.08).empty
 
 

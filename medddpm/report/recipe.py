@@ -164,8 +164,8 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     step, the minutes of steps at the run's steady step (``step_minutes``: each phase of a curriculum at its own) and,
     where ``heldout.csv`` keeps the training clock, the wall time from the command's start less the evaluations
     (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs and folder."""
-    ours = {arm: (run / arm, spec) for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size)
-            for arm, spec in m["arms"].items()}
+    ours = {arm: (run / arm, {**spec, "date": m["date"]})
+            for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size) for arm, spec in m["arms"].items()}
     theirs = {p.parent.name: (p.parent, None) for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
               if (gpus is None or p.parts[-5] in gpus) and p.parent.name not in ours}
     rows = []
@@ -176,8 +176,9 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", "train's default (cosine)")
         rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
-                             wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix()))
-    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall", "folder"]
+                             wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
+                             date=spec["date"] if spec else ""))
+    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall", "folder", "date"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
@@ -216,9 +217,9 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
                      "minutes at target": hit["minutes"].iloc[0] if len(hit) else float("nan"),
                      "wall at target (min)": hit["wall"].iloc[0] / 60 if len(hit) else float("nan"),
                      "minutes of steps": last["minutes"], "ms a step": last["ms"],
-                     "levelled": "yes" if drop < plateau else "no", "folder": last["folder"]})
+                     "levelled": "yes" if drop < plateau else "no", "folder": last["folder"], "date": last["date"]})
     cols = ["run", "recipe", "GPUs", "steps", "final loss", "step at target", "minutes at target", "wall at target (min)",
-            "minutes of steps", "ms a step", "levelled", "folder"]
+            "minutes of steps", "ms a step", "levelled", "folder", "date"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -228,6 +229,24 @@ def record_128(records: pd.DataFrame, gpus: int) -> pd.Series:
     mine = records[(records["GPUs"] == gpus) & records["step at target"].notna()]
     key = mine["wall at target (min)"].fillna(mine["minutes at target"])
     return mine.loc[key.idxmin()] if len(mine) else records[records["GPUs"] == gpus].iloc[0]
+
+
+def records_128(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
+    """The modded-nanogpt-style record table at the paper's size on ``gpus`` GPUs: in date order (chapter 14's
+    undated runs first, a day's runs slowest first), each ``big_records`` run that reached the target sooner than every
+    run before it, its time from ``train``'s start less the evaluations (minutes of steps for a run that kept no
+    clock)."""
+    cols = ["date", "change", "minutes to target", "steps to target", "GPUs", "run"]
+    mine = records[(records["GPUs"] == gpus) & records["step at target"].notna()]
+    mine = mine.assign(wall=mine["wall at target (min)"].fillna(mine["minutes at target"]))
+    rows, best = [], float("inf")
+    for _, r in mine.sort_values(["date", "wall"], ascending=[True, False]).iterrows():  # a day's runs slowest first
+        wall = r["wall"]
+        if wall < best:
+            best = wall
+            rows.append({"date": r["date"], "change": r["recipe"], "minutes to target": wall,
+                         "steps to target": int(r["step at target"]), "GPUs": gpus, "run": r["folder"]})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def stage_seconds(run: Path, start: str, end: str) -> float:
