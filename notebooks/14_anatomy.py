@@ -120,6 +120,8 @@ plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1]) if SL
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-anatomy-curves", "caption": "Held-out loss on the 16 validation subjects (6 timesteps each) against optimizer steps, one line per training run (recipe-seed-configuration[-size]; dashed: TF32 `opt1`; dotted: a larger size), {glue:text}`an_gpu`."}}
 C = anatomy.curves(root, AG)
 plots.finish(anatomy.curves_figure(C) if len(C) else plots.no_data("IXI training curves (anatomy/train/)", "anatomy"))
+
+# %% tags=["hide-input"]
 show_table(anatomy.runs(root, AG), "IXI training runs (anatomy/train/)",
            "scripts/anatomy_measure.sh; medddpm train --size 128 --nproc N", digits=3)
 
