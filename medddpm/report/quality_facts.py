@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import quality_tables
-from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, _worst_agreement, gpu_list
+from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, gpu_list
 from .present import gpu_name, register_gpus
 from .wording import missing, number
 
@@ -17,10 +17,6 @@ SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8"
 SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
 SAMPLING_FP8 = ("fast-w16-tnorm-tconv-fold-up-update-fp8skip", "fast-w16-tnorm-tconv-fold-up-update-fp8")  # FP8 convolutions on fold-up-update (bf16, their reference below); judged by their own section (quality/precision*.csv), not candidates for the bf16 "fastest sampler"
 FP8_BF16 = "fast-w16-tnorm-tconv-fold-up-update"  # the bf16 sampler the FP8 ones add their lever to
-AGREEMENT_CONFIGS = ("baseline", "opt1", "bf16", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-tnorm", "fast-w16-p8-tnorm",
-                     "fast-tnorm-tconv", "fast-w16-tnorm-tconv", "fast", "fast-w16-tnorm-tconv-fold",
-                     "fast-w16-tnorm-tconv-fold-up")
-SAMPLE_SOURCES = ("opt1", "opt2", "bf16", "bf16-graphs", "real")
 
 
 def quality(root: Path, gpus: list[str]) -> dict[str, str]:
@@ -85,9 +81,6 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
                                   f"removing the gaps alone would reach the {target:g} s target")
     q, a = _agreement(root, gpus)
     f["q_gpu"] = gpu_name(q) if q else missing("quality results")
-    worst = _worst_agreement(root, gpus)
-    for cfg in AGREEMENT_CONFIGS:
-        f[f"q_{cfg}_rel"] = worst.get(cfg) or missing(f"agreement rows of {cfg}")
     f["q_rms"] = (f"{a['ref_rms'].min():.2f}–{a['ref_rms'].max():.2f}" if not a.empty
                   else missing("quality/agreement.csv"))
     pv = quality_tables.parity_verdict(root, [q]) if q else pd.DataFrame()
@@ -101,12 +94,6 @@ def quality(root: Path, gpus: list[str]) -> dict[str, str]:
                  p_start=f"{b['loss_step0']:.3f}", p_steps=f"{int(b['steps']):,}",
                  p_inside=f"{int(others['inside_band'].sum())} of {len(others)}",
                  p_range=f"{others['loss'].min():.4f}–{others['loss'].max():.4f}")
-    per = quality_tables.sample_agreement(root, q) if q else pd.DataFrame()
-    for src in SAMPLE_SOURCES:
-        row = per.loc[src] if src in per.index else None
-        f[f"s_{src}_psnr"] = (missing(f"sample agreement of {src}") if row is None else
-                              "identical" if row["psnr_db"] == float("inf") else f"{row['psnr_db']:.1f} dB")
-        f[f"s_{src}_ssim"] = number(None if row is None else row["ssim"], ".3f", f"sample agreement of {src}")
     sb64 = quality_tables.sample_bench(root, [q], size="64x64x64") if q else pd.DataFrame()
     fig1 = sb64[(sb64["config"] == "bf16-graphs") & (sb64["sampler"] == "ddim")] if not sb64.empty else sb64
     f["fig1_s"] = number(fig1["s_per_volume_median"].iloc[-1] if len(fig1) else None, ".2f", "64³ sample_bench row of fast")
