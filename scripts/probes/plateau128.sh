@@ -12,7 +12,12 @@
 # split.csv; the training subjects' masks binarized, which --mask-labels brain=nonzero reads identically).
 set -uo pipefail
 source "$(dirname "$0")/device_ixi128.sh"
-N128=${N128:-v-s15-cosine-128}; SEEDS64=${SEEDS64:-41 42}
+N128=${N128:-v-s15-cosine-128}; SEEDS64=${SEEDS64-41 42}
+# the timed 128³ run: its seed, steps and recipe flags beyond train's defaults (the patch curriculum's confirmation:
+# SEED128=16 STEPS128=10000 EVAL128=750 RECIPE128="--patch-size 64 --patch-steps 7500" FILL128="--steps 8 --patch-size
+# 64 --patch-steps 4" N128=v-s16-patch-128 SEEDS64=""), and the untimed fill's flags (both shapes, where there are two)
+SEED128=${SEED128:-15}; STEPS128=${STEPS128:-10500}; EVAL128=${EVAL128:-1500}; RECIPE128=${RECIPE128:-}
+FILL128=${FILL128:---steps 2}
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet"
 
 val() {  # $1: a prepare-ixi folder: val/ as copies of dev/'s val rows of split.csv
@@ -33,12 +38,13 @@ pipeline() {
   python3 -m medddpm phantom --out $W/ph64 --n 20 --size 64 > /dev/null
   CUDA_VISIBLE_DEVICES=3 timeout 500 $TRAIN --images $W/ph64/images --masks $W/ph64/masks --size 64 --steps 2 \
     --eval-every 1 --out $W/fill64 > $W/logs/fill64.txt 2>&1 &
-  timeout 500 $TRAIN --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --size 128 --steps 2 --eval-every 1 \
+  timeout 500 $TRAIN --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --size 128 $FILL128 --eval-every 1 \
     --nproc 4 --out $W/fill128 > $W/logs/fill128.txt 2>&1; stamp "fill128-rc$?"; wait; stamp fill64
   # 2. the timed run: the default recipe (train's defaults), one process on 4 GPUs, global batch 4
   stamp train128
-  $TRAIN --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --size 128 --steps 10500 --time-limit 670 \
-    --eval-every 1500 --log-every 250 --save-every 100000 --seed 15 --nproc 4 --out $W/r128 > $W/logs/train128.txt 2>&1
+  $TRAIN --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --size 128 --steps $STEPS128 --time-limit 670 \
+    --eval-every $EVAL128 --log-every 250 --save-every 100000 --seed $SEED128 $RECIPE128 --nproc 4 --out $W/r128 \
+    > $W/logs/train128.txt 2>&1
   stamp "train128-rc$?"
   # 3. GPUs 0-1: the gate at 128³, then its anatomy measures (GPU 0) and segmentation utility (GPU 1)
   ( CUDA_VISIBLE_DEVICES=0,1 timeout 560 python3 scripts/equivalence.py --data /tmp/d128 --checkpoint $W/r128/best.pt \
