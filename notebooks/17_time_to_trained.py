@@ -47,6 +47,7 @@ from medddpm.report.plots import no_data, show_table
 root, G = render_only(results_dir, gpus, measure, "scripts/probes/recipe_ab.sh 64 ARM…")
 big = recipe.big_curves(root, G)
 big_target = recipe.plateau_target(root, G)
+big_runs = recipe.big_records(big, big_target)
 found = recipe.newest(root, G)
 curve = recipe.curves(found[1], found[2]) if found else recipe.curves(root, {"arms": {}})
 target = found[2]["target"]["heldout"] if found else float("nan")
@@ -68,7 +69,7 @@ show_table(recipe.plateau_state(root, G), "the 128³ run to its plateau (run.jso
 # runs on other start-ups and evaluation cadences compare; chapter 14's runs train Med-DDPM's recipe at the book's rate.
 
 # %% tags=["hide-input"]
-show_table(recipe.big_records(big, big_target), f"128³ runs, target held-out loss {big_target:g}",
+show_table(big_runs, f"128³ runs, target held-out loss {big_target:g}",
            "scripts/probes/plateau128.sh; scripts/probes/curriculum128.sh", digits={"final loss": 4, "minutes at target": 1, "minutes of steps": 1,
                                                    "wall at target (min)": 1, "ms a step": 1})
 if big.empty:
@@ -85,7 +86,7 @@ else:
 # `train`'s start less the evaluations; minutes of steps for chapter 14's runs, which kept no clock).
 
 # %% tags=["hide-input"]
-show_table(recipe.records_128(recipe.big_records(big, big_target), 4), f"record table at 128³, target {big_target:g}",
+show_table(recipe.records_128(big_runs, 4), f"record table at 128³, target {big_target:g}",
            "scripts/probes/plateau128.sh; scripts/probes/curriculum128.sh", digits={"minutes to target": 1})
 
 # %% [markdown]

@@ -28,7 +28,6 @@ TABLES = ("anatomy_samples", "anatomy_diversity", "anatomy_summary")
 NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*?)(?:-(?P<size>\d+))?$")
 BASE_SIZE = 64  # scripts/anatomy_measure.sh's SIZE default; a run at another size ends its name in it (v-s11-fast-96)
 DEFAULT_RUN = f"{FEW_STEP.sampler}{FEW_STEP.steps}-{FEW_STEP.spacing}:fast"  # the 12-step chain
-DDPM_RUN = "ddpm250:bf16"  # DDPM 250 beside it, on every run
 LARGE_RUN = f"{DDPM_REFERENCE.sampler}{DDPM_REFERENCE.steps}:fast"  # DDPM 250 under fast: the larger sizes' measure
 RECIPES = {"ref": "the reference (min-max, ε, i.i.d. noise)", "pct": "percentile scaling", "offset": "offset noise 0.1",
            "v": "v-prediction"}
@@ -119,14 +118,6 @@ def _gate_run(samples: pd.DataFrame, size: int = BASE_SIZE) -> str | None:
     """The training run the chapter's gate judges: the newest at ``size`` whose samples hold FP32 DDPM 250."""
     names = gate_names(samples, size)
     return names[-1] if names else None
-
-
-def _reference_samples(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:
-    """FP32 DDPM 250's samples (every seed and subject) of training run ``name`` (default: the chapter's
-    gate's); empty without one."""
-    samples = load(root, gpu, "anatomy_samples")
-    name = name or _gate_run(samples)
-    return samples[(samples["run"] == REF_RUN) & (samples["name"] == name)] if name else samples.iloc[:0]
 
 
 def gate(root: Path, gpu: str | None, name: str | None = None) -> pd.DataFrame:

@@ -165,14 +165,17 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     where ``heldout.csv`` keeps the training clock, the wall time from the command's start less the evaluations
     (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs and folder."""
     ours = {arm: (run / arm, {**spec, "date": m["date"]})
-            for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size) for arm, spec in m["arms"].items()}
-    theirs = {p.parent.name: (p.parent, None) for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
+            for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size)
+            for arm, spec in m["arms"].items()}
+    theirs = {p.parent.name: (p.parent, None)
+              for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
               if (gpus is None or p.parts[-5] in gpus) and p.parent.name not in ours}
     rows = []
     for name, (folder, spec) in sorted({**theirs, **{a: v for a, v in ours.items()
                                                      if a.endswith(f"-{size}") or "label" in v[1]}}.items()):
         h = ema_curve(folder)
-        minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), _patch_steps(spec.get("flags", "")) if spec else 0)
+        patched = _patch_steps(spec.get("flags", "")) if spec else 0
+        minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), patched)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", "train's default (cosine)")
         rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
@@ -223,28 +226,30 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
     return pd.DataFrame(rows, columns=cols)
 
 
-def record_128(records: pd.DataFrame, gpus: int) -> pd.Series:
-    """The ``big_records`` row (indexed by run) of the run on ``gpus`` GPUs that reached the target soonest from its
-    start less the evaluations; runs without a clock by their minutes of steps."""
+def _reached(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
+    """The ``big_records`` rows of runs on ``gpus`` GPUs that reached the target, with their ``to target`` minutes:
+    from ``train``'s start less the evaluations, or minutes of steps for a run that kept no clock."""
     mine = records[(records["GPUs"] == gpus) & records["step at target"].notna()]
-    key = mine["wall at target (min)"].fillna(mine["minutes at target"])
-    return mine.loc[key.idxmin()] if len(mine) else records[records["GPUs"] == gpus].iloc[0]
+    return mine.assign(**{"to target": mine["wall at target (min)"].fillna(mine["minutes at target"])})
+
+
+def record_128(records: pd.DataFrame, gpus: int) -> pd.Series:
+    """The ``big_records`` row (indexed by run) of the run on ``gpus`` GPUs that reached the target soonest
+    (``_reached``); the first run on them where none did."""
+    mine = _reached(records, gpus)
+    return mine.loc[mine["to target"].idxmin()] if len(mine) else records[records["GPUs"] == gpus].iloc[0]
 
 
 def records_128(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
     """The modded-nanogpt-style record table at the paper's size on ``gpus`` GPUs: in date order (chapter 14's
     undated runs first, a day's runs slowest first), each ``big_records`` run that reached the target sooner than every
-    run before it, its time from ``train``'s start less the evaluations (minutes of steps for a run that kept no
-    clock)."""
+    run before it (``_reached``)."""
     cols = ["date", "change", "minutes to target", "steps to target", "GPUs", "run"]
-    mine = records[(records["GPUs"] == gpus) & records["step at target"].notna()]
-    mine = mine.assign(wall=mine["wall at target (min)"].fillna(mine["minutes at target"]))
     rows, best = [], float("inf")
-    for _, r in mine.sort_values(["date", "wall"], ascending=[True, False]).iterrows():  # a day's runs slowest first
-        wall = r["wall"]
-        if wall < best:
-            best = wall
-            rows.append({"date": r["date"], "change": r["recipe"], "minutes to target": wall,
+    for _, r in _reached(records, gpus).sort_values(["date", "to target"], ascending=[True, False]).iterrows():
+        if r["to target"] < best:
+            best = r["to target"]
+            rows.append({"date": r["date"], "change": r["recipe"], "minutes to target": best,
                          "steps to target": int(r["step at target"]), "GPUs": gpus, "run": r["folder"]})
     return pd.DataFrame(rows, columns=cols)
 

@@ -610,7 +610,7 @@ class TrainStep:
         with nvtx("train_step"):
             if mark is not None:
                 marks.append(mark())
-            if self.graph is not None and [tuple(t.shape) for t in images] != [tuple(t.shape) for t in self.static[:len(images)]]:
+            if self.graph is not None and [t.shape for t in images] != [t.shape for t in self.static[:len(images)]]:
                 self.release()  # a new input shape (a curriculum's whole volumes after its patches): captured anew
             if not self.graphed:
                 loss = self._run(images, masks, draws, mark, marks)

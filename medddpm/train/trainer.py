@@ -325,7 +325,7 @@ class Trainer:
         eps = self.engine.diffusion.draw_noise(image, self._gen)  # with the offset noise, if any
         return t, self.engine.to_device(eps)  # in the images' layout
 
-    def patches(self, draw: int, image: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def cut_patches(self, draw: int, image: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Draw ``draw``'s volumes and masks cut to its random patches (``data.patches``), in the model's layout."""
         p = self.train_cfg.patch_size
         low = patches.corners(self.train_cfg.seed, draw, image.shape[0], self.size, p)
@@ -340,7 +340,7 @@ class Trainer:
         draws = self.draws(self.step)
         pairs = self._feed.take(self.step)
         if self.train_cfg.patched(self.step):
-            pairs = [self.patches(d, image, mask) for d, (image, mask) in zip(draws, pairs)]
+            pairs = [self.cut_patches(d, image, mask) for d, (image, mask) in zip(draws, pairs)]
         noises = [self.noise(d, image) for d, (image, _) in zip(draws, pairs)]
         set_lr(self.optimizer, self.train_cfg.lr_at(self.step, max(self._steps, self.step + 1)))
         loss, _ = self.engine.train_step([i for i, _ in pairs], [m for _, m in pairs], draws=noises)
@@ -475,8 +475,8 @@ class Trainer:
         start = self._fit_start = self._clock[0][1]
         deadline = None if time_limit_s is None else start + time_limit_s
         self.stopped_early = self._agreed_stop = False
-        self.phases = {"first step": 0.0, "first step n": 0, "switch step": 0.0, "switch step n": 0, "held-out": 0.0, "held-out n": 0, "checkpoints": 0.0,
-                       "checkpoints n": 0, "steady steps": 0.0, "steady steps n": 0}
+        self.phases = {"first step": 0.0, "first step n": 0, "switch step": 0.0, "switch step n": 0, "held-out": 0.0,
+                       "held-out n": 0, "checkpoints": 0.0, "checkpoints n": 0, "steady steps": 0.0, "steady steps n": 0}
         from tqdm.auto import tqdm
 
         cfg = self.train_cfg
