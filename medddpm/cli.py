@@ -138,7 +138,7 @@ def _train_inputs(a: argparse.Namespace):
                             "from a filesystem they share" if several else ""))
     stored = _stored_config(out / CHECKPOINT) if a.resume else None
     given = {"lr": a.lr, "lr_warmup": a.lr_warmup, "lr_decay": a.lr_decay, "lr_final": a.lr_final,
-             "min_snr_gamma": a.min_snr_gamma, "ema_decay": a.ema_decay, "grad_accum": a.grad_accum,
+             "min_snr_gamma": a.min_snr_gamma, "ema_decay": a.ema_decay, "batch_size": a.batch, "grad_accum": a.grad_accum,
              "save_every": a.save_every, "log_every": a.log_every, "seed": a.seed, "ema_start_step": a.ema_start,
              "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights,
              "patch_size": a.patch_size, "patch_steps": a.patch_steps,
@@ -662,6 +662,8 @@ def parser() -> argparse.ArgumentParser:
                    "(the held-out loss is always judged on whole volumes) (default: the recipe's: none)")
     s.add_argument("--patch-steps", type=int, metavar="STEPS", help="with --patch-size: the steps on patches "
                    "(default: the recipe's)")
+    s.add_argument("--batch", type=int, help="volumes per micro-batch on each GPU (default 1, the paper's); the global "
+                   "batch is GPUs × --batch × --grad-accum")
     s.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 2)")
     s.add_argument("--save-every", type=int, help="checkpoint period in steps (default 1000)")
     s.add_argument("--log-every", type=int, help="steps between loss read-backs and NaN checks (default 50)")

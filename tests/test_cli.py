@@ -344,6 +344,15 @@ def test_train_defaults_to_v_prediction_and_resume_keeps_the_checkpoints_recipe(
     assert train("eps", "--steps", "3", "--resume", "--prediction", "v") == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "cannot resume" in err and "prediction" in err
+    # --batch: volumes per micro-batch, kept in the checkpoint; a resume at another batch trains something else
+    assert train("b2", "--steps", "1", "--batch", "2") == 0
+    assert load_checkpoint(tmp_path / "b2" / "checkpoint.pt")["config"]["global_batch"] == 2
+    capsys.readouterr()
+    assert train("b2", "--steps", "2", "--resume", "--batch", "1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot resume" in err and "batch_size" in err
+    assert train("b0", "--steps", "1", "--batch", "0") == 2 and not (tmp_path / "b0").exists()
+    assert "batch_size must be >= 1" in capsys.readouterr().err
 
 
 def test_sigterm_stops_train_checkpointed_with_the_resume_command(phantoms, tmp_path):

@@ -6,7 +6,7 @@
 # arm starts warm.
 #   scripts/probes/recipe_ab.sh SIZE "NAME FLAGS…" …
 # Overrides: W (work folder, its compile cache), IXI and VAL (the data and its val subjects' count), FILL_FLAGS (the fill
-# run's extra flags, e.g. a curriculum's patch shape), FILL_ONLY=1 (fill the cache and stop).
+# run's extra flags, e.g. a curriculum's patch shape; several fills, one per shape, separated by "|"), FILL_ONLY=1 (fill the cache and stop).
 # Each arm's heldout.csv, log.csv, timing.csv, stdout and stderr come back under $OUT/NAME/, in one tarball.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -26,7 +26,12 @@ export MEDDDPM_CACHE=$W/cache TORCHINDUCTOR_CACHE_DIR=$W/cache/inductor TRITON_C
 T="python3 -m medddpm train --images $IXI/dev/images --masks $IXI/dev/masks --held-out $VAL --mask-labels brain=nonzero
    --config ${CONFIG:-fast} --size $SIZE --grad-accum 1 --eval-every ${EVAL_EVERY:-1000} --log-every ${LOG_EVERY:-250}
    --save-every 100000 --quiet"
-[ -d $W/cache ] || { CUDA_VISIBLE_DEVICES=0 timeout 400 $T --steps 40 ${FILL_FLAGS:-} --out $W/fill > $O/fill.txt 2>&1; tail -1 $O/fill.txt; }
+IFS='|' read -ra fills <<< "${FILL_FLAGS:-}"; [ ${#fills[@]} = 0 ] && fills=("")
+for i in "${!fills[@]}"; do  # one fill per shape ("|" between their flags); each once per work folder
+  [ -f $W/filled-$i ] && continue
+  CUDA_VISIBLE_DEVICES=0 timeout 400 $T --steps 40 ${fills[$i]} --out $W/fill$i > $O/fill$i.txt 2>&1 && touch $W/filled-$i
+  tail -1 $O/fill$i.txt
+done
 [ "${FILL_ONLY:-0}" = 1 ] && exit 0
 k=0; pids=()
 for arm in "$@"; do

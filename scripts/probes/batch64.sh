@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The micro-batch lever at 64³ (issue 75: "scaling the rate with the global batch"): IXI 64³ on one GPU, train's default
+# recipe at --batch 1, 2 and 4 (the rate scaled with the batch), each arm the same judge (the 16 val subjects, evaluated
+# every 1,000 volumes), one arm at a time on GPU 0, the compile cache filled for every batch first (recipe_ab.sh).
+# At 64³ a step of one volume is bound by more than its voxels (a 32³ step takes half a 64³ one), so a batch of 2 or 4
+# may cost far less than 2 or 4 steps.
+# Run on the device machine from the repository root, with .carry/whl (nibabel) and .carry/d64 (IXI 64³, uint8):
+#   batch64.sh start S   — the data copied, the pipeline started in its own session (setsid); waits S s
+#   batch64.sh wait S    — waits up to S s for it to finish, prints where it is
+#   batch64.sh collect   — $OUT/ab.tgz: every arm's heldout.csv, log.csv, timing.csv and output, finished or not
+set -uo pipefail
+W=/tmp/w64; R=$W/repo
+ARMS=("b2-6k --batch 2 --steps 6000 --lr 2.8e-4 --eval-every 500"
+      "b4-3k --batch 4 --steps 3000 --lr 4e-4 --eval-every 250"
+      "b1-12k --steps 12000"
+      "b4-4k --batch 4 --steps 4000 --lr 4e-4 --eval-every 250"
+      "b2-8k --batch 2 --steps 8000 --lr 2.8e-4 --eval-every 500")
+
+where() {
+  cat $W/times.txt 2>/dev/null
+  for f in $W/b*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
+  tail -4 $W/out/ab/*.txt $W/out/ab/*/stdout.txt 2>/dev/null | tail -40
+}
+
+case ${1:?usage: batch64.sh start S|wait S|collect|pipeline} in
+  start)
+    mkdir -p $W /tmp/d64 && cp -r .carry/d64/. /tmp/d64/
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .carry/whl/*.whl || exit 1
+    rm -rf $R && mkdir -p $R && cp -r medddpm scripts pyproject.toml $R/ && rm -f $W/times.txt
+    echo "64³: $(ls /tmp/d64/dev/images | wc -l) images, $(ls /tmp/d64/dev/masks | wc -l) masks"
+    (cd $R && setsid nohup bash scripts/probes/batch64.sh pipeline > $W/pipeline.txt 2>&1 < /dev/null &)
+    sleep ${2:-500}; where ;;
+  pipeline)
+    echo "start $(date +%s)" >> $W/times.txt
+    W=$W/ab IXI=/tmp/d64 VAL=16 OUT=$W/out FILL_FLAGS="|--batch 2|--batch 4" ARM_S=400 \
+      bash scripts/probes/recipe_ab.sh 64 "${ARMS[@]}"
+    echo "DONE $(date +%s) rc $?" >> $W/times.txt ;;
+  wait)
+    for i in $(seq 1 $((${2:-560} / 10))); do grep -q "^DONE " $W/times.txt 2>/dev/null && break; sleep 10; done
+    where ;;
+  collect)
+    if [ -f $W/out/ab.tgz ]; then cp $W/out/ab.tgz $OUT/
+    else  # unfinished: what the arms have written so far
+      for d in $W/ab/b*/; do n=$(basename $d); mkdir -p $W/out/ab/$n; cp $d/*.csv $W/out/ab/$n/ 2>/dev/null; done
+      tar -C $W/out -czf $OUT/ab.tgz ab; fi
+    cp $W/pipeline.txt $W/times.txt $OUT/ 2>/dev/null; ls -la $OUT; where ;;
+esac
