@@ -54,13 +54,14 @@ def curves(run: Path, manifest: dict) -> pd.DataFrame:
 
 
 def records(curve: pd.DataFrame, target: float) -> pd.DataFrame:
-    """Per arm: the last step and held-out loss, and the first evaluation at or below ``target``: its step, the
+    """Per arm: the last step, held-out loss and training clock, and the first evaluation at or below ``target``: its step, the
     training clock and the wall time from the command's start, both less the judge's own evaluations (NaN: not
     reached); reached first, fastest first."""
     rows = []
     for arm, g in curve.groupby("arm", sort=False):
         hit, last = first_at(g, target), g.iloc[-1]
         rows.append({"arm": arm, "recipe": last["recipe"], "flags": last["flags"], "steps": int(last["step"]), "final loss": last["loss"],
+                     "clock at end (s)": last["seconds"],
                      "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
                      "clock at target (s)": hit["seconds"].iloc[0] if len(hit) else float("nan"),
                      "wall at target (s)": hit["wall"].iloc[0] if len(hit) else float("nan")})

@@ -9,7 +9,7 @@
 #   batch64.sh wait S    — waits up to S s for it to finish, prints where it is
 #   batch64.sh collect   — $OUT/ab.tgz: every arm's heldout.csv, log.csv, timing.csv and output, finished or not
 set -uo pipefail
-W=/tmp/w64; R=$W/repo
+W=/tmp/w64; R=$W/repo; A=$W/ab; O=$A/out  # recipe_ab.sh's work folder and its $OUT
 ARMS=("b2-6k --batch 2 --steps 6000 --lr 2.8e-4 --eval-every 500"
       "b4-3k --batch 4 --steps 3000 --lr 4e-4 --eval-every 250"
       "b1-12k --steps 12000"
@@ -18,8 +18,8 @@ ARMS=("b2-6k --batch 2 --steps 6000 --lr 2.8e-4 --eval-every 500"
 
 where() {
   cat $W/times.txt 2>/dev/null
-  for f in $W/b*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
-  tail -4 $W/out/ab/*.txt $W/out/ab/*/stdout.txt 2>/dev/null | tail -40
+  for f in $A/b*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
+  for f in $O/ab/*.txt $O/ab/*/stdout.txt; do [ -f $f ] && echo "$f: $(tail -n 2 $f)"; done
 }
 
 case ${1:?usage: batch64.sh start S|wait S|collect|pipeline} in
@@ -32,16 +32,16 @@ case ${1:?usage: batch64.sh start S|wait S|collect|pipeline} in
     sleep ${2:-500}; where ;;
   pipeline)
     echo "start $(date +%s)" >> $W/times.txt
-    W=$W/ab IXI=/tmp/d64 VAL=16 OUT=$W/out FILL_FLAGS="|--batch 2|--batch 4" ARM_S=400 \
+    W=$A IXI=/tmp/d64 VAL=16 OUT=$O FILL_FLAGS="|--batch 2|--batch 4" ARM_S=400 \
       bash scripts/probes/recipe_ab.sh 64 "${ARMS[@]}"
     echo "DONE $(date +%s) rc $?" >> $W/times.txt ;;
   wait)
     for i in $(seq 1 $((${2:-560} / 10))); do grep -q "^DONE " $W/times.txt 2>/dev/null && break; sleep 10; done
     where ;;
   collect)
-    if [ -f $W/out/ab.tgz ]; then cp $W/out/ab.tgz $OUT/
+    if [ -f $O/ab.tgz ]; then cp $O/ab.tgz $OUT/
     else  # unfinished: what the arms have written so far
-      for d in $W/ab/b*/; do n=$(basename $d); mkdir -p $W/out/ab/$n; cp $d/*.csv $W/out/ab/$n/ 2>/dev/null; done
-      tar -C $W/out -czf $OUT/ab.tgz ab; fi
+      for d in $A/b*/; do n=$(basename $d); mkdir -p $O/ab/$n; cp $d/*.csv $O/ab/$n/ 2>/dev/null; done
+      tar -C $O -czf $OUT/ab.tgz ab; fi
     cp $W/pipeline.txt $W/times.txt $OUT/ 2>/dev/null; ls -la $OUT; where ;;
 esac
