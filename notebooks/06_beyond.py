@@ -24,7 +24,8 @@
 #
 # ## Where it stands
 #
-# Today's `fast` step per GPU against the 50 ms target and the 40 ms goal, and against the paper's best (OPT1).
+# Today's `fast` step per GPU against the 50 ms target and the 40 ms goal, against the paper's best (OPT1), and against
+# its FLOP floor: the step's model FLOPs (3 × forward) at the bf16 matmul peak measured on the same GPU (`peaks.json`).
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -38,22 +39,21 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from medddpm.profiling import metrics as M
-from medddpm.report import fast_facts, fast_tables, plots, tables
+from medddpm.report import fast_tables, history, plots, tables
 from medddpm.report.measure import prepare
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "ladder", size, configs)
-glue_facts(fast_facts.beyond(root, G))
 L = fast_tables.ladder(root, G)
 LB = fast_tables.loop_vs_bench(root, G)
 SC, PR = fast_tables.scaling(root)
 SC_EARLIER = fast_tables.scaling_earlier(root)
 
 # %% tags=["hide-input"]
-plots.show_table(fast_tables.state(root, G), "bench rows of baseline, opt1 and fast", "ladder", digits=1)
+plots.show_table(fast_tables.state(root, G), "bench rows of baseline, opt1 and fast; peaks.json", "ladder",
+                 digits={"of the bf16 peak": 2})
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-ladder", "caption": "The fast-path ladder: median training step (forward + L1 loss + backward + Adam, 128³, batch 1, CUDA events) for each rung, per GPU ({glue:text}`ladder_gpus`); each bar labelled with its speed-up over the previous rung and over the FP32 baseline. The paper's best (OPT1) is the second rung."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-ladder", "caption": "The fast-path ladder: median training step (forward + L1 loss + backward + Adam, 128³, batch 1, CUDA events) for each rung, per GPU with bench rows; each bar labelled with its speed-up over the previous rung and over the FP32 baseline. The paper's best (OPT1) is the second rung."}}
 if L.empty:
     fig = plots.no_data("bench rows of the ladder's configurations", "ladder")
 else:
@@ -72,21 +72,14 @@ if not FB.empty:
     display(table(FB[["gpu_slug", "batch", "step_ms_median", "volumes_per_s", "peak_mem_gib"]], 3))
 
 # %% [markdown]
-# The tables: every rung; then `bf16-graphs` at larger batches (the same step, N volumes at once).
-#
-# On the {glue:text}`ref_gpu` `fast` takes {glue:text}`ref_fast_ms` ms a step: {glue:text}`ref_fast_x`× the FP32
-# baseline and {glue:text}`ref_fast_vs_opt1`× the paper's best (OPT1, {glue:text}`ref_opt1_ms` ms). It
-# {glue:text}`ref_target_verdict` the 50 ms target. It reaches {glue:text}`ref_fast_tflops` TFLOP/s of model
-# arithmetic, {glue:text}`ref_fast_peak_pct` of the bf16 matmul peak measured on the same GPU (`peaks.json`).
-# `bf16-graphs`, the rung before it, takes {glue:text}`ref_bf16-graphs_ms` ms. The {glue:text}`alt_gpu` gives
-# {glue:text}`alt_fast_ms` ms (`bf16-graphs`: {glue:text}`alt_bf16-graphs_ms`). The biggest single steps are bf16
-# ({glue:text}`ref_bf16_ms` ms) and `torch.compile` ({glue:text}`ref_bf16-compile_ms` ms), which fuses GroupNorm, SiLU
-# and the elementwise tails into Triton kernels.
+# The tables: every rung (its step, its speed-up over the rung before and over the baseline, its TFLOP/s and their
+# share of the bf16 peak); then `bf16-graphs` at larger batches (the same step, N volumes at once). After OPT1, the
+# largest single rungs are bf16 and `torch.compile`, which fuses GroupNorm, SiLU and the elementwise tails into Triton
+# kernels (`speedup_vs_previous`).
 #
 # **What the paper's OPT2 would have needed.** Channels-last pays only once nothing converts back: with PyTorch's own
 # GroupNorm and upsampling, cuDNN transposes around every convolution (the kernel mix below). Written
-# layout-preserving, NDHWC is the fastest layout ({glue:text}`ref_bf16-ndhwc_ms` ms against
-# {glue:text}`ref_bf16-compile-tuned_ms` ms for the same knobs in NCDHW).
+# layout-preserving, NDHWC end to end (`bf16-ndhwc`) is faster than the same knobs in NCDHW (`bf16-compile-tuned`).
 
 # %% [markdown]
 # ## Where the time goes
@@ -106,12 +99,16 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# In `bf16-graphs` on the {glue:text}`ref_gpu` the convolutions (cuDNN implicit GEMMs, forward, data-gradient and
-# weight-gradient) take {glue:text}`ref_fast_conv_ms` of {glue:text}`ref_fast_kernel_ms` ms of kernel time; the
-# remaining {glue:text}`ref_fast_other_ms` ms are Triton kernels of the normalizations and their backward, and
-# elementwise work. The FLOP floor of a whole step (3 × forward FLOPs at the measured bf16 matmul peak) is
-# {glue:text}`ref_floor_ms` ms: the convolutions sit well above it and the normalizations further from their bandwidth
-# bound. {doc}`07_kernels` takes that gap kernel by kernel, {doc}`08_roofline` against each bound.
+# The same steps in milliseconds: the convolutions (cuDNN implicit GEMMs: forward, data-gradient and weight-gradient)
+# against everything else (Triton kernels of the normalizations and their backward, elementwise work). Set against the
+# FLOP floor in the state table, the convolutions alone sit above it and the rest is time no FLOP needs.
+# {doc}`07_kernels` takes that gap kernel by kernel, {doc}`08_roofline` against each bound.
+
+# %% tags=["hide-input"]
+plots.show_table(fast_tables.kernel_split(root, G, ["bf16-compile-tuned", "bf16-graphs"]),
+                 "torch.profiler step tables (torch_step_kernels.parquet)", "ladder", digits=1)
+
+# %% [markdown]
 #
 # ## Does the fast path compute the same model?
 #
@@ -127,15 +124,15 @@ if not A.empty:
 # **Loss after short training.** The same seeded phantoms, weights and data order, 50 Adam steps (batch 1, learning
 # rate 10⁻⁴) per configuration at 64³, then the held-out denoising loss of the trained weights at fixed (x0, t, ε)
 # triples, computed by the same FP32 forward for every configuration (`medddpm.train.parity.short_training`). Baseline
-# with three seeds gives the seed-to-seed band. On the {glue:text}`lp_ref_gpu` the baseline's held-out loss after 50 steps spans {glue:text}`lp_band` over
-# {glue:text}`lp_seeds` seeds; `bf16-graphs` (seed 0) ends at {glue:text}`lp_fast`, **{glue:text}`lp_fast_verdict`**
-# that band; {doc}`09_quality`'s training parity (1,000 steps, held-out subjects, a prediction band from the seeds) is
-# the longer test.
+# with three seeds gives the seed-to-seed band; the table says where each configuration's loss lies against its GPU's
+# band. Three seeds make a narrow band, so a loss just outside it says little; {doc}`09_quality`'s training parity
+# (1,000 steps, held-out subjects, a prediction band from the seeds) is the longer test.
 
 # %% tags=["hide-input"]
 LP = fast_tables.loss_parity(root, G)
 if not LP.empty:
-    display(table(LP.assign(size=LP["size"].astype(str) + "³")[["gpu_slug", "config", "seed", "size", "steps", "loss"]]
+    display(table(LP.assign(size=LP["size"].astype(str) + "³")[["gpu_slug", "config", "seed", "size", "steps", "loss",
+                                                                 "band_low", "band_high", "band_seeds", "inside_band"]]
                   .rename(columns={"loss": "held-out L1 loss"}), 4))
 
 # %% [markdown]
@@ -144,15 +141,15 @@ if not LP.empty:
 # `medddpm train` feeds each step through its input pipeline (`medddpm/data/pipeline.py`, knob `data_cache`): volumes
 # on the GPU, in pinned host memory (the next one copied on a side stream), or decoded ahead by loader workers; `auto`
 # takes the fastest whose memory rule holds. Below, the loop on 128³ phantom NIfTI files (steady state per
-# micro-batch) against `medddpm bench --grad-accum` in the same device run (`scripts/loop_measure.sh`):
-# {glue:text}`loop_within` rows keep the loop within 3 % of its benchmark per micro-batch; the largest ratio is
-# {glue:text}`loop_worst`. The pipeline every run chose: {glue:text}`loop_data`.
+# micro-batch) against `medddpm bench --grad-accum` in the same device run (`scripts/loop_measure.sh`); the target:
+# the loop within 3 % of its benchmark per micro-batch (`within_3pct`), and the pipeline each run chose (`data`).
 
 # %% tags=["hide-input"]
 if LB.empty:
     print(plots.no_data_text("training-loop runs (loop/loop_vs_bench.csv)", "loop"))
 else:
-    display(table(LB[["gpu_slug", "config", "grad_accum", "data", "loop_ms_per_micro_batch", "bench_ms", "ratio"]],
+    display(table(LB[["gpu_slug", "config", "grad_accum", "data", "loop_ms_per_micro_batch", "bench_ms", "ratio",
+                      "within_3pct"]],
                   {"loop_ms_per_micro_batch": 1, "bench_ms": 1, "ratio": 3}))
 
 # %% [markdown]
@@ -171,18 +168,12 @@ plots.finish(plots.scaling(SC) if not SC.empty else plots.no_data("multi-GPU sca
 # %% tags=["hide-input"]
 if not SC.empty:
     display(table(SC[["machine", "config", "grad_accum", "world_size", "step_ms_median", "volumes_per_s",
-                      "scaling_efficiency", "nccl"]], 3))
+                      "scaling_efficiency", "reaches_97pct", "nccl"]], 3))
 
 # %% [markdown]
-# {glue:text}`scaling_within` rows on several GPUs reach 97 % ({glue:text}`scaling_range`). On
-# {glue:text}`bf16-graphs_machine`, `bf16-graphs` {glue:text}`bf16-graphs_a1_eff` ({glue:text}`bf16-graphs_a1_ms`
-# ms/step) and {glue:text}`bf16-graphs_a2_eff` with two micro-batches; on {glue:text}`opt1_machine`, `opt1`
-# {glue:text}`opt1_a1_eff` ({glue:text}`opt1_a1_ms` ms/step) and {glue:text}`opt1_a2_eff`.
-#
-# `fast` on several ranks runs the network whole and after the backward all-reduces one flat buffer (`grad_buckets`
-# {glue:text}`config_fast_buckets`) in {glue:text}`config_fast_reduce` (`grad_reduce`): the gradients rounded in by
-# one copy, averaged by NCCL, copied back into the fp32 gradients Adam reads. `fast` now: {glue:text}`fast_scaling`;
-# {glue:text}`fast_within` of its rows reach 97 %.
+# The target is 97 % (`reaches_97pct`). `fast` on several ranks runs the network whole and after the backward
+# all-reduces the gradients as flat buffers: rounded by one copy to `grad_reduce`'s type, averaged by NCCL, copied back
+# into the fp32 gradients Adam reads (`grad_buckets` and `grad_reduce` of `CONFIGS["fast"]`, `medddpm/core/config.py`).
 #
 # ### History
 #
@@ -190,7 +181,7 @@ if not SC.empty:
 # `fast` in the earlier runs); then the first runs' rows and the per-rank profiles.
 
 # %% tags=["hide-input"]
-plots.show_table(fast_facts.scaling_history(root), "multi-GPU runs (<machine>/history.json)", "scaling")
+plots.show_table(history.table(root, history.folders(root), ""), "multi-GPU runs (<machine>/history.json)", "scaling")
 if not SC_EARLIER.empty:
     display(table(SC_EARLIER[["machine", "run", "config", "world_size", "step_ms_median", "scaling_efficiency",
                               "allreduce_ms"]], 3))

@@ -15,8 +15,8 @@
 # %% [markdown]
 # # Past `fast`: the stretch target
 #
-# `fast` met the 50 ms target ({doc}`06_beyond`). The stretch target asks for
-# {glue:text}`st_target` ms on the {glue:text}`st_gpu` (and 40 ms on an H200, 44 ms on an H100).
+# `fast` met the 50 ms target ({doc}`06_beyond`) on an H200. The stretch target asks for 40 ms on an H200 and 44 ms on
+# an H100 (`STRETCH_TARGETS_MS`, `medddpm/report/stretch.py`).
 # {doc}`07_kernels` found the convolutions at cuDNN's best for their shapes and the norms near their
 # minimal bytes, so what is left changes *what* is computed or *how many bytes* move. Each lever is
 # a knob and a rung (`medddpm/core/config.py`, `KERNEL_VARIANTS`), measured on its own; `fast`
@@ -32,11 +32,9 @@ configs = "fast,fast-fp8fwd,fast-skipgrad,fast-skipgrad-up"  # not used: this ch
 # %% tags=["remove-cell"]
 from medddpm.report import plots, stretch
 from medddpm.report.measure import render_only
-from medddpm.report.notebook import glue_facts
 from medddpm.report.plots import show_table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/fast_measure.sh OUT fp8 skipgrad")
-glue_facts(stretch.facts(root, G))
 
 
 def kernel_table(rungs: tuple[str, str]) -> None:
@@ -47,7 +45,16 @@ def kernel_table(rungs: tuple[str, str]) -> None:
 
 
 # %% [markdown]
-# ## Where it stands: every lever against `fast`
+# ## Where it stands
+#
+# Per GPU, `fast` against the fastest lever rung timed there, and that rung against the GPU's stretch target:
+
+# %% tags=["hide-input"]
+show_table(stretch.state(root, G), "bench rows of fast and its lever rungs",
+           "scripts/fast_measure.sh data/results/<gpu> fp8 skipgrad", 1)
+
+# %% [markdown]
+# ## Every lever against `fast`
 #
 # The step of each rung on each GPU that timed it (`bench`, CUDA events, median of 20 steps), what
 # it adds to `fast`, and its distance to the GPU's target. The rows of one GPU need not come from
@@ -61,10 +68,6 @@ show_table(stretch.lever_steps(root, G), "bench rows of fast and its lever rungs
             "above_target_ms": "above target (ms)"})
 
 # %% [markdown]
-# On the {glue:text}`st_gpu` the fastest rung is {glue:text}`st_best`, {glue:text}`st_best_ms` ms
-# against `fast`'s {glue:text}`st_fast_ms` ({glue:text}`st_gain_ms` ms, {glue:text}`st_gain_pct`
-# less). It {glue:text}`st_verdict` of {glue:text}`st_target` ms.
-#
 # ## FP8 in the forward pass
 #
 # `fast-fp8fwd` (knob `fp8_train_convs`, `medddpm/net/fp8.py`) runs the forward of every ResBlock
@@ -72,10 +75,8 @@ show_table(stretch.lever_steps(root, G), "bench rows of fast and its lever rungs
 # graph API: the weight quantized per output channel at every step, the activation unscaled,
 # written in E4M3 by the Triton norm in the same pass that writes its bf16 output. The data and
 # weight gradients stay bf16, from the unquantized operands: the forward half of the FP8 recipe of
-# Micikevicius et al. (2022), whose gradients would be E5M2. It takes {glue:text}`f8_ms` ms
-# ({glue:text}`f8_gain_ms` ms less than `fast`). Kernel by category (one steady step,
-# torch.profiler), the convolutions give back {glue:text}`f8_conv_ms` ms and the norms, writing
-# the second copy, take {glue:text}`f8_norm_ms` ms more:
+# Micikevicius et al. (2022), whose gradients would be E5M2. Kernel by category (one steady step, torch.profiler),
+# the convolutions give time back and the norms, writing the second copy, take more (`difference`):
 
 # %% tags=["hide-input"]
 kernel_table(stretch.FP8_FORWARD)
@@ -88,10 +89,8 @@ kernel_table(stretch.FP8_FORWARD)
 # slices the sum apart, in Inductor kernels that read both 128-channel gradients at 128³.
 # `fast-skipgrad` (knob `fused_skip_grads`, `kernels.group_norm_silu_cat`) concatenates inside the
 # norm's autograd: its backward's dx kernel adds the skip convolution's share as it writes, and
-# writes the two inputs' gradients apart, each dense NDHWC. The same sums, one rounding fewer. It
-# takes {glue:text}`sg_ms` ms ({glue:text}`sg_gain_ms` ms less): the Inductor kernels give back
-# {glue:text}`sg_pointwise_ms` ms and the norms, reading the second gradient, take
-# {glue:text}`sg_norm_ms` ms more:
+# writes the two inputs' gradients apart, each dense NDHWC. The same sums, one rounding fewer. The Inductor kernels
+# give time back and the norms, reading the second gradient, take more:
 
 # %% tags=["hide-input"]
 kernel_table(stretch.SKIP_GRADS)
@@ -103,9 +102,8 @@ kernel_table(stretch.SKIP_GRADS)
 # both directions, each writing intermediates of the output's size. `fast-skipgrad-up` (knob
 # `triton_upsample`, so far the samplers' alone) runs its forward as the samplers' Triton kernel and
 # its backward as one more (`kernels.upsample2x`): each input voxel gathers the 4×4×4 outputs that
-# read it, from cache after the first reader, and is written once. It takes {glue:text}`up_ms` ms
-# ({glue:text}`up_gain_ms` ms less than `fast-skipgrad`): Inductor's kernels give back
-# {glue:text}`up_pointwise_ms` ms, the two Triton kernels take {glue:text}`up_upsample_ms` ms:
+# read it, from cache after the first reader, and is written once. Against `fast-skipgrad`, Inductor's kernels give
+# time back and the two Triton kernels take their own:
 
 # %% tags=["hide-input"]
 kernel_table(stretch.UPSAMPLE)
@@ -114,10 +112,8 @@ kernel_table(stretch.UPSAMPLE)
 # ## Do they train the same model?
 #
 # The quality chapter's parity runs (1,000 Adam steps at 64³ on the MNI152 demo subjects, the
-# held-out loss by the FP32 evaluator) on the {glue:text}`par_gpu` end at
-# {glue:text}`par_runs`; the FP32 baseline's 95 % prediction band from its three seeds on the
-# {glue:text}`par_band_gpu` is {glue:text}`par_band`: {glue:text}`par_verdict`. Where the two GPUs
-# differ, the band is the other's: the comparison is across GPUs. The rungs without FP8 compute the
+# held-out loss by the FP32 evaluator), each seed against the FP32 baseline's 95 % prediction band from its three
+# seeds (the table's last column). Where the band's GPU is not the run's, the comparison is across GPUs. The rungs without FP8 compute the
 # same sums as `fast` (`tests/test_kernels.py` compares the models' ε and gradients).
 
 # %% tags=["hide-input"]
@@ -129,12 +125,10 @@ show_table(stretch.parity(root, G).drop(columns=["band_seeds"], errors="ignore")
 # %% [markdown]
 # ## What is left above the bounds
 #
-# Per kernel category on the {glue:text}`st_rem_gpu`: the roofline bound of `fast`'s kernels
-# ({doc}`08_roofline`: each kernel's FLOPs at its pipe's ceiling or its DRAM bytes at the
-# bandwidth, whichever takes longer; ncu), and the kernel time of `fast` and of the fastest lever
-# rung with profiler tables (torch.profiler). Together the bound is {glue:text}`st_rem_bound_ms` ms
-# and the best rung's kernels lie {glue:text}`st_rem_above_ms` ms above it, most of it in
-# {glue:text}`st_rem_top`. An FP8 rung's own bound would be lower than `fast`'s, and a category
+# Per kernel category: the roofline bound of `fast`'s kernels ({doc}`08_roofline`: each kernel's FLOPs at its pipe's
+# ceiling or its DRAM bytes at the bandwidth, whichever takes longer; ncu), and the kernel time of `fast` and of the
+# fastest lever rung with profiler tables (torch.profiler), the categories furthest above their bound first and their
+# sum last. An FP8 rung's own bound would be lower than `fast`'s, and a category
 # falls below `fast`'s bound where a lever removed kernels that the bound counts.
 
 # %% tags=["hide-input"]

@@ -391,18 +391,15 @@ def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path, config
     assert all(torch.isfinite(v).all() for v in two["model"].values())
 
 
-def test_scaling_facts_quote_fast_on_the_machine_of_the_most_gpus():
-    """Today's fast on 1 → N GPUs from the machine that ran it on the most GPUs, the rows reaching the target counted
-    over every machine; no rows: no-data lines, the configuration's own settings still said."""
+def test_scaling_line_quotes_fast_on_the_machine_of_the_most_gpus():
+    """Today's fast on 1 → N GPUs from the machine that ran it on the most GPUs; no such rows: no line."""
     import pandas as pd
 
-    from medddpm.report.fast_facts import scaling_facts
+    from medddpm.report.fast_tables import scaling_line
 
-    empty = scaling_facts(pd.DataFrame())
-    assert all(v.startswith("—") for k, v in empty.items() if not k.startswith("config_"))
+    assert scaling_line(pd.DataFrame()) is None
     now = pd.DataFrame({"machine": "m", "config": "fast", "grad_accum": 1, "world_size": [1, 2, 4],
                         "step_ms_median": [50.0, 51.0, 51.4], "scaling_efficiency": [1.0, 50 / 51, 50 / 51.4]})
     two = now.iloc[:2].assign(machine="a-two", step_ms_median=[50.0, 53.0], scaling_efficiency=[1.0, 50 / 53])
-    f = scaling_facts(pd.concat([two, now]))
-    assert f["fast_scaling"] == "50.0 → 51.0 / 51.4 ms/step on 1 → 2 / 4 GPUs (98.0 % / 97.3 %, m)"
-    assert f["fast_within"] == "2 of 3" and (f["config_fast_buckets"], f["config_fast_reduce"]) == ("1", "bf16")
+    assert scaling_line(pd.concat([two, now])) == "50.0 → 51.0 / 51.4 ms/step on 1 → 2 / 4 GPUs (98.0 % / 97.3 %, m)"
+    assert scaling_line(now.iloc[:1]) is None  # one GPU alone is no scaling

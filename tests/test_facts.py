@@ -4,7 +4,7 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import (anatomy, equivalence, facts, fast_facts, fast_tables, few_step, headline, quality_facts, quality_tables,
+from medddpm.report import (anatomy, equivalence, facts, fast_tables, few_step, headline, quality_facts, quality_tables,
                             stretch, tables, waiting, workloads)
 from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
@@ -51,7 +51,7 @@ def test_facts_quote_the_store_and_name_the_gpus_it_holds(tmp_path):
     register_gpus(root)
     unknown = facts.end_to_end(root, ["l40s"])
     assert unknown["ref_gpu"] == "L40S" and unknown["ref_opt1_step_ms"][0].isdigit()
-    assert fast_facts.beyond(root, ["l40s"])["ref_fast_ms"] == "— (no bench row of fast in this results store)"
+    assert fast_tables.state(root, ["l40s"]).empty  # no bench row of fast: no state row, not a made-up one
 
 
 def test_missing_and_number_formatting():
@@ -72,10 +72,10 @@ def test_headline_has_gpus_as_rows_and_only_measured_ones(tmp_path):
     assert set(headline.headline(root, ["l40s"])["GPU"]) == {"L40S"}
 
 
-def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
-    """Issue 21's facts from a small store: the fastest kernel variant beside fast, the target
-    verdict, the norms' totals against their minimal bytes, and the convolutions against their
-    isolated times."""
+def test_kernel_tables_pick_the_best_variant_and_total_the_norms(tmp_path):
+    """Issue 21's tables from a small store: the fastest kernel variant beside bf16-graphs and its
+    target verdict, the norms' totals against their minimal bytes, and the convolutions against
+    their isolated times."""
     import pandas as pd
 
     g = tmp_path / "results" / "h200"
@@ -92,20 +92,21 @@ def test_kernel_facts_pick_the_best_variant_and_total_the_norms(tmp_path):
     pd.DataFrame({"signature": ["s1", "s1", "s2"], "pass": ["weight gradient", "other kernels of the op", "data gradient"],
                   "ms": [2.0, 0.5, 1.0], "tflops": [100.0, None, 400.0], "isolated_ms": [2.5, None, 0.8],
                   "lost_ms": [-0.5, 0.5, 0.2]}).to_csv(g / "fast_path" / "layers.csv", index=False)
-    f = fast_facts.kernels(tmp_path / "results", ["h200"])
-    assert (f["kv_ref_best"], f["kv_ref_best_ms"], f["kv_ref_best_verdict"]) == ("fast-p8", "48.0", "meets")
-    assert f["kv_ref_best_gain_ms"] == "12.0" and f["kv_ref_fast-tnorm_ms"] == "52.0"
-    assert f["kv_ref_best_vs_target"] == "meets the 50 ms target with 2.0 ms to spare"
-    assert f["nm_triton_step_ms"] == "0.5" and f["nm_inductor_step_ms"] == "1.0" and f["nm_min_step_gb"] == "1.0"
-    assert f["nm_triton_step_tbs"] == "2.0"  # 1000 MB in 0.5 ms
-    assert (f["ly_conv_ms"], f["ly_isolated_ms"], f["ly_other_ms"], f["ly_above"]) == ("3.0", "3.3", "0.5", "1")
-    assert f["ly_top"] == "s1 (weight gradient)" and f["ly_slow"] == "s1 (weight gradient)"
+    root = tmp_path / "results"
+    k = fast_tables.kernel_state(root, ["h200"]).iloc[0]
+    assert (k["fastest variant"], k["its step (ms)"], k["saved (ms)"], k["met"]) == ("fast-p8", 48.0, 12.0, "yes")
+    n = fast_tables.norm_totals(root, ["h200"]).iloc[0]
+    assert (n["shapes"], n["layers"], n["minimal GB (step)"]) == (2, 3, 1.0)
+    assert n["triton step (ms)"] == pytest.approx(0.5) and n["triton step (TB/s)"] == pytest.approx(2.0)  # 1 GB in 0.5 ms
+    assert n["inductor step (ms)"] == pytest.approx(1.0)
+    ly = fast_tables.layer_totals(root, ["h200"]).iloc[0]
+    assert (ly["convolution passes (ms)"], ly["alone at cuDNN's best (ms)"], ly["no pass (ms)"]) == (3.0, 3.3, 0.5)
+    assert ly["rows slower in the step"] == "1 of 2"
 
 
-def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_path):
-    """layers.csv holds fast's table (no config column: written before it existed) and a newer
-    configuration's; the facts quote the newer one and the thin convolutions of both, and the
-    thin-convolution probe's rows with the package's launch shapes."""
+def test_layer_and_thin_convolution_tables_follow_the_newest_configuration(tmp_path):
+    """layers.csv holds bf16-graphs's table and a newer configuration's; the totals quote the newer one and the
+    thin convolutions of both, and the thin-convolution probe's rows with the package's launch shapes."""
     import pandas as pd
 
     from medddpm.net import kernels
@@ -122,23 +123,28 @@ def test_layer_and_thin_convolution_facts_follow_the_newest_configuration(tmp_pa
                           "impl": ["cuDNN", "Triton", "Triton"], "candidate": [-1, 0, 1], "ms": [2.0, 0.5, 0.1],
                           "conv_tile": [None, t.conv_tile, t.conv_tile * 2]})
     probe.to_csv(g / "thin_convs.csv", index=False)
-    f = fast_facts.kernels(tmp_path / "results", ["h200"])
-    assert (f["ly_config"], f["ly_thin_fast_ms"], f["ly_thin_ms"]) == ("fast-tconv", "3.00", "0.50")
+    ly = fast_tables.layer_totals(tmp_path / "results", ["h200"]).iloc[0]
+    assert (ly["config"], ly["thin in bf16-graphs (ms)"], ly["thin convolutions (ms)"]) == ("fast-tconv", 3.0, 0.5)
     tc = fast_tables.thin_convs(tmp_path / "results", ["h200"])
     assert tc["ms_triton"].tolist() == [0.5] and tc["speedup"].tolist() == [4.0]  # the package's tiles, not the fastest
-    assert (f["tc_cudnn_ms"], f["tc_triton_ms"], f["tc_cudnn_ahead"]) == ("2.00", "0.50", "none")
     assert len(fast_tables.layer_costs(tmp_path / "results", ["h200"], "all")) == 4
     assert set(fast_tables.layer_costs(tmp_path / "results", ["h200"], "bf16-graphs")["config"]) == {"bf16-graphs"}
 
 
-def test_the_fastest_variant_roofline_facts_add_up():
-    """fast's whole-step roofline (committed for the H200): kernel time = bound + gap, the
-    convolutions' gap a part of the whole, the norms under their bound's time."""
-    f = fast_facts.roofline(COMMITTED, GPUS)
-    time, bound, gap = (float(f[f"step_ref_all_{k}_ms"]) for k in ("time", "bound", "gap"))
-    assert bound < time and time - bound == pytest.approx(gap, abs=0.11)
-    assert 0 < float(f["step_ref_all_convolution_gap_ms"]) < gap
-    assert 0 < float(f["step_ref_all_normalization_bound_pct"].rstrip(" %")) <= 100
+def test_the_roofline_state_adds_up():
+    """The whole-step rooflines (committed for both GPUs): kernel time = bound + gap, the convolutions' share of the
+    gap a part of the whole, every category's bound under its time; the checks count what the formula gives."""
+    RR, RW = fast_tables.ceilings(COMMITTED, GPUS), fast_tables.roofline(COMMITTED, GPUS, "roofline")
+    gap = fast_tables.roofline_gap(RW, RR)
+    st = fast_tables.roofline_state(gap)
+    assert set(st["config"]) == {"bf16-graphs", "fast"} and set(st["gpu_slug"]) == set(GPUS)
+    assert (st["at the bounds (ms)"] < st["kernel time (ms)"]).all()
+    assert (st["kernel time (ms)"] - st["at the bounds (ms)"] - st["above them (ms)"]).abs().max() < 1e-9
+    assert st["convolutions' share of the gap"].between(0, 1, inclusive="neither").all()
+    assert (gap["bound_fraction"] <= 1 + 1e-9).all()
+    checks = fast_tables.roofline_checks(COMMITTED, GPUS, fast_tables.roofline(COMMITTED, GPUS, "paper"))
+    tflop = checks[checks["check"].str.startswith("paper window: longest")]
+    assert len(tflop) and (tflop["value"] == f"{2 * 128**3 * 64 * 64 * 27 / 1e12:.3f}").all()
 
 
 def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
@@ -180,7 +186,7 @@ def test_small_numbers_are_written_for_readers():
     assert facts.sci_fact(float("nan"), "bias").startswith("—")
 
 
-def test_stretch_facts_compare_the_same_gpus_rows_and_judge_parity_against_the_band(tmp_path):
+def test_stretch_tables_compare_the_same_gpus_rows_and_judge_parity_against_the_band(tmp_path):
     """Issue 40's levers: the step times of fast and its lever rungs from one GPU's bench rows, the
     fastest rung against that GPU's target, the knobs each adds, and each parity seed against the
     FP32 baseline's band (here the same GPU's)."""
@@ -199,12 +205,11 @@ def test_stretch_facts_compare_the_same_gpus_rows_and_judge_parity_against_the_b
     pd.DataFrame(base).to_csv(g / "quality" / "parity_heldout.csv", index=False)
     fp8 = [r for seed, loss in ((0, 0.151), (1, 0.30)) for r in rows("fast-fp8fwd", seed, loss)]
     pd.DataFrame(fp8).to_csv(g / "fast_path" / "fp8_forward" / "parity_heldout.csv", index=False)
-    f = stretch.facts(tmp_path / "results", ["h100-80gb-hbm3"])
-    assert (f["st_fast_ms"], f["st_best"], f["st_best_ms"], f["st_gain_ms"], f["st_target"]) == \
-        ("52.0", "fast-fp8fwd", "45.0", "7.0", "44")
-    assert f["st_verdict"] == "misses it by 1.0 ms" and (f["f8_gain_ms"], f["sg_gain_ms"]) == ("7.0", "0.5")
-    assert f["par_runs"] == "`fast-fp8fwd` 0.1510, 0.3000" and f["par_verdict"] == "1 of 2 outside"
-    assert f["f8_conv_ms"].startswith("—") and f["up_gain_ms"].startswith("—")  # no tables, no upsampling rung
+    st = stretch.state(tmp_path / "results", ["h100-80gb-hbm3"]).iloc[0]
+    assert (st["fast (ms)"], st["fastest rung"], st["its step (ms)"], st["saved (ms)"], st["stretch target (ms)"]) == \
+        (52.0, "fast-fp8fwd", 45.0, 7.0, 44.0)
+    assert st["met"] == "no"  # 45 ms against 44
+    assert stretch.lever_kernels(tmp_path / "results", ["h100-80gb-hbm3"], stretch.FP8_FORWARD).empty  # no tables
     par = stretch.parity(tmp_path / "results", ["h100-80gb-hbm3"])
     assert par["inside_band"].tolist() == [True, False] and set(par["band_gpu"]) == {"H100 80GB HBM3"}
     steps = stretch.lever_steps(tmp_path / "results", ["h100-80gb-hbm3"]).set_index("config")

@@ -2,14 +2,13 @@
 check every chapter's quoted names against."""
 from __future__ import annotations
 
-from . import anatomy, equivalence, facts, fast_facts, few_step, quality_facts, stretch, waiting
+from . import anatomy, equivalence, facts, few_step, quality_facts, waiting
 
 CHAPTERS = {
     "01_setup": facts.setup, "03_characterization": facts.characterization,
     "04_interventions": facts.interventions, "05_end_to_end": facts.end_to_end,
-    "06_beyond": fast_facts.beyond, "07_kernels": fast_facts.kernels, "08_roofline": fast_facts.roofline,
     "09_quality": quality_facts.quality, "10_sampling": quality_facts.quality,
-    "11_few_step": few_step.facts, "12_fp8": quality_facts.quality, "13_stretch": stretch.facts,
+    "11_few_step": few_step.facts, "12_fp8": quality_facts.quality,
     "14_anatomy": anatomy.facts, "15_time_to_result": waiting.facts,
     "16_equivalence": equivalence.facts,
 }

@@ -7,8 +7,8 @@ GPU itself: a chapter's reference GPU (``ref``) and second GPU (``alt``) are cho
 that hold the chapter's data, the committed H200 and H100 first (``PREFERRED``), and their names
 are facts too (``ref_gpu``, ``alt_gpu``).
 
-This module holds the helpers every chapter's facts share and chapters 01–05; ``fast_facts`` has
-06–08, ``quality_facts`` 09–12, and ``chapters.CHAPTERS`` says which function each chapter glues.
+This module holds the helpers every chapter's facts share and chapters 01–05 (06–08 read their tables alone);
+``quality_facts`` has 09–12, and ``chapters.CHAPTERS`` says which function each chapter glues.
 """
 from __future__ import annotations
 
@@ -170,19 +170,5 @@ def _agreement(root: Path, gpus: list[str]) -> tuple[str | None, pd.DataFrame]:
     """The reference GPU among those with quality results, and its denoiser-agreement rows."""
     q = quality_tables.quality_gpus(root, gpus)[1]
     return q, quality_tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
-
-
-def _worst_agreement(root: Path, gpus: list[str]) -> dict[str, str]:
-    """Per configuration, the worst relative L2 of its ε against FP64 (``quality/agreement.csv``)
-    on the reference quality GPU (``_agreement``), or, for one measured only elsewhere, on the
-    first other GPU that has it, named."""
-    q, _ = _agreement(root, gpus)
-    a = quality_tables.quality_csv(root, gpus, "agreement")
-    out = {}
-    for cfg, rows in (a.groupby("config", sort=False) if not a.empty else []):
-        g = q if q in set(rows["gpu_slug"]) else roles(rows["gpu_slug"])["ref"]
-        v = sci(rows.loc[rows["gpu_slug"] == g, "rel_l2"].max())
-        out[cfg] = v if g == q else f"{v} (on the {gpu_name(g)})"
-    return out
 
 

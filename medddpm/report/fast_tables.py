@@ -3,17 +3,19 @@ roofline): tidy DataFrames read from the results store, one function per table."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..core.config import KERNEL_VARIANTS
-from ..net.kernels import TILES
+from ..net.kernels import THIN, TILES
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import CONV_PASSES, conv_pass
-from .tables import bench, fast_path_csv, ncu_kernels, ordered, results_csv, train_flops
+from .present import gpu_name
+from .tables import bench, fast_path_csv, ncu_kernels, ordered, results_csv, torch_kernels, train_flops
 
 
 def ladder(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -94,12 +96,16 @@ def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 def scaling(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Multi-GPU results: every ``<machine>/scaling.csv`` under ``root`` (rows as written by
-    ``medddpm.profiling.scaling table``, with a ``machine`` column), and the all-reduce profiles
+    ``medddpm.profiling.scaling table``, with a ``machine`` column and, on several GPUs, whether it reaches
+    ``SCALING_TARGET``), and the all-reduce profiles
     (``profile-<config>-<N>.json``) as one table."""
     from ..profiling.scaling import load_profiles
 
     frames = [pd.read_csv(p).assign(machine=p.parent.name) for p in sorted(Path(root).glob("*/scaling.csv"))]
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
+    sc = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(sc):  # several GPUs: whether the row reaches the scaling target
+        sc["reaches_97pct"] = (sc["scaling_efficiency"] >= SCALING_TARGET).where(sc["world_size"] > 1)
+    return (sc,
             load_profiles(sorted(Path(root).glob("*/profile-*-*.json"))))
 
 
@@ -126,10 +132,16 @@ def scaling_earlier(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+LOOP_TARGET = 1.03  # loop / bench per micro-batch: the loop may add at most 3 % to its benchmark
+SCALING_TARGET = 0.97  # T(1 GPU) / T(N GPUs) of the real loop, weak scaling
+
+
 def loop_vs_bench(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``<gpu>/loop/loop_vs_bench.csv`` of every GPU that has one (``medddpm.train.loop``): the training
-    loop's steady ms per micro-batch against ``bench`` of the same configuration and grad-accum."""
-    return results_csv(root, gpus, "loop/loop_vs_bench")
+    loop's steady ms per micro-batch against ``bench`` of the same configuration and grad-accum, and whether it
+    keeps within ``LOOP_TARGET``."""
+    lb = results_csv(root, gpus, "loop/loop_vs_bench")
+    return lb.assign(within_3pct=lb["ratio"] <= LOOP_TARGET) if len(lb) else lb
 
 
 def loss_parity(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -206,8 +218,8 @@ def roofline_summary(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
 def roofline_gap(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
     """Where a report's time lies above the roofline, per GPU × configuration × category: the kernel
     time, the time at the roofline bound (each kernel's FLOPs at the ceiling of its pipe or its DRAM
-    bytes at the bandwidth, whichever takes longer) and the difference, in ms, with the share of
-    the report's whole gap. Kernels without counted FLOPs are bound by their bytes alone."""
+    bytes at the bandwidth, whichever takes longer) and the difference, in ms, with the bound as a fraction of the
+    time and the share of the report's whole gap. Kernels without counted FLOPs are bound by their bytes alone."""
     if points.empty or roofs.empty:
         return pd.DataFrame()
     k = with_roofs(points, roofs)
@@ -215,6 +227,7 @@ def roofline_gap(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFrame:
     k["bound_ms"] = np.maximum(k["flops"] / (k["roof_tflops"] * 1e12), k["dram_bytes"] / (k["bandwidth_tbps"] * 1e12)) * 1e3
     out = k.groupby(["gpu_slug", "config", "category"], observed=True)[["time_ms", "bound_ms"]].sum().reset_index()
     out["gap_ms"] = out["time_ms"] - out["bound_ms"]
+    out["bound_fraction"] = out["bound_ms"] / out["time_ms"]  # how near its bound the category runs
     out["gap_share"] = out["gap_ms"] / out.groupby(["gpu_slug", "config"], observed=True)["gap_ms"].transform("sum")
     return out.sort_values(["gpu_slug", "config", "gap_ms"], ascending=[True, True, False]).reset_index(drop=True)
 
@@ -244,20 +257,190 @@ COMPASS_MS = 40.0  # the compass goal for `fast`'s training step at 128³ on an 
 
 def state(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Where the training step stands: per GPU of the store with bench rows, today's `fast` step at 128³ (median of
-    its newest bench row) against the 50 ms target and the 40 ms goal, and its speed-ups over the FP32 baseline and
-    over OPT1, the paper's best configuration."""
+    its newest bench row) against the 50 ms target and the 40 ms goal, its speed-ups over the FP32 baseline and
+    over OPT1, the paper's best configuration, its model TFLOP/s and their share of the measured bf16 matmul peak, and
+    the FLOP floor: the step's FLOPs at that peak."""
     from .facts import STEP_TARGET_MS
 
-    b = bench(root, gpus, ["baseline", "opt1", "fast"])
+    b = ladder(root, gpus)
     rows = []
     for g, d in b.groupby("gpu_slug", sort=False) if len(b) else []:
         d = d.set_index("config")
         if "fast" not in d.index:
             continue
-        fast = d.loc["fast", "step_ms_median"]
+        fast, peak = d.loc["fast", "step_ms_median"], d.loc["fast", "peak_fraction"]
         rows.append({"gpu_slug": g, "fast step (ms)": fast, "target (ms)": STEP_TARGET_MS,
                      "met": "yes" if fast <= STEP_TARGET_MS else "no", "goal (ms)": COMPASS_MS,
                      "× FP32 baseline": d.loc["fast", "speedup_vs_baseline"],
-                     "× OPT1 (the paper's best)": d.loc["opt1", "step_ms_median"] / fast if "opt1" in d.index else None})
-    return pd.DataFrame(rows, columns=["gpu_slug", "fast step (ms)", "target (ms)", "met", "goal (ms)",
-                                       "× FP32 baseline", "× OPT1 (the paper's best)"])
+                     "× OPT1 (the paper's best)": d.loc["opt1", "step_ms_median"] / fast if "opt1" in d.index else None,
+                     "TFLOP/s": d.loc["fast", "tflops"], "of the bf16 peak": peak, "FLOP floor (ms)": fast * peak})
+    return pd.DataFrame(rows, columns=STATE_COLUMNS)
+
+
+STATE_COLUMNS = ["gpu_slug", "fast step (ms)", "target (ms)", "met", "goal (ms)", "× FP32 baseline",
+                 "× OPT1 (the paper's best)", "TFLOP/s", "of the bf16 peak", "FLOP floor (ms)"]
+
+
+def kernel_split(root: Path, gpus: list[str], configs: list[str]) -> pd.DataFrame:
+    """Kernel time of one steady step (torch.profiler) per GPU and configuration: the convolutions (cuDNN's implicit
+    GEMMs, every pass) against everything else."""
+    t = torch_kernels(root, gpus, "step", configs)
+    if t.empty:
+        return pd.DataFrame(columns=["gpu_slug", "config", "convolution (ms)", "other (ms)", "kernel time (ms)"])
+    t = t.assign(conv=t["category"] == "convolution/GEMM", ms=t["duration_us"] / 1e3)
+    g = t.groupby(["gpu_slug", "config"], observed=True)
+    out = pd.DataFrame({"convolution (ms)": g.apply(lambda d: d.loc[d["conv"], "ms"].sum()), "kernel time (ms)": g["ms"].sum()})
+    return out.assign(**{"other (ms)": out["kernel time (ms)"] - out["convolution (ms)"]}).reset_index()[
+        ["gpu_slug", "config", "convolution (ms)", "other (ms)", "kernel time (ms)"]]
+
+
+def kernel_state(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Chapter 07's first table: per GPU, ``bf16-graphs``'s step against its fastest kernel variant's, what the
+    variant saves, and the variant against the 50 ms target."""
+    from .facts import STEP_TARGET_MS
+
+    kv, rows = kernel_variants(root, gpus), []
+    for g, d in kv.groupby("gpu_slug", sort=False) if len(kv) else []:
+        base, var = d[d["config"] == "bf16-graphs"], d[d["config"] != "bf16-graphs"]
+        if base.empty or var.empty:
+            continue
+        b, best = base["step_ms_median"].iloc[0], var.loc[var["step_ms_median"].idxmin()]
+        rows.append({"gpu_slug": g, "bf16-graphs (ms)": b, "fastest variant": best["config"],
+                     "its step (ms)": best["step_ms_median"], "saved (ms)": b - best["step_ms_median"],
+                     "× bf16-graphs": b / best["step_ms_median"], "target (ms)": STEP_TARGET_MS,
+                     "met": "yes" if best["step_ms_median"] <= STEP_TARGET_MS else "no"})
+    return pd.DataFrame(rows, columns=["gpu_slug", "bf16-graphs (ms)", "fastest variant", "its step (ms)", "saved (ms)",
+                                       "× bf16-graphs", "target (ms)", "met"])
+
+
+def variant_checks(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Is each kernel variant still right: per GPU and configuration, its ε's worst relative L2 against FP64 over t
+    (``quality/agreement.csv``, 64³) and its held-out loss after 50 training steps against the FP32 baseline's seed band
+    (``loss_parity``, seed 0)."""
+    names = ["bf16-graphs", *(k.name for k in KERNEL_VARIANTS)]
+    a = results_csv(root, gpus, "quality/agreement")
+    worst = (a[a["config"].isin(names)].groupby(["gpu_slug", "config"])["rel_l2"].max().rename("worst ε rel. L2 vs FP64")
+             if len(a) else pd.Series(dtype=float, name="worst ε rel. L2 vs FP64"))
+    lp = loss_parity(root, gpus)
+    if len(lp):
+        lp = lp[lp["config"].isin(names) & (lp["seed"] == 0)].assign(
+            **{"against the band": lambda d: np.where(d["inside_band"], "inside",
+                                                      np.where(d["loss"] < d["band_low"], "below", "above"))})
+    cols = ["loss", "band_low", "band_high", "against the band"]
+    lp = (lp.set_index(["gpu_slug", "config"])[cols] if len(lp) else pd.DataFrame(columns=cols)).rename(
+        columns={"loss": "loss after 50 steps"})
+    out = pd.concat([worst, lp], axis=1).reset_index()
+    out.columns = ["gpu_slug", "config", *out.columns[2:]]
+    return ordered(out, ["gpu_slug", "config"]) if len(out) else out
+
+
+def norm_totals(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """The GroupNorm shapes of ``fast_path/norms.csv`` summed per GPU: how many shapes and layers, the bytes forward
+    and backward must move, and each implementation's time and necessary traffic per second (Inductor's kernels
+    against the Triton ones)."""
+    nm = fast_path_csv(root, gpus, "norms")
+    if nm.empty:
+        return nm
+    g = nm.groupby("gpu_slug")
+    out = pd.DataFrame({"shapes": g.size(), "layers": g["count"].sum(), "minimal GB (step)": g["min_step_mb"].sum() / 1e3})
+    for impl in ("inductor", "triton"):
+        for which in ("forward", "step"):
+            out[f"{impl} {which} (ms)"] = g[f"{impl}_{which}_ms"].sum()
+        out[f"{impl} step (TB/s)"] = out["minimal GB (step)"] / out[f"{impl} step (ms)"]
+    return out.reset_index()
+
+
+NORM_KERNELS = ("_stats_kernel", "_apply_kernel", "_bwd_reduce_kernel", "_bwd_dx_kernel")  # net/kernels.py's norm passes
+
+
+def norm_tiles_largest(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Per GPU, the Triton norm kernels on the largest GroupNorm with their default launch shapes
+    (``fast_path/norm_tiles.csv``, candidate 0): the TB/s each reaches on its necessary bytes."""
+    nt = fast_path_csv(root, gpus, "norm_tiles")
+    if nt.empty:
+        return nt
+    nt = nt[(nt["candidate"] == 0) & nt["kernel"].isin(NORM_KERNELS)].assign(elements=lambda d: d["channels"] * d["side"] ** 3)
+    nt = nt[nt["elements"] == nt.groupby("gpu_slug")["elements"].transform("max")]
+    return nt.assign(shape=nt["channels"].astype(int).astype(str) + " channels × " + nt["side"].astype(int).astype(str)
+                     + "³")[["gpu_slug", "shape", "kernel", "tbs"]].reset_index(drop=True)
+
+
+def _thin(signature: str) -> bool:
+    """True for a 3³ convolution with a thin side ('64→1 k3 128³→128³'), the kind ``kernels.conv3d_thin`` computes."""
+    m = re.match(r"(\d+)→(\d+) k3 ", signature)
+    return bool(m) and min(int(m[1]), int(m[2])) <= THIN
+
+
+def layer_totals(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """``layer_costs`` summed per GPU (its newest configuration): the step's convolution passes against the same shapes
+    on their own at cuDNN's best, how many shape-and-pass rows run slower in the step, the two thin convolutions in
+    this configuration and in ``bf16-graphs``, and the kernels that compute no pass."""
+    ly, every = layer_costs(root, gpus), layer_costs(root, gpus, "all")
+    rows = []
+    for g, d in ly.groupby("gpu_slug", sort=False) if len(ly) else []:
+        passes, cfg = d[d["isolated_ms"].notna()], d["config"].iloc[0]
+        thin = every[(every["gpu_slug"] == g) & every["signature"].map(_thin)].groupby("config")["ms"].sum()
+        rows.append({"gpu_slug": g, "config": cfg, "convolution passes (ms)": passes["ms"].sum(),
+                     "alone at cuDNN's best (ms)": passes["isolated_ms"].sum(),
+                     "rows slower in the step": f"{int((passes['lost_ms'] > 0).sum())} of {len(passes)}",
+                     "thin convolutions (ms)": thin.get(cfg), "thin in bf16-graphs (ms)": thin.get("bf16-graphs"),
+                     "no pass (ms)": d.loc[d["isolated_ms"].isna(), "ms"].sum()})
+    return pd.DataFrame(rows)
+
+
+def roofline_state(gap: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 08's first table, from ``roofline_gap`` of the step reports: per GPU and configuration (``bf16-graphs``,
+    ``fast``), the step's kernel time against the same traffic and FLOPs at the roofline bounds, the gap, the
+    convolutions' share of it, and whether the 50 ms target lies within the bound."""
+    from .facts import STEP_TARGET_MS
+
+    if gap.empty:
+        return pd.DataFrame()
+    d = gap[gap["config"].isin(["bf16-graphs", "fast"])]
+    g = d.groupby(["gpu_slug", "config"], observed=True)
+    out = g[["time_ms", "bound_ms", "gap_ms"]].sum()
+    out["convolutions' share of the gap"] = d[d["category"] == "convolution/GEMM"].groupby(
+        ["gpu_slug", "config"], observed=True)["gap_share"].sum()
+    out["50 ms within the bound"] = np.where(out["bound_ms"] <= STEP_TARGET_MS, "yes", "no")
+    return out.reset_index().rename(columns={"time_ms": "kernel time (ms)", "bound_ms": "at the bounds (ms)",
+                                             "gap_ms": "above them (ms)"})
+
+
+def roofline_checks(root: Path, gpus: list[str], window: pd.DataFrame) -> pd.DataFrame:
+    """What keeps the FLOP counts honest, per GPU: the probe's counted over expected FLOPs on matmuls of known size
+    (``fast_path/roofline_probe.csv``), ncu's counter passes a kernel per pipe (``fast_path/ncu_passes.csv``), and on
+    the paper's window (``window``, ``roofline(…, "paper")``) the longest convolution's counted TFLOP against the
+    formula's and how many of its kernels are gradient convolutions."""
+    rows = []
+    probe = results_csv(root, gpus, "fast_path/roofline_probe")
+    for g, d in probe.groupby("gpu_slug") if len(probe) else []:
+        rows.append({"gpu_slug": g, "check": "roofline probe: counted / 2n³ FLOPs",
+                     "value": f"{d['flops_over_expected'].min():.4f}–{d['flops_over_expected'].max():.4f}"})
+    passes = results_csv(root, gpus, "fast_path/ncu_passes")
+    for (g, path), d in passes.groupby(["gpu_slug", "flop_paths"]) if len(passes) else []:
+        rows.append({"gpu_slug": g, "check": f"ncu counter passes a kernel, {path} pipes", "value": f"{d['passes'].max()}"})
+    formula = 2 * 128**3 * 64 * 64 * 27 / 1e12  # a 64→64-channel 3³ convolution over 128³ voxels
+    for g, d in window.groupby("gpu_slug", observed=True) if len(window) else []:
+        conv = d[d["category"] == "convolution/GEMM"]
+        if len(conv):
+            rows.append({"gpu_slug": g, "check": "paper window: longest convolution's TFLOP (formula "
+                         f"2·128³·64·64·27 = {formula:.3f})", "value": f"{conv.nlargest(1, 'duration_ns')['flops'].iloc[0] / 1e12:.3f}"})
+        grads = d["short_name"].map(conv_pass).isin(["data gradient", "weight gradient"]).sum()
+        rows.append({"gpu_slug": g, "check": "paper window: gradient convolutions in it", "value": f"{grads:,}"})
+    return pd.DataFrame(rows, columns=["gpu_slug", "check", "value"])
+
+
+def scaling_line(sc: pd.DataFrame) -> str | None:
+    """"53.0 → 54.4 / 54.5 ms/step on 1 → 2 / 4 GPUs (97.4 % / 97.2 %, machine)": today's ``fast`` at grad-accum 1 on
+    the machine that ran it on the most GPUs (then the most rows), from ``scaling``'s rows; None without such rows."""
+    rows = sc[(sc["config"] == "fast") & (sc["grad_accum"] == 1)] if len(sc) else sc
+    if not len(rows) or not (rows["world_size"] > 1).any():
+        return None
+    g = rows.groupby("machine").agg(n=("world_size", "max"), k=("world_size", "size"))
+    rows = rows[rows["machine"] == g.sort_values(["n", "k"], ascending=False, kind="stable").index[0]].sort_values("world_size")
+    multi = rows[rows["world_size"] > 1]
+    if not (rows["world_size"] == 1).any():
+        return None
+    return (f"{rows['step_ms_median'].iloc[0]:.1f} → " + " / ".join(f"{ms:.1f}" for ms in multi["step_ms_median"])
+            + " ms/step on 1 → " + " / ".join(str(n) for n in multi["world_size"]) + " GPUs ("
+            + " / ".join(f"{100 * e:.1f} %" for e in multi["scaling_efficiency"]) + f", {gpu_name(rows['machine'].iloc[0])})")

@@ -80,7 +80,7 @@ def readme_lines(root: Path) -> list[str]:
     """The README's headline numbers, one line each with its chapter, computed from the store (the
     README holds exactly these lines: ``python -m medddpm.report.headline`` prints them and a test
     checks them); a line whose data the store lacks is left out."""
-    from . import anatomy, equivalence, fast_facts, tables
+    from . import anatomy, equivalence, fast_tables, tables
 
     gpus = tables.select_gpus(root, None)
     g, out = README_GPU, []
@@ -100,8 +100,8 @@ def readme_lines(root: Path) -> list[str]:
                                             f"{per[x].loc['fast', 'step_ms_median']:.1f} ms a step at 128³ on {on(x)}"
                                             for x in have) + f" — {ch('06', '06_beyond')}.")
     out.extend(recipe_line(root, gpus, ch))
-    scaling = fast_facts.beyond(root, gpus).get("fast_scaling", "—")
-    if not scaling.startswith("—"):
+    scaling = fast_tables.scaling_line(fast_tables.scaling(root)[0])
+    if scaling:
         out.append(f"- Several GPUs: `fast` {scaling} — {ch('06', '06_beyond')}.")
     st = anatomy.state(root, anatomy.anatomy_gpu(root, gpus)).set_index("measure (validation subjects)")
     small, big = st.columns[0], st.columns[1]
@@ -143,8 +143,9 @@ def readme_lines(root: Path) -> list[str]:
 
 
 def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
-    """The time-to-trained-model line: the fastest arm of the newest recipe A/B to its target, beside the paper's
-    recipe in steps (chapter 17); none where the store has no such run or no arm got there."""
+    """The time-to-trained-model lines: at 128³ the plateau run and the fastest run to its target; at 64³ the fastest
+    arm of any recipe A/B to its target, beside the paper's recipe in steps (chapter 17); none where the store has no
+    such run or no arm got there."""
     from . import recipe
 
     out = []
@@ -165,13 +166,11 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
                        f"(one seed; its samples not yet judged) — {ch('17', '17_time_to_trained')}.")
-    found = recipe.newest(root, gpus)
+    found = recipe.record_64(root, gpus)
     if found is None:
         return out
-    gpu, run, m = found
-    target, best = m["target"]["heldout"], recipe.fastest(run, m)
-    if best is None:
-        return out
+    gpu, _, m, best = found
+    target = m["target"]["heldout"]
     paper_runs = recipe.paper_recipe_steps(root, target)
     hit = paper_runs["step at target"].dropna()
     long_enough = (paper_runs["steps"] >= hit.min()).sum() if len(hit) else 0  # runs that trained as far as the first hit

@@ -30,6 +30,11 @@ def rows(path: str | Path) -> list[dict[str, Any]]:
     return found
 
 
+def folders(root: str | Path) -> list[str]:
+    """The store's GPU or machine folders with a ``history.json`` of their own (the multi-GPU machines' runs)."""
+    return sorted(p.name for p in Path(root).glob("*") if (p / FILE).is_file())
+
+
 def table(root: str | Path, gpus: list[str], folder: str, chapter: str | None = None) -> pd.DataFrame:
     """The history of chapter folder ``folder`` on ``gpus``: every GPU's rows, oldest first (a row without a date,
     the chapter's first measurements, first of its GPU's); with ``chapter``, only the rows of that chapter (a folder

@@ -75,6 +75,13 @@ def fastest(run: Path, manifest: dict) -> pd.Series | None:
     return rec.iloc[0] if len(rec) else None
 
 
+def record_64(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict, pd.Series] | None:
+    """The 64³ record: of every recipe A/B run on ``gpus``, the arm that reached its target soonest (``fastest``),
+    with its GPU, run folder and manifest; None where no arm got there."""
+    found = [(g, run, m, best) for g, run, m in ab_runs(root, gpus) if (best := fastest(run, m)) is not None]
+    return min(found, key=lambda r: r[3]["wall at target (s)"]) if found else None
+
+
 def newest(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict] | None:
     """The newest recipe A/B run on ``gpus``, None where the store has none."""
     found = ab_runs(root, gpus)

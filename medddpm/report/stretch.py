@@ -1,6 +1,6 @@
 """Chapter 13, the stretch target of a training step past ``fast`` (issue 40): each lever's rung
 against ``fast``, the kernel time it moves, its training parity, and what is left per kernel
-category against the roofline bound. Tables and facts, read from the results store."""
+category against the roofline bound. Tables, read from the results store."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,12 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.config import KERNEL_VARIANTS, knob_changes, run_config
-from .facts import _get
 from .fast_tables import ceilings, roofline, roofline_gap
-from .present import gpu_name, register_gpus
+from .present import gpu_name
 from .quality_tables import parity_curves, parity_verdict
 from .tables import bench, ordered, torch_kernels
-from .wording import missing, number, pct, roles
+from .wording import roles
 
 STRETCH_TARGETS_MS = {"h200": 40.0, "h100-80gb-hbm3": 44.0}  # issue 40: a training step of fast's successor, per GPU
 BASE = "fast"  # the rung every lever adds to
@@ -122,63 +121,18 @@ def remaining(root: Path, gpus: list[str]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
-def facts(root: Path, gpus: list[str]) -> dict[str, str]:
-    """13: every lever's gain, the best rung against the stretch target, each lever's kernel
-    categories, training parity, and what remains above the bounds."""
-    register_gpus(root)
-    f: dict[str, str] = {}
-    steps = lever_steps(root, gpus)
-    g = roles(steps.loc[steps["config"] != BASE, "gpu_slug"] if not steps.empty else [])["ref"]
-    ms = steps[steps["gpu_slug"] == g].set_index("config")["step_ms"] if g else pd.Series(dtype=float)
-    what = "bench rows of fast and its lever rungs"
-    f["st_gpu"] = gpu_name(g) if g else missing(what)
-    f["st_fast_ms"] = number(_get(ms, BASE), ".1f", what)
-    best = best_rung(steps, g)
-    b = _get(ms, best) if best else None
-    f["st_best"] = best or missing(what)
-    f["st_best_ms"] = number(b, ".1f", what)
-    a = _get(ms, BASE)
-    f["st_gain_ms"] = number(a - b if a and b else None, ".1f", what)
-    f["st_gain_pct"] = pct((a - b) / a if a and b else None, what, 1)
-    target = STRETCH_TARGETS_MS.get(g) if g else None
-    f["st_target"] = number(target, ".0f", f"stretch target for the {gpu_name(g) if g else 'GPU'}")
-    f["st_verdict"] = (missing(what) if b is None or target is None else
-                       f"meets it with {target - b:.1f} ms to spare" if b <= target else f"misses it by {b - target:.1f} ms")
-    cats = {"conv": "convolution/GEMM", "norm": "normalization", "pointwise": "Triton pointwise",
-            "upsample": "upsample", "kernels": "all kernels"}
-    for key, rungs, moved in (("f8", FP8_FORWARD, ("conv", "norm", "kernels")),
-                              ("sg", SKIP_GRADS, ("pointwise", "norm", "kernels")),
-                              ("up", UPSAMPLE, ("pointwise", "upsample", "kernels"))):
-        x, y = (_get(ms, r) for r in rungs)
-        f[f"{key}_ms"] = number(y, ".1f", f"bench row of {rungs[1]}")
-        f[f"{key}_gain_ms"] = number(x - y if x and y else None, ".1f", f"bench rows of {rungs[0]} and {rungs[1]}")
-        k = lever_kernels(root, [g] if g else [], rungs)
-        kd = k.set_index("category")["difference"] if not k.empty else pd.Series(dtype=float)
-        for name in moved:  # the categories the lever moves (their sizes: the chapter says which way)
-            v = _get(kd, cats[name])
-            f[f"{key}_{name}_ms"] = number(None if v is None else abs(v), ".2f", f"torch.profiler step tables of {', '.join(rungs)}")
-    _parity_facts(root, gpus, f)
-    rem = remaining(root, gpus)
-    top = rem[rem["category"] != "all kernels"].head(2) if not rem.empty else rem
-    what = "ncu roofline of fast with torch.profiler tables of a lever rung"
-    f["st_rem_gpu"] = gpu_name(rem["gpu_slug"].iloc[0]) if len(rem) else missing(what)
-    f["st_rem_top"] = (" and ".join(f"{r.category} ({r.above_bound_ms:.1f} ms)" for r in top.itertuples())
-                       if len(top) else missing(what))
-    tot = rem[rem["category"] == "all kernels"] if len(rem) else rem
-    f["st_rem_bound_ms"] = number(tot["bound_ms"].iloc[0] if len(tot) else None, ".1f", what)
-    f["st_rem_above_ms"] = number(tot["above_bound_ms"].iloc[0] if len(tot) else None, ".1f", what)
-    return f
-
-
-def _parity_facts(root: Path, gpus: list[str], f: dict[str, str]) -> None:
-    """The lever rungs' training parity into ``f`` (par_): seeds, losses per rung, the band and its GPU."""
-    par = parity(root, gpus)
-    what = f"training-parity runs of the lever rungs ({', '.join(p + '.csv' for p in PARITY)})"
-    f["par_gpu"] = gpu_name(par["gpu_slug"].iloc[0]) if len(par) else missing(what)
-    f["par_runs"] = ("; ".join(f"`{c}` {', '.join(f'{v:.4f}' for v in d['loss'])}" for c, d in par.groupby("config", sort=False))
-                     if len(par) else missing(what))
-    f["par_band"] = f"{par['band_low'].iloc[0]:.4f}–{par['band_high'].iloc[0]:.4f}" if len(par) else missing(what)
-    f["par_band_gpu"] = str(par["band_gpu"].iloc[0]) if len(par) else missing(what)
-    out = int((~par["inside_band"]).sum()) if len(par) else None
-    f["par_verdict"] = (missing(what) if out is None else f"all {len(par)} inside" if out == 0
-                        else f"{out} of {len(par)} outside")
+def state(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """Chapter 13's first table: per GPU with a lever rung timed, ``fast``'s step against the fastest rung's, what it
+    saves, and the rung against the GPU's stretch target."""
+    steps, rows = lever_steps(root, gpus), []
+    for g, d in steps.groupby("gpu_slug", sort=False) if len(steps) else []:
+        best = best_rung(steps, g)
+        if best is None:
+            continue
+        ms = d.set_index("config")["step_ms"]
+        target = STRETCH_TARGETS_MS.get(g, float("nan"))
+        rows.append({"gpu_slug": g, "fast (ms)": ms[BASE], "fastest rung": best, "its step (ms)": ms[best],
+                     "saved (ms)": ms[BASE] - ms[best], "stretch target (ms)": target,
+                     "met": "yes" if ms[best] <= target else "no"})
+    return pd.DataFrame(rows, columns=["gpu_slug", "fast (ms)", "fastest rung", "its step (ms)", "saved (ms)",
+                                       "stretch target (ms)", "met"])
