@@ -30,7 +30,7 @@ size = 128  # volume side when measuring
 configs = "fast,fast-fp8fwd,fast-skipgrad,fast-skipgrad-up"  # not used: this chapter measures nothing
 
 # %% tags=["remove-cell"]
-from medddpm.report import plots, stretch
+from medddpm.report import stretch
 from medddpm.report.measure import render_only
 from medddpm.report.plots import show_table
 
