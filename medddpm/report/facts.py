@@ -23,7 +23,6 @@ from .present import gpu_name, register_gpus, sci
 from .wording import PREFERRED, missing, number, pct, roles, sci_fact  # noqa: F401 (the chapters' helpers, re-exported)
 
 NCU_PREFERRED = ("h100-80gb-hbm3", "h200")  # for the paper's counters: the paper's own GPU first
-STEP_TARGET_MS = 50.0  # issue 21: a fast training step on the reference GPU
 SAMPLING_TARGETS_S = {"ddim": 1.0, "ddpm": 4.0}  # issue 20: seconds per 128³ volume, batch 1, H200
 DDPM_STEPS = DiffusionConfig().timesteps  # denoising steps of a DDPM chain (T)
 ONE_GPU = "— (one GPU in this store)"

@@ -252,6 +252,7 @@ def roofline_highlights(points: pd.DataFrame, roofs: pd.DataFrame) -> pd.DataFra
                 "bandwidth_tbps", "compute_fraction", "bandwidth_fraction"]].reset_index(drop=True)
 
 
+STEP_TARGET_MS = 50.0  # a fast training step at 128³ on the reference GPU (chapters 06-08)
 COMPASS_MS = 40.0  # the compass goal for `fast`'s training step at 128³ on an H200 (the brief's), beside the 50 ms target
 
 
@@ -260,8 +261,6 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
     its newest bench row) against the 50 ms target and the 40 ms goal, its speed-ups over the FP32 baseline and
     over OPT1, the paper's best configuration, its model TFLOP/s and their share of the measured bf16 matmul peak, and
     the FLOP floor: the step's FLOPs at that peak."""
-    from .facts import STEP_TARGET_MS
-
     b = ladder(root, gpus)
     rows = []
     for g, d in b.groupby("gpu_slug", sort=False) if len(b) else []:
@@ -287,18 +286,16 @@ def kernel_split(root: Path, gpus: list[str], configs: list[str]) -> pd.DataFram
     t = torch_kernels(root, gpus, "step", configs)
     if t.empty:
         return pd.DataFrame(columns=["gpu_slug", "config", "convolution (ms)", "other (ms)", "kernel time (ms)"])
-    t = t.assign(conv=t["category"] == "convolution/GEMM", ms=t["duration_us"] / 1e3)
-    g = t.groupby(["gpu_slug", "config"], observed=True)
-    out = pd.DataFrame({"convolution (ms)": g.apply(lambda d: d.loc[d["conv"], "ms"].sum()), "kernel time (ms)": g["ms"].sum()})
-    return out.assign(**{"other (ms)": out["kernel time (ms)"] - out["convolution (ms)"]}).reset_index()[
-        ["gpu_slug", "config", "convolution (ms)", "other (ms)", "kernel time (ms)"]]
+    ms = t["duration_us"] / 1e3
+    conv = ms.where(t["category"] == "convolution/GEMM", 0.0)
+    out = pd.DataFrame({"gpu_slug": t["gpu_slug"], "config": t["config"], "convolution (ms)": conv, "other (ms)": ms - conv,
+                        "kernel time (ms)": ms})
+    return out.groupby(["gpu_slug", "config"], observed=True, as_index=False).sum()
 
 
 def kernel_state(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Chapter 07's first table: per GPU, ``bf16-graphs``'s step against its fastest kernel variant's, what the
     variant saves, and the variant against the 50 ms target."""
-    from .facts import STEP_TARGET_MS
-
     kv, rows = kernel_variants(root, gpus), []
     for g, d in kv.groupby("gpu_slug", sort=False) if len(kv) else []:
         base, var = d[d["config"] == "bf16-graphs"], d[d["config"] != "bf16-graphs"]
@@ -317,21 +314,17 @@ def variant_checks(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Is each kernel variant still right: per GPU and configuration, its ε's worst relative L2 against FP64 over t
     (``quality/agreement.csv``, 64³) and its held-out loss after 50 training steps against the FP32 baseline's seed band
     (``loss_parity``, seed 0)."""
-    names = ["bf16-graphs", *(k.name for k in KERNEL_VARIANTS)]
+    names, keys = ["bf16-graphs", *(k.name for k in KERNEL_VARIANTS)], ["gpu_slug", "config"]
     a = results_csv(root, gpus, "quality/agreement")
-    worst = (a[a["config"].isin(names)].groupby(["gpu_slug", "config"])["rel_l2"].max().rename("worst ε rel. L2 vs FP64")
-             if len(a) else pd.Series(dtype=float, name="worst ε rel. L2 vs FP64"))
+    worst = (a[a["config"].isin(names)].groupby(keys, as_index=False)["rel_l2"].max() if len(a)
+             else pd.DataFrame(columns=[*keys, "rel_l2"])).rename(columns={"rel_l2": "worst ε rel. L2 vs FP64"})
     lp = loss_parity(root, gpus)
-    if len(lp):
-        lp = lp[lp["config"].isin(names) & (lp["seed"] == 0)].assign(
-            **{"against the band": lambda d: np.where(d["inside_band"], "inside",
-                                                      np.where(d["loss"] < d["band_low"], "below", "above"))})
-    cols = ["loss", "band_low", "band_high", "against the band"]
-    lp = (lp.set_index(["gpu_slug", "config"])[cols] if len(lp) else pd.DataFrame(columns=cols)).rename(
-        columns={"loss": "loss after 50 steps"})
-    out = pd.concat([worst, lp], axis=1).reset_index()
-    out.columns = ["gpu_slug", "config", *out.columns[2:]]
-    return ordered(out, ["gpu_slug", "config"]) if len(out) else out
+    lp = lp[lp["config"].isin(names) & (lp["seed"] == 0)] if len(lp) else pd.DataFrame(
+        columns=[*keys, "loss", "band_low", "band_high", "inside_band"])
+    side = np.where(lp["inside_band"].astype(bool), "inside", np.where(lp["loss"] < lp["band_low"], "below", "above"))
+    lp = lp.assign(**{"against the band": side})[[*keys, "loss", "band_low", "band_high", "against the band"]]
+    out = worst.merge(lp.rename(columns={"loss": "loss after 50 steps"}), on=keys, how="outer")
+    return ordered(out, keys) if len(out) else out
 
 
 def norm_totals(root: Path, gpus: list[str]) -> pd.DataFrame:
@@ -392,8 +385,6 @@ def roofline_state(gap: pd.DataFrame) -> pd.DataFrame:
     """Chapter 08's first table, from ``roofline_gap`` of the step reports: per GPU and configuration (``bf16-graphs``,
     ``fast``), the step's kernel time against the same traffic and FLOPs at the roofline bounds, the gap, the
     convolutions' share of it, and whether the 50 ms target lies within the bound."""
-    from .facts import STEP_TARGET_MS
-
     if gap.empty:
         return pd.DataFrame()
     d = gap[gap["config"].isin(["bf16-graphs", "fast"])]

@@ -272,8 +272,6 @@ def stage_seconds(run: Path, start: str, end: str) -> float:
 
 
 TARGET_MINUTES = (4.0, 12.0)  # issue 75 on 4 GPUs: reach the target, then the plateau, process start to checkpoint
-TARGET_R = 0.82  # issue 75: in-brain r of DDPM 250's samples on the plateau checkpoint
-TARGET_DICE = 0.95  # issue 75: the synthetic-trained segmenter's Dice against the real-trained one's
 
 
 def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
@@ -310,13 +308,13 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
                   f"≤ {anatomy.TARGET_SPREAD:g}", r["background_seed_spread_max"] <= anatomy.TARGET_SPREAD, at),
                  ("W1 to the scans' intensities", f"{r['hist_w1']:.4f}", f"≤ the template's {t['hist_w1']:.4f}",
                   r["hist_w1"] <= t["hist_w1"], at),
-                 ("in-brain r", f"{r['brain_corr']:.3f}", f"≥ {TARGET_R:g}", r["brain_corr"] >= TARGET_R, at)]
+                 ("in-brain r", f"{r['brain_corr']:.3f}", f"≥ {anatomy.TARGET_R:g}", r["brain_corr"] >= anatomy.TARGET_R, at)]
     u = anatomy.utility(root, g)
     u = u[u["run"] == name].set_index("segmenter trained on")
     if {"real", "synthetic"} <= set(u.index):
         share = u.loc["synthetic", "Dice"] / u.loc["real", "Dice"]
         rows.append(("segmentation Dice, synthetic-trained against real-trained", f"{100 * share:.1f} %",
-                     f"≥ {100 * TARGET_DICE:g} %", share >= TARGET_DICE, f"{g}/anatomy/anatomy_utility.csv"))
+                     f"≥ {100 * anatomy.TARGET_UTILITY:g} %", share >= anatomy.TARGET_UTILITY, f"{g}/anatomy/anatomy_utility.csv"))
     eg = equivalence.equivalence_gpu(root, gpus)
     both = equivalence.under_both_rules(root, eg)
     v = both[(both["checkpoint"] == name) & (both["run"] == equivalence.label(equivalence.candidate_run()))]
