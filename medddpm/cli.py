@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .core.config import (DEFAULT_ETA, DEFAULT_RECIPE, EVAL_WEIGHTS, FAST_FROM_CALLS, INTENSITIES, LR_DECAYS,
-                          PREDICTIONS, RECIPES, SMALL_JOB, USER_CONFIGS, DataConfig, fast_from)
+                          OPTIMIZERS, PREDICTIONS, RECIPES, SMALL_JOB, USER_CONFIGS, DataConfig, fast_from)
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import CANDIDATE, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
 
@@ -142,7 +142,7 @@ def _train_inputs(a: argparse.Namespace):
              "save_every": a.save_every, "log_every": a.log_every, "seed": a.seed, "ema_start_step": a.ema_start,
              "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights,
              "patch_size": a.patch_size, "patch_steps": a.patch_steps,
-             "adam_betas": tuple(a.adam_betas) if a.adam_betas else None}
+             "adam_betas": tuple(a.adam_betas) if a.adam_betas else None, "optimizer": a.optimizer}
     try:
         if stored is None:
             train_cfg = recipe_config(a.recipe or DEFAULT_RECIPE, **given)
@@ -657,6 +657,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--ema-decay", type=float, help="decay of the weights' EMA (default: the recipe's)")
     s.add_argument("--adam-betas", type=float, nargs=2, metavar=("B1", "B2"), help="Adam's β1 and β2 "
                    "(default: the recipe's: 0.9 0.999)")
+    s.add_argument("--optimizer", choices=list(OPTIMIZERS), help="adam, or muon: the U-Net's hidden weight matrices "
+                   "by Muon (orthogonalized momentum at Adam's update size, so the same --lr), the rest by Adam "
+                   "(default: the recipe's: adam)")
     s.add_argument("--patch-size", type=int, metavar="N", help="a curriculum (Patch Diffusion, Wang et al. 2023): the "
                    "first --patch-steps steps train on random N³ cubes of each volume and its mask, whole volumes after "
                    "(the held-out loss is always judged on whole volumes) (default: the recipe's: none)")

@@ -353,6 +353,14 @@ def test_train_defaults_to_v_prediction_and_resume_keeps_the_checkpoints_recipe(
     assert err.count("\n") == 0 and "cannot resume" in err and "batch_size" in err
     assert train("b0", "--steps", "1", "--batch", "0") == 2 and not (tmp_path / "b0").exists()
     assert "batch_size must be >= 1" in capsys.readouterr().err
+    # --optimizer muon: kept in the checkpoint with both optimizers' states; --resume continues it, and refuses adam
+    assert train("mu", "--steps", "1", "--optimizer", "muon") == 0 and train("mu", "--steps", "2", "--resume") == 0
+    ckpt = load_checkpoint(tmp_path / "mu" / "checkpoint.pt")
+    assert ckpt["config"]["train"]["optimizer"] == "muon" and set(ckpt["optimizer"]) == {"muon", "adam"}
+    capsys.readouterr()
+    assert train("mu", "--steps", "3", "--resume", "--optimizer", "adam") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot resume" in err and "optimizer" in err
 
 
 def test_sigterm_stops_train_checkpointed_with_the_resume_command(phantoms, tmp_path):

@@ -10,7 +10,8 @@ from medddpm.core.errors import InputError
 from medddpm.core.config import (CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, DiffusionConfig, Knobs,
                             TrainConfig, run_config)
 from medddpm.data.nifti import VolumeDataset, pair_files
-from medddpm.run.engine import Engine, effective_knobs, make_optimizer
+from medddpm.run.engine import Engine, effective_knobs
+from medddpm.run.optim import make_optimizer
 from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
 from medddpm.train.trainer import Trainer
 from medddpm.profiling.workload import Workload
@@ -309,9 +310,9 @@ def _ndhwc_order(t: torch.Tensor) -> bool:
 
 
 def test_optimizer_choice_follows_knobs(tiny):
-    params = [torch.nn.Parameter(torch.zeros(3))]
-    assert make_optimizer(params, 1e-3, run_config("bf16-graphs"), CPU).defaults["fused"] is None
-    assert make_optimizer(params, 1e-3, run_config("baseline"), CPU).defaults["capturable"] is False
+    layer = torch.nn.Linear(3, 3)
+    assert make_optimizer(layer, 1e-3, run_config("bf16-graphs"), CPU).defaults["fused"] is None
+    assert make_optimizer(layer, 1e-3, run_config("baseline"), CPU).defaults["capturable"] is False
 
 
 def test_a_step_returns_the_mean_loss_of_its_micro_batches(tiny):

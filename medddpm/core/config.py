@@ -152,6 +152,7 @@ class DataConfig:
 
 EVAL_WEIGHTS = {"ema": ("ema",), "both": ("model", "ema")}  # TrainConfig.eval_weights: the weights each names
 LR_DECAYS = ("constant", "cosine")  # TrainConfig.lr_decay
+OPTIMIZERS = ("adam", "muon")  # TrainConfig.optimizer (medddpm/run/optim.py)
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ class TrainConfig:
     lr_final: float = 0.0  # with lr_decay "cosine": the rate at the last step, as a fraction of lr
     min_snr_gamma: float = 0.0  # Min-SNR-γ loss weighting (Hang et al. 2023, eq. 6): each volume's loss × min(SNR(t), γ)/(SNR(t) + 1) for v-prediction (/SNR(t) for ε), normalised to mean 1 over t; 0 = unweighted (the reference)
     adam_betas: tuple[float, float] = (0.9, 0.999)  # Adam's (β1, β2): PyTorch's defaults, which Med-DDPM trains with
+    optimizer: str = "adam"  # "adam" (the reference) or "muon": the U-Net's hidden weight matrices by Muon (Jordan et al. 2024; orthogonalized Nesterov momentum at Adam's update RMS, so at the same rate and schedule), the stem, head, norms and biases by Adam (OPTIMIZERS)
     patch_size: int = 0  # a curriculum (Patch Diffusion, Wang et al. 2023): the first patch_steps steps train on random cubes of this edge cut from each volume with its mask (medddpm/data/patches.py); 0 = whole volumes throughout (the reference)
     patch_steps: int = 0  # with patch_size: how many optimizer steps, from the first, train on patches; whole volumes after
     recipe: str = "paper"  # the name of the recipe these values came from (RECIPES), recorded with the run
@@ -202,6 +204,8 @@ class TrainConfig:
             raise ValueError(f"lr_final must be in [0, 1] (a fraction of lr), got {self.lr_final}")
         if self.min_snr_gamma < 0:
             raise ValueError(f"min_snr_gamma must be >= 0 (0 = unweighted), got {self.min_snr_gamma}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ValueError(f"adam_betas must be two numbers in [0, 1), got {self.adam_betas}")
         if self.patch_size < 0 or self.patch_steps < 0 or (self.patch_size > 0) != (self.patch_steps > 0):
@@ -225,7 +229,7 @@ class TrainConfig:
 
 
 RECIPE_FIELDS = ("lr", "lr_warmup", "lr_decay", "lr_final", "min_snr_gamma", "ema_decay", "ema_start_step", "ema_every",
-                 "adam_betas", "patch_size", "patch_steps")
+                 "adam_betas", "optimizer", "patch_size", "patch_steps")
 RECIPES: dict[str, dict[str, Any]] = {  # `train --recipe NAME`: TrainConfig values of RECIPE_FIELDS; flags given override them
     # Med-DDPM's (paper §3.2): Adam at a constant 1e-5, no warm-up, EMA 0.995 from step 2000, the unweighted loss
     "paper": {"lr": 1e-5, "lr_warmup": 0, "lr_decay": "constant", "lr_final": 0.0, "min_snr_gamma": 0.0,

@@ -513,6 +513,12 @@ class UNet3D(nn.Module):
         cuts = [0, *downs[:max(n - 2, 0)], *([n_in + 1] if n >= 2 else []), self.num_blocks]
         return list(zip(cuts[:-1], cuts[1:]))
 
+    def hidden_matrices(self) -> list[nn.Parameter]:
+        """The weight matrices between the input and the output (convolution kernels and linear layers; not the
+        stem's and the head's convolution, nor norms and biases): what Muon orthogonalizes (medddpm/run/optim.py)."""
+        ends = {id(p) for p in (*self.input_blocks[0].parameters(), *self.out.parameters())}
+        return [p for p in self.parameters() if p.ndim >= 2 and id(p) not in ends]
+
     def segment_params(self, n: int) -> list[list[nn.Parameter]]:
         """The parameters of each of ``segment_bounds(n)``'s ranges, the last range first (the order
         backward completes them); the time embedding's, whose gradient is complete only at the end,

@@ -26,6 +26,7 @@ from ..diffusion.solvers import Plan, run_plan
 from ..net.model import UNet3D, freeze_channel_padding
 from ..core.runtime import benchmark_limit, set_backend_flags, tf32_state
 from . import cache
+from .optim import make_optimizer
 
 GRAPH_WARMUP = 3  # eager steps (real ones) on a side stream before the step is captured
 # DistributedDataParallel's gradient bucket size (MB): PyTorch's default, 25 MB, i.e. about seven
@@ -155,17 +156,6 @@ class Segmented(nn.Module):
         for call in self.calls:
             h, skips = call(h, emb, skips)
         return h
-
-
-def make_optimizer(params, lr: float, knobs: Knobs, device: torch.device,
-                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
-    """Adam (paper §3.2) with ``betas``; fused on CUDA when asked, capturable when the step is a CUDA graph, and then
-    its rate a device tensor that the graph reads at every replay (``set_lr`` writes it)."""
-    cuda = device.type == "cuda"
-    if knobs.cuda_graphs and cuda:
-        lr = torch.tensor(lr, dtype=torch.float32, device=device)
-    return torch.optim.Adam(params, lr=lr, betas=betas, fused=bool(knobs.fused_adam and cuda) or None,
-                            capturable=bool(knobs.cuda_graphs and cuda))
 
 
 class GraphedDenoiser:
@@ -478,15 +468,6 @@ def broadcast_from_rank0(tensors: Sequence[Tensor]) -> None:
         offset += t.numel()
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Every parameter group's rate to ``lr``: written into the device tensor a captured step reads, else set."""
-    for group in optimizer.param_groups:
-        if isinstance(group["lr"], Tensor):
-            group["lr"].fill_(lr)
-        else:
-            group["lr"] = lr
-
-
 class Engine:
     """A model, its diffusion wrapper, optimizer and training step under one configuration.
 
@@ -499,7 +480,7 @@ class Engine:
 
     def __init__(self, model_cfg: ModelConfig, knobs: Knobs, device: torch.device,
                  diffusion_cfg: DiffusionConfig = DiffusionConfig(), lr: float = 1e-5,
-                 world_size: int = 1, betas: tuple[float, float] = (0.9, 0.999)) -> None:
+                 world_size: int = 1, betas: tuple[float, float] = (0.9, 0.999), optimizer: str = "adam") -> None:
         self.knobs = effective_knobs(knobs, device, world_size)
         self.device = device
         set_backend_flags(self.knobs.tf32, self.knobs.cudnn_benchmark, self.knobs.cudnn_benchmark_limit)
@@ -523,7 +504,7 @@ class Engine:
         # (Triton for NDHWC only) would fall back to cuDNN
         self.diffusion = GaussianDiffusion(compiled(net, self.knobs, dynamic=False), diffusion_cfg,
                                            memory_format(self.knobs)).to(device)
-        self.optimizer = make_optimizer(self.model.parameters(), lr, self.knobs, device, betas)
+        self.optimizer = make_optimizer(self.model, lr, self.knobs, device, betas, optimizer)
         self.train_step = TrainStep(self.diffusion, self.optimizer, self.knobs, device,
                                     self.ddp.no_sync if self.ddp is not None else None, self.grads)
 

@@ -35,7 +35,8 @@ from ..data import patches, pipeline
 from ..core.config import (EVAL_WEIGHTS, PIPELINE_KNOBS, DataConfig, DiffusionConfig, Knobs, ModelConfig, TrainConfig,
                            from_dict)
 from ..run.distributed import World, draw_seed
-from ..run.engine import Engine, set_lr
+from ..run.engine import Engine
+from ..run.optim import set_lr
 from ..core.errors import DivergedError, InputError
 from ..data.nifti import Pair
 from ..core.io import atomic_path, write_text_atomic
@@ -174,7 +175,7 @@ class Trainer:
         np.random.seed(train_cfg.seed)
         random.seed(train_cfg.seed)
         self.engine = Engine(model_cfg, knobs, device, diffusion_cfg, lr=train_cfg.lr, world_size=world.size,
-                             betas=train_cfg.adam_betas)
+                             betas=train_cfg.adam_betas, optimizer=train_cfg.optimizer)
         self.model, self.diffusion, self.optimizer = self.engine.model, self.engine.diffusion, self.engine.optimizer
         if train_cfg.min_snr_gamma > 0:
             self.engine.train_step.loss_weights = self.diffusion.min_snr_weights(train_cfg.min_snr_gamma).to(device)
