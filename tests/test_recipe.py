@@ -101,7 +101,7 @@ def test_runs_are_found_by_their_manifests_newest_first_and_superseded_ones_left
     gpu, run, m = recipe.newest(root, ["h200"])
     rec = recipe.records(recipe.curves(run, m), m["target"]["heldout"])
     assert rec.loc[0, "step at target"] == 20 and rec.loc[0, "clock at target (s)"] == 4.0
-    assert rec.loc[0, "wall at target (s)"] == 5.5 and rec.loc[0, "final loss"] == 0.15
+    assert rec.loc[0, "wall at target (s)"] == 5.5 and rec.loc[0, "final loss"] == 0.15 and rec.loc[0, "declared"]
     assert math.isnan(recipe.records(recipe.curves(run, m), 0.1).loc[0, "step at target"])  # never reached
     table = recipe.record_table(root, ["h200"], 0.2)  # the runs in date order, each run's fastest arm
     assert list(table["run"]) == ["h200/recipe/a", "h200/recipe/c"] and list(table["steps to target"]) == [20, 20]
@@ -166,8 +166,10 @@ def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fas
                   "ms_per_step": [9e4, 10.0, 10.0, 7e3, 50.0, 50.0]}).to_csv(ab / "cubes" / "timing.csv", index=False)
     (ab / "run.json").write_text(json.dumps({**base, "size": 128, "arms": {
         "whole": {"flags": "--steps 1000", "label": "whole volumes"},
-        "cubes": {"flags": "--steps 1000 --patch-size 64 --patch-steps 500", "label": "cubes first"}}}))
+        "cubes": {"flags": "--steps 1000 --patch-size 64 --patch-steps 500", "label": "cubes first",
+                  "after_reading": True}}}))
     r = recipe.big_records(recipe.big_curves(tmp_path), 0.08).set_index("run")
+    assert list(r["declared"]) == [False, True]  # an arm added after reading the others says so (cubes, whole)
     assert r.loc["cubes", "recipe"] == "cubes first" and r.loc["cubes", "folder"] == "h200/recipe/patch-128-2026-01-03/cubes"
     assert r.loc["cubes", "minutes at target"] == pytest.approx((500 * 10.0 + 500 * 50.0) / 60_000)  # not 1000 × 50 ms
     assert r.loc["cubes", "ms a step"] == 50.0 and math.isnan(r.loc["whole", "step at target"])

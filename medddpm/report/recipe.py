@@ -48,9 +48,10 @@ def curves(run: Path, manifest: dict) -> pd.DataFrame:
     for arm, spec in manifest["arms"].items():
         g = ema_curve(run / arm).query("step > 0")
         frames.append(g.assign(arm=arm, flags=_decimal(spec["flags"]), recipe=spec.get("recipe_default", ""),
-                               wall=g["seconds"] + _ready(run / arm / "stdout.txt")))
+                               wall=g["seconds"] + _ready(run / arm / "stdout.txt"),
+                               declared=not spec.get("after_reading", False)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["step", "loss", "seconds", "arm", "flags", "recipe", "wall"])
+        columns=["step", "loss", "seconds", "arm", "flags", "recipe", "wall", "declared"])
 
 
 def records(curve: pd.DataFrame, target: float) -> pd.DataFrame:
@@ -60,7 +61,8 @@ def records(curve: pd.DataFrame, target: float) -> pd.DataFrame:
     rows = []
     for arm, g in curve.groupby("arm", sort=False):
         hit, last = first_at(g, target), g.iloc[-1]
-        rows.append({"arm": arm, "recipe": last["recipe"], "flags": last["flags"], "steps": int(last["step"]), "final loss": last["loss"],
+        rows.append({"arm": arm, "recipe": last["recipe"], "flags": last["flags"], "declared": last["declared"],
+                     "steps": int(last["step"]), "final loss": last["loss"],
                      "clock at end (s)": last["seconds"],
                      "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
                      "clock at target (s)": hit["seconds"].iloc[0] if len(hit) else float("nan"),
@@ -188,8 +190,8 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
         recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", "train's default (cosine)")
         rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
                              wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
-                             date=spec["date"] if spec else ""))
-    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall", "folder", "date"]
+                             date=spec["date"] if spec else "", declared=not (spec or {}).get("after_reading", False)))
+    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall", "folder", "date", "declared"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
@@ -228,9 +230,10 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
                      "minutes at target": hit["minutes"].iloc[0] if len(hit) else float("nan"),
                      "wall at target (min)": hit["wall"].iloc[0] / 60 if len(hit) else float("nan"),
                      "minutes of steps": last["minutes"], "ms a step": last["ms"],
-                     "levelled": "yes" if drop < plateau else "no", "folder": last["folder"], "date": last["date"]})
+                     "levelled": "yes" if drop < plateau else "no", "folder": last["folder"], "date": last["date"],
+                     "declared": last["declared"]})
     cols = ["run", "recipe", "GPUs", "steps", "final loss", "step at target", "minutes at target", "wall at target (min)",
-            "minutes of steps", "ms a step", "levelled", "folder", "date"]
+            "minutes of steps", "ms a step", "levelled", "folder", "date", "declared"]
     return pd.DataFrame(rows, columns=cols)
 
 
