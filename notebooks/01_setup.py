@@ -31,12 +31,9 @@ from IPython.display import display
 
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
-from medddpm.report import facts
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
-glue_facts(facts.setup(root, G))
 
 # %% [markdown]
 # ## The paper's GPUs (Table 1, as printed)
@@ -47,7 +44,7 @@ table(paper.table("table1"))
 # %% [markdown]
 # ## The GPUs measured here
 #
-# Results are present for {glue:text}`n_gpus` GPU(s): {glue:text}`gpu_list`. Properties come from
+# One column per GPU of the results store. Properties come from
 # `medddpm info --json` and `nvidia-smi` on the machine that measured them; memory bandwidth was
 # not measured (the column says so rather than repeat a datasheet number).
 

@@ -33,17 +33,17 @@ import pandas as pd
 
 from medddpm.core.config import MODEL_PRESETS
 from medddpm.report import plots
-from medddpm.report import facts
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 from medddpm.net.summary import summarize
 
 s = summarize(MODEL_PRESETS["whole-head"], (size, size, size))
-glue_facts(facts.model(size))
 
 # %% [markdown]
-# At the paper's size the whole-head model has {glue:text}`params` parameters and needs
-# {glue:text}`tflops` TFLOP for one forward pass at input {glue:text}`input_shape`.
+# At the paper's size: the whole-head model's parameters and the FLOPs of one forward pass, counted from the model.
+
+# %% tags=["hide-input"]
+table(pd.DataFrame([{"input": str(s["input_shape"]), "parameters": s["parameters"],
+                     "forward TFLOP": s["forward_flops"] / 1e12}]), {"forward TFLOP": 2})
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-unet", "caption": "The paper's Fig. 3, drawn from our model: every block of the whole-head Med-DDPM U-Net at its resolution level (encoder left, decoder right), with its layers, channels and output size; parameters and forward FLOPs counted from the model itself at the paper's input size."}}
 fig, ax = plt.subplots(figsize=(14, 5.5))
@@ -68,6 +68,5 @@ ax.tick_params(axis="x", rotation=90, labelsize=7)
 plots.finish(fig)
 
 # %% [markdown]
-# The most expensive block is {glue:text}`top_block` ({glue:text}`top_block_share` of the
-# forward FLOPs): the full-resolution levels dominate, which is why 3D convolutions at 128³ set
+# The share column: the full-resolution levels dominate the forward FLOPs, which is why 3D convolutions at 128³ set
 # the step time.

@@ -37,8 +37,6 @@ from medddpm.profiling import metrics as M
 from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
-from medddpm.report import facts
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import colors, gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
@@ -46,18 +44,15 @@ K = tables.ncu_kernels(root, G, "paper")
 base = K[K["config"] == "baseline"] if not K.empty else K
 R = store.load_table("ncu_paper_rules", root, G)
 I = store.load_table("ncu_paper_instructions", root, G)
-glue_facts(facts.characterization(root, G))
 
 # %% [markdown]
-# Baseline ncu reports in paper mode exist for: {glue:text}`ncu_gpus`.
-#
 # ## Fig. 4 — IPC stack of the longest kernels
 #
 # For the five longest kernels of each baseline window: IPC (`sm__inst_executed.avg.per_cycle_active`)
 # split by instruction class (`sass__inst_executed_per_opcode_category`), and elapsed cycles
 # (`gpc__cycles_elapsed.max`).
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-4", "caption": "The paper's Fig. 4, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU ({glue:text}`ncu_gpus`); then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-4", "caption": "The paper's Fig. 4, measured: IPC of the five longest kernels of each baseline window (the paper's 100-kernel window), split by instruction class, one panel per GPU; then the instruction-class shares and the elapsed cycles of the dominant convolution beside the paper's values for V100, A100 and H100 (hatched, labelled as the paper states them, §4.1). Cycles on a log scale."}}
 stacks = tables.per_gpu(M.ipc_stack, K, I, top=5)
 if stacks.empty:
     fig = plots.no_data("baseline ncu reports in paper mode", "ncu")
@@ -80,7 +75,7 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# The paper reports cycles of the *dominant* convolution on each GPU (H100: ~{glue:text}`paper_h100_dominant_cycles`) — a
+# The paper reports cycles of the *dominant* convolution on each GPU (the last panel, beside ours) — a
 # kernel whose 128³ FP32 launches last tens of milliseconds. Our longest window kernels are of the
 # same family (`sm80_xmma_fprop_implicit_gemm…`, KN1); their cycles and IPC are listed below.
 
@@ -98,7 +93,7 @@ else:
 # Compute attaches several rule estimates to one kernel; they overlap, so we take the **largest**
 # OPT-rule estimate per kernel (not their sum), then sum priorities per category.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-5", "caption": "The paper's Fig. 5, measured: summed priority score (Eq. 1: kernel duration × the largest estimated speedup of its OPT rules) per kernel category over each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`). Stars: the paper's ranking of the categories (§4.1); it gives ranks, not values."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-5", "caption": "The paper's Fig. 5, measured: summed priority score (Eq. 1: kernel duration × the largest estimated speedup of its OPT rules) per kernel category over each baseline window (the paper's 100 kernels), per GPU. Stars: the paper's ranking of the categories (§4.1); it gives ranks, not values."}}
 prio = tables.per_gpu(M.priority_scores, K, R)
 ranks = paper.values(figure="Fig 5").set_index("subject")["value"].astype(int).to_dict()
 if prio.empty:
@@ -113,8 +108,8 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# The paper ranks normalization first, then tensor-core GEMMs, then elementwise kernels; in our
-# baseline windows the order is {glue:text}`prio_order`.
+# The paper ranks normalization first, then tensor-core GEMMs, then elementwise kernels (the marks on the bars); the
+# bars stand in the order of our summed scores over every baseline window.
 #
 # ## Fig. 6 — kernel mix
 #
@@ -149,7 +144,7 @@ plots.finish(fig)
 # %% [markdown]
 # ## Fig. 7 — instruction mix of the dominant kernel
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-7", "caption": "The paper's Fig. 7, measured: instruction classes (sass__inst_executed_per_opcode_category) of the longest convolution in each baseline window (the paper's 100 kernels), per GPU ({glue:text}`ncu_gpus`), beside the paper's floating-point shares (hatched; §4.3: V100 > 50 %, H100 > 70 %)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-7", "caption": "The paper's Fig. 7, measured: instruction classes (sass__inst_executed_per_opcode_category) of the longest convolution in each baseline window (the paper's 100 kernels), per GPU, beside the paper's floating-point shares (hatched; §4.3: V100 > 50 %, H100 > 70 %)."}}
 if not (K.empty or I.empty):
     fig, ax = plt.subplots(figsize=(9, 3.8))
     plots.bars(tables.instruction_shares_vs_paper(K, I, ["Fig 7"], by_config=False), "x", "value",

@@ -36,12 +36,9 @@ from medddpm.profiling import metrics as M
 from medddpm.profiling import store
 from medddpm.report.measure import prepare
 from medddpm.report import paper, plots, tables
-from medddpm.report import facts
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "ncu", size, configs)
-glue_facts(facts.interventions(root, G))
 T = tables.torch_kernels(root, G, "step")
 S = tables.ncu_summaries(root, G, "paper")
 if S.empty:
@@ -50,11 +47,11 @@ else:
     display(table(S[["gpu", "config"]].drop_duplicates().sort_values(["gpu", "config"])))
 
 # %% [markdown]
-# Nsight Compute reports (paper mode) exist for {glue:text}`ncu_pairs`.
+# The GPU × configuration pairs with Nsight Compute reports in paper mode.
 #
 # ## Fig. 8 — kernel mix per configuration (whole step)
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-8", "caption": "The paper's Fig. 8, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU ({glue:text}`torch_gpus`) and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-8", "caption": "The paper's Fig. 8, measured: share of kernel time per category in every kernel of one steady-state training step (torch.profiler, whole step), per GPU and configuration. Below: each kernel share the paper reports (§6.1), the same subject measured on our whole steps beside it, the paper's value hatched and labelled as the paper states it (its scope is its 100-kernel window)."}}
 m8 = (tables.ordered(M.kernel_mix(T, "category", "duration_us", ["gpu_slug", "config"]), ["gpu_slug", "config"])
       if not T.empty else pd.DataFrame())
 if m8.empty:
@@ -70,10 +67,8 @@ plots.finish(fig)
 
 # %% [markdown]
 # The paper reports that channels-last (OPT2) collapses the convolution share and leaves the step to elementwise
-# kernels (~{glue:text}`paper_opt2_elementwise`). In our whole-step measurements on the {glue:text}`mix_ref_gpu`
-# convolutions take {glue:text}`mix_ref_opt2_conv_share` of `opt2` (baseline:
-# {glue:text}`mix_ref_baseline_conv_share`), while TF32 (`opt1`) brings them to {glue:text}`mix_ref_opt1_conv_share`.
-# With both (`opt12`), layout copies (category *copy*: elementwise kernels that copy between memory formats) take a
+# kernels (its hatched bar below). Our whole steps show each configuration's convolution share in the upper panel:
+# TF32 (`opt1`) is what shrinks it. With both (`opt12`), layout copies (category *copy*: elementwise kernels that copy between memory formats) take a
 # large share. The paper's 100-kernel windows may simply not contain the step's convolutions — see the end-to-end
 # chapter.
 #
@@ -97,32 +92,17 @@ fig = plots.normalized_bars(norm, ref61, tables.CONFIG_ORDER) if not norm.empty 
 plots.finish(fig)
 
 # %% [markdown]
-# **TF32 (`opt1`).** Over the paper's window on the {glue:text}`ncu_ref_gpu` we measure
-# {glue:text}`ncu_ref_opt1_paper_norm_cycles`× the cycles, {glue:text}`ncu_ref_opt1_paper_norm_instructions`× the
-# instructions and {glue:text}`ncu_ref_opt1_paper_norm_ipc`× the IPC of the baseline; the paper reports
-# {glue:text}`paper_H100_opt1_norm_cycles`×, {glue:text}`paper_H100_opt1_norm_instructions`× and
-# {glue:text}`paper_H100_opt1_norm_ipc`× on its H100 (A100: {glue:text}`paper_A100_opt1_norm_cycles`×,
-# {glue:text}`paper_A100_opt1_norm_instructions`×, {glue:text}`paper_A100_opt1_norm_ipc`×). Over a whole step:
-# {glue:text}`ncu_ref_opt1_step_norm_cycles`× cycles and {glue:text}`ncu_ref_opt1_step_norm_instructions`×
-# instructions on the {glue:text}`ncu_ref_gpu` ({glue:text}`ncu_alt_opt1_step_norm_cycles`× and
-# {glue:text}`ncu_alt_opt1_step_norm_instructions`× on the {glue:text}`ncu_alt_gpu`). Convolutions, which TF32 moves
+# **TF32 (`opt1`).** The table's `opt1` rows give, per GPU and scope, the cycles, instructions and IPC against the
+# baseline; the figure sets the paper's H100 and A100 values (hatched) beside them. Convolutions, which TF32 moves
 # to tensor cores, take a smaller share of the window's kernel time than of a whole step's (end-to-end chapter), so
 # the window understates what TF32 saves. PyTorch's own default (`pytorch-default`: TF32 for cuDNN convolutions, not
-# for matmuls) lands next to `opt1`: {glue:text}`ncu_ref_pytorch-default_paper_norm_cycles`× cycles in the window and
-# {glue:text}`ncu_ref_pytorch-default_step_norm_cycles`× over a step on the {glue:text}`ncu_ref_gpu`
-# ({glue:text}`ncu_alt_pytorch-default_paper_norm_cycles`× and {glue:text}`ncu_alt_pytorch-default_step_norm_cycles`×
-# on the {glue:text}`ncu_alt_gpu`). A run that forgets to switch TF32 off measures a TF32 run: a baseline that keeps
+# for matmuls) lands next to `opt1` in both scopes (its rows). A run that forgets to switch TF32 off measures a TF32 run: a baseline that keeps
 # PyTorch's defaults already has TF32 convolutions.
 #
-# **Channels-last (`opt2`, `opt12`).** The paper reports cycles falling to {glue:text}`paper_H100_opt2_norm_cycles`×
-# and instructions to {glue:text}`paper_H100_opt2_norm_instructions`× under `opt2` on A100/H100.
-# {glue:text}`ncu_opt2_verdict`: on the {glue:text}`ncu_ref_gpu` `opt2` gives
-# {glue:text}`ncu_ref_opt2_paper_norm_cycles`× the cycles in the window and
-# {glue:text}`ncu_ref_opt2_step_norm_cycles`× over a whole step ({glue:text}`ncu_alt_opt2_step_norm_cycles`× on the
-# {glue:text}`ncu_alt_gpu`; compare its step time in the end-to-end chapter); `opt12` gives
-# {glue:text}`ncu_ref_opt12_step_norm_cycles`× over a step against TF32 alone's
-# {glue:text}`ncu_ref_opt1_step_norm_cycles`×. Where channels-last adds cycles, it adds layout copies rather than
-# removing the convolutions' work.
+# **Channels-last (`opt2`, `opt12`).** The paper reports cycles and instructions falling under `opt2` on A100/H100
+# (hatched). Our `opt2` rows give its cycles against the baseline in the window and over a whole step (its step time
+# is in the end-to-end chapter's state table), and the `opt12` rows against `opt1`'s. Where channels-last adds cycles,
+# it adds layout copies rather than removing the convolutions' work.
 #
 # ## Fig. 9 — instruction mix per configuration
 

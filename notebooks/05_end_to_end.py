@@ -34,20 +34,26 @@ import matplotlib.pyplot as plt
 from medddpm.report.measure import prepare
 from medddpm.report import plots, tables, workloads
 from medddpm.core.config import PAPER_CONFIGS
-from medddpm.report import facts
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import gpu_name, table
 
 root, G = prepare(results_dir, gpus, measure, "end_to_end", size, configs)
-glue_facts(facts.end_to_end(root, G))
 B = tables.bench(root, G, list(PAPER_CONFIGS))
 if B.empty:
     print(plots.no_data_text("bench rows of the paper's configurations", "bench"))
 else:
-    display(table(B[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
-             "peak_mem_gib", "speedup_vs_baseline"]]))
+    display(table(tables.lever_ratios(B), {"ms": 1, "against ms": 1, "× faster": 2}))
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-step", "caption": "Measured training step (forward + L1 loss + backward + Adam, batch 1, the paper's 128³ whole-head model, CUDA events after warm-up) per configuration of the paper on each GPU in the results store ({glue:text}`bench_gpus`): median step time, forward time and peak allocated memory. The paper reports no step times."}}
+# %% [markdown]
+# Where it stands, per GPU: each of the paper's configurations against the one it changes (TF32 against FP32,
+# channels-last against FP32, both against TF32 alone, PyTorch's own defaults against FP32), median step times; above
+# 1, the change is faster. Every row of the paper's configurations:
+
+# %% tags=["hide-input"]
+if not B.empty:
+    display(table(B[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
+                     "peak_mem_gib", "speedup_vs_baseline"]]))
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-step", "caption": "Measured training step (forward + L1 loss + backward + Adam, batch 1, the paper's 128³ whole-head model, CUDA events after warm-up) per configuration of the paper on each GPU in the results store: median step time, forward time and peak allocated memory. The paper reports no step times."}}
 if B.empty:
     fig = plots.no_data("bench rows of the paper's configurations", "bench")
 else:
@@ -61,13 +67,9 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# On the {glue:text}`ref_gpu` a true-FP32 step takes {glue:text}`ref_baseline_step_ms` ms; TF32
-# (`opt1`) makes it {glue:text}`ref_opt1_speedup`× faster ({glue:text}`ref_opt1_step_ms` ms), while
-# channels-last alone (`opt2`, {glue:text}`ref_opt2_step_ms` ms) is
-# {glue:text}`ref_opt2_vs_baseline` than the baseline, and `opt12` ({glue:text}`ref_opt12_step_ms`
-# ms) is {glue:text}`ref_opt12_vs_opt1` than TF32 alone. PyTorch's own defaults
-# (`pytorch-default`, {glue:text}`ref_pytorch-default_step_ms` ms) already use TF32 for
-# convolutions.
+# TF32 (`opt1`) is the lever that moves a step; channels-last (`opt2`, `opt12`) is read off the state table's
+# `× faster` against FP32 and against TF32 alone. PyTorch's own defaults (`pytorch-default`) already use TF32 for
+# convolutions, so they land next to `opt1`.
 #
 # ## How much of a step does the paper's window cover?
 #
@@ -83,12 +85,10 @@ else:
     display(table(C[["gpu_slug", "config", "window_kernels", "step_kernels", "window_us", "step_kernel_us", "coverage"]], 3))
 
 # %% [markdown]
-# The window covers {glue:text}`cov_ref_baseline_coverage` of a baseline step on the
-# {glue:text}`cov_ref_gpu` and {glue:text}`cov_alt_baseline_coverage` on the
-# {glue:text}`cov_alt_gpu`: conclusions about "the training step" drawn from it rest on that
-# share of the work. Its kernel mix differs from the whole step's:
+# The `coverage` column is the share of a step's kernel time the window holds: conclusions about "the training
+# step" drawn from the window rest on that share of the work. Its kernel mix differs from the whole step's:
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-window", "caption": "Share of kernel time per category in the paper's 100-kernel ncu window (the 11th–110th kernel from process start) and in a whole steady-state step (torch.profiler), per GPU ({glue:text}`bench_gpus`) and configuration of the paper."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-window", "caption": "Share of kernel time per category in the paper's 100-kernel ncu window (the 11th–110th kernel from process start) and in a whole steady-state step (torch.profiler), per GPU and configuration of the paper."}}
 W = tables.window_vs_step(root, G)
 if W.empty:
     fig = plots.no_data("torch.profiler tables of the first and a steady step", "bench")
@@ -113,40 +113,38 @@ else:
     display(table(tables.agreement_view(A), {"ncu_ms": 1, "torch_ms": 1, "time_ratio": 3}))
 
 # %% [markdown]
-# Across every GPU × configuration with both records, summed kernel time differs by at most
-# {glue:text}`agree_max_time_dev` and the kernel count by at most {glue:text}`agree_max_count_dev`
-# kernel(s): the ncu step reports used by the interventions chapter cover the same work as the
-# torch.profiler tables used here.
+# `kernels` gives both counts (ncu / torch.profiler) and `time_ratio` ncu's summed kernel time over torch.profiler's:
+# where the counts match and the ratio is near 1, the ncu step reports used by the interventions chapter cover the
+# same work as the torch.profiler tables used here.
 
 # %% [markdown]
 # ## The second workload: BraTS
 #
 # The paper's Fig. 1 shows Med-DDPM's other model: four MRI modalities (T1, T1ce, T2, FLAIR)
 # generated under a tumour mask of necrotic core, oedema, enhancing tumour and healthy brain, on
-# BraTS's 192 × 192 × 144 window with two residual blocks a level — {glue:text}`br_flops_ratio`× the
-# whole-head model's FLOPs a step. `medddpm train --data ROOT --model brats` reads a BraTS folder as
+# BraTS's 192 × 192 × 144 window with two residual blocks a level (the table's `TFLOP a step` against the
+# whole-head model's). `medddpm train --data ROOT --model brats` reads a BraTS folder as
 # it is distributed (one file per modality, BraTS 2021 or 2023 labels, or the reference repository's
 # preprocessed files) and preprocesses it as the reference does; `medddpm sample --masks ROOT`
 # writes each subject's four modalities back in its segmentation's space. The table times a
-# training step of both workloads on the same GPU ({glue:text}`br_gpus`).
+# training step of both workloads on the same GPU.
 
 # %% tags=["hide-input"]
 BR = workloads.side_by_side(root, G)
 if BR.empty:
     print(plots.no_data_text("BraTS bench rows", "brats"))
 else:
-    display(table(workloads.page_view(BR), {"ms_per_step": 1, "speedup_vs_baseline": 1, "tflops": 0, "peak_gib": 1}))
+    display(table(workloads.page_view(BR), {"ms_per_step": 1, "speedup_vs_baseline": 1, "TFLOP a step": 1, "tflops": 0,
+                                            "peak_gib": 1}))
+SB = workloads.sampling(root, G)
+if not SB.empty:
+    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median"]], 2))
 
 # %% [markdown]
-# On the {glue:text}`br_gpu`, a BraTS step takes {glue:text}`br_baseline_ms` ms in FP32,
-# {glue:text}`br_opt1_ms` ms under TF32 (`opt1`, {glue:text}`br_opt1_x`×) and
-# {glue:text}`br_fast_ms` ms under `fast` ({glue:text}`br_fast_x`×, {glue:text}`br_fast_tflops`
-# TFLOP/s), against {glue:text}`wh_fast_x`× ({glue:text}`wh_fast_tflops` TFLOP/s) for the
-# whole-head model on the same GPU: every lever of the fast path applies to the BraTS preset as it
-# stands — its four output channels and eight input channels go through the thin convolutions, its
-# only attention is the middle block's, and 192 × 192 × 144 halves cleanly four times. The
-# recommended sampler generates one BraTS subject, all four modalities, in
-# {glue:text}`br_sample_s` s ({glue:text}`br_sample_steps` steps under `fast`).
+# The `speedup_vs_baseline` and `tflops` columns put `fast` on BraTS beside `fast` on the whole-head model: every
+# lever of the fast path applies to the BraTS preset as it stands — its four output channels and eight input channels
+# go through the thin convolutions, its only attention is the middle block's, and 192 × 192 × 144 halves cleanly four
+# times. The second table gives the seconds to sample one BraTS subject, all four modalities.
 
 # %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-brats", "caption": "The paper's Fig. 1 for the BraTS workload, from a run of the brats preset on BraTS-shaped demo data (`medddpm demo-data --layout brats`: MNI152 tissue maps with a random tumour each, on BraTS's 240 × 240 × 155 grid), trained on six subjects with the window resized to 96 × 96 × 64 and sampled by the recommended sampler on the two held out: per subject, the mask (oedema, enhancing rim, necrotic core, healthy brain), the real T1, T2 and FLAIR, and the sampled ones, in orthogonal slices through the oedema. Outside the 192 × 192 × 144 window the writer fills the background."}}
 SL, fig_gpu = workloads.fig1_slices(root, G)
@@ -157,9 +155,13 @@ else:
 plots.finish(fig)
 
 # %% [markdown]
-# The run behind the figure ({glue:text}`br_fig_gpu`, `fast`, batch 1, learning rate 10⁻⁴) took
-# {glue:text}`br_fig_ms` ms a step and stopped at its time limit after {glue:text}`br_fig_steps`
-# steps; the samples come from the EMA weights of step {glue:text}`br_fig_best_step`, the lowest
-# held-out loss ({glue:text}`br_fig_heldout`). The tumour's rings land where the mask puts them, in
+# The run behind the figure (`fast`, batch 1, learning rate 10⁻⁴) stopped at its time limit; the samples come from the
+# EMA weights of its lowest held-out loss:
+
+# %% tags=["hide-input"]
+table(workloads.fig1_run(root, G), {"ms a step": 1, "held-out loss": 4})
+
+# %% [markdown]
+# The tumour's rings land where the mask puts them, in
 # each modality's own contrast, as in the real images beside them, while inside the window the
 # background still comes out grey rather than black: a run this short has not learnt it.

@@ -29,7 +29,7 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # samplin
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import facts, history, plots, quality_facts, quality_tables
+from medddpm.report import history, plots, quality_facts, quality_tables
 from medddpm.report.measure import prepare
 from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
@@ -67,7 +67,7 @@ plots.show_table(quality_tables.sampling_state(SB), "bench-sample rows (sample_b
 if SB.empty:
     plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)", "sampling"))
 else:
-    plots.finish(plots.sampling(SB[SB["batch"] == 1], facts.SAMPLING_TARGETS_S))
+    plots.finish(plots.sampling(SB[SB["batch"] == 1], quality_facts.SAMPLING_TARGETS_S))
 
 # %% tags=["hide-input"]
 if not SB.empty:

@@ -4,8 +4,8 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import (anatomy, equivalence, facts, fast_tables, few_step, headline, quality_facts, quality_tables,
-                            stretch, tables, waiting, workloads)
+from medddpm.report import (anatomy, equivalence, fast_tables, few_step, headline, quality_facts, quality_tables,
+                            stretch, tables, waiting, wording)
 from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
 
@@ -22,42 +22,38 @@ def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
     assert all(isinstance(v, str) and v for v in f.values())
     if store == "empty":
         assert all(v.startswith("—") or v in ("none", "0") or k.startswith(("paper_", "conv_formula", "config_"))
-                   or k.endswith("_target") or k in (*few_step.STORE_FREE, *workloads.STORE_FREE, *anatomy.STORE_FREE,
+                   or k.endswith("_target") or k in (*few_step.STORE_FREE, *anatomy.STORE_FREE,
                                                   *waiting.STORE_FREE, *equivalence.STORE_FREE) for k, v in f.items()), {k: v for k, v in f.items() if not v.startswith("—")}
 
 
-def test_the_model_chapter_needs_no_store():
-    f = facts.model(128)
-    assert referenced(REPO / "notebooks" / "02_model.py") <= set(f) and f["params"] == "40,226,433"
-
-
 def test_roles_prefer_the_committed_gpus_then_any():
-    assert facts.roles(["h100-80gb-hbm3", "h200", "l40s"]) == {"ref": "h200", "alt": "h100-80gb-hbm3"}
-    assert facts.roles(["l40s", "a10"]) == {"ref": "a10", "alt": "l40s"}
-    assert facts.roles(["h100-80gb-hbm3"]) == {"ref": "h100-80gb-hbm3", "alt": None}
-    assert facts.roles([]) == {"ref": None, "alt": None}
-    assert facts.roles(["h200", "h100-80gb-hbm3"], facts.NCU_PREFERRED)["ref"] == "h100-80gb-hbm3"
+    assert wording.roles(["h100-80gb-hbm3", "h200", "l40s"]) == {"ref": "h200", "alt": "h100-80gb-hbm3"}
+    assert wording.roles(["l40s", "a10"]) == {"ref": "a10", "alt": "l40s"}
+    assert wording.roles(["h100-80gb-hbm3"]) == {"ref": "h100-80gb-hbm3", "alt": None}
+    assert wording.roles([]) == {"ref": None, "alt": None}
+    assert wording.roles(["h200", "h100-80gb-hbm3"], ("h100-80gb-hbm3", "h200"))["ref"] == "h100-80gb-hbm3"
 
 
-def test_facts_quote_the_store_and_name_the_gpus_it_holds(tmp_path):
+def test_the_paper_configurations_state_reads_each_lever_against_what_it_changes(tmp_path):
+    """Chapter 05's state table (``tables.lever_ratios``): the bench rows' step times, each lever against the one it
+    changes, per GPU; a GPU without one of the two rows has no row for it, and an unknown GPU's rows are read."""
     register_gpus(COMMITTED)
-    f = facts.end_to_end(COMMITTED, GPUS)
-    b = tables.bench(COMMITTED, GPUS, ["opt1"]).set_index("gpu_slug")
-    assert f["ref_gpu"] == "H200" and f["alt_gpu"] == "H100 80GB HBM3"
-    assert f["ref_opt1_step_ms"] == f"{b.loc['h200', 'step_ms_median']:.0f}"
-    one = facts.end_to_end(COMMITTED, ["h100-80gb-hbm3"])
-    assert one["ref_gpu"] == "H100 80GB HBM3" and one["cov_alt_gpu"] == facts.ONE_GPU
+    b = tables.bench(COMMITTED, GPUS, list(tables.CONFIG_ORDER))
+    r = tables.lever_ratios(b).set_index(["gpu", "config"])
+    ms = b.set_index(["gpu_slug", "config"])["step_ms_median"]
+    assert r.loc[("h200", "opt1"), "× faster"] == ms[("h200", "baseline")] / ms[("h200", "opt1")]
+    assert r.loc[("h200", "opt12"), "against"] == "opt1" and len(r) == 8
+    assert tables.lever_ratios(b[b["config"] != "baseline"]).set_index("config").index.tolist() == ["opt12", "opt12"]
     root = STORES["unknown-gpu-measured-only"](tmp_path / "results")
     register_gpus(root)
-    unknown = facts.end_to_end(root, ["l40s"])
-    assert unknown["ref_gpu"] == "L40S" and unknown["ref_opt1_step_ms"][0].isdigit()
+    assert set(tables.lever_ratios(tables.bench(root, ["l40s"], list(tables.CONFIG_ORDER)))["gpu"]) == {"l40s"}
     assert fast_tables.state(root, ["l40s"]).empty  # no bench row of fast: no state row, not a made-up one
 
 
 def test_missing_and_number_formatting():
-    assert facts.number(float("nan"), ".1f", "x") == facts.missing("x") == "— (no x in this results store)"
-    assert facts.number(3.14159, ".2f", "x") == "3.14" and facts.pct(0.256, "x") == "26 %"
-    assert facts.pct(None, "bench row").startswith("—")
+    assert wording.number(float("nan"), ".1f", "x") == wording.missing("x") == "— (no x in this results store)"
+    assert wording.number(3.14159, ".2f", "x") == "3.14" and wording.pct(0.256, "x") == "26 %"
+    assert wording.pct(None, "bench row").startswith("—")
 
 
 def test_headline_has_gpus_as_rows_and_only_measured_ones(tmp_path):
@@ -174,16 +170,16 @@ def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
 
 
 def from_sci(text: str) -> float:
-    """'+8.5 × 10⁻⁴' (facts.sci_fact) back to a float."""
+    """'+8.5 × 10⁻⁴' (wording.sci_fact) back to a float."""
     mantissa, exponent = text.replace("−", "-").split(" × 10")
     return float(mantissa) * 10 ** int(exponent.translate(str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")))
 
 
 def test_small_numbers_are_written_for_readers():
-    assert facts.sci_fact(8.5e-4, "x", signed=True) == "+8.5 × 10⁻⁴"
-    assert facts.sci_fact(-1.9e-4, "x", signed=True) == "−1.9 × 10⁻⁴"
-    assert from_sci(facts.sci_fact(-4.8e-6, "x", signed=True)) == pytest.approx(-4.8e-6)
-    assert facts.sci_fact(float("nan"), "bias").startswith("—")
+    assert wording.sci_fact(8.5e-4, "x", signed=True) == "+8.5 × 10⁻⁴"
+    assert wording.sci_fact(-1.9e-4, "x", signed=True) == "−1.9 × 10⁻⁴"
+    assert from_sci(wording.sci_fact(-4.8e-6, "x", signed=True)) == pytest.approx(-4.8e-6)
+    assert wording.sci_fact(float("nan"), "bias").startswith("—")
 
 
 def test_stretch_tables_compare_the_same_gpus_rows_and_judge_parity_against_the_band(tmp_path):

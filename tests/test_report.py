@@ -119,8 +119,7 @@ def test_chapters_are_thin_and_every_one_is_in_the_book_and_the_registry():
     for nb in sorted((ROOT / "notebooks").glob("[0-9]*.py")):
         assert len(nb.read_text().splitlines()) <= 200, nb.name
         assert f"file: chapters/{nb.stem}\n" in toc or f"root: chapters/{nb.stem}\n" in toc, nb.name
-        store_free = nb.stem == "02_model"  # facts.model: no store (tests/test_facts.py)
-        assert "{glue:text}" not in nb.read_text() or nb.stem in CHAPTERS or store_free, nb.name
+        assert "{glue:text}" not in nb.read_text() or nb.stem in CHAPTERS, nb.name
     assert set(CHAPTERS) <= {nb.stem for nb in (ROOT / "notebooks").glob("[0-9]*.py")}
 
 
@@ -629,8 +628,7 @@ def test_html_check_flags_raw_scientific_notation_and_issue_numbers_in_prose_onl
 
 def test_brats_workload_beside_whole_head(tmp_path):
     """Chapter 05's BraTS table: each workload's speed-up over its own FP32 baseline on the same
-    GPU, TFLOP/s from 3 × the preset's forward FLOPs; a store without BraTS rows gives an empty
-    table and facts that say what is missing."""
+    GPU, TFLOP/s from 3 × the preset's forward FLOPs; a store without BraTS rows gives empty tables."""
     from medddpm.profiling.bench import COLUMNS
     from medddpm.core.io import append_rows
     from medddpm.report import workloads
@@ -642,7 +640,7 @@ def test_brats_workload_beside_whole_head(tmp_path):
     g = tmp_path / "g1"
     append_rows(g / "bench.csv", [row("baseline", "whole-head", "128x128x128", 1000.0), row("fast", "whole-head", "128x128x128", 50.0)], COLUMNS)
     assert workloads.side_by_side(tmp_path, ["g1"]).empty
-    assert workloads.facts(tmp_path, ["g1"])["br_fast_ms"].startswith("— (no BraTS bench row of fast")
+    assert workloads.fig1_run(tmp_path, ["g1"]).empty and workloads.sampling(tmp_path, ["g1"]).empty
     append_rows(g / "brats" / "bench.csv", [row("baseline", "brats", "192x192x144", 4000.0), row("fast", "brats", "192x192x144", 200.0),
                                             row("fast", "brats", "192x192x144", 160.0)], COLUMNS)  # the newer row wins
     t = workloads.side_by_side(tmp_path, ["g1"]).set_index(["workload", "config"])
@@ -650,9 +648,7 @@ def test_brats_workload_beside_whole_head(tmp_path):
     assert t.loc[("whole-head 128³", "fast"), "speedup_vs_baseline"] == 20.0
     flops = 3 * 21_258_180_493_312  # the reference's forward FLOPs of brats (test_model)
     assert abs(t.loc[("BraTS 192²×144", "fast"), "tflops"] - flops / 0.160 / 1e12) < 1e-6
-    f = workloads.facts(tmp_path, ["g1"])
-    assert f["br_fast_ms"] == "160" and f["br_fast_x"] == "25.0" and f["wh_fast_x"] == "20.0"
-    assert f["br_sample_s"].startswith("—") and f["br_fig_steps"].startswith("—")
+    assert t.loc[("BraTS 192²×144", "fast"), "TFLOP a step"] == flops / 1e12
 
 
 def test_the_readme_is_a_short_page_whose_headline_numbers_come_from_the_store():

@@ -2,11 +2,9 @@
 check every chapter's quoted names against."""
 from __future__ import annotations
 
-from . import anatomy, equivalence, facts, few_step, quality_facts, waiting
+from . import anatomy, equivalence, few_step, quality_facts, waiting
 
 CHAPTERS = {
-    "01_setup": facts.setup, "03_characterization": facts.characterization,
-    "04_interventions": facts.interventions, "05_end_to_end": facts.end_to_end,
     "09_quality": quality_facts.quality, "10_sampling": quality_facts.quality,
     "11_few_step": few_step.facts, "12_fp8": quality_facts.quality,
     "14_anatomy": anatomy.facts, "15_time_to_result": waiting.facts,

@@ -19,7 +19,7 @@ def glue(name: str, value: Any, display: bool = False) -> None:
 
 
 def glue_facts(facts: dict[str, str]) -> None:
-    """Glue every fact of a chapter (``medddpm.report.facts``) under its name, for the prose."""
+    """Glue every fact of a chapter (``report.chapters.CHAPTERS``) under its name, for the prose."""
     for name, value in facts.items():
         glue(name, value)
 

@@ -1,22 +1,55 @@
 """The facts of the quality and sampling chapters (09 quality; 10 sampling; 11 few-step samplers;
-12 FP8 and Fig. 1), as ``facts`` says: every name always there, "—" and what is missing where
-the store lacks the data."""
+12 FP8 and Fig. 1): one {name: text} for a chapter's prose (``notebook.glue_facts``), every name
+always there, "—" and what is missing where the store lacks the data; GPUs named by role
+(``wording.roles``: a reference GPU and a second one, from those that hold the data)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from ..core.config import DiffusionConfig
 from . import quality_tables
-from .facts import DDPM_STEPS, SAMPLING_TARGETS_S, _agreement, _get, _names, gpu_list
 from .present import gpu_name, register_gpus
 from .wording import missing, number
+
+SAMPLING_TARGETS_S = {"ddim": 1.0, "ddpm": 4.0}  # issue 20: seconds per 128³ volume, batch 1, H200
+DDPM_STEPS = DiffusionConfig().timesteps  # denoising steps of a DDPM chain (T)
+ONE_GPU = "— (one GPU in this store)"
 
 SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
                     "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to fast; the fastest of these is the chapter's "fastest sampler" (their samples are the ones it checks)
 SAMPLING_LEVERS = ("fast-w16-tnorm-tconv-fold-up-update", "fast-w16-tnorm-tconv-fold-up-table")  # measured beside fold-up, each alone; not candidates for the fastest sampler (their samples are fold-up's denoiser's, not checked on their own)
 SAMPLING_FP8 = ("fast-w16-tnorm-tconv-fold-up-update-fp8skip", "fast-w16-tnorm-tconv-fold-up-update-fp8")  # FP8 convolutions on fold-up-update (bf16, their reference below); judged by their own section (quality/precision*.csv), not candidates for the bf16 "fastest sampler"
 FP8_BF16 = "fast-w16-tnorm-tconv-fold-up-update"  # the bf16 sampler the FP8 ones add their lever to
+
+
+def _names(r: Mapping[str, str | None], prefix: str = "") -> dict[str, str]:
+    return {f"{prefix}ref_gpu": gpu_name(r["ref"]) if r["ref"] else missing("GPU with this data"),
+            f"{prefix}alt_gpu": gpu_name(r["alt"]) if r["alt"] else ONE_GPU}
+
+
+def gpu_list(gpus: Iterable[str]) -> str:
+    names = [gpu_name(g) for g in sorted(set(gpus))]
+    return ", ".join(names) if names else "none"
+
+
+def _get(table: pd.DataFrame | pd.Series, key: Any, column: str | None = None) -> Any:
+    """``table.loc[key, column]`` or None."""
+    if table is None or len(table) == 0 or key is None or (isinstance(key, tuple) and None in key):
+        return None
+    try:
+        v = table.loc[key] if column is None else table.loc[key, column]
+    except (KeyError, TypeError, IndexError, ValueError, pd.errors.IndexingError):
+        return None
+    return v.iloc[0] if isinstance(v, pd.Series) and column is not None and len(v) else v
+
+
+def _agreement(root: Path, gpus: list[str]) -> tuple[str | None, pd.DataFrame]:
+    """The reference GPU among those with quality results, and its denoiser-agreement rows."""
+    q = quality_tables.quality_gpus(root, gpus)[1]
+    return q, quality_tables.quality_csv(root, [q], "agreement") if q else pd.DataFrame()
 
 
 def quality(root: Path, gpus: list[str]) -> dict[str, str]:

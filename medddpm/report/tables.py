@@ -107,6 +107,21 @@ def torch_kernels(root: Path, gpus: list[str], which: str = "step", configs: lis
     return t
 
 
+LEVERS = (("opt1", "baseline"), ("opt2", "baseline"), ("opt12", "opt1"), ("pytorch-default", "baseline"))  # chapter
+# 05's state: each of the paper's configurations against the one it changes (TF32, channels-last, both, PyTorch's own)
+
+
+def lever_ratios(b: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU of ``bench`` rows and lever of ``LEVERS`` that both rows have: the two median step times and how many
+    times faster the lever is (above 1: faster)."""
+    ms = b.set_index(["gpu_slug", "config"])["step_ms_median"] if not b.empty else pd.Series(dtype=float)
+    rows = [{"gpu": g, "config": lever, "against": than, "ms": ms[(g, lever)], "against ms": ms[(g, than)],
+             "× faster": ms[(g, than)] / ms[(g, lever)]}
+            for g in sorted({g for g, _ in ms.index}) for lever, than in LEVERS
+            if (g, lever) in ms.index and (g, than) in ms.index]
+    return pd.DataFrame(rows, columns=["gpu", "config", "against", "ms", "against ms", "× faster"])
+
+
 def coverage(root: Path, gpus: list[str]) -> pd.DataFrame:
     """How much of a steady-state step the paper's 100-kernel ncu window covers (torch.profiler),
     recomputed from the kernel tables."""

@@ -13,19 +13,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.config import model_preset
 from ..train.trainer import steady_intervals
-from .present import gpu_name
 from .tables import bench, ordered, results_csv, train_flops, with_speedup
-from .wording import missing, number, roles
+from .wording import roles
 
-STORE_FREE = ("br_flops_ratio",)  # facts the package states whatever the store holds (the presets' FLOPs)
 CONFIGS = ("baseline", "opt1", "fast")  # the rows of the side-by-side table
 WORKLOADS = {"whole-head": "whole-head", "brats": "BraTS"}  # the table's names of the two models
 FIG1_SOURCES = {"mask": "mask", "real_t1": "T1", "real_t2": "T2", "real_flair": "FLAIR",
                 "sample_t1": "T1, sampled", "sample_t2": "T2, sampled", "sample_flair": "FLAIR, sampled"}
-BENCH_COLUMNS = ["gpu_slug", "workload", "config", "size", "step_ms_median", "speedup_vs_baseline", "tflops",
-                 "peak_mem_gib", "model"]
+BENCH_COLUMNS = ["gpu_slug", "workload", "config", "size", "step_ms_median", "speedup_vs_baseline", "TFLOP a step",
+                 "tflops", "peak_mem_gib", "model"]
 
 
 def size_label(size: str) -> str:
@@ -49,8 +46,8 @@ def side_by_side(root: Path, gpus: list[str]) -> pd.DataFrame:
     wh = bench(root, sorted(set(b["gpu_slug"])), list(CONFIGS))
     both = with_speedup(pd.concat([wh, b], ignore_index=True) if not wh.empty else b)
     both = both[both["model"].isin(list(WORKLOADS))].copy()
-    both["tflops"] = [train_flops(m, s) / (ms * 1e-3) / 1e12 for m, s, ms in
-                      zip(both["model"], both["size"], both["step_ms_median"])]
+    both["TFLOP a step"] = [train_flops(m, s) / 1e12 for m, s in zip(both["model"], both["size"])]
+    both["tflops"] = both["TFLOP a step"] / (both["step_ms_median"] * 1e-3)
     both["workload"] = [f"{WORKLOADS[m]} {size_label(s)}" for m, s in zip(both["model"], both["size"])]
     both = ordered(both, ["gpu_slug", "model", "config"])
     return both[BENCH_COLUMNS].assign(config=both["config"].astype(str))
@@ -85,36 +82,14 @@ def _run(root: Path, gpu: str | None, name: str) -> pd.DataFrame:
     return pd.read_csv(path) if gpu is not None and path.exists() else pd.DataFrame()
 
 
-def facts(root: Path, gpus: list[str]) -> dict[str, str]:
-    """Chapter 05's BraTS facts (``br_*``): the reference GPU's step times and speed-ups of both
-    workloads, the recommended sampler per subject, and the Fig. 1 run (steps, size, step time,
-    held-out loss, the window's sampled background)."""
-    t = side_by_side(root, gpus)
-    r = roles(t["gpu_slug"] if not t.empty else [])
-    f = {"br_gpu": gpu_name(r["ref"]) if r["ref"] else missing("BraTS bench rows"),
-         "br_gpus": ", ".join(gpu_name(g) for g in sorted(set(t["gpu_slug"]))) if not t.empty else "none"}
-    idx = t.drop_duplicates(["gpu_slug", "model", "config"], keep="last").set_index(["gpu_slug", "model", "config"]) \
-        if not t.empty else None
-    for key, model in (("br", "brats"), ("wh", "whole-head")):
-        for cfg in CONFIGS:
-            row = idx.loc[(r["ref"], model, cfg)] if idx is not None and (r["ref"], model, cfg) in idx.index else None
-            what = f"{'BraTS' if key == 'br' else 'whole-head'} bench row of {cfg}"
-            f[f"{key}_{cfg}_ms"] = number(None if row is None else float(row["step_ms_median"]), ".0f", what)
-            f[f"{key}_{cfg}_x"] = number(None if row is None else float(row["speedup_vs_baseline"]), ".1f", what)
-            f[f"{key}_{cfg}_tflops"] = number(None if row is None else float(row["tflops"]), ".0f", what)
-    f["br_flops_ratio"] = f"{train_flops('brats', 'x'.join(map(str, model_preset('brats').native_size))) / train_flops('whole-head', '128x128x128'):.2f}"
-    s = sampling(root, [r["ref"]] if r["ref"] else [])
-    rec = s[(s["sampler"] == "dpm2m-sde") & (s["batch"] == 1)] if not s.empty else s
-    f["br_sample_s"] = number(float(rec["s_per_volume_median"].iloc[-1]) if len(rec) else None, ".2f",
-                              "BraTS sample_bench row")
-    f["br_sample_steps"] = number(int(rec["steps"].iloc[-1]) if len(rec) else None, "d", "BraTS sample_bench row")
-    sl, g = fig1_slices(root, gpus)
+def fig1_run(root: Path, gpus: list[str]) -> pd.DataFrame:
+    """The BraTS Fig. 1 run of ``fig1_slices``'s GPU, one row: its steps, steady ms a step, and the step and held-out
+    loss (the EMA's, mean over subjects and t) of the checkpoint sampled, its lowest; no row without that run."""
+    _, g = fig1_slices(root, gpus)
     log, held, timing = (_run(root, g, n) for n in ("log", "heldout", "timing"))
-    f["br_fig_gpu"] = gpu_name(g) if g else missing("BraTS Fig. 1 run")
-    f["br_fig_steps"] = number(int(log["step"].max()) if len(log) else None, ",d", "BraTS Fig. 1 run log")
+    cols = ["gpu", "steps", "ms a step", "sampled step", "held-out loss"]
+    if not len(log):
+        return pd.DataFrame(columns=cols)
     ema = held[held["weights"] == "ema"].groupby("step")["loss"].mean() if len(held) else pd.Series(dtype=float)
-    f["br_fig_heldout"] = number(float(ema.min()) if len(ema) else None, ".3f", "BraTS Fig. 1 held-out loss")
-    f["br_fig_best_step"] = number(int(ema.idxmin()) if len(ema) else None, ",d", "BraTS Fig. 1 held-out loss")
-    ms = float(steady_intervals(timing).median()) if len(timing) > 1 else None
-    f["br_fig_ms"] = number(ms, ".0f", "BraTS Fig. 1 run timing")
-    return f
+    return pd.DataFrame([[g, int(log["step"].max()), float(steady_intervals(timing).median()) if len(timing) > 1 else None,
+                          int(ema.idxmin()) if len(ema) else None, float(ema.min()) if len(ema) else None]], columns=cols)
