@@ -36,14 +36,12 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # not use
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from medddpm.report import plots, quality_facts, quality_tables
+from medddpm.report import plots, quality_tables
 from medddpm.report.measure import render_only
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/quality_measure.sh (trained checkpoints: about an hour of GPU time)")
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
-glue_facts(quality_facts.quality(root, G))
 
 # %% [markdown]
 # ## Does every configuration compute the same network?
@@ -68,8 +66,8 @@ else:
 # %% [markdown]
 # In the first table, the FP32 configurations (baseline, and `opt2`, which only changes the layout) agree with FP64 at
 # FP32's rounding level, the TF32 ones (`opt1`) at TF32's, and every bf16 one (`bf16`, `bf16-graphs`, the sampling
-# levers `fast-w16…`, the Triton norm and thin-convolution kernels, the folded bias, `fast`) at bf16's, against an ε
-# whose RMS is {glue:text}`q_rms`.
+# levers `fast-w16…`, the Triton norm and thin-convolution kernels, the folded bias, `fast`) at bf16's, each relative
+# to ε's own size.
 # Each sits at its format's rounding level: none adds error of its own, and the sampling levers
 # compute the same network as `bf16-graphs`.
 
@@ -85,7 +83,7 @@ else:
 # judges the weights, not the evaluator. Baseline with three seeds gives the spread; the band is
 # the 95 % prediction interval of one more seed (mean ± t₀.₉₇₅,₂ · s · √(1 + 1/3)).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-parity", "caption": "Training parity on {glue:text}`q_gpu`: held-out denoising loss (L1, the same FP32 evaluator for every configuration) over {glue:text}`p_steps` training steps at 64³ on the MNI152 demo subjects; baseline seeds 0–2 and their 95 % prediction band for one more seed, and one seed of each other configuration."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-parity", "caption": "Training parity: held-out denoising loss (L1, the same FP32 evaluator for every configuration) over the training steps at 64³ on the MNI152 demo subjects; baseline seeds 0–2 and their 95 % prediction band for one more seed, and one seed of each other configuration."}}
 PC, PV = quality_tables.parity_curves(root, QG), quality_tables.parity_verdict(root, QG)
 if not PV.empty:
     PV = PV[PV["gpu_slug"] == QGPU]
@@ -95,18 +93,15 @@ else:
 
 # %% tags=["hide-input"]
 if not PV.empty:
-    display(table(PV[["config", "seed", "steps", "loss_step0", "loss", "band_low", "band_high", "inside_band"]]
+    display(table(PV[["gpu_slug", "config", "seed", "steps", "loss_step0", "loss", "band_low", "band_high", "inside_band"]]
                   .rename(columns={"loss_step0": "held-out loss, step 0", "loss": "held-out loss, end",
                                    "band_low": "band, low", "band_high": "band, high",
                                    "inside_band": "inside the band"}), 4))
 
 # %% [markdown]
-# On the {glue:text}`q_gpu`, the held-out loss falls from {glue:text}`p_start` to the baseline
-# seeds' {glue:text}`p_seeds` after {glue:text}`p_steps` steps; the prediction band is
-# {glue:text}`p_band`. The other configurations end at {glue:text}`p_range`:
-# **{glue:text}`p_inside`** lie inside the band. At this length and scale, none of the paper's
-# interventions nor bf16 with the fused kernels, compile and CUDA graphs trains a measurably
-# different model.
+# The band is the baseline seeds' (its rows); the last column says whether each other configuration's end loss lies
+# inside it. Where every row is inside, none of the paper's interventions nor bf16 with the fused kernels, compile and
+# CUDA graphs trains a measurably different model at this length and scale.
 
 # %% [markdown]
 # ## Do they sample the same volumes?
@@ -133,7 +128,7 @@ else:
 # a sample and the anatomy it stands for. Where they sit, the difference maps show (absolute
 # difference to the FP32 sample; black 0, yellow 0.05 or more on the [−1, 1] scale):
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-diff", "caption": "Where the configurations' samples differ from the FP32 sample ({glue:text}`q_gpu`, same checkpoint, seed and DDIM 50 chain): orthogonal slices through the held-out subject's lesion, the FP32 sample first, then the absolute difference of each configuration (black 0, yellow ≥ 0.05 on the [−1, 1] intensity scale)."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-diff", "caption": "Where the configurations' samples differ from the FP32 sample (same checkpoint, seed and DDIM 50 chain): orthogonal slices through the held-out subject's lesion, the FP32 sample first, then the absolute difference of each configuration (black 0, yellow ≥ 0.05 on the [−1, 1] intensity scale)."}}
 SL = quality_tables.quality_slices(root, QGPU) if QGPU else None
 if SL is not None:
     plots.finish(plots.slices(SL, sorted(SL["subject"].unique())[:1],
@@ -147,7 +142,7 @@ else:
 # 20,000-step model, `medddpm train --config bf16-graphs` on the same 6 training subjects, sampled with
 # `bf16-graphs`):
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-hist", "caption": "Intensity histograms inside the brain mask of each held-out subject ({glue:text}`q_gpu`): the real image, the FP32 (`baseline`) and `bf16-graphs` samples of the 1,000-step checkpoint, and `bf16-graphs` samples of the 20,000-step model (`fast-long`)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-hist", "caption": "Intensity histograms inside the brain mask of each held-out subject: the real image, the FP32 (`baseline`) and `bf16-graphs` samples of the 1,000-step checkpoint, and `bf16-graphs` samples of the 20,000-step model (`fast-long`)."}}
 H = quality_tables.quality_csv(root, QG, "histograms")
 if not H.empty:
     H = H[H["gpu_slug"] == QGPU]

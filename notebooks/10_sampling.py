@@ -29,16 +29,15 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # samplin
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import history, plots, quality_facts, quality_tables
+from medddpm.report import history, plots, quality_tables
 from medddpm.report.measure import prepare
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = prepare(results_dir, gpus, measure, "sampling", size, configs)
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
 SB = quality_tables.sample_bench(root, G)  # 128³ rows, every batch
 SGPU = quality_tables.sampling_roles(SB)["ref"]  # the GPU the sampling prose quotes
-glue_facts(quality_facts.quality(root, G))
+TG = quality_tables.sampling_targets(root, SB, QGPU)  # each GPU's fastest sampler against the targets
 
 # %% [markdown]
 # **Where it stands**: one 128³ volume of DDPM 250 per GPU, in true FP32, under OPT1 and under the fastest
@@ -63,11 +62,11 @@ plots.show_table(quality_tables.sampling_state(SB), "bench-sample rows (sample_b
 # also adds each ResBlock's first convolution bias inside the norm kernels, with the timestep embedding, instead of in
 # a kernel of its own (the training step's `fold_conv_bias`).
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU ({glue:text}`sample_gpus`); dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-sampling", "caption": "Seconds per generated 128³ volume (whole-head model, batch 1, CUDA events after one warm-up chain) for DDPM (all 250 steps) and DDIM 50, per configuration and GPU; dashed lines: the targets (DDIM 50 ≤ 1 s, DDPM 250 ≤ 4 s a volume on the H200). The paper reports no sampling times."}}
 if SB.empty:
     plots.finish(plots.no_data("128³ sampling benchmarks (sample_bench.csv)", "sampling"))
 else:
-    plots.finish(plots.sampling(SB[SB["batch"] == 1], quality_facts.SAMPLING_TARGETS_S))
+    plots.finish(plots.sampling(SB[SB["batch"] == 1], quality_tables.SAMPLING_TARGETS_S))
 
 # %% tags=["hide-input"]
 if not SB.empty:
@@ -75,24 +74,30 @@ if not SB.empty:
                       "s_per_volume_max", "peak_mem_gib"]], 3))
 
 # %% [markdown]
-# On the {glue:text}`samp_ref_gpu` the fastest sampler, {glue:text}`samp_best`, samples a volume with DDIM 50 in
-# {glue:text}`samp_best_ddim_s` s ({glue:text}`samp_best_ddim_vs_opt1`× faster than `opt1`) and with DDPM's 250 steps
-# in {glue:text}`samp_best_ddpm_s` s ({glue:text}`samp_best_ddpm_vs_opt1`×): it {glue:text}`samp_best_ddim_verdict`
-# the DDIM target of {glue:text}`samp_best_ddim_target` s and {glue:text}`samp_best_ddpm_verdict` the DDPM target of
-# {glue:text}`samp_best_ddpm_target` s; {glue:text}`samp_best_quality`. Every rung's seconds are in the table above.
+# Each GPU's fastest sampler (the fastest rung with DDIM 50) against the targets: at batch 1 (`met`), and as
+# throughput (`met from batch`: the smallest batch whose seconds a volume meet the target; each volume of a batch still
+# waits for the whole batch, so the targets are judged at batch 1). `samples judged` says how its samples were checked
+# on the trained checkpoint below; a sampler whose samples were not checked does not yet count for the targets.
+
+# %% tags=["hide-input"]
+plots.show_table(TG, "the fastest sampler against the targets (sample_bench.csv, sampling/denoise_kernels.csv)",
+                 "sampling", digits={"s a volume": 2, "× opt1": 1, "target (s)": 0, "ms a step": 1,
+                                     "kernel ms a step": 1, "kernels alone (s)": 2})
+
+# %% [markdown]
 # `fast-w16-tnorm-tconv-fold-up` also runs the decoder's trilinear ×2 upsampling as one Triton kernel that writes its
 # output once (Inductor's kernels of the axis-by-axis reference write intermediates of the output's size). Two levers
 # stand beside it, each measured on its own: `fast-w16-tnorm-tconv-fold-up-update` runs DDPM's update x_t → x_{t−1} as
 # one compiled kernel instead of some thirty eager ones a step (its DDIM is fold-up's);
 # `fast-w16-tnorm-tconv-fold-up-table` reads every ResBlock's time addend from a table computed once (Inductor then
 # writes one small slice kernel per ResBlock, and the step got no faster). DDIM's η (the table's `eta`; older rows ran
-# at 0, "Which sampler is right?" below says why the default is now 1) costs one noise draw a step, no time:
-# {glue:text}`samp_best` took {glue:text}`samp_best_ddim_etas`. Several volumes a batch, seconds per volume with DDIM
-# 50 ({glue:text}`samp_best`): {glue:text}`samp_best_ddim_batches`, and with DDPM 250:
-# {glue:text}`samp_best_ddpm_batches`. Against the DDIM target, {glue:text}`samp_best_ddim_batch_meets`; against the
-# DDPM target, {glue:text}`samp_best_ddpm_batch_meets`. Batching is a throughput knob: each volume of a batch still
-# waits for the whole batch, so the targets above are judged at batch 1.
-#
+# at 0, "Which sampler is right?" below says why the default is now 1) costs one noise draw a step, no time. The
+# fastest sampler's rows at every η and batch:
+
+# %% tags=["hide-input"]
+plots.show_table(quality_tables.fastest_rows(root, TG), "the fastest sampler's rows", "sampling", digits=3)
+
+# %% [markdown]
 # Where one denoising step's time goes (torch.profiler over five warm DDIM steps, kernels inside the replayed CUDA
 # graph included), milliseconds per step by kernel category:
 
@@ -104,20 +109,17 @@ else:
     display(table(per_cat, 2, index=True))
 
 # %% [markdown]
-# A `bf16-graphs` denoising step takes {glue:text}`denoise_fast_ms` ms of kernel time, of which convolutions
-# {glue:text}`denoise_fast_conv_ms` ms and cuDNN's NCHW↔NHWC transposes {glue:text}`denoise_fast_layout_ms` ms. Under
-# inference mode the compiled network casts each weight to bf16 inside its graph, and Inductor lays those casts and
-# the activations around them out NCDHW (in training, the activations saved for the backward pass keep the eager NDHWC
-# layout); cuDNN then transposes the input, the weight and the output of almost every convolution. With the weights
-# stored in bf16 once, Inductor keeps every activation NDHWC; with the two odd-channel convolutions padded, no
-# small-channel kernel, copy or transpose is left either: a {glue:text}`denoise_best_config` step (the fastest sampler
-# with a kernel table) takes {glue:text}`denoise_best_ms` ms, convolutions {glue:text}`denoise_best_conv_ms` ms,
-# transposes {glue:text}`denoise_best_layout_ms` ms. What is left is convolutions and the Triton normalization
-# kernels: the per-layer work of the training step (every convolution at its shape's best, every norm at its minimal
-# bytes) is what would take DDPM under its target. DDPM 250 of {glue:text}`samp_best` takes
-# {glue:text}`samp_best_ddpm_step_ms` ms a step, of which its kernels take {glue:text}`samp_best_kernel_ms` ms; with
-# no time between them (the gaps between the graph's kernels and the sampler's own small update kernels) DDPM 250
-# would take {glue:text}`samp_best_kernels_only_s` s: {glue:text}`samp_best_gap_verdict`.
+# A `bf16-graphs` denoising step (its column) spends most of its kernel time in convolutions and in cuDNN's
+# NCHW↔NHWC transposes (`layout transform`). Under inference mode the compiled network casts each weight to bf16
+# inside its graph, and Inductor lays those casts and the activations around them out NCDHW (in training, the
+# activations saved for the backward pass keep the eager NDHWC layout); cuDNN then transposes the input, the weight and
+# the output of almost every convolution. With the weights stored in bf16 once, Inductor keeps every activation NDHWC;
+# with the two odd-channel convolutions padded, no small-channel kernel, copy or transpose is left either (the later
+# rungs' columns). What is left is convolutions and the Triton normalization kernels: the per-layer work of the
+# training step (every convolution at its shape's best, every norm at its minimal bytes) is what would take DDPM under
+# its target. The targets table's DDPM row sets a step's time beside its kernels' (`kernel ms a step`): `kernels alone`
+# is the chain with no time between kernels (the gaps between the graph's kernels and the sampler's own small update
+# kernels); where it is still above the target, the kernels themselves must get faster.
 
 # %% [markdown]
 # ## Which sampler is right?
@@ -129,7 +131,7 @@ else:
 # keeping the checkpoint of the lowest loss (`best.pt`); `--time-limit` and `--resume` split the run into device
 # calls.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-converge", "caption": "Held-out denoising loss (L1 on ε, mean over the 2 held-out subjects and 6 timesteps) of `medddpm train --config bf16-graphs` on the 6 training subjects ({glue:text}`q_gpu`, 64³), for the model's weights and their EMA (which sampling uses); dashed: the EMA's lowest point; red: the step of the checkpoint sampled below (the same recipe, trained again)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-converge", "caption": "Held-out denoising loss (L1 on ε, mean over the 2 held-out subjects and 6 timesteps) of `medddpm train --config bf16-graphs` on the 6 training subjects (64³), for the model's weights and their EMA (which sampling uses); dashed: the EMA's lowest point; red: the step of the checkpoint sampled below (the same recipe, trained again)."}}
 curve = quality_tables.heldout_curve(root, QGPU) if QGPU else None
 if curve is not None and not curve.empty:
     low, sampled = quality_tables.plateau(curve), quality_tables.plateau(quality_tables.heldout_curve(root, QGPU, "samplers_heldout"))

@@ -21,8 +21,8 @@
 #
 # ## FP8 convolutions: DDPM under 4 s, at what cost?
 #
-# The bf16 samplers stop at {glue:text}`samp_fast-w16-tnorm-tconv-fold-up-update_ddpm_s` s for DDPM 250
-# (`fast-w16-tnorm-tconv-fold-up-update`), most of a DDPM step's kernel time in its convolutions. A sampler needs no
+# The bf16 samplers stop where the first table's `bf16 (s)` says for DDPM 250, most of a DDPM step's kernel time in
+# its convolutions. A sampler needs no
 # backward, so it can take a lever training cannot: FP8 (E4M3) operands, through cuDNN's graph API
 # (`medddpm/net/fp8.py`, `nvidia-cudnn-frontend`).
 #
@@ -47,16 +47,14 @@ configs = "opt1,bf16-graphs,fast-w16-p8,fast-w16-tnorm-tconv-fold-up"  # not use
 # %% tags=["remove-cell"]
 from IPython.display import display
 
-from medddpm.report import history, plots, quality_facts, quality_tables
+from medddpm.report import history, plots, quality_tables
 from medddpm.report.measure import render_only
-from medddpm.report.notebook import glue_facts
 from medddpm.report.present import table
 
 root, G = render_only(results_dir, gpus, measure, "scripts/quality_measure.sh (trained checkpoints: about an hour of GPU time) and scripts/probes/fp8_conv_probe.py")
 QG, QGPU = quality_tables.quality_gpus(root, G)  # GPUs with quality results; the one shown
 SB = quality_tables.sample_bench(root, G)  # 128³ rows, every batch
 SGPU = quality_tables.sampling_roles(SB)["ref"]  # the GPU the sampling prose quotes
-glue_facts(quality_facts.quality(root, G))
 
 # %% tags=["hide-input"]
 plots.show_table(quality_tables.fp8_state(SB), "bench-sample rows of a bf16 and an FP8 configuration", "sampling",
@@ -127,20 +125,22 @@ else:
 # checkpoint of {doc}`10_sampling`: DDPM 250, the recommended DDIM 50 with η = 1, and the deterministic DDIM 50
 # (η = 0) it replaces. Slices go through each subject's lesion.
 
-# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model ({glue:text}`q_gpu`, 64³, the checkpoint chapter 10 sampled): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
+# %% tags=["hide-input", "full-width"] mystnb={"figure": {"name": "fig-1-ours", "caption": "The paper's Fig. 1 made from our own model (64³, the checkpoint chapter 10 sampled): per held-out subject, the mask (brain and lesion), the real image and samples of DDPM 250, DDIM 50 with η = 1 and DDIM 50 with η = 0 (seed 0), in orthogonal slices through the lesion."}}
 SSL = quality_tables.sampler_slices(root, QGPU) if QGPU else None
 if SSL is not None:
-    plots.finish(plots.slices(SSL, sorted(SSL["subject"].unique()), quality_tables.fig1_sources(SSL, quality_facts.SAMPLER_QUALITY_CONFIGS)))
+    plots.finish(plots.slices(SSL, sorted(SSL["subject"].unique()), quality_tables.fig1_sources(SSL, quality_tables.SAMPLER_QUALITY_CONFIGS)))
 else:
     plots.finish(plots.no_data("sampler slices (quality/sampler_slices.parquet)", "quality"))
 
 # %% [markdown]
 # The demo set has a single anatomy (the MNI152 template) under different lesions, so this shows
-# conditioning on the mask, not generalisation across brains. An earlier run of the same recipe,
-# {glue:text}`long_steps` steps at {glue:text}`long_ms` ms/step (training loss
-# {glue:text}`long_loss`, mean of its last {glue:text}`long_tail` steps; `fast-long` in {doc}`09_quality`), ran past
-# the held-out minimum; one 64³ volume takes {glue:text}`fig1_s` s with `bf16-graphs` and DDIM 50 on the
-# {glue:text}`q_gpu` (`bench-sample`, warm).
+# conditioning on the mask, not generalisation across brains. An earlier run of the same recipe (`fast-long` in
+# {doc}`09_quality`) ran past the held-out minimum; it, and one 64³ volume with `bf16-graphs` and DDIM 50
+# (`bench-sample`, warm), on the GPU with the quality results:
+
+# %% tags=["hide-input"]
+table(quality_tables.long_run(root, QGPU), {"ms a step": 1, "training loss, last 500 steps": 3,
+                                            "64³ volume, DDIM 50 (s)": 2})
 
 # %% [markdown]
 # ## What this does not show

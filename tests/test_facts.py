@@ -4,7 +4,7 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import (anatomy, equivalence, fast_tables, few_step, headline, quality_facts, quality_tables,
+from medddpm.report import (anatomy, equivalence, fast_tables, few_step, headline, quality_tables,
                             stretch, tables, waiting, wording)
 from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
@@ -146,27 +146,37 @@ def test_the_roofline_state_adds_up():
 def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
     """A sampler's speed counts with its samples checked on a trained checkpoint: against the FP32
     model's DDPM 250 (quality/sampler_numerics.csv), else against its own DDPM 250
-    (quality/samplers.csv), else not at all; the fact says which holds for the fastest configuration."""
+    (quality/samplers.csv), else not at all; chapter 10's targets table says which holds for each GPU's fastest
+    sampler, and sets it against the targets at batch 1 and from the smallest batch that meets them."""
     import pandas as pd
 
-    f = quality_facts.quality(COMMITTED, GPUS)
+    sb = quality_tables.sample_bench(COMMITTED, GPUS)
+    t = quality_tables.sampling_targets(COMMITTED, sb, "h200")
+    h200 = t[t["gpu_slug"] == "h200"].set_index("sampler")
+    best = h200["configuration"].iloc[0]
     numerics = quality_tables.sampler_summary(quality_tables.sampler_numerics(COMMITTED, "h200"))
-    mine = numerics[numerics["config"] == f["samp_best"]].set_index(["sampler", "steps"])["matches_ddpm250"]
-    assert f["samp_best_quality"].startswith("its samples were compared with the FP32 model's DDPM 250 samples")
+    mine = numerics[numerics["config"] == best].set_index(["sampler", "steps"])["matches_ddpm250"]
     for (smp, steps), label in ((("ddpm", 250), "DDPM 250"), (("ddim", 50), "DDIM 50 (η = 1)")):
         verb = "matches" if mine[(smp, steps)] == "yes" else "does not match"
-        assert f"its {label} {verb} them" in f["samp_best_quality"]
+        assert f"{label} against FP32 DDPM 250: {verb}" in h200["samples judged"].iloc[0]
+    ddpm = h200.loc["DDPM 250"]
+    assert (ddpm["met"] == "yes") == (ddpm["s a volume"] <= ddpm["target (s)"] == 4.0)
+    assert ddpm["kernels alone (s)"] == pytest.approx(250 * ddpm["kernel ms a step"] / 1000)
+    rows = quality_tables.fastest_rows(COMMITTED, t)
+    fast = rows[(rows["gpu_slug"] == "h200") & (rows["sampler"] == "ddpm")]
+    assert ddpm["met from batch"] == fast[fast["s_per_volume_median"] <= 4.0]["batch"].min()
     checked = set(quality_tables.samplers(COMMITTED, "h200")["config"].dropna())
     g = tmp_path / "results" / "h200"
     (g / "quality").mkdir(parents=True)
-    sb = pd.read_csv(COMMITTED / "h200" / "sample_bench.csv")
-    sb[sb["config"].isin(checked)].to_csv(g / "sample_bench.csv", index=False)  # no sampler_numerics.csv here
+    raw = pd.read_csv(COMMITTED / "h200" / "sample_bench.csv")
+    raw[raw["config"].isin(checked)].to_csv(g / "sample_bench.csv", index=False)  # no sampler_numerics.csv here
     (g / "quality" / "samplers.csv").write_text((COMMITTED / "h200" / "quality" / "samplers.csv").read_text())
-    f = quality_facts.quality(tmp_path / "results", ["h200"])
-    assert f["samp_best"] in checked and f["samp_best_quality"].startswith("its samples are compared")
-    sb[~sb["config"].isin(checked)].to_csv(g / "sample_bench.csv", index=False)
-    f = quality_facts.quality(tmp_path / "results", ["h200"])
-    assert f["samp_best"] not in checked and f["samp_best_quality"].startswith("its samples have not been compared")
+    root = tmp_path / "results"
+    t = quality_tables.sampling_targets(root, quality_tables.sample_bench(root, ["h200"]), "h200")
+    assert t["configuration"].iloc[0] in checked and set(t["samples judged"]) == {"against its own DDPM 250"}
+    raw[~raw["config"].isin(checked)].to_csv(g / "sample_bench.csv", index=False)
+    t = quality_tables.sampling_targets(root, quality_tables.sample_bench(root, ["h200"]), "h200")
+    assert t["configuration"].iloc[0] not in checked and set(t["samples judged"]) == {"not judged"}
 
 
 def from_sci(text: str) -> float:

@@ -101,12 +101,12 @@ def test_subpackages_re_export_their_modules_names():
 
 
 def test_the_books_table_readers_import_without_torch():
-    """A chapter that reads the results store's tables (``report.tables``, ``report.quality_facts``) starts
+    """A chapter that reads the results store's tables (``report.tables``, ``report.quality_tables``) starts
     without importing PyTorch (about 1.5 s of each chapter's kernel on a 2-core CPU)."""
     import subprocess
     import sys
 
-    code = ("import sys, medddpm.report.tables, medddpm.report.quality_facts, medddpm.report.plots; "
+    code = ("import sys, medddpm.report.tables, medddpm.report.quality_tables, medddpm.report.plots; "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

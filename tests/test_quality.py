@@ -125,9 +125,10 @@ def test_long_run_and_steady_state_skip_the_first_interval(tmp_path):
     pd.DataFrame({"step": range(1, 11), "loss": [1.0] * 5 + [0.2] * 5}).to_csv(q / "long_log.csv", index=False)
     pd.DataFrame({"step_from": [0, 5, 10], "step_to": [5, 10, 15], "ms_per_step": [900.0, 10.0, 12.0]}).to_csv(
         q / "long_timing.csv", index=False)
-    run = quality_tables.long_run(tmp_path, "g", tail=5)
-    assert run == {"steps": 10, "loss_tail": pytest.approx(0.2), "tail": 5, "ms_per_step": 11.0}
-    assert quality_tables.long_run(tmp_path, "other") is None
+    run = quality_tables.long_run(tmp_path, "g", tail=5).iloc[0]
+    assert run["steps"] == 10 and run["training loss, last 5 steps"] == pytest.approx(0.2) and run["ms a step"] == 11.0
+    assert run["64³ volume, DDIM 50 (s)"] is None  # no 64³ bench-sample row
+    assert quality_tables.long_run(tmp_path, "other").empty and quality_tables.long_run(tmp_path, None).empty
 
 
 def test_sampler_table_measures_samples_against_the_real_image_and_calls_matches():

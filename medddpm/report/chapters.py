@@ -2,11 +2,10 @@
 check every chapter's quoted names against."""
 from __future__ import annotations
 
-from . import anatomy, equivalence, few_step, quality_facts, waiting
+from . import anatomy, equivalence, few_step, waiting
 
 CHAPTERS = {
-    "09_quality": quality_facts.quality, "10_sampling": quality_facts.quality,
-    "11_few_step": few_step.facts, "12_fp8": quality_facts.quality,
+    "11_few_step": few_step.facts,
     "14_anatomy": anatomy.facts, "15_time_to_result": waiting.facts,
     "16_equivalence": equivalence.facts,
 }

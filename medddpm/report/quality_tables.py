@@ -12,6 +12,13 @@ from .tables import ordered, results_csv
 from .wording import roles
 
 FULL_SIZE = "128x128x128"  # the paper's whole-head volume, as bench tables write it
+SAMPLING_TARGETS_S = {"ddim": 1.0, "ddpm": 4.0}  # issue 20: seconds per 128³ volume, batch 1, H200
+SAMPLING_CONFIGS = ("baseline", "opt1", "bf16-graphs", "fast-w16", "fast-w16-p8", "fast-w16-p8-tnorm",
+                    "fast-w16-tnorm-tconv", "fast-w16-tnorm-tconv-fold", "fast-w16-tnorm-tconv-fold-up")  # slow to
+# fast; the fastest of these is chapter 10's "fastest sampler" (the levers measured beside it, each alone, and the FP8
+# ones, judged in chapter 12, are not candidates)
+SAMPLER_QUALITY_CONFIGS = ("bf16-graphs", "fast-w16-tnorm-tconv")  # the denoisers whose samples chapter 10 judged
+# (and chapter 12's Fig. 1 shows)
 
 
 def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, every_eta: bool = False) -> pd.DataFrame:
@@ -128,14 +135,20 @@ def sample_agreement(root: Path, gpu: str) -> pd.DataFrame:
     return sa.groupby("source", sort=False)[["psnr_db", "ssim", "mae", "max_abs", "mae_brain"]].mean()
 
 
-def long_run(root: Path, gpu: str, tail: int = 500) -> dict[str, float] | None:
-    """The long training run of the quality study (``quality/long_log.csv``, ``long_timing.csv``):
-    steps trained, steady ms/step and the mean training loss of the last ``tail`` steps."""
-    log = quality_csv(root, [gpu], "long_log")
+def long_run(root: Path, gpu: str | None, tail: int = 500) -> pd.DataFrame:
+    """The long training run of the quality study (``quality/long_log.csv``, ``long_timing.csv``), one row: steps
+    trained, steady ms a step, the mean training loss of the last ``tail`` steps, and the seconds of one 64³ volume of
+    ``bf16-graphs`` DDIM (``bench-sample``); no row without that run."""
+    cols = ["gpu", "steps", "ms a step", f"training loss, last {tail} steps", "64³ volume, DDIM 50 (s)"]
+    log = quality_csv(root, [gpu], "long_log") if gpu else pd.DataFrame()
     if log.empty:
-        return None
-    return {"steps": int(log["step"].max()), "loss_tail": float(log["loss"].tail(tail).mean()), "tail": tail,
-            "ms_per_step": float(steady_ms(root, [gpu], "quality/long_timing").get(gpu, float("nan")))}
+        return pd.DataFrame(columns=cols)
+    sb = sample_bench(root, [gpu], size="64x64x64")
+    fig1 = sb[(sb["config"] == "bf16-graphs") & (sb["sampler"] == "ddim")] if not sb.empty else sb
+    return pd.DataFrame([[gpu, int(log["step"].max()),
+                          float(steady_ms(root, [gpu], "quality/long_timing").get(gpu, float("nan"))),
+                          float(log["loss"].tail(tail).mean()),
+                          float(fig1["s_per_volume_median"].iloc[-1]) if len(fig1) else None]], columns=cols)
 
 
 def heldout_curve(root: Path, gpu: str, name: str = "converge_heldout") -> pd.DataFrame:
@@ -346,3 +359,62 @@ def fp8_state(sb: pd.DataFrame) -> pd.DataFrame:
                          "FP8 (s)": fp8.min(), "FP8 configuration": fp8.idxmin(), "× bf16": bf16.min() / fp8.min()})
     return pd.DataFrame(rows, columns=["gpu_slug", "bf16 (s)", "bf16 configuration", "FP8 (s)", "FP8 configuration",
                                        "× bf16"])
+
+
+def _judged(root: Path, q: str | None, config: str) -> str:
+    """How ``config``'s samples were judged on the quality GPU ``q``: against the FP32 model's DDPM 250
+    (``sampler_numerics``: matches or not, per chain), against its own DDPM 250 (``samplers``), or "not judged"."""
+    num = sampler_numerics(root, q) if q else pd.DataFrame()
+    summ = sampler_summary(num) if not num.empty else pd.DataFrame()
+    mine = summ[summ["config"] == config] if not summ.empty else summ
+    if len(mine):
+        return "; ".join(f"{f'DDPM {r.steps}' if r.sampler == 'ddpm' else f'DDIM {r.steps} (η = {r.eta:g})'} against "
+                         f"FP32 DDPM 250: {'matches' if r.matches_ddpm250 == 'yes' else 'does not match'}"
+                         for r in mine.itertuples())
+    sq = samplers(root, q) if q else pd.DataFrame()
+    return "against its own DDPM 250" if not sq.empty and config in set(sq["config"].dropna()) else "not judged"
+
+
+def sampling_targets(root: Path, sb: pd.DataFrame, q: str | None) -> pd.DataFrame:
+    """Chapter 10's targets: per GPU of ``sample_bench``'s batch-1 rows, its fastest sampler (the fastest of
+    ``SAMPLING_CONFIGS`` with DDIM 50) against each sampler's target (``SAMPLING_TARGETS_S``), at batch 1 and as
+    throughput (the smallest batch whose seconds a volume meet it); for DDPM 250 also a step's kernel time
+    (``denoise_categories``) and what the chain would take with no time between kernels; and how its samples were
+    judged on the quality GPU ``q`` (``_judged``)."""
+    cols = ["gpu_slug", "sampler", "configuration", "s a volume", "× opt1", "target (s)", "met", "met from batch",
+            "ms a step", "kernel ms a step", "kernels alone (s)", "samples judged"]
+    rows = []
+    one = sb[sb["batch"] == 1] if not sb.empty else sb
+    for g, mine in one.groupby("gpu_slug", sort=False) if len(one) else []:
+        ddim = mine[(mine["sampler"] == "ddim") & mine["config"].isin(SAMPLING_CONFIGS)]
+        if not len(ddim):
+            continue
+        best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"]
+        dk = denoise_categories(root, [g])
+        kernel = float(dk[best].sum()) if not dk.empty and best in dk.columns else float("nan")
+        for smp, target in SAMPLING_TARGETS_S.items():
+            by = mine[mine["sampler"] == smp].set_index("config")["s_per_volume_median"]
+            if best not in by:
+                continue
+            steps = int(mine.loc[(mine["sampler"] == smp) & (mine["config"] == best), "steps"].iloc[0])
+            batches = sb[(sb["gpu_slug"] == g) & (sb["config"] == best) & (sb["sampler"] == smp)].sort_values("batch")
+            meets = batches[batches["s_per_volume_median"] <= target]["batch"]
+            rows.append({"gpu_slug": g, "sampler": f"{smp.upper()} {steps}", "configuration": best,
+                         "s a volume": by[best], "× opt1": by.get("opt1", float("nan")) / by[best],
+                         "target (s)": target, "met": "yes" if by[best] <= target else "no",
+                         "met from batch": int(meets.iloc[0]) if len(meets) else None,
+                         "ms a step": 1000 * by[best] / steps,
+                         "kernel ms a step": kernel if smp == "ddpm" else float("nan"),
+                         "kernels alone (s)": steps * kernel / 1000 if smp == "ddpm" else float("nan"),
+                         "samples judged": _judged(root, q, best)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def fastest_rows(root: Path, targets: pd.DataFrame) -> pd.DataFrame:
+    """Every ``sample_bench`` row (each η, each batch) of the fastest sampler of ``sampling_targets``, per GPU."""
+    pairs = targets[["gpu_slug", "configuration"]].drop_duplicates() if not targets.empty else targets
+    every = sample_bench(root, list(pairs["gpu_slug"]), every_eta=True) if len(pairs) else pd.DataFrame()
+    if every.empty:
+        return every
+    mine = every.merge(pairs.rename(columns={"configuration": "config"}), on=["gpu_slug", "config"])
+    return mine[["gpu_slug", "config", "sampler", "steps", "eta", "batch", "s_per_volume_median"]]
