@@ -77,3 +77,19 @@ def test_a_hybrid_state_round_trips_and_refuses_another_optimizers():
     assert a.keys() == b.keys() and all(torch.equal(a[k]["momentum"], b[k]["momentum"]) for k in a)
     with pytest.raises(ValueError, match="optimizer state"):
         twin.load_state_dict(make_optimizer(model, 1e-3, run_config("baseline"), CPU).state_dict())
+
+
+def test_orthogonalize_is_the_textbook_newton_schulz_iteration():
+    """The batched, folded iteration against X ← aX + (b·XXᵀ + c·(XXᵀ)²)·X written out, matrix by matrix."""
+    from medddpm.run.optim import NS_COEFFICIENTS
+
+    torch.manual_seed(1)
+    m = torch.randn(4, 12, 40)
+    a, b, c = NS_COEFFICIENTS
+    for k in range(4):
+        x = m[k] / (m[k].norm() + 1e-7)
+        for _ in range(5):
+            s = x @ x.T
+            x = a * x + (b * s + c * s @ s) @ x
+        torch.testing.assert_close(orthogonalize(m)[k], x, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(orthogonalize(m.mT)[k], x.T, atol=1e-5, rtol=1e-4)

@@ -21,23 +21,35 @@ RMS_SCALE = 0.2  # an orthogonal A×B update × 0.2·sqrt(max(A, B)) has about A
 
 def orthogonalize(m: Tensor, steps: int = NS_STEPS) -> Tensor:
     """≈ U Vᵀ of every matrix M = U S Vᵀ of a batch (…, A, B): the quintic Newton–Schulz iteration
-    X ← aX + (b·XXᵀ + c·(XXᵀ)²)·X from X = M / ‖M‖_F, on the wide side, in bf16 on a GPU (float32 elsewhere)."""
+    X ← aX + (b·XXᵀ + c·(XXᵀ)²)·X from X = M / ‖M‖_F, on the wide side, in bf16 on a GPU (else float32).
+    Three batched matrix products a step, the sums folded into them (``baddbmm``): few launches."""
     a, b, c = NS_COEFFICIENTS
     x = m.to(torch.bfloat16 if m.is_cuda else torch.float32)
     tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT
     x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    flat = x.reshape(-1, *x.shape[-2:])
     for _ in range(steps):
-        s = x @ x.mT
-        x = a * x + (b * s + c * (s @ s)) @ x
-    return (x.mT if tall else x).to(m.dtype)
+        s = torch.bmm(flat, flat.mT)
+        flat = torch.baddbmm(flat, torch.baddbmm(s, s, s, beta=b, alpha=c), flat, beta=a)
+    x = flat.view(x.shape)
+    return x.mT if tall else x
+
+
+def _matrix(t: Tensor) -> Tensor:
+    """``t`` (out, in, k…) as an out × in·k… matrix, a view in its own memory order: a channels-last kernel's columns
+    come (k…, in), which changes no U Vᵀ but their order, and needs no copy."""
+    if t.ndim == 5 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last_3d):
+        t = t.permute(0, 2, 3, 4, 1)
+    return t.reshape(t.shape[0], -1)
 
 
 class Muon(torch.optim.Optimizer):
     """Nesterov momentum whose update is orthogonalized matrix by matrix (a convolution's kernel as
-    out × in·k³) and scaled to Adam's RMS (``RMS_SCALE``). Parameters of one shape share one batched
-    Newton–Schulz. No host sync, and the rate may be a device tensor: a CUDA graph can capture it."""
+    out × in·k³) and scaled to Adam's RMS (``RMS_SCALE``). The momentum runs over every parameter at
+    once (``_foreach``), and the matrices of one shape share one batched Newton–Schulz. No host sync,
+    and the rate may be a device tensor: a CUDA graph can capture it."""
 
     def __init__(self, params, lr: float | Tensor, momentum: float = MUON_MOMENTUM) -> None:
         super().__init__(params, {"lr": lr, "momentum": momentum})
@@ -45,25 +57,21 @@ class Muon(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None) -> None:
         for group in self.param_groups:
-            by_shape: dict[torch.Size, list[nn.Parameter]] = defaultdict(list)
-            for p in group["params"]:
-                if p.grad is not None:
-                    by_shape[p.shape].append(p)
-            mu = group["momentum"]
-            for shape, ps in by_shape.items():
-                grads = [p.grad for p in ps]
-                for p in ps:
-                    if "momentum" not in self.state[p]:
-                        self.state[p]["momentum"] = torch.zeros_like(p)
-                bufs = [self.state[p]["momentum"] for p in ps]
-                torch._foreach_mul_(bufs, mu)
-                torch._foreach_add_(bufs, grads)
-                ahead = torch._foreach_add(grads, bufs, alpha=mu)  # Nesterov: g + μ·B
-                rows, cols = shape[0], math.prod(shape[1:])
-                updates = orthogonalize(torch.stack([u.reshape(rows, cols) for u in ahead]))
-                rate = group["lr"] * (RMS_SCALE * math.sqrt(max(rows, cols)))
-                for p, u in zip(ps, updates):
-                    p.sub_(u.view(shape) * rate)
+            ps = [p for p in group["params"] if p.grad is not None]
+            for p in ps:
+                if "momentum" not in self.state[p]:
+                    self.state[p]["momentum"] = torch.zeros_like(p)
+            grads, bufs, mu = [p.grad for p in ps], [self.state[p]["momentum"] for p in ps], group["momentum"]
+            torch._foreach_mul_(bufs, mu)
+            torch._foreach_add_(bufs, grads)
+            ahead = torch._foreach_add(grads, bufs, alpha=mu)  # Nesterov: g + μ·B
+            by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
+            for i, u in enumerate(ahead):
+                by_shape[tuple(_matrix(u).shape)].append(i)
+            for (rows, cols), idx in by_shape.items():
+                updates = orthogonalize(torch.stack([_matrix(ahead[i]) for i in idx]))
+                updates = updates * (group["lr"] * (RMS_SCALE * math.sqrt(max(rows, cols))))
+                torch._foreach_sub_([_matrix(ps[i]) for i in idx], list(updates.unbind(0)))
 
 
 class Hybrid:
