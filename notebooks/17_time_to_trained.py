@@ -172,8 +172,9 @@ else:
 # fewer steps than any Adam arm. Past that point, a long schedule fits the training subjects: the loss of its
 # 12,000- and 8,000-step arms climbs back up. The two shorter schedules, which end where the loss bottoms out, were
 # added after reading the first five arms (the manifest says so). Each Muon step costs more than Adam's (the
-# timing lines in each arm's `stdout.txt`), because the Newton–Schulz iterations of every weight shape run as
-# separate small kernels in the step. So Muon wins on steps and loses part of that win to the clock.
+# timing lines in each arm's `stdout.txt`), because the Newton–Schulz iterations of every weight shape ran as
+# separate small kernels in the step. So Muon wins on steps and loses part of that win to the clock. Since these runs,
+# `train`'s Muon launches fewer kernels a step (`scripts/probes/muon_launches.py` counts them); not yet timed.
 #
 # Neither the curriculum nor Muon is `train`'s default: no checkpoint of either has yet been judged by
 # {doc}`14_anatomy`'s measures and the sampler gate, and the held-out loss alone does not say that samples keep their
