@@ -179,19 +179,6 @@ def test_the_fastest_sampler_says_whether_its_samples_were_checked(tmp_path):
     assert t["configuration"].iloc[0] not in checked and set(t["samples judged"]) == {"not judged"}
 
 
-def from_sci(text: str) -> float:
-    """'+8.5 × 10⁻⁴' (wording.sci_fact) back to a float."""
-    mantissa, exponent = text.replace("−", "-").split(" × 10")
-    return float(mantissa) * 10 ** int(exponent.translate(str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")))
-
-
-def test_small_numbers_are_written_for_readers():
-    assert wording.sci_fact(8.5e-4, "x", signed=True) == "+8.5 × 10⁻⁴"
-    assert wording.sci_fact(-1.9e-4, "x", signed=True) == "−1.9 × 10⁻⁴"
-    assert from_sci(wording.sci_fact(-4.8e-6, "x", signed=True)) == pytest.approx(-4.8e-6)
-    assert wording.sci_fact(float("nan"), "bias").startswith("—")
-
-
 def test_stretch_tables_compare_the_same_gpus_rows_and_judge_parity_against_the_band(tmp_path):
     """Issue 40's levers: the step times of fast and its lever rungs from one GPU's bench rows, the
     fastest rung against that GPU's target, the knobs each adds, and each parity seed against the

@@ -1,11 +1,9 @@
-"""How a fact reads (``facts`` and the chapters' own fact modules): missing data, numbers for
+"""How a fact reads (the chapters' fact modules, ``chapters.CHAPTERS``): missing data, numbers for
 readers, and which GPU plays which role in a chapter."""
 from __future__ import annotations
 
 import math
 from typing import Any, Iterable
-
-from .present import sci
 
 PREFERRED = ("h200", "h100-80gb-hbm3")  # the committed GPUs, reference first
 
@@ -20,14 +18,6 @@ def number(value: Any, spec: str, what: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return missing(what)
     return format(value, spec)
-
-
-def sci_fact(value: Any, what: str, signed: bool = False) -> str:
-    """A small number for readers ('+8.5 × 10⁻⁴'), or ``missing(what)``."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return missing(what)
-    text = sci(abs(value) if signed else value, 2)
-    return (("+" if value >= 0 else "−") + text) if signed else text
 
 
 def pct(value: Any, what: str, digits: int = 0) -> str:
