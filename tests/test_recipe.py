@@ -95,16 +95,19 @@ def test_runs_are_found_by_their_manifests_newest_first_and_superseded_ones_left
     from medddpm.report import manifests, recipe
 
     root = _store(tmp_path, [("h200", "a", {"date": "2026-11-01"}), ("h200", "b", {"date": "2026-11-02"}),
-                             ("h200", "c", {"date": "2026-11-03", "supersedes": "b"}), ("h100", "d", {"date": "2026-12-01"})])
+                             ("h200", "c", {"date": "2026-11-03", "supersedes": "b", "arms": {"arm": {
+                                 "flags": "--lr 1", "recipe_default": "paper", "after_reading": True}}}),
+                             ("h100", "d", {"date": "2026-12-01"})])
     assert [r[1].name for r in manifests.runs(root, "recipe-ab", ["h200"])] == ["c", "a"]
     assert recipe.newest(root, ["h100"])[1].name == "d" and recipe.newest(root, ["l40s"]) is None
     gpu, run, m = recipe.newest(root, ["h200"])
     rec = recipe.records(recipe.curves(run, m), m["target"]["heldout"])
     assert rec.loc[0, "step at target"] == 20 and rec.loc[0, "clock at target (s)"] == 4.0
-    assert rec.loc[0, "wall at target (s)"] == 5.5 and rec.loc[0, "final loss"] == 0.15 and rec.loc[0, "declared"]
+    assert rec.loc[0, "wall at target (s)"] == 5.5 and rec.loc[0, "final loss"] == 0.15 and not rec.loc[0, "declared"]
     assert math.isnan(recipe.records(recipe.curves(run, m), 0.1).loc[0, "step at target"])  # never reached
     table = recipe.record_table(root, ["h200"], 0.2)  # the runs in date order, each run's fastest arm
     assert list(table["run"]) == ["h200/recipe/a", "h200/recipe/c"] and list(table["steps to target"]) == [20, 20]
+    assert list(table["change"].str.contains("after reading")) == [False, True]  # c's arm was added after reading
     (run / "run.json").write_text(json.dumps({"kind": "recipe-ab"}))
     with pytest.raises(ValueError, match="lacks date, gpu"):
         manifests.runs(root, "recipe-ab")

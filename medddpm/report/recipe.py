@@ -125,7 +125,8 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
     for gpu, run, m in reversed(ab_runs(root, gpus)):
         best = fastest(run, m)
         if best is not None:
-            rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']}",
+            after = "" if best["declared"] else " (an arm added after reading the declared ones)"
+            rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']}{after}",
                          "steps to target": int(best["step at target"]), "wall to target (s)": best["wall at target (s)"],
                          "GPUs": gpu_label(gpu), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     return pd.DataFrame(rows, columns=["date", "change", "steps to target", "wall to target (s)", "GPUs", "run"])
