@@ -48,7 +48,7 @@ else:
 # channels-last against FP32, both against TF32 alone, PyTorch's own defaults against FP32), median step times; above
 # 1, the change is faster. Every row of the paper's configurations:
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "full-width"]
 if not B.empty:
     display(table(B[["gpu_slug", "config", "step_ms_median", "step_ms_min", "step_ms_max", "fwd_ms_median",
                      "peak_mem_gib", "speedup_vs_baseline"]]))
@@ -122,7 +122,7 @@ else:
 #
 # The paper's Fig. 1 shows Med-DDPM's other model: four MRI modalities (T1, T1ce, T2, FLAIR)
 # generated under a tumour mask of necrotic core, oedema, enhancing tumour and healthy brain, on
-# BraTS's 192 × 192 × 144 window with two residual blocks a level (the table's `TFLOP a step` against the
+# BraTS's 192 × 192 × 144 window with two residual blocks a level (the table's `TFLOP` a step against the
 # whole-head model's). `medddpm train --data ROOT --model brats` reads a BraTS folder as
 # it is distributed (one file per modality, BraTS 2021 or 2023 labels, or the reference repository's
 # preprocessed files) and preprocesses it as the reference does; `medddpm sample --masks ROOT`
@@ -134,14 +134,14 @@ BR = workloads.side_by_side(root, G)
 if BR.empty:
     print(plots.no_data_text("BraTS bench rows", "brats"))
 else:
-    display(table(workloads.page_view(BR), {"ms_per_step": 1, "speedup_vs_baseline": 1, "TFLOP a step": 1, "tflops": 0,
-                                            "peak_gib": 1}))
+    display(table(workloads.page_view(BR), {"ms": 1, "× FP32": 1, "TFLOP": 1, "TFLOP/s": 0, "GiB": 1}))
 SB = workloads.sampling(root, G)
 if not SB.empty:
-    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median"]], 2))
+    display(table(SB[["gpu_slug", "config", "sampler", "steps", "batch", "s_per_volume_median"]]
+                  .rename(columns={"s_per_volume_median": "s a subject"}), 2))
 
 # %% [markdown]
-# The `speedup_vs_baseline` and `tflops` columns put `fast` on BraTS beside `fast` on the whole-head model: every
+# The `× FP32` and `TFLOP/s` columns put `fast` on BraTS beside `fast` on the whole-head model: every
 # lever of the fast path applies to the BraTS preset as it stands — its four output channels and eight input channels
 # go through the thin convolutions, its only attention is the middle block's, and 192 × 192 × 144 halves cleanly four
 # times. The second table gives the seconds to sample one BraTS subject, all four modalities.

@@ -55,7 +55,9 @@ def side_by_side(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 def page_view(t: pd.DataFrame) -> pd.DataFrame:
     """``side_by_side`` as chapter 05 shows it: the workload names its size, short headers."""
-    return t.drop(columns=["size", "model"]).rename(columns={"step_ms_median": "ms_per_step", "peak_mem_gib": "peak_gib"})
+    return t.drop(columns=["size", "model"]).rename(columns={
+        "step_ms_median": "ms", "speedup_vs_baseline": "× FP32", "TFLOP a step": "TFLOP", "tflops": "TFLOP/s",
+        "peak_mem_gib": "GiB"})
 
 
 def sampling(root: Path, gpus: list[str]) -> pd.DataFrame:
