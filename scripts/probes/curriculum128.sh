@@ -3,6 +3,9 @@
 # from `medddpm train` start to its checkpoint (warm compile cache), evaluated every EVAL steps.
 #   arm patch : the default recipe, its first PATCH_STEPS steps on random 64³ cubes, then whole volumes, STEPS_A in all
 #   arm short : the default recipe alone with STEPS_B steps (its cosine ends as early): what the short budget gives
+#   arm muon  : the default recipe with --optimizer muon and STEPS_M steps (at 64³ Muon reached the target in about
+#               half of Adam's steps, then fitted the training subjects; declared next at 128³, seed 15 as v-s15:
+#               ARMS=muon AB64=0 STEPS_M=5000 curriculum128.sh load|start|wait|collect)
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
@@ -10,7 +13,8 @@
 #   curriculum128.sh collect                                     — $OUT/curriculum.tgz: every table, log and timing
 set -uo pipefail
 source "$(dirname "$0")/device_ixi128.sh"
-PATCH_STEPS=${PATCH_STEPS:-6000}; STEPS_A=${STEPS_A:-8500}; STEPS_B=${STEPS_B:-4000}; EVAL=${EVAL:-750}
+PATCH_STEPS=${PATCH_STEPS:-6000}; STEPS_A=${STEPS_A:-8500}; STEPS_B=${STEPS_B:-4000}; STEPS_M=${STEPS_M:-5000}
+EVAL=${EVAL:-750}
 ARMS=${ARMS:-patch short}
 # then, with AB64=1, the 64³ A/B on one GPU an arm (recipe_ab.sh, its cache filled beside the 128³ fill), IXI 64³ from
 # .carry/d64a (call 1) and .carry/d64b (call 2): Adam's betas and a 32³ patch curriculum against the default's runs
@@ -43,6 +47,8 @@ pipeline() {
                --log-every 250 --save-every 100000 --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
       short) $TRAIN --steps $STEPS_B --time-limit 420 --eval-every $EVAL --log-every 250 --save-every 100000 \
                --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
+      muon) $TRAIN --steps $STEPS_M --optimizer muon --time-limit 420 --eval-every $EVAL --log-every 250 \
+               --save-every 100000 --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
     esac
     stamp "$arm-rc$?"
   done
