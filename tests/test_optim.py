@@ -37,12 +37,13 @@ def test_muon_step_is_nesterov_momentum_orthogonalized_at_adams_rms():
         step = orthogonalize((g + MUON_MOMENTUM * buf).reshape(rows, cols)).view_as(w0)
         expected -= lr * RMS_SCALE * math.sqrt(max(rows, cols)) * step
     for layout in (torch.contiguous_format, torch.channels_last_3d):
-        p = torch.nn.Parameter(w0.clone().to(memory_format=layout))
-        opt = Muon([p], lr)
-        for g in (g1, g2):
-            p.grad = g.clone().to(memory_format=layout)
-            opt.step()
-        torch.testing.assert_close(p.detach(), expected)
+        for grad_layout in (torch.contiguous_format, torch.channels_last_3d):  # a gradient in another layout too
+            p = torch.nn.Parameter(w0.clone().to(memory_format=layout))
+            opt = Muon([p], lr)
+            for g in (g1, g2):
+                p.grad = g.clone().to(memory_format=grad_layout)
+                opt.step()
+            torch.testing.assert_close(p.detach(), expected)
     # the update's RMS is Adam's order (≈ lr·0.2·sqrt(max)/sqrt(min)·…), not the gradient's
     assert (expected - w0).pow(2).mean().sqrt() < 10 * lr
 

@@ -65,6 +65,8 @@ class Muon(torch.optim.Optimizer):
             torch._foreach_mul_(bufs, mu)
             torch._foreach_add_(bufs, grads)
             ahead = torch._foreach_add(grads, bufs, alpha=mu)  # Nesterov: g + μ·B
+            # each in its parameter's layout, so that a matrix and its parameter's view list the same columns
+            ahead = [u if u.stride() == p.stride() else torch.empty_like(p).copy_(u) for u, p in zip(ahead, ps)]
             by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
             for i, u in enumerate(ahead):
                 by_shape[tuple(_matrix(u).shape)].append(i)
