@@ -45,6 +45,11 @@ def _matrix(t: Tensor) -> Tensor:
     return t.reshape(t.shape[0], -1)
 
 
+def _same_layout(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` (one shape) lay their elements out alike (the strides of size-1 dimensions aside)."""
+    return all(x == y for x, y, n in zip(a.stride(), b.stride(), a.shape) if n > 1)
+
+
 class Muon(torch.optim.Optimizer):
     """Nesterov momentum whose update is orthogonalized matrix by matrix (a convolution's kernel as
     out × in·k³) and scaled to Adam's RMS (``RMS_SCALE``). The momentum runs over every parameter at
@@ -66,7 +71,7 @@ class Muon(torch.optim.Optimizer):
             torch._foreach_add_(bufs, grads)
             ahead = torch._foreach_add(grads, bufs, alpha=mu)  # Nesterov: g + μ·B
             # each in its parameter's layout, so that a matrix and its parameter's view list the same columns
-            ahead = [u if u.stride() == p.stride() else torch.empty_like(p).copy_(u) for u, p in zip(ahead, ps)]
+            ahead = [u if _same_layout(u, p) else torch.empty_like(p).copy_(u) for u, p in zip(ahead, ps)]
             by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
             for i, u in enumerate(ahead):
                 by_shape[tuple(_matrix(u).shape)].append(i)
