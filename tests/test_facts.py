@@ -12,10 +12,10 @@ from medddpm.report.present import register_gpus
 GPUS = ["h100-80gb-hbm3", "h200"]
 
 
-@pytest.mark.parametrize("store", ["committed", *STORES])
+@pytest.mark.parametrize("store", list(STORES))  # the committed store: the book's own build (-W fails on an unglued name)
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
-    root = COMMITTED if store == "committed" else STORES[store](tmp_path / "results")
+    root = STORES[store](tmp_path / "results")
     gpus = tables.select_gpus(root, None)
     f = CHAPTERS[chapter](root, gpus)
     assert referenced(REPO / "notebooks" / f"{chapter}.py") <= set(f)
