@@ -37,17 +37,20 @@ def orthogonalize(m: Tensor, steps: int = NS_STEPS) -> Tensor:
     return x.mT if tall else x
 
 
-def _matrix(t: Tensor) -> Tensor:
-    """``t`` (out, in, k…) as an out × in·k… matrix, a view in its own memory order: a channels-last kernel's columns
-    come (k…, in), which changes no U Vᵀ but their order, and needs no copy."""
-    if t.ndim == 5 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last_3d):
-        t = t.permute(0, 2, 3, 4, 1)
+def _order(p: Tensor) -> tuple[int, ...] | None:
+    """The dimension order in which parameter ``p`` lies in memory, where that is not its own: a channels-last
+    kernel's (out, k…, in); None for a contiguous one."""
+    if p.ndim == 5 and not p.is_contiguous() and p.is_contiguous(memory_format=torch.channels_last_3d):
+        return (0, 2, 3, 4, 1)
+    return None
+
+
+def _matrix(t: Tensor, order: tuple[int, ...] | None) -> Tensor:
+    """``t`` (out, in, k…) as an out × in·k… matrix with its columns in ``order`` (``_order`` of its parameter): a
+    view of the parameter itself, and of a tensor laid out like it; a copy of one laid out otherwise. The column order
+    changes no U Vᵀ but the order of its columns."""
+    t = t.permute(order) if order else t
     return t.reshape(t.shape[0], -1)
-
-
-def _same_layout(a: Tensor, b: Tensor) -> bool:
-    """Whether ``a`` and ``b`` (one shape) lay their elements out alike (the strides of size-1 dimensions aside)."""
-    return all(x == y for x, y, n in zip(a.stride(), b.stride(), a.shape) if n > 1)
 
 
 class Muon(torch.optim.Optimizer):
@@ -70,15 +73,15 @@ class Muon(torch.optim.Optimizer):
             torch._foreach_mul_(bufs, mu)
             torch._foreach_add_(bufs, grads)
             ahead = torch._foreach_add(grads, bufs, alpha=mu)  # Nesterov: g + μ·B
-            # each in its parameter's layout, so that a matrix and its parameter's view list the same columns
-            ahead = [u if _same_layout(u, p) else torch.empty_like(p).copy_(u) for u, p in zip(ahead, ps)]
+            orders = [_order(p) for p in ps]  # each update's columns in its parameter's memory order
+            mats = [_matrix(u, o) for u, o in zip(ahead, orders)]
             by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
-            for i, u in enumerate(ahead):
-                by_shape[tuple(_matrix(u).shape)].append(i)
+            for i, m in enumerate(mats):
+                by_shape[tuple(m.shape)].append(i)
             for (rows, cols), idx in by_shape.items():
-                updates = orthogonalize(torch.stack([_matrix(ahead[i]) for i in idx]))
+                updates = orthogonalize(torch.stack([mats[i] for i in idx]))
                 updates = updates * (group["lr"] * (RMS_SCALE * math.sqrt(max(rows, cols))))
-                torch._foreach_sub_([_matrix(ps[i]) for i in idx], list(updates.unbind(0)))
+                torch._foreach_sub_([_matrix(ps[i], orders[i]) for i in idx], list(updates.unbind(0)))
 
 
 class Hybrid:
