@@ -256,6 +256,10 @@ STEP_TARGET_MS = 50.0  # a fast training step at 128³ on the reference GPU (cha
 COMPASS_MS = 40.0  # the compass goal for `fast`'s training step at 128³ on an H200 (the brief's), beside the 50 ms target
 
 
+STATE_COLUMNS = ["gpu_slug", "fast step (ms)", "target (ms)", "met", "goal (ms)", "× FP32 baseline",
+                 "× OPT1 (the paper's best)", "TFLOP/s", "of the bf16 peak", "FLOP floor (ms)"]
+
+
 def state(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Where the training step stands: per GPU of the store with bench rows, today's `fast` step at 128³ (median of
     its newest bench row) against the 50 ms target and the 40 ms goal, its speed-ups over the FP32 baseline and
@@ -274,10 +278,6 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
                      "× OPT1 (the paper's best)": d.loc["opt1", "step_ms_median"] / fast if "opt1" in d.index else None,
                      "TFLOP/s": d.loc["fast", "tflops"], "of the bf16 peak": peak, "FLOP floor (ms)": fast * peak})
     return pd.DataFrame(rows, columns=STATE_COLUMNS)
-
-
-STATE_COLUMNS = ["gpu_slug", "fast step (ms)", "target (ms)", "met", "goal (ms)", "× FP32 baseline",
-                 "× OPT1 (the paper's best)", "TFLOP/s", "of the bf16 peak", "FLOP floor (ms)"]
 
 
 def kernel_split(root: Path, gpus: list[str], configs: list[str]) -> pd.DataFrame:

@@ -165,8 +165,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         if best.name != p["name"] and best["wall at target (min)"] < mine["wall at target (min)"]:
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
-                       f"(one seed{'' if best['declared'] else ', an arm added after reading the declared ones'}; its "
-                       f"samples not yet judged) — {ch('17', '17_time_to_trained')}.")
+                       f"({recipe.provenance(best)}; its samples not yet judged) — {ch('17', '17_time_to_trained')}.")
     found = recipe.record_64(root, gpus)
     if found is None:
         return out
@@ -182,8 +181,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                     f"{int(seeds['step at target'].notna().sum())} of {len(seeds)} runs" if len(seeds) else "")
     return out + [f"- Time to a trained model at 64³ on IXI (held-out loss ≤ {target:g}, one {gpu_name(gpu).split()[0]}): "
             f"{best['wall at target (s)']:.0f} s from the command's start less the evaluations, {int(best['step at target']):,} "
-            f"steps of `{best['flags']}` (one seed{'' if best['declared'] else ', an arm added after reading the declared ones'})"
-            f"{default_part}{paper_part} — {ch('17', '17_time_to_trained')}."]
+            f"steps of `{best['flags']}` ({recipe.provenance(best)}){default_part}{paper_part} — {ch('17', '17_time_to_trained')}."]
 
 
 if __name__ == "__main__":

@@ -392,6 +392,7 @@ def sampling_targets(root: Path, sb: pd.DataFrame, q: str | None) -> pd.DataFram
         best = ddim.loc[ddim["s_per_volume_median"].idxmin(), "config"]
         dk = denoise_categories(root, [g])
         kernel = float(dk[best].sum()) if not dk.empty and best in dk.columns else float("nan")
+        judged = _judged(root, q, best)
         for smp, target in SAMPLING_TARGETS_S.items():
             by = mine[mine["sampler"] == smp].set_index("config")["s_per_volume_median"]
             if best not in by:
@@ -406,7 +407,7 @@ def sampling_targets(root: Path, sb: pd.DataFrame, q: str | None) -> pd.DataFram
                          "ms a step": 1000 * by[best] / steps,
                          "kernel ms a step": kernel if smp == "ddpm" else float("nan"),
                          "kernels alone (s)": steps * kernel / 1000 if smp == "ddpm" else float("nan"),
-                         "samples judged": _judged(root, q, best)})
+                         "samples judged": judged})
     return pd.DataFrame(rows, columns=cols)
 
 

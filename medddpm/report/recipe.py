@@ -14,6 +14,12 @@ from .present import gpu_name
 KIND = "recipe-ab"
 
 
+def provenance(row: pd.Series) -> str:
+    """"one seed", and whether the arm of a ``records`` or ``big_records`` row was added after reading the declared
+    ones (its manifest's ``after_reading``): how a record is quoted."""
+    return "one seed" + ("" if row["declared"] else ", an arm added after reading the declared ones")
+
+
 def _decimal(flags: str) -> str:
     """An arm's flags with their rates in decimals (``--lr 2e-4`` → ``--lr 0.0002``: the same option, as prose reads)."""
     return re.sub(r"(?<![\w.-])(\d+(?:\.\d+)?e-\d+)(?![\w.-])",
@@ -125,8 +131,7 @@ def record_table(root: str | Path, gpus: list[str], target: float) -> pd.DataFra
     for gpu, run, m in reversed(ab_runs(root, gpus)):
         best = fastest(run, m)
         if best is not None:
-            after = "" if best["declared"] else " (an arm added after reading the declared ones)"
-            rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']}{after}",
+            rows.append({"date": m["date"], "change": f"{best['arm']}: {best['flags']} ({provenance(best)})",
                          "steps to target": int(best["step at target"]), "wall to target (s)": best["wall at target (s)"],
                          "GPUs": gpu_label(gpu), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     return pd.DataFrame(rows, columns=["date", "change", "steps to target", "wall to target (s)", "GPUs", "run"])
