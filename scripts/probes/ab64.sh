@@ -9,13 +9,18 @@
 #           at the same rate and schedule) at the default rate, 2.5× and 5× it, a shorter schedule, and Adam beside
 #           them on the same GPU. Declared before any ran; seed 0 throughout, the default recipe's earlier seed-0 runs
 #           (b1-12k, cosine-12k) the baseline.
+#   muon2 — a second look at Muon, declared before it ran: the 6,000-step schedule (the record of set muon, added there
+#           after reading) on seeds 1 and 2, and train's default (Adam, 12,000 steps) on seed 1 beside it; then every
+#           arm's best.pt sampled by DDPM 250 under fast on the 16 val masks × seeds 0–2 and measured against the template
+#           (scripts/anatomy.py, as chapter 14's runs); then the 128³ fast step, Adam and Muon, 300 steps each on 4
+#           synthetic volumes (demo-data), to time Muon's step after its launch cut.
 # Run on the device machine from the repository root, with .carry/whl (nibabel) and .carry/d64 (IXI 64³, uint8):
 #   ab64.sh SET start S   — the data copied, the pipeline started in its own session (setsid); waits S s
 #   ab64.sh SET wait S    — waits up to S s for it to finish, prints where it is
 #   ab64.sh SET collect   — $OUT/ab.tgz: every arm's heldout.csv, log.csv, timing.csv and output, finished or not
 set -uo pipefail
 W=/tmp/w64; R=$W/repo; A=$W/ab; O=$A/out  # recipe_ab.sh's work folder and its $OUT
-SET=${1:?usage: ab64.sh batch|muon start S|wait S|collect|pipeline}; shift
+SET=${1:?usage: ab64.sh batch|muon|muon2 start S|wait S|collect|pipeline}; shift
 case $SET in
   batch) FILLS="|--batch 2|--batch 4"
     ARMS=("b2-6k --batch 2 --steps 6000 --lr 2.8e-4 --eval-every 500"
@@ -29,8 +34,31 @@ case $SET in
           "mu-8k --optimizer muon --steps 8000"
           "mu1e-3-12k --optimizer muon --lr 1e-3 --steps 12000"
           "adam-12k --steps 12000") ;;
-  *) echo "unknown set $SET: batch or muon" >&2; exit 2 ;;
+  muon2) FILLS=""
+    ARMS=("mu-6k-s1 --optimizer muon --steps 6000 --seed 1"
+          "mu-6k-s2 --optimizer muon --steps 6000 --seed 2"
+          "adam-12k-s1 --steps 12000 --seed 1") ;;
+  *) echo "unknown set $SET: batch, muon or muon2" >&2; exit 2 ;;
 esac
+
+after_muon2() {  # every arm's samples judged, then the 128³ step of each optimizer timed (set muon2)
+  export PYTHONPATH=$PWD:/tmp/site PYTHONPYCACHEPREFIX=/tmp/w/pycache MEDDDPM_CACHE=$A/cache \
+    TORCHINDUCTOR_CACHE_DIR=$A/cache/inductor TRITON_CACHE_DIR=$A/cache/triton; unset PYTHONDONTWRITEBYTECODE
+  mkdir -p $O/anatomy $O/step128
+  for arm in "${ARMS[@]}"; do n=${arm%% *}
+    CUDA_VISIBLE_DEVICES=0 timeout 400 python3 scripts/anatomy.py --data /tmp/d64 --split val --checkpoint $A/$n/best.pt \
+      --out $O/anatomy/$n --name $n --runs ddpm250:fast --seeds 0,1,2 --work $A/samples --device cuda --batch 4 \
+      > $O/anatomy/$n.txt 2>&1; echo "anatomy $n rc $? $(date +%s)" >> $W/times.txt
+  done
+  python3 -m medddpm demo-data --out $A/syn128 --n 4 --size 128 > /dev/null
+  for opt in adam muon; do
+    CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m medddpm train --images $A/syn128/images --masks $A/syn128/masks \
+      --config fast --size 128 --grad-accum 1 --steps 300 --log-every 50 --save-every 100000 --optimizer $opt --quiet \
+      --out $A/step128-$opt > $O/step128/$opt.txt 2>&1; echo "step128 $opt rc $? $(date +%s)" >> $W/times.txt
+    cp $A/step128-$opt/timing.csv $O/step128/$opt-timing.csv 2>/dev/null
+  done
+  tar -C $O -czf $O/after.tgz anatomy step128
+}
 
 where() {
   cat $W/times.txt 2>/dev/null
@@ -49,6 +77,7 @@ case ${1:?usage: ab64.sh SET start S|wait S|collect|pipeline} in
   pipeline)
     echo "start $(date +%s)" >> $W/times.txt
     W=$A IXI=/tmp/d64 VAL=16 OUT=$O FILL_FLAGS="$FILLS" ARM_S=400 bash scripts/probes/recipe_ab.sh 64 "${ARMS[@]}"
+    [ $SET = muon2 ] && after_muon2
     echo "DONE $(date +%s) rc $?" >> $W/times.txt ;;
   wait)
     for i in $(seq 1 $((${2:-560} / 10))); do grep -q "^DONE " $W/times.txt 2>/dev/null && break; sleep 10; done
@@ -58,5 +87,5 @@ case ${1:?usage: ab64.sh SET start S|wait S|collect|pipeline} in
     else  # unfinished: what the arms have written so far
       for d in $A/*/; do n=$(basename $d); [ -f $d/log.csv ] || continue; mkdir -p $O/ab/$n; cp $d/*.csv $O/ab/$n/ 2>/dev/null; done
       tar -C $O -czf $OUT/ab.tgz ab; fi
-    cp $W/pipeline.txt $W/times.txt $OUT/ 2>/dev/null; ls -la $OUT; where ;;
+    cp $O/after.tgz $W/pipeline.txt $W/times.txt $OUT/ 2>/dev/null; ls -la $OUT; where ;;
 esac
