@@ -12,8 +12,8 @@
 #   muon2 — a second look at Muon, declared before it ran: the 6,000-step schedule (the record of set muon, added there
 #           after reading) on seeds 1 and 2, and train's default (Adam, 12,000 steps) on seed 1 beside it; then every
 #           arm's best.pt sampled by DDPM 250 under fast on the 16 val masks × seeds 0–2 and measured against the template
-#           (scripts/anatomy.py, as chapter 14's runs); then the 128³ fast step, Adam and Muon, 300 steps each on 4
-#           synthetic volumes (demo-data), to time Muon's step after its launch cut.
+#           (scripts/anatomy.py, as chapter 14's runs); then the 128³ fast step, Adam and Muon, 300 steps each on the
+#           64³ scans resized to 128³, to time Muon's step after its launch cut. `ab64.sh muon2 after` runs that part alone.
 # Run on the device machine from the repository root, with .carry/whl (nibabel) and .carry/d64 (IXI 64³, uint8):
 #   ab64.sh SET start S   — the data copied, the pipeline started in its own session (setsid); waits S s
 #   ab64.sh SET wait S    — waits up to S s for it to finish, prints where it is
@@ -44,16 +44,17 @@ esac
 after_muon2() {  # every arm's samples judged, then the 128³ step of each optimizer timed (set muon2)
   export PYTHONPATH=$PWD:/tmp/site PYTHONPYCACHEPREFIX=/tmp/w/pycache MEDDDPM_CACHE=$A/cache \
     TORCHINDUCTOR_CACHE_DIR=$A/cache/inductor TRITON_CACHE_DIR=$A/cache/triton; unset PYTHONDONTWRITEBYTECODE
-  mkdir -p $O/anatomy $O/step128
+  mkdir -p $O/anatomy $O/step128 /tmp/d64/val/images /tmp/d64/val/masks
+  for id in $(awk -F, '$4 == "val" {print $2}' /tmp/d64/split.csv); do  # val/: the held-out subjects (the last 16 of dev/)
+    for k in images masks; do ln -sf /tmp/d64/dev/$k/$id.nii.gz /tmp/d64/val/$k/; done; done
   for arm in "${ARMS[@]}"; do n=${arm%% *}
     CUDA_VISIBLE_DEVICES=0 timeout 400 python3 scripts/anatomy.py --data /tmp/d64 --split val --checkpoint $A/$n/best.pt \
       --out $O/anatomy/$n --name $n --runs ddpm250:fast --seeds 0,1,2 --work $A/samples --device cuda --batch 4 \
       > $O/anatomy/$n.txt 2>&1; echo "anatomy $n rc $? $(date +%s)" >> $W/times.txt
   done
-  python3 -m medddpm demo-data --out $A/syn128 --n 4 --size 128 > /dev/null
-  for opt in adam muon; do
-    CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m medddpm train --images $A/syn128/images --masks $A/syn128/masks \
-      --config fast --size 128 --grad-accum 1 --steps 300 --log-every 50 --save-every 100000 --optimizer $opt --quiet \
+  for opt in adam muon; do  # the 64³ scans resized to 128³ (train resizes): the step's shape is what is timed
+    CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m medddpm train --images /tmp/d64/dev/images --masks /tmp/d64/dev/masks \
+      --mask-labels brain=nonzero --config fast --size 128 --grad-accum 1 --steps 300 --log-every 50 --save-every 100000 --optimizer $opt --quiet \
       --out $A/step128-$opt > $O/step128/$opt.txt 2>&1; echo "step128 $opt rc $? $(date +%s)" >> $W/times.txt
     cp $A/step128-$opt/timing.csv $O/step128/$opt-timing.csv 2>/dev/null
   done
@@ -79,6 +80,9 @@ case ${1:?usage: ab64.sh SET start S|wait S|collect|pipeline} in
     W=$A IXI=/tmp/d64 VAL=16 OUT=$O FILL_FLAGS="$FILLS" ARM_S=400 bash scripts/probes/recipe_ab.sh 64 "${ARMS[@]}"
     [ $SET = muon2 ] && after_muon2
     echo "DONE $(date +%s) rc $?" >> $W/times.txt ;;
+  after) (setsid nohup bash -c "source scripts/probes/ab64.sh muon2 defs; after_muon2; echo DONE-after >> $W/times.txt" \
+           > $W/after.txt 2>&1 < /dev/null &); sleep ${2:-300}; where; tail -3 $W/after.txt ;;
+  defs) ;;  # sourced: the functions only
   wait)
     for i in $(seq 1 $((${2:-560} / 10))); do grep -q "^DONE " $W/times.txt 2>/dev/null && break; sleep 10; done
     where ;;
