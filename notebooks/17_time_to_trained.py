@@ -27,8 +27,8 @@
 # - the network, data (IXI, `prepare-ixi`), noise schedule and validation subjects are fixed.
 #
 # `train`'s default recipe (`--recipe cosine`, `medddpm/core/config.py`'s `RECIPES`) is the 64³ A/B's winner among
-# Adam recipes, carried unchanged to 128³; `--recipe paper` is Med-DDPM's. Two faster options are not yet defaults,
-# because no sample of theirs has been judged: the patch curriculum at 128³ and Muon at 64³.
+# Adam recipes, carried unchanged to 128³; `--recipe paper` is Med-DDPM's. Two faster options are not yet defaults:
+# the patch curriculum at 128³, whose samples are not yet judged, and Muon, judged at 64³ but not yet run at 128³.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -122,6 +122,19 @@ show_table(recipe.default_seeds(root, G, target), f"train's default recipe at 64
            "scripts/probes/recipe_ab.sh; scripts/probes/plateau128.sh", digits={"final loss": 4})
 
 # %% [markdown]
+# ## The samples
+#
+# A lower held-out loss does not by itself say that samples keep their anatomy. The arms whose `best.pt` was sampled
+# (DDPM 250 on the 16 validation masks × 3 seeds, {doc}`14_anatomy`'s measures), beside the paper's recipe at the
+# book's rate on chapter 14's runs, and the 128³ step of each optimizer, timed in the same run:
+
+# %% tags=["hide-input", "full-width"]
+show_table(recipe.samples(root, G), "DDPM 250's samples of 64³ checkpoints (validation masks)",
+           "scripts/probes/ab64.sh muon2", digits={c: 3 for c in recipe.SAMPLE_COLUMNS.values()} | {"W1": 4})
+show_table(recipe.step_times(found[1]) if found else recipe.step_times(root), "the fast step at 128³ by optimizer",
+           "scripts/probes/ab64.sh muon2", digits={"ms a step": 1})
+
+# %% [markdown]
 # ## Held-out loss against the training clock
 #
 # One line per arm of the newest 64³ A/B; the dashed line is the target. Arms whose loss never falls below 0.13 are
@@ -166,21 +179,21 @@ else:
 # volume seen teaches less, though: at about the same clock batch 2 ends level with batch 1 (inside the seeds' spread)
 # and batch 4 above it, so the lever does not pay at 64³.
 #
-# **Muon** (`train --optimizer muon`, the `muon-64` run, {doc}`../usage`) changes the update rather than the
-# volumes. Each hidden weight matrix takes an orthogonalized momentum step at Adam's update size, at the same rate and
-# schedule. Its held-out loss runs below Adam's from the first evaluation, and every Muon arm reached the target in
-# fewer steps than any Adam arm. Past that point, a long schedule fits the training subjects: the loss of its
-# 12,000- and 8,000-step arms climbs back up. The two shorter schedules, which end where the loss bottoms out, were
-# added after reading the first five arms (the manifest says so). Each Muon step costs more than Adam's (the
-# timing lines in each arm's `stdout.txt`), because the Newton–Schulz iterations of every weight shape ran as
-# separate small kernels in the step. So Muon wins on steps and loses part of that win to the clock. Since these runs,
-# `train`'s Muon launches fewer kernels a step (`scripts/probes/muon_launches.py` counts them); not yet timed.
+# **Muon** (`train --optimizer muon`, the `muon-64` and `muon2-64` runs, {doc}`../usage`) changes the update rather
+# than the volumes. Each hidden weight matrix takes an orthogonalized momentum step at Adam's update size, at the same
+# rate and schedule. Its held-out loss runs below Adam's from the first evaluation, and every Muon arm reached the
+# target in fewer steps than any Adam arm. Past that point, a long schedule fits the training subjects: the loss of
+# its 12,000- and 8,000-step arms climbs back up. The 6,000-step schedule, which ends where the loss bottoms out, was
+# first added after reading `muon-64`'s arms; `muon2-64` then declared it on two more seeds, with Adam beside it on one
+# of them, and it reached the target on both. Their samples keep their anatomy: each Muon checkpoint's in-brain r
+# is level with the paper's recipe's best runs, which trained for far more steps, while Adam's default on the same
+# seed, after twice Muon's steps, stays below the paper's runs of as many steps or more. A Muon step costs more than Adam's, because the Newton–Schulz iterations run as extra kernels in the
+# step (each arm's `timing` line; the table above at 128³, where the step is larger, the share is smaller).
 #
-# Neither the curriculum nor Muon is `train`'s default: no checkpoint of either has yet been judged by
-# {doc}`14_anatomy`'s measures and the sampler gate, and the held-out loss alone does not say that samples keep their
-# anatomy. The curriculum's third 128³ arm and Muon's two short schedules were chosen after reading the declared arms
-# (the manifests say so), so their times are each lever's best point, not confirmed records.
+# Neither the curriculum nor Muon is `train`'s default: the curriculum's samples are not yet judged, and Muon has not
+# yet run at 128³, where the default must win too. The curriculum's third 128³ arm was chosen after reading the
+# declared arms (its manifest says so), so its time is the lever's best point, not a confirmed record.
 #
-# **Not yet measured**: the curriculum's and Muon's samples, Muon at 128³ and on a second seed, a Muon step with
-# fewer launches, a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is
-# 40 ms at 128³ on an H200), a larger batch at 128³ (where a step is bound by its voxels), and post-hoc EMA.
+# **Not yet measured**: the curriculum's samples, Muon at 128³ (`scripts/probes/curriculum128.sh`'s `muon` arm,
+# declared), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at
+# 128³ on an H200), a larger batch at 128³ (where a step is bound by its voxels), and post-hoc EMA.

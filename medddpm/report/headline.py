@@ -179,9 +179,21 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     seeds = recipe.default_seeds(root, gpus, target)
     default_part = (f"; `train`'s default as it runs (`--steps` and `--seed` alone) reached it in "
                     f"{int(seeds['step at target'].notna().sum())} of {len(seeds)} runs" if len(seeds) else "")
+    reps = recipe.repeats(root, gpus, best["flags"], target)
+    more = reps[(reps["arm"] != best["arm"]) & reps["declared"]]
+    reached = more["wall at target (s)"].dropna()
+    span = f"{reached.min():.0f}" + ("" if round(reached.min()) == round(reached.max()) else f"–{reached.max():.0f}")
+    more_part = (f"; the same recipe on {len(more)} more seeds, declared: {len(reached)} reached it, in {span} s"
+                 if len(more) else "")
+    every = recipe.samples(root, gpus)
+    judged = every.merge(reps[["arm"]], on="arm")
+    judged_part = (f"; DDPM 250's samples of {len(judged)} of its seeds: in-brain r {judged['in-brain r'].min():.3f}–"
+                   f"{judged['in-brain r'].max():.3f} (the template's {every['in-brain r'].iloc[0]:.3f})"
+                   if len(judged) else "")
     return out + [f"- Time to a trained model at 64³ on IXI (held-out loss ≤ {target:g}, one {gpu_name(gpu).split()[0]}): "
             f"{best['wall at target (s)']:.0f} s from the command's start less the evaluations, {int(best['step at target']):,} "
-            f"steps of `{best['flags']}` ({recipe.provenance(best)}){default_part}{paper_part} — {ch('17', '17_time_to_trained')}."]
+            f"steps of `{best['flags']}` ({recipe.provenance(best)}){more_part}{judged_part}{default_part}{paper_part} — "
+            f"{ch('17', '17_time_to_trained')}."]
 
 
 if __name__ == "__main__":

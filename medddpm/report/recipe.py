@@ -90,6 +90,65 @@ def record_64(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict, pd.Se
     return min(found, key=lambda r: r[3]["wall at target (s)"]) if found else None
 
 
+def unseeded(flags: str) -> str:
+    """An arm's flags without its ``--seed``: what the runs of one recipe on several seeds share."""
+    return re.sub(r"\s*--seed \d+", "", flags).strip()
+
+
+def repeats(root: str | Path, gpus: list[str], flags: str, target: float) -> pd.DataFrame:
+    """Every 64³ A/B arm of the recipe ``flags`` on any seed (``unseeded``): its run, seed, whether it was declared,
+    and its ``records`` row against ``target``; so a record is read beside the same recipe on other seeds."""
+    rows = []
+    for gpu, run, m in ab_runs(root, gpus):
+        rec = records(curves(run, m), target)
+        for _, r in rec[rec["flags"].map(unseeded) == unseeded(_decimal(flags))].iterrows():
+            seed = re.search(r"--seed (\d+)", r["flags"])
+            rows.append({**r, "seed": int(seed[1]) if seed else 0, "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
+    return pd.DataFrame(rows).sort_values("seed").reset_index(drop=True) if rows else pd.DataFrame(
+        columns=["arm", "seed", "declared", "step at target", "wall at target (s)", "run"])
+
+
+SAMPLE_COLUMNS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w1": "W1", "background_gap": "background gap",
+                  "background_seed_spread_max": "largest seed spread", "ssim_between_seeds": "SSIM between seeds"}
+
+
+def samples(root: str | Path, gpus: list[str]) -> pd.DataFrame:
+    """The samples of 64³ A/B arms that were judged (an ``anatomy_summary.csv`` in the arm's folder: DDPM 250 on the
+    val masks from its ``best.pt``, {doc}`14_anatomy`'s measures), one row per arm, the template's row first."""
+    rows, template = [], None
+    for gpu, run, m in ab_runs(root, gpus):
+        for arm, spec in m["arms"].items():
+            path = run / arm / "anatomy_summary.csv"
+            if not path.exists():
+                continue
+            s = pd.read_csv(path).set_index("run")
+            template = s.loc["template"] if template is None else template
+            r = s.drop(index=["real", "template"]).iloc[0]
+            rows.append({"arm": arm, "flags": _decimal(spec["flags"]), "sampler": r.name, "step": int(r["step"]),
+                         **{v: r[k] for k, v in SAMPLE_COLUMNS.items()},
+                         "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
+    cols = ["arm", "flags", "sampler", "step", *SAMPLE_COLUMNS.values(), "run"]
+    from . import anatomy  # the paper's recipe at the book's rate: chapter 14's 64³ v runs, DDPM 250 on val
+    g = anatomy.anatomy_gpu(root, gpus)
+    a = anatomy.load(root, g, "anatomy_summary")
+    a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == 64) & (a["split"] == "val")
+          & a["run"].str.startswith("ddpm250")]
+    rows += [{"arm": r["name"], "flags": PAPER_AT_BOOK_RATE, "sampler": r["run"], "step": int(r["step"]),
+              **{v: r[k] for k, v in SAMPLE_COLUMNS.items()}, "run": f"{g}/anatomy"}
+             for _, r in a.drop_duplicates("name", keep="last").iterrows()]
+    if template is not None:
+        rows.insert(0, {"arm": "template", **{v: template[k] for k, v in SAMPLE_COLUMNS.items()}})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def step_times(run: Path) -> pd.DataFrame:
+    """The step of each optimizer timed apart from an A/B's arms (its ``step128/<optimizer>-timing.csv``): steady
+    ms a step (``steady_ms``); empty where the run timed none."""
+    rows = [{"optimizer": p.name.split("-")[0], "ms a step": steady_ms(pd.read_csv(p))}
+            for p in sorted((run / "step128").glob("*-timing.csv"))]
+    return pd.DataFrame(rows, columns=["optimizer", "ms a step"])
+
+
 def newest(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict] | None:
     """The newest recipe A/B run on ``gpus``, None where the store has none."""
     found = ab_runs(root, gpus)
