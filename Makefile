@@ -8,7 +8,7 @@ DEMO   ?= _demo
 # pytest-xdist processes of `make test`, a test file each at a time (CI: 2 cores)
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-book chromium render book book-check nbmake test demo gpu-measure gpu-book clean
+.PHONY: setup setup-book chromium render book book-check checked-book nbmake test demo gpu-measure gpu-book clean
 
 setup: $(STAMP)
 
@@ -48,17 +48,18 @@ book-check: chromium
 ## nbmake on every notebook (converted from its jupytext source; default, quick parameters).
 nbmake: setup-book
 	rm -rf build/nbmake && mkdir -p build/nbmake
-	for f in notebooks/[0-9]*.py; do \
-	  $(BIN)/jupytext --quiet --to ipynb -o build/nbmake/$$(basename $${f%.py}).ipynb $$f || exit 1; done
+	$(BIN)/python -c "import jupytext, pathlib, sys; [jupytext.write(jupytext.read(f), f'build/nbmake/{pathlib.Path(f).stem}.ipynb') for f in sys.argv[1:]]" notebooks/[0-9]*.py
 	$(BIN)/python -m pytest --nbmake build/nbmake -p no:cacheprovider
 
-## pytest (TEST_WORKERS processes, one CPU thread each), then nbmake and the book side by side (each executes every chapter in one kernel at a
-## time, mostly on one core: on two cores together they take about the time of the longer one),
-## then the rendered-book check.
+## pytest (TEST_WORKERS processes, one CPU thread each), then nbmake beside the book and its rendered check (each
+## executes every chapter in one kernel at a time, mostly on one core: on two cores together they take about the time
+## of the longer one).
 test: setup-book chromium
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
-	$(MAKE) -j2 --output-sync=target nbmake book
-	$(MAKE) book-check
+	$(MAKE) -j2 --output-sync=target nbmake checked-book
+
+checked-book: book
+	$(MAKE) --no-print-directory book-check
 
 ## A CPU demo of the CLI: MNI152-based data → train → sample → bench.
 demo: setup

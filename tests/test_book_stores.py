@@ -4,8 +4,9 @@ store; and every value its prose quotes ({glue:text}`name`) is glued, so the boo
 
 The chapters of one store run one after another in one kernel, its namespace cleared before each
 (``%reset -f``): a chapter still has to import and define all it uses, and the store's chapters
-pay for the kernel's start and the package's imports once. nbmake and the book run each chapter
-in a kernel of its own."""
+pay for the kernel's start and the package's imports once. Figures are drawn but not rendered
+(``%matplotlib agg``): nbmake and the book, which render every figure, run each chapter in a kernel
+of its own."""
 import pytest
 
 from book_stores import REPO, STORES, referenced
@@ -45,7 +46,7 @@ def run_chapter(chapter, parameters: dict, km, tmp_path):
     source = tmp_path / f"{chapter.stem}.ipynb"
     nbformat.write(jupytext.read(chapter), source)
     nb = parameterize_notebook(load_notebook_node(str(source)), parameters)
-    nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f\nimport matplotlib.pyplot as _plt\n_plt.close('all')\ndel _plt"))
+    nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f\n%matplotlib agg\nimport matplotlib.pyplot as _plt\n_plt.close('all')\ndel _plt"))
     return NotebookClient(nb, km=km, timeout=600, kernel_name="python3").execute()
 
 

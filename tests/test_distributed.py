@@ -184,18 +184,17 @@ def test_bad_input_stops_every_rank_with_one_line(phantoms, tmp_path, capsys):
 
 
 def test_sampling_is_sharded_and_writes_the_files_of_one_process(phantoms, runs, tmp_path):
-    """The same command twice, and the same command on 2 ranks, write bit-identical files (each
-    mask's noise from its own seeded generator; a batch's: test_cli)."""
+    """The same command in one process and on 2 ranks writes bit-identical files (each mask's noise from its own
+    seeded generator; the same command twice: test_waiting; a batch's: test_cli)."""
     common = ["sample", "--checkpoint", runs / "one" / CHECKPOINT, "--masks", phantoms / "masks", "--sampler", "ddim",
               "--steps", "3", "--eta", "1", "--quiet"]
     medddpm(*common, "--out", tmp_path / "two", "--nproc", "2")
     medddpm(*common, "--out", tmp_path / "one")
-    medddpm(*common, "--out", tmp_path / "again")
     names = sorted(p.name for p in (tmp_path / "one").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "two").iterdir()) and len(names) == 3
     for n in names:
-        one, two, again = (nib.load(str(tmp_path / d / n)).get_fdata() for d in ("one", "two", "again"))
-        assert np.array_equal(one, two) and np.array_equal(one, again)
+        one, two = (nib.load(str(tmp_path / d / n)).get_fdata() for d in ("one", "two"))
+        assert np.array_equal(one, two)
 
 
 def test_each_rank_reads_its_share_and_a_bad_mask_stops_all_before_any_write(phantoms, runs, tmp_path):
@@ -354,9 +353,9 @@ def test_a_rank_variant_scales_against_its_one_gpu_twin():
     assert eff["fast-rbf16"] == round(50 / 51, 4) and eff["fast"] == 1.0 and np.isnan(eff["fast-skipgrad"])
 
 
-@pytest.mark.parametrize("config", ["opt12", "bf16-ndhwc"])
+@pytest.mark.parametrize("config", ["bf16-ndhwc"])
 def test_ddp_runs_channels_last_configurations(phantoms, tmp_path, config):
-    """NDHWC under DDP (gradients copied into the buckets, not views of them)."""
+    """NDHWC under DDP (gradients copied into the buckets, not views of them); opt12 takes the same path in FP32."""
     train(phantoms, tmp_path / "r", "--steps", "1", "--grad-accum", "1", "--nproc", "2", "--config", config)
     ckpt = load_checkpoint(tmp_path / "r" / CHECKPOINT)
     assert ckpt["config"]["knobs"]["name"] == config and ckpt["config"]["world_size"] == 2
