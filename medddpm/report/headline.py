@@ -96,7 +96,7 @@ def readme_lines(root: Path) -> list[str]:
         where = " / ".join(on(x) for x in have)
         out.append(f"- TF32 (OPT1): a training step {speed('opt1', 1)} faster than true FP32 at 128³ on {where}; "
                    f"3D channels-last (OPT2): {speed('opt2', 2)} — {ch('05', '05_end_to_end')}.")
-        out.append(f"- `fast`: " + "; ".join(f"{per[x].loc['fast', 'speedup_vs_baseline']:.1f}× faster than true FP32, "
+        out.append("- `fast`: " + "; ".join(f"{per[x].loc['fast', 'speedup_vs_baseline']:.1f}× faster than true FP32, "
                                             f"{per[x].loc['fast', 'step_ms_median']:.1f} ms a step at 128³ on {on(x)}"
                                             for x in have) + f" — {ch('06', '06_beyond')}.")
     out.extend(recipe_line(root, gpus, ch))
@@ -131,7 +131,7 @@ def readme_lines(root: Path) -> list[str]:
             said.append(f"{' and '.join(parts)} by default (DDPM 250) on {on(x)}"
                         + (f" (the {CANDIDATE.steps}-call chain: {', '.join(chain)})" if chain else ""))
     if said:
-        out.append(f"- `medddpm sample` of one mask, process start to file: " + "; ".join(said)
+        out.append("- `medddpm sample` of one mask, process start to file: " + "; ".join(said)
                    + f" — {ch('15', '15_time_to_result')}.")
     runs = waiting.limit_runs(root, gpus)
     clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
