@@ -208,6 +208,44 @@ def test_the_default_recipes_seeds_are_the_arms_that_set_only_steps_and_seed(tmp
     assert sorted(t.index) == [3, 41] and t.loc[3, "step at target"] == 1000 and math.isnan(t.loc[41, "step at target"])
 
 
+def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples_and_step_times(tmp_path):
+    """recipe.repeats: every arm of the record's flags whatever its seed (another recipe is not one); recipe.samples:
+    the arms with an anatomy_summary.csv, the template's row first; recipe.step_times: step128/'s timings."""
+    from medddpm.report import recipe
+
+    base = {"kind": "recipe-ab", "gpu": "H200", "machine": "m", "commits": {}, "changed": "c", "kept": "k",
+            "target": {"heldout": 0.2}}
+    for name, date, arms in (("muon-64-2026-01-01", "2026-01-01", {"m": ("--optimizer muon --steps 30", True)}),
+                             ("muon2-64-2026-01-02", "2026-01-02", {"m1": ("--optimizer muon --steps 30 --seed 1", False),
+                                                                    "m2": ("--optimizer muon --steps 30 --seed 2", False),
+                                                                    "a1": ("--steps 30 --seed 1", False)})):
+        run = tmp_path / "h200" / "recipe" / name
+        for arm, (flags, after) in arms.items():
+            (run / arm).mkdir(parents=True)
+            reached = 0.15 if arm != "m2" else 0.25  # m2 never reaches the target
+            pd.DataFrame({"step": [0, 10, 30], "weights": "ema", "loss": [0.5, 0.3, reached], "seconds": [9.0, 2.0, 6.0]}
+                         ).to_csv(run / arm / "heldout.csv", index=False)
+        (run / "run.json").write_text(json.dumps({**base, "date": date, "arms": {
+            arm: {"flags": f, "recipe_default": "cosine", "after_reading": after} for arm, (f, after) in arms.items()}}))
+    reps = recipe.repeats(tmp_path, ["h200"], "--optimizer muon --steps 30", 0.2)
+    assert list(reps["arm"]) == ["m", "m1", "m2"] and list(reps["seed"]) == [0, 1, 2]
+    assert list(reps["declared"]) == [False, True, True] and math.isnan(reps.loc[2, "step at target"])
+    assert recipe.samples(tmp_path, ["h200"]).empty  # no arm judged yet
+    run = tmp_path / "h200" / "recipe" / "muon2-64-2026-01-02"
+    cols = {k: 0.5 for k in recipe.SAMPLE_COLUMNS}
+    pd.DataFrame([{"run": "real", **cols, "step": 30}, {"run": "template", **cols, "brain_corr": 0.7, "step": 30},
+                  {"run": "ddpm250:fast", **cols, "brain_corr": 0.8, "step": 30}]).to_csv(run / "m1" / "anatomy_summary.csv",
+                                                                                         index=False)
+    s = recipe.samples(tmp_path, ["h200"])
+    assert list(s["arm"]) == ["template", "m1"] and list(s["in-brain r"]) == [0.7, 0.8] and s["sampler"].iloc[1] == "ddpm250:fast"
+    assert recipe.step_times(run).empty
+    (run / "step128").mkdir()
+    for opt, ms in (("adam", 49.0), ("muon", 52.0)):
+        pd.DataFrame({"step_from": [0, 1, 50], "step_to": [1, 50, 100], "ms_per_step": [9e4, ms, ms + 1]}).to_csv(
+            run / "step128" / f"{opt}-timing.csv", index=False)
+    assert recipe.step_times(run).set_index("optimizer")["ms a step"].to_dict() == {"adam": 49.5, "muon": 52.5}
+
+
 def test_adams_betas_reach_the_optimizer_and_bad_ones_are_refused(phantoms, tmp_path):
     from medddpm.core.config import MODEL_PRESETS, run_config
     from medddpm.data.nifti import VolumeDataset, pair_files
