@@ -57,13 +57,18 @@ where = f"{found[0]}/{found[1].relative_to(root / found[0])}" if found else None
 # %% [markdown]
 # ## Where it stands
 #
-# At the paper's size, 128³ on 4 GPUs (global batch 4), from a warm compile cache: the fastest run to the target (any
-# recipe), then the newest run of `train`'s default recipe to its plateau against the targets, then DDPM 250's samples of its checkpoint on the validation masks
+# 128³ on 4 GPUs, warm cache: the fastest run to the target, the default recipe's run to its plateau, its samples
 # ({doc}`14_anatomy`'s measures) and the sampler gate's verdict on the 12-call chain ({doc}`16_equivalence`).
 
 # %% tags=["hide-input"]
 show_table(recipe.plateau_state(root, G), "the 128³ run to its plateau (run.json kind recipe-plateau)",
            "scripts/probes/plateau128.sh")
+
+# %% [markdown]
+# 64³ on one GPU: the target is half the wall of Med-DDPM's recipe to the same loss (its steps at the Adam step beside the record):
+
+# %% tags=["hide-input"]
+show_table(recipe.state_64(root, G), "64³ against half of Med-DDPM's recipe's wall", "scripts/probes/ab64.sh")
 
 # %% [markdown]
 # Every 128³ v run: minutes of steps are steps at the run's steady step (each phase of a curriculum at its own), so
@@ -91,8 +96,8 @@ show_table(recipe.records_128(big_runs, 4), f"record table at 128³, target {big
            "scripts/probes/plateau128.sh; scripts/probes/curriculum128.sh", digits={"minutes to target": 1})
 
 # %% [markdown]
-# The record table: one row per recipe that held the record at 64³, the paper's first (the runs of {doc}`14_anatomy`,
-# on another GPU: steps are what compares), then the fastest arm of each recipe A/B to the target.
+# The record table at 64³: the paper's recipe first ({doc}`14_anatomy`'s runs, on another GPU: steps compare), then
+# the fastest arm of each recipe A/B to the target.
 
 # %% tags=["hide-input"]
 show_table(recipe.record_table(root, G, target), f"record table at 64³, target held-out loss {target:g}",
@@ -137,8 +142,7 @@ show_table(recipe.step_times(found[1]) if found else recipe.step_times(root), "t
 # %% [markdown]
 # ## Held-out loss against the training clock
 #
-# One line per arm of the newest 64³ A/B; the dashed line is the target. Arms whose loss never falls below 0.13 are
-# off the plot: their rows are in the tables above.
+# One line per arm of the newest 64³ A/B; the dashed line is the target (arms that never fall below 0.13: tables above).
 
 # %% tags=["hide-input"]
 if curve.empty:
@@ -165,19 +169,17 @@ else:
 # - a peak rate of 4 × 10⁻⁴ or more breaks training (a loss that stops falling), at 64³ and a global batch of 1;
 # - seeds move the final loss by about the gap between the best arms: two seeds are not enough to rank them.
 #
-# At 128³ the same recipe, untuned there, reaches the 4-GPU target in fewer steps than Med-DDPM's, but a recipe saves
-# steps, not milliseconds. **The patch curriculum** (Patch Diffusion, Wang et al. 2023; `train --patch-size
+# At 128³ the same recipe, untuned there, reaches the 4-GPU target in fewer steps than Med-DDPM's. **The patch curriculum** (Patch Diffusion, Wang et al. 2023; `train --patch-size
 # --patch-steps`, {doc}`../usage`) saves milliseconds: its first steps train on random 64³ cubes of each volume and its
 # mask, each a fraction of a whole volume's step, then whole volumes finish the cosine. In the 128³ table at the top,
 # its arms reach the target inside the target's minutes, where the default recipe alone, given about the same clock
 # (`short-4000`), ends far above it. At 64³ (32³ cubes) the same lever only ties the default at the same clock: a 64³
-# step is bound by more than its voxels, so a cube's step saves less. Adam's β₂ of 0.99 (`b99`) against PyTorch's
-# 0.999 moves the final loss by less than the seeds do.
+# step is bound by more than its voxels, so a cube's step saves less. Adam's β₂ of 0.99 (`b99`) moves the final loss
+# by less than the seeds do.
 #
-# **A larger batch** (`train --batch`, the rate scaled with it: the `batch-64` run) turns the same under-used 64³ step
-# the other way: two or four volumes a step cost far less than two or four steps, so more volumes pass a second. Each
-# volume seen teaches less, though: at about the same clock batch 2 ends level with batch 1 (inside the seeds' spread)
-# and batch 4 above it, so the lever does not pay at 64³.
+# **A larger batch** (`train --batch`, the rate scaled with it: `batch-64`) puts more volumes through the same
+# under-used 64³ step, but each teaches less: at about the same clock batch 2 ends level with batch 1 (inside the
+# seeds' spread) and batch 4 above it, so the lever does not pay at 64³.
 #
 # **Muon** (`train --optimizer muon`, the `muon-64` and `muon2-64` runs, {doc}`../usage`) changes the update rather
 # than the volumes. Each hidden weight matrix takes an orthogonalized momentum step at Adam's update size, at the same
@@ -186,13 +188,12 @@ else:
 # its 12,000- and 8,000-step arms climbs back up. The 6,000-step schedule, which ends where the loss bottoms out, was
 # first added after reading `muon-64`'s arms; `muon2-64` then declared it on two more seeds, with Adam beside it on one
 # of them, and it reached the target on both. Their samples keep their anatomy: each Muon checkpoint's in-brain r
-# is level with the paper's recipe's best runs, which trained for far more steps, while Adam's default on the same
-# seed, after twice Muon's steps, stays below the paper's runs of as many steps or more. A Muon step costs more than Adam's, because the Newton–Schulz iterations run as extra kernels in the
-# step (each arm's `timing` line; the table above at 128³, where the step is larger, the share is smaller).
+# is level with the paper's recipe's best runs, which trained far longer, while Adam's default on the same seed, after
+# twice Muon's steps, stays below them. A Muon step costs more than Adam's: the Newton–Schulz iterations add kernels
+# (each arm's `timing` line; at 128³, the table above, the step is larger and the share smaller).
 #
-# Neither the curriculum nor Muon is `train`'s default: the curriculum's samples are not yet judged, and Muon has not
-# yet run at 128³, where the default must win too. The curriculum's third 128³ arm was chosen after reading the
-# declared arms (its manifest says so), so its time is the lever's best point, not a confirmed record.
+# Neither lever is `train`'s default: the curriculum's samples are not yet judged, and Muon has not run at 128³,
+# where the default must win too. The curriculum's third 128³ arm was chosen after reading the declared ones.
 #
 # **Not yet measured**: the curriculum's samples, Muon at 128³ (`scripts/probes/curriculum128.sh`'s `muon` arm,
 # declared), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at

@@ -222,9 +222,10 @@ def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples
         run = tmp_path / "h200" / "recipe" / name
         for arm, (flags, after) in arms.items():
             (run / arm).mkdir(parents=True)
-            reached = 0.15 if arm != "m2" else 0.25  # m2 never reaches the target
-            pd.DataFrame({"step": [0, 10, 30], "weights": "ema", "loss": [0.5, 0.3, reached], "seconds": [9.0, 2.0, 6.0]}
-                         ).to_csv(run / arm / "heldout.csv", index=False)
+            losses = {"m": [0.5, 0.15, 0.15], "m2": [0.5, 0.3, 0.25], "a1": [0.5, 0.3, 0.25]}.get(arm, [0.5, 0.3, 0.15])
+            pd.DataFrame({"step": [0, 10, 30], "weights": "ema", "loss": losses, "seconds": [9.0, 2.0, 6.0]}
+                         ).to_csv(run / arm / "heldout.csv", index=False)  # m at step 10, m1 at 30, m2 and a1 never
+            (run / arm / "stdout.txt").write_text("timing: ready 1.0 s, first step 0.1 s\n")
         (run / "run.json").write_text(json.dumps({**base, "date": date, "arms": {
             arm: {"flags": f, "recipe_default": "cosine", "after_reading": after} for arm, (f, after) in arms.items()}}))
     reps = recipe.repeats(tmp_path, ["h200"], "--optimizer muon --steps 30", 0.2)
@@ -244,6 +245,19 @@ def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples
         pd.DataFrame({"step_from": [0, 1, 50], "step_to": [1, 50, 100], "ms_per_step": [9e4, ms, ms + 1]}).to_csv(
             run / "step128" / f"{opt}-timing.csv", index=False)
     assert recipe.step_times(run).set_index("optimizer")["ms a step"].to_dict() == {"adam": 49.5, "muon": 52.5}
+    # state_64: Med-DDPM's recipe's steps to the target (chapter 14's runs) at the Adam arm's step beside the record
+    assert recipe.state_64(tmp_path, ["h200"])["measured"].iloc[0] == "never"
+    paper = tmp_path / "h100" / "anatomy" / "train" / "v-s1-fast"
+    paper.mkdir(parents=True)
+    pd.DataFrame({"step": [0, 100, 200], "weights": "ema", "loss": [0.5, 0.3, 0.19]}).to_csv(paper / "heldout.csv", index=False)
+    pd.DataFrame({"step_from": [0, 1], "step_to": [1, 30], "ms_per_step": [2000.0, 100.0]}).to_csv(run / "a1" / "timing.csv",
+                                                                                                   index=False)
+    (run / "a1" / "stdout.txt").write_text("timing: ready 3.0 s, first step 2.0 s\n")  # the first step: timing.csv's
+    st = recipe.state_64(tmp_path, ["h200"]).set_index("what")["measured"]
+    assert st.iloc[0] == "200–200 steps in 1 runs" and st.iloc[1] == "25 s (an estimate)"  # 3 + 2 + 200 × 0.1 s
+    t = recipe.state_64(tmp_path, ["h200"])
+    assert list(t["measured"].iloc[2:]) == ["7 s", "3 s"] and list(t["met"].iloc[2:]) == ["yes", "yes"]
+    assert t["from"].iloc[2].endswith("muon2-64-2026-01-02/m1") and t["from"].iloc[3].endswith("muon-64-2026-01-01/m")
 
 
 def test_adams_betas_reach_the_optimizer_and_bad_ones_are_refused(phantoms, tmp_path):

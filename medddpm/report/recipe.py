@@ -149,6 +149,48 @@ def step_times(run: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["optimizer", "ms a step"])
 
 
+TARGET_SHARE_64 = 0.5  # issue 75 at 64³ on one GPU: the target in at most half the wall of Med-DDPM's recipe
+
+
+def _paper_wall(run: Path, manifest: dict, steps: int) -> tuple[float, str]:
+    """Med-DDPM's recipe's wall to ``steps`` on this run's GPU, estimated from an Adam arm of the run (flags without
+    ``--optimizer``): its start-up (``ready`` and first step) plus ``steps`` at its steady step; NaN without one."""
+    for arm, spec in manifest["arms"].items():
+        if "--optimizer" not in spec["flags"] and (run / arm / "timing.csv").exists():
+            timing = pd.read_csv(run / arm / "timing.csv")
+            first = timing.loc[timing["step_from"] == 0, "ms_per_step"].sum() / 1e3
+            ms = steady_ms(timing)
+            return _ready(run / arm / "stdout.txt") + first + steps * ms / 1e3, f"{arm}: {ms:.1f} ms a step"
+    return float("nan"), "no Adam arm"
+
+
+def state_64(root: str | Path, gpus: list[str]) -> pd.DataFrame:
+    """Chapter 17's 64³ table against issue 75's target on one GPU: Med-DDPM's recipe's steps to the target (chapter
+    14's runs) and its wall estimated at the Adam step of the fastest declared arm's run (``_paper_wall``), then the
+    fastest declared arm and the fastest arm of any A/B, each against half that wall."""
+    cols = ["what", "measured", "target", "met", "from"]
+    found = [(g, run, m, r) for g, run, m in ab_runs(root, gpus)
+             for _, r in records(curves(run, m), m["target"]["heldout"]).iterrows() if r["wall at target (s)"] > 0]
+    if not found:
+        return pd.DataFrame(columns=cols)
+    target = found[0][2]["target"]["heldout"]
+    paper = paper_recipe_steps(root, target)["step at target"].dropna()
+    declared = [f for f in found if f[3]["declared"]]
+    g, run, m, best = min(declared or found, key=lambda f: f[3]["wall at target (s)"])
+    wall, how = _paper_wall(run, m, int(paper.min())) if len(paper) else (float("nan"), "")
+    rows = [(f"Med-DDPM's recipe at 10⁻⁴: steps to held-out loss ≤ {target:g} (chapter 14's runs)",
+             f"{int(paper.min()):,}–{int(paper.max()):,} steps in {len(paper)} runs" if len(paper) else "never", "", "",
+             "anatomy/train/v-s*-fast"),
+            (f"its wall to the fewest of those steps at the Adam step beside the record ({how}), start-up included",
+             f"{wall:.0f} s (an estimate)", "", "", f"{g}/{run.relative_to(Path(root) / g)}")]
+    for what, (gg, rr, _, r) in (("the fastest declared arm", (g, run, m, best)),
+                                ("the fastest arm of any A/B", min(found, key=lambda f: f[3]["wall at target (s)"]))):
+        rows.append((f"{what} ({r['flags']}; {provenance(r)})", f"{r['wall at target (s)']:.0f} s",
+                     f"≤ {TARGET_SHARE_64 * wall:.0f} s", "yes" if r["wall at target (s)"] <= TARGET_SHARE_64 * wall
+                     else "no", f"{gg}/{rr.relative_to(Path(root) / gg)}/{r['arm']}"))
+    return pd.DataFrame(rows, columns=cols)
+
+
 def newest(root: str | Path, gpus: list[str]) -> tuple[str, Path, dict] | None:
     """The newest recipe A/B run on ``gpus``, None where the store has none."""
     found = ab_runs(root, gpus)
