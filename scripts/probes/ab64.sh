@@ -14,13 +14,16 @@
 #           arm's best.pt sampled by DDPM 250 under fast on the 16 val masks × seeds 0–2 and measured against the template
 #           (scripts/anatomy.py, as chapter 14's runs); then the 128³ fast step, Adam and Muon, 300 steps each on the
 #           64³ scans resized to 128³, to time Muon's step after its launch cut. `ab64.sh muon2 after` runs that part alone.
+#   muon3 — muon2's two Muon arms again, the compile cache filled by a Muon run first (muon2's fill ran Adam, so each
+#           Muon arm compiled its own step: the record's rule is a warm cache). Declared before it ran; one call, in
+#           the foreground: `ab64.sh muon3 pipeline` with OUT the device's $OUT (each arm's files land as it ends).
 # Run on the device machine from the repository root, with .carry/whl (nibabel) and .carry/d64 (IXI 64³, uint8):
 #   ab64.sh SET start S   — the data copied, the pipeline started in its own session (setsid); waits S s
 #   ab64.sh SET wait S    — waits up to S s for it to finish, prints where it is
 #   ab64.sh SET collect   — $OUT/ab.tgz: every arm's heldout.csv, log.csv, timing.csv and output, finished or not
 set -uo pipefail
 W=/tmp/w64; R=$W/repo; A=$W/ab; O=$A/out  # recipe_ab.sh's work folder and its $OUT
-SET=${1:?usage: ab64.sh batch|muon|muon2 start S|wait S|collect|pipeline}; shift
+SET=${1:?usage: ab64.sh batch|muon|muon2|muon3 start S|wait S|collect|pipeline}; shift
 case $SET in
   batch) FILLS="|--batch 2|--batch 4"
     ARMS=("b2-6k --batch 2 --steps 6000 --lr 2.8e-4 --eval-every 500"
@@ -38,7 +41,10 @@ case $SET in
     ARMS=("mu-6k-s1 --optimizer muon --steps 6000 --seed 1"
           "mu-6k-s2 --optimizer muon --steps 6000 --seed 2"
           "adam-12k-s1 --steps 12000 --seed 1") ;;
-  *) echo "unknown set $SET: batch, muon or muon2" >&2; exit 2 ;;
+  muon3) FILLS="--optimizer muon"
+    ARMS=("mu-6k-s1w --optimizer muon --steps 6000 --seed 1"
+          "mu-6k-s2w --optimizer muon --steps 6000 --seed 2") ;;
+  *) echo "unknown set $SET: batch, muon, muon2 or muon3" >&2; exit 2 ;;
 esac
 
 after_muon2() {  # every arm's samples judged, then the 128³ step of each optimizer timed (set muon2)
@@ -77,6 +83,8 @@ case ${1:?usage: ab64.sh SET start S|wait S|collect|pipeline} in
     sleep ${2:-500}; where ;;
   pipeline)
     echo "start $(date +%s)" >> $W/times.txt
+    [ $SET = muon3 ] && { mkdir -p $W; W=$A IXI=$PWD/.carry/d64 VAL=16 FILL_FLAGS="$FILLS" ARM_S=200 \
+                            bash scripts/probes/recipe_ab.sh 64 "${ARMS[@]}"; exit; }  # the caller's $OUT
     W=$A IXI=/tmp/d64 VAL=16 OUT=$O FILL_FLAGS="$FILLS" ARM_S=400 bash scripts/probes/recipe_ab.sh 64 "${ARMS[@]}"
     [ $SET = muon2 ] && after_muon2
     echo "DONE $(date +%s) rc $?" >> $W/times.txt ;;
