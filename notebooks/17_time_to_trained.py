@@ -186,8 +186,8 @@ else:
 # rate and schedule. Its held-out loss runs below Adam's from the first evaluation, and every Muon arm reached the
 # target in fewer steps than any Adam arm. Past that point, a long schedule fits the training subjects: the loss of
 # its 12,000- and 8,000-step arms climbs back up. The 6,000-step schedule, which ends where the loss bottoms out, was
-# first added after reading `muon-64`'s arms; `muon2-64` then declared it on two more seeds, with Adam beside it on one
-# of them, and it reached the target on both. Their samples keep their anatomy: each Muon checkpoint's in-brain r
+# first added after reading `muon-64`'s arms; `muon2-64` declared it on two more seeds (Adam beside one), `muon3-64`
+# again from a cache holding Muon's compiled step (the rule), and it reached the target in each. Their samples keep their anatomy: each Muon checkpoint's in-brain r
 # is level with the paper's recipe's best runs, which trained far longer, while Adam's default on the same seed, after
 # twice Muon's steps, stays below them. A Muon step costs more than Adam's: the Newton–Schulz iterations add kernels
 # (each arm's `timing` line; at 128³, the table above, the step is larger and the share smaller).

@@ -183,8 +183,8 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     more = reps[(reps["arm"] != best["arm"]) & reps["declared"]]
     reached = more["wall at target (s)"].dropna()
     span = f"{reached.min():.0f}" + ("" if round(reached.min()) == round(reached.max()) else f"–{reached.max():.0f}")
-    more_part = (f"; the same recipe on {len(more)} more seeds, declared: {len(reached)} reached it, in {span} s"
-                 if len(more) else "")
+    more_part = (f"; the same recipe declared on {more['seed'].nunique()} more seeds ({len(more)} runs): {len(reached)} "
+                 f"reached it, in {span} s" if len(more) else "")
     every = recipe.samples(root, gpus)
     judged = every.merge(reps[["arm"]], on="arm")
     judged_part = (f"; DDPM 250's samples of {len(judged)} of its seeds: in-brain r {judged['in-brain r'].min():.3f}–"

@@ -152,21 +152,23 @@ def step_times(run: Path) -> pd.DataFrame:
 TARGET_SHARE_64 = 0.5  # issue 75 at 64³ on one GPU: the target in at most half the wall of Med-DDPM's recipe
 
 
-def _paper_wall(run: Path, manifest: dict, steps: int) -> tuple[float, str]:
-    """Med-DDPM's recipe's wall to ``steps`` on this run's GPU, estimated from an Adam arm of the run (flags without
-    ``--optimizer``): its start-up (``ready`` and first step) plus ``steps`` at its steady step; NaN without one."""
-    for arm, spec in manifest["arms"].items():
-        if "--optimizer" not in spec["flags"] and (run / arm / "timing.csv").exists():
-            timing = pd.read_csv(run / arm / "timing.csv")
-            first = timing.loc[timing["step_from"] == 0, "ms_per_step"].sum() / 1e3
-            ms = steady_ms(timing)
-            return _ready(run / arm / "stdout.txt") + first + steps * ms / 1e3, f"{arm}: {ms:.1f} ms a step"
+def _paper_wall(root: str | Path, gpu: str, steps: int) -> tuple[float, str]:
+    """Med-DDPM's recipe's wall to ``steps`` on ``gpu``, estimated from the newest 64³ A/B arm there that runs Adam
+    (flags without ``--optimizer``): its start-up (``ready`` and first step) plus ``steps`` at its steady step; NaN
+    without one."""
+    for _, run, m in ab_runs(root, [gpu]):
+        for arm, spec in m["arms"].items():
+            if "--optimizer" not in spec["flags"] and (run / arm / "timing.csv").exists():
+                timing = pd.read_csv(run / arm / "timing.csv")
+                first = timing.loc[timing["step_from"] == 0, "ms_per_step"].sum() / 1e3
+                ms = steady_ms(timing)
+                return _ready(run / arm / "stdout.txt") + first + steps * ms / 1e3, f"{run.name}/{arm}: {ms:.1f} ms a step"
     return float("nan"), "no Adam arm"
 
 
 def state_64(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     """Chapter 17's 64³ table against issue 75's target on one GPU: Med-DDPM's recipe's steps to the target (chapter
-    14's runs) and its wall estimated at the Adam step of the fastest declared arm's run (``_paper_wall``), then the
+    14's runs) and its wall estimated at Adam's step on the fastest declared arm's GPU (``_paper_wall``), then the
     fastest declared arm and the fastest arm of any A/B, each against half that wall."""
     cols = ["what", "measured", "target", "met", "from"]
     found = [(g, run, m, r) for g, run, m in ab_runs(root, gpus)
@@ -177,12 +179,12 @@ def state_64(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     paper = paper_recipe_steps(root, target)["step at target"].dropna()
     declared = [f for f in found if f[3]["declared"]]
     g, run, m, best = min(declared or found, key=lambda f: f[3]["wall at target (s)"])
-    wall, how = _paper_wall(run, m, int(paper.min())) if len(paper) else (float("nan"), "")
+    wall, how = _paper_wall(root, g, int(paper.min())) if len(paper) else (float("nan"), "")
     rows = [(f"Med-DDPM's recipe at 10⁻⁴: steps to held-out loss ≤ {target:g} (chapter 14's runs)",
              f"{int(paper.min()):,}–{int(paper.max()):,} steps in {len(paper)} runs" if len(paper) else "never", "", "",
              "anatomy/train/v-s*-fast"),
-            (f"its wall to the fewest of those steps at the Adam step beside the record ({how}), start-up included",
-             f"{wall:.0f} s (an estimate)", "", "", f"{g}/{run.relative_to(Path(root) / g)}")]
+            (f"its wall to the fewest of those steps at Adam's step on the record's GPU ({how}), start-up included",
+             f"{wall:.0f} s (an estimate)", "", "", f"{g}/recipe")]
     for what, (gg, rr, _, r) in (("the fastest declared arm", (g, run, m, best)),
                                 ("the fastest arm of any A/B", min(found, key=lambda f: f[3]["wall at target (s)"]))):
         rows.append((f"{what} ({r['flags']}; {provenance(r)})", f"{r['wall at target (s)']:.0f} s",
