@@ -246,7 +246,8 @@ def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples
             run / "step128" / f"{opt}-timing.csv", index=False)
     assert recipe.step_times(run).set_index("optimizer")["ms a step"].to_dict() == {"adam": 49.5, "muon": 52.5}
     # state_64: Med-DDPM's recipe's steps to the target (chapter 14's runs) at the Adam arm's step beside the record
-    assert recipe.state_64(tmp_path, ["h200"])["measured"].iloc[0] == "never"
+    assert list(recipe.state_64(tmp_path, ["h200"])["measured"].iloc[:2]) == ["never", "—"]  # no paper run: no estimate
+    assert set(recipe.state_64(tmp_path, ["h200"])["met"].iloc[2:]) == {"—"}
     paper = tmp_path / "h100" / "anatomy" / "train" / "v-s1-fast"
     paper.mkdir(parents=True)
     pd.DataFrame({"step": [0, 100, 200], "weights": "ema", "loss": [0.5, 0.3, 0.19]}).to_csv(paper / "heldout.csv", index=False)

@@ -114,7 +114,8 @@ SAMPLE_COLUMNS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w
 
 def samples(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     """The samples of 64³ A/B arms that were judged (an ``anatomy_summary.csv`` in the arm's folder: DDPM 250 on the
-    val masks from its ``best.pt``, {doc}`14_anatomy`'s measures), one row per arm, the template's row first."""
+    val masks from its ``best.pt``, chapter 14's measures), one row per arm, the template's row first, then chapter
+    14's 64³ v runs (the paper's recipe at the book's rate) on the anatomy GPU."""
     rows, template = [], None
     for gpu, run, m in ab_runs(root, gpus):
         for arm, spec in m["arms"].items():
@@ -184,12 +185,14 @@ def state_64(root: str | Path, gpus: list[str]) -> pd.DataFrame:
              f"{int(paper.min()):,}–{int(paper.max()):,} steps in {len(paper)} runs" if len(paper) else "never", "", "",
              "anatomy/train/v-s*-fast"),
             (f"its wall to the fewest of those steps at Adam's step on the record's GPU ({how}), start-up included",
-             f"{wall:.0f} s (an estimate)", "", "", f"{g}/recipe")]
+             f"{wall:.0f} s (an estimate)" if wall == wall else "—", "", "", f"{g}/recipe")]
+    limit = TARGET_SHARE_64 * wall
     for what, (gg, rr, _, r) in (("the fastest declared arm", (g, run, m, best)),
                                 ("the fastest arm of any A/B", min(found, key=lambda f: f[3]["wall at target (s)"]))):
         rows.append((f"{what} ({r['flags']}; {provenance(r)})", f"{r['wall at target (s)']:.0f} s",
-                     f"≤ {TARGET_SHARE_64 * wall:.0f} s", "yes" if r["wall at target (s)"] <= TARGET_SHARE_64 * wall
-                     else "no", f"{gg}/{rr.relative_to(Path(root) / gg)}/{r['arm']}"))
+                     f"≤ {limit:.0f} s" if limit == limit else "—",
+                     ("yes" if r["wall at target (s)"] <= limit else "no") if limit == limit else "—",
+                     f"{gg}/{rr.relative_to(Path(root) / gg)}/{r['arm']}"))
     return pd.DataFrame(rows, columns=cols)
 
 
