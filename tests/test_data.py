@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -176,6 +177,16 @@ def test_mni_demo_has_real_anatomy(tmp_path):
     assert (lab == 1).sum() > 0.1 * lab.size and (lab == 2).sum() > 0
     data = img.get_fdata()
     assert data[lab >= 1].mean() > 3 * data[lab == 0].mean()  # brain brighter than background
+
+
+def test_mni_demo_without_nilearn_is_one_clear_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from medddpm.cli import main
+
+    monkeypatch.setitem(sys.modules, "nilearn", None)  # as on a machine where nilearn is missing
+    for layout in ("pairs", "brats"):
+        assert main(["demo-data", "--out", str(tmp_path / layout), "--n", "1", "--size", "16", "--layout", layout]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "needs nilearn" in err[0] and not (tmp_path / layout).exists(), err
 
 
 def test_singleton_fourth_axis_is_squeezed_real_4d_refused(tmp_path):

@@ -42,8 +42,8 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, one_hot, resize, save_like,
-                   squeeze_singleton, strip_nifti_suffix, to_file_space, unit_range)
+from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, nilearn_datasets, one_hot,
+                    resize, save_like, squeeze_singleton, strip_nifti_suffix, to_file_space, unit_range)
 from ..core.config import DataConfig
 from ..core.errors import InputError
 
@@ -392,7 +392,7 @@ DEMO_NAMES = {"brats2021": "BraTS2021_{:05d}", "brats2023": "BraTS-GLI-{:05d}-00
 def mni_on_brats_grid(shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
     """nilearn's MNI152 grey, white matter and brain mask (offline), placed on BraTS's 1 mm grid
     (padded in I and J, cut to the brain's 155 axial slices) and resized to ``shape``."""
-    from nilearn import datasets  # slow import; only here
+    datasets = nilearn_datasets()
 
     maps = {"gm": datasets.load_mni152_gm_template(resolution=1), "wm": datasets.load_mni152_wm_template(resolution=1),
             "brain": datasets.load_mni152_brain_mask(resolution=1)}

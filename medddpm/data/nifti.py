@@ -475,13 +475,24 @@ def cube_grid(shape: Sequence[int], size: int) -> tuple[list[tuple[int, int]], n
     return pads, shift @ to_padded
 
 
+def nilearn_datasets():
+    """nilearn's ``datasets`` (its MNI152 templates, offline; a slow import, made only where needed), or one clear
+    error where this Python lacks nilearn, a dependency of the package."""
+    try:
+        from nilearn import datasets
+    except ImportError as exc:
+        raise InputError(f"the MNI152 demo data needs nilearn, which this Python cannot import ({exc}); install it "
+                         "(pip install nilearn), or write synthetic pairs with `medddpm phantom`") from None
+    return datasets
+
+
 def write_mni_demo(out: str | Path, n: int, size: int, seed: int = 0) -> list[str]:
     """Demo subjects from nilearn's MNI152 1 mm template (real anatomy, offline): the T1 and its
     brain mask resampled to a ``size``³ cube, with random lesions drawn inside the brain and
     shown as hyperintensities. Labels: 1 = brain, 2 = lesion."""
     out = Path(out)
     _check_out(out, n, size)
-    from nilearn import datasets  # slow import; only here
+    datasets = nilearn_datasets()
 
     t1 = datasets.load_mni152_template(resolution=1)
     brain = datasets.load_mni152_brain_mask(resolution=1)
