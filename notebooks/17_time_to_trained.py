@@ -136,7 +136,7 @@ show_table(recipe.default_seeds(root, G, target), f"train's default recipe at 64
 # %% tags=["hide-input", "full-width"]
 show_table(recipe.samples(root, G), "DDPM 250's samples of 64³ checkpoints (validation masks)",
            "scripts/probes/ab64.sh muon2", digits={c: 3 for c in recipe.SAMPLE_COLUMNS.values()} | {"W1": 4})
-show_table(recipe.step_times(found[1]) if found else recipe.step_times(root), "the fast step at 128³ by optimizer",
+show_table(recipe.step_times(root, G), "the fast step at 128³ by optimizer",
            "scripts/probes/ab64.sh muon2", digits={"ms a step": 1})
 
 # %% [markdown]

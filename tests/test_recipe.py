@@ -239,12 +239,17 @@ def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples
                                                                                          index=False)
     s = recipe.samples(tmp_path, ["h200"])
     assert list(s["arm"]) == ["template", "m1"] and list(s["in-brain r"]) == [0.7, 0.8] and s["sampler"].iloc[1] == "ddpm250:fast"
-    assert recipe.step_times(run).empty
+    assert recipe.step_times(tmp_path, ["h200"]).empty
     (run / "step128").mkdir()
     for opt, ms in (("adam", 49.0), ("muon", 52.0)):
         pd.DataFrame({"step_from": [0, 1, 50], "step_to": [1, 50, 100], "ms_per_step": [9e4, ms, ms + 1]}).to_csv(
             run / "step128" / f"{opt}-timing.csv", index=False)
-    assert recipe.step_times(run).set_index("optimizer")["ms a step"].to_dict() == {"adam": 49.5, "muon": 52.5}
+    newer = tmp_path / "h200" / "recipe" / "muon3-64-2026-01-03"  # a newer run that timed no step: not the one read
+    newer.mkdir()
+    (newer / "run.json").write_text(json.dumps({**base, "date": "2026-01-03", "arms": {}}))
+    times = recipe.step_times(tmp_path, ["h200"])
+    assert times.set_index("optimizer")["ms a step"].to_dict() == {"adam": 49.5, "muon": 52.5}
+    assert set(times["run"]) == {"h200/recipe/muon2-64-2026-01-02"}
     # state_64: Med-DDPM's recipe's steps to the target (chapter 14's runs) at the Adam arm's step beside the record
     assert list(recipe.state_64(tmp_path, ["h200"])["measured"].iloc[:2]) == ["never", "—"]  # no paper run: no estimate
     assert set(recipe.state_64(tmp_path, ["h200"])["met"].iloc[2:]) == {"—"}

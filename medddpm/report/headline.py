@@ -167,9 +167,10 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
                        f"({recipe.provenance(best)}; its samples not yet judged) — {ch('17', '17_time_to_trained')}.")
-    found = recipe.record_64(root, gpus, declared=True) or recipe.record_64(root, gpus)
-    if found is None:
+    sooner = recipe.record_64(root, gpus)
+    if sooner is None:
         return out
+    found = recipe.record_64(root, gpus, declared=True) or sooner
     gpu, _, m, best = found
     target = m["target"]["heldout"]
     paper_runs = recipe.paper_recipe_steps(root, target)
@@ -180,15 +181,16 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     seeds = recipe.default_seeds(root, gpus, target)
     default_part = (f"; `train`'s default as it runs (`--steps` and `--seed` alone) reached it in "
                     f"{int(seeds['step at target'].notna().sum())} of {len(seeds)} runs" if len(seeds) else "")
-    sooner = recipe.record_64(root, gpus)[3]
+    sooner = sooner[3]
     sooner_part = (f"; {sooner['wall at target (s)']:.0f} s with `{sooner['flags']}` ({recipe.provenance(sooner)})"
-                   if sooner["arm"] != best["arm"] and sooner["wall at target (s)"] < best["wall at target (s)"] else "")
+                   if sooner["wall at target (s)"] < best["wall at target (s)"] else "")
     reps = recipe.repeats(root, gpus, best["flags"], target)
     more = reps[(reps["arm"] != best["arm"]) & reps["declared"]]
     reached = more["wall at target (s)"].dropna()
-    span = f"{reached.min():.0f}" + ("" if round(reached.min()) == round(reached.max()) else f"–{reached.max():.0f}")
+    span = ("" if reached.empty else f", in {reached.min():.0f}" + (
+        "" if round(reached.min()) == round(reached.max()) else f"–{reached.max():.0f}") + " s")
     more_part = (f"; the same recipe's other declared runs ({len(more)}, seeds "
-                 f"{', '.join(str(x) for x in sorted(more['seed'].unique()))}): {len(reached)} reached it, in {span} s"
+                 f"{', '.join(str(x) for x in sorted(more['seed'].unique()))}): {len(reached)} reached it{span}"
                  if len(more) else "")
     every = recipe.samples(root, gpus)
     judged = every.merge(reps[["arm"]], on="arm")

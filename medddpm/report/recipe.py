@@ -145,12 +145,16 @@ def samples(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def step_times(run: Path) -> pd.DataFrame:
-    """The step of each optimizer timed apart from an A/B's arms (its ``step128/<optimizer>-timing.csv``): steady
-    ms a step (``steady_ms``); empty where the run timed none."""
-    rows = [{"optimizer": p.name.split("-")[0], "ms a step": steady_ms(pd.read_csv(p))}
-            for p in sorted((run / "step128").glob("*-timing.csv"))]
-    return pd.DataFrame(rows, columns=["optimizer", "ms a step"])
+def step_times(root: str | Path, gpus: list[str]) -> pd.DataFrame:
+    """The 128³ step of each optimizer, timed apart from the arms by the newest 64³ A/B run on ``gpus`` that did (its
+    ``step128/<optimizer>-timing.csv``): steady ms a step (``steady_ms``) and the run; empty where none did."""
+    cols = ["optimizer", "ms a step", "run"]
+    for gpu, run, _ in ab_runs(root, gpus):
+        timed = sorted((run / "step128").glob("*-timing.csv"))
+        if timed:
+            return pd.DataFrame([{"optimizer": p.name.split("-")[0], "ms a step": steady_ms(pd.read_csv(p)),
+                                  "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"} for p in timed], columns=cols)
+    return pd.DataFrame(columns=cols)
 
 
 TARGET_SHARE_64 = 0.5  # issue 75 at 64³ on one GPU: the target in at most half the wall of Med-DDPM's recipe
