@@ -6,6 +6,11 @@
 #   arm muon  : the default recipe with --optimizer muon and STEPS_M steps (at 64³ Muon reached the target in about
 #               half of Adam's steps, then fitted the training subjects; declared next at 128³, seed 15 as v-s15:
 #               ARMS=muon AB64=0 STEPS_M=5000 curriculum128.sh load|start|wait|collect)
+#   arm adam:N / muon:N : the default recipe (Adam) or with --optimizer muon, N steps (its cosine ends at N)
+# NPROC GPUs (4 by default). Declared for one H200 (issue 75, Muon at 128³ while no 4-GPU kind is lent), seed 15:
+#   NPROC=1 ARMS="adam:6000 muon:6000 muon:3000" AB64=0 FILL_PATCH=0 EVAL=750 curriculum128.sh load|start|wait|collect
+#   Read: Muon carries to 128³ if muon:6000's held-out loss at its end is below adam:6000's by more than 0.0005 (a
+#   smaller gap is a tie); it halves the steps there if muon:3000's end loss is at or below adam:6000's.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
@@ -23,7 +28,7 @@ AB64_ARMS=("patch32 --steps 12000 --patch-size 32 --patch-steps 6000" "b99 --ste
            "b95 --steps 12000 --adam-betas 0.95 0.99" "patch32-16k --steps 16000 --patch-size 32 --patch-steps 10000")
 ab64() { W=$W/w64 IXI=/tmp/d64 VAL=16 OUT=$W/ab64 bash $R/scripts/probes/recipe_ab.sh 64 "$@"; }
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet --size 128
-  --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --nproc 4 --seed 15"
+  --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --nproc ${NPROC:-4} --seed 15"
 
 where() {
   cat $W/times.txt 2>/dev/null | awk -v t0=$(head -1 $W/times.txt 2>/dev/null | cut -d' ' -f2) '{printf "%s +%.0f s\n", $1, $2 - t0}'
@@ -37,8 +42,13 @@ pipeline() {
   # CUDA graphs and the held-out judge, so the timed runs start warm
   if [ "${FILL:-1}" = 1 ] && [ "$AB64" = 1 ]; then
     mkdir -p $W/ab64; FILL_ONLY=1 FILL_FLAGS="--patch-size 32 --patch-steps 20" ab64 > $W/logs/fill64.txt 2>&1 & fi
-  if [ "${FILL:-1}" = 1 ]; then timeout 560 $TRAIN --steps 12 --patch-size 64 --patch-steps 6 --eval-every 1000 \
-    --out $W/fill > $W/logs/fill.txt 2>&1; stamp "fill-rc$?"; fi
+  if [ "${FILL:-1}" = 1 ]; then
+    if [ "${FILL_PATCH:-1}" = 1 ]; then FP="--patch-size 64 --patch-steps 6"; else FP=""; fi
+    timeout 560 $TRAIN --steps 12 $FP --eval-every 1000 --out $W/fill > $W/logs/fill.txt 2>&1; stamp "fill-rc$?"
+    if [[ "$ARMS" == *muon* ]]; then  # Muon's own compiled update, cached before its timed arm
+      timeout 560 $TRAIN --steps 12 --optimizer muon --eval-every 1000 --out $W/fill-muon > $W/logs/fill-muon.txt 2>&1
+      stamp "fill-muon-rc$?"; fi
+  fi
   wait; stamp fill64-done  # no timed run beside a compile
   for arm in $ARMS; do
     stamp $arm
@@ -49,6 +59,9 @@ pipeline() {
                --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
       muon) $TRAIN --steps $STEPS_M --optimizer muon --time-limit 420 --eval-every $EVAL --log-every 250 \
                --save-every 100000 --out $W/r-$arm > $W/logs/$arm.txt 2>&1 ;;
+      adam:*|muon:*) OPT=""; [ "${arm%%:*}" = muon ] && OPT="--optimizer muon"
+               $TRAIN --steps ${arm#*:} $OPT --time-limit 420 --eval-every $EVAL --log-every 250 --save-every 100000 \
+               --out $W/r-${arm/:/-} > $W/logs/${arm/:/-}.txt 2>&1 ;;
     esac
     stamp "$arm-rc$?"
   done
@@ -73,7 +86,7 @@ case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
     FILL=0 launch curriculum128.sh again; sleep ${2:-500}; where ;;
   collect)
     mkdir -p $RES/runs
-    for d in $W/r-* $W/fill; do
+    for d in $W/r-* $W/fill $W/fill-muon; do
       [ -d $d ] && mkdir -p $RES/runs/$(basename $d) && cp $d/*.csv $RES/runs/$(basename $d)/ 2>/dev/null; done
     cp -r $W/logs $W/times.txt $W/env.txt $W/pipeline.txt $W/ab64/*.tgz $RES/ 2>/dev/null
     tar -C $W -czf $OUT/curriculum.tgz res && ls -la $OUT && where ;;
