@@ -28,7 +28,7 @@
 #
 # `train`'s default recipe (`--recipe cosine`, `medddpm/core/config.py`'s `RECIPES`) is the 64³ A/B's winner among
 # Adam recipes, carried unchanged to 128³; `--recipe paper` is Med-DDPM's. Two faster options are not yet defaults:
-# the patch curriculum at 128³, whose samples are not yet judged, and Muon, judged at 64³ but not yet run at 128³.
+# the patch curriculum at 128³ and Muon, ahead of Adam at 64³ and at 128³ on one GPU; neither has judged 128³ samples.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -61,8 +61,7 @@ where = f"{found[0]}/{found[1].relative_to(root / found[0])}" if found else None
 # ({doc}`14_anatomy`'s measures) and the sampler gate's verdict on the 12-call chain ({doc}`16_equivalence`).
 
 # %% tags=["hide-input"]
-show_table(recipe.plateau_state(root, G), "the 128³ run to its plateau (run.json kind recipe-plateau)",
-           "scripts/probes/plateau128.sh")
+show_table(recipe.plateau_state(root, G), "the 128³ run to its plateau (kind recipe-plateau)", "scripts/probes/plateau128.sh")
 
 # %% [markdown]
 # 64³ on one GPU: the target is half the wall of Med-DDPM's recipe to the same loss (its steps at the Adam step beside the record):
@@ -119,8 +118,7 @@ show_table(recipe.paper_recipe_steps(root, target, G), "the paper's recipe at 10
            "scripts/anatomy_measure.sh", digits={"lowest loss": 4})
 
 # %% [markdown]
-# The record is one seed's. `train`'s default recipe exactly as `train` runs it (`--steps` and `--seed` alone), every
-# 64³ run of it in the store, to the same target:
+# The record is one seed's. `train`'s default recipe as `train` runs it (`--steps`, `--seed`), every 64³ run of it:
 
 # %% tags=["hide-input"]
 show_table(recipe.default_seeds(root, G, target), f"train's default recipe at 64³, target {target:g}",
@@ -158,9 +156,8 @@ else:
     plt.show()
 
 # %% [markdown]
-# ## What the A/B says
+# ## What the A/B says (read against the tables above)
 #
-# Read against the tables above:
 # - a warm-up and a cosine decay to the end of the budget beat the book's constant rate by the end of the budget;
 # - the EMA of decay 0.99 (every 10 steps) beats Med-DDPM's 0.995 in a short run: the longer memory lags the weights
 #   while the loss still falls fast;
@@ -187,14 +184,17 @@ else:
 # target in fewer steps than any Adam arm. Past that point, a long schedule fits the training subjects: the loss of
 # its 12,000- and 8,000-step arms climbs back up. The 6,000-step schedule, which ends where the loss bottoms out, was
 # first added after reading `muon-64`'s arms; `muon2-64` declared it on two more seeds (Adam beside one), `muon3-64`
-# again from a cache holding Muon's compiled step (the rule), and it reached the target in each. Their samples keep their anatomy: each Muon checkpoint's in-brain r
-# is level with the paper's recipe's best runs, which trained far longer, while Adam's default on the same seed, after
-# twice Muon's steps, stays below them. A Muon step costs more than Adam's: the Newton–Schulz iterations add kernels
-# (each arm's `timing` line; at 128³, the table above, the step is larger and the share smaller).
+# again from a cache holding Muon's compiled step (the rule), and it reached the target in each. Their samples keep
+# their anatomy: in-brain r level with the paper's recipe's best runs, which trained far longer, while Adam's default
+# on the same seed, after twice Muon's steps, stays below them. A Muon step costs more than Adam's: the Newton–Schulz
+# iterations add kernels (each arm's `timing` line; the 128³ step table above). At 128³ on one H200 (`muon-128`, its
+# arms and reading rule declared before it ran; the 1-GPU rows of the 128³ table), Muon's held-out loss ran below
+# Adam's at every evaluation, and its 3,000-step schedule ended below Adam's 6,000-step one: by the declared rule it
+# carries to 128³ and halves the steps there. One GPU is global batch 1, not the target's 4.
 #
-# Neither lever is `train`'s default: the curriculum's samples are not yet judged, and Muon has not run at 128³,
-# where the default must win too. The curriculum's third 128³ arm was chosen after reading the declared ones.
+# Neither lever is `train`'s default: neither has judged samples at 128³, where the default must keep its quality
+# too. The curriculum's third 128³ arm was chosen after reading the declared ones.
 #
-# **Not yet measured**: the curriculum's samples, Muon at 128³ (`scripts/probes/curriculum128.sh`'s `muon` arm,
-# declared), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at
+# **Not yet measured**: the 128³ samples of either lever, Muon on 4 GPUs (`scripts/probes/curriculum128.sh`'s `muon`
+# arm), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at
 # 128³ on an H200), a larger batch at 128³ (where a step is bound by its voxels), and post-hoc EMA.
