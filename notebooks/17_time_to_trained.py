@@ -74,16 +74,16 @@ show_table(recipe.state_64(root, G), "64³ against half of Med-DDPM's recipe's w
 # runs on other start-ups and evaluation cadences compare; chapter 14's runs train Med-DDPM's recipe at the book's rate.
 
 # %% tags=["hide-input"]
-show_table(big_runs, f"128³ runs, target held-out loss {big_target:g}",
-           "scripts/probes/plateau128.sh; scripts/probes/curriculum128.sh", digits={"final loss": 4, "minutes at target": 1, "minutes of steps": 1,
-                                                   "wall at target (min)": 1, "ms a step": 1})
+show_table(big_runs, f"128³ runs, target held-out loss {big_target:g}", "scripts/probes/plateau128.sh; curriculum128.sh",
+           digits={"final loss": 4, "minutes at target": 1, "minutes of steps": 1, "wall at target (min)": 1, "ms a step": 1})
 if big.empty:
     no_data("a 128³ v run (anatomy/train/v-s*-fast-128 or run.json kind recipe-plateau)", "scripts/probes/plateau128.sh")
 else:
     fig, ax = plt.subplots(figsize=(8, 4))
-    sns.lineplot(data=big[big["step"] > 0], x="minutes", y="loss", hue="run", style="recipe", marker="o", ax=ax)
+    sns.lineplot(data=big[big["step"] > 0], x="minutes", y="loss", hue="run", style="GPUs", marker="o", ax=ax)
     ax.axhline(big_target, ls="--", c="k", lw=1)
     ax.set(xlabel="minutes of steps", ylabel="held-out loss (EMA)", title="IXI 128³, v-prediction")
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
     plt.show()
 
 # %% [markdown]
