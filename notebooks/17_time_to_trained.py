@@ -187,14 +187,14 @@ else:
 # again from a cache holding Muon's compiled step (the rule), and it reached the target in each. Their samples keep
 # their anatomy: in-brain r level with the paper's recipe's best runs, which trained far longer, while Adam's default
 # on the same seed, after twice Muon's steps, stays below them. A Muon step costs more than Adam's: the Newton–Schulz
-# iterations add kernels (each arm's `timing` line; the 128³ step table above). At 128³ on one H200 (`muon-128`, its
-# arms and reading rule declared before it ran; the 1-GPU rows of the 128³ table), Muon's held-out loss ran below
-# Adam's at every evaluation, and its 3,000-step schedule ended below Adam's 6,000-step one: by the declared rule it
-# carries to 128³ and halves the steps there. One GPU is global batch 1, not the target's 4.
+# iterations add kernels (each arm's `timing` line; the 128³ step table above). At 128³ on one H200 (`muon-128`,
+# declared before it ran; the table's 1-GPU rows), Muon's held-out loss ran below Adam's at every evaluation, and its
+# 3,000-step schedule ended below Adam's 6,000-step one (the time limit stopped both 6,000-step arms early): by the
+# declared rule it carries to 128³ and halves the steps there. One GPU trains at global batch 1, not 4.
 #
 # Neither lever is `train`'s default: neither has judged samples at 128³, where the default must keep its quality
 # too. The curriculum's third 128³ arm was chosen after reading the declared ones.
 #
-# **Not yet measured**: the 128³ samples of either lever, Muon on 4 GPUs (`scripts/probes/curriculum128.sh`'s `muon`
-# arm), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at
+# **Not yet measured**: the 128³ samples of either lever, Muon on 4 GPUs (declared in `scripts/probes/plateau128.sh`,
+# its samples judged), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at
 # 128³ on an H200), a larger batch at 128³ (where a step is bound by its voxels), and post-hoc EMA.
