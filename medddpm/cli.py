@@ -142,7 +142,8 @@ def _train_inputs(a: argparse.Namespace):
              "save_every": a.save_every, "log_every": a.log_every, "seed": a.seed, "ema_start_step": a.ema_start,
              "held_out": a.held_out, "eval_every": a.eval_every, "eval_weights": a.eval_weights,
              "patch_size": a.patch_size, "patch_steps": a.patch_steps,
-             "adam_betas": tuple(a.adam_betas) if a.adam_betas else None, "optimizer": a.optimizer}
+             "adam_betas": tuple(a.adam_betas) if a.adam_betas else None, "optimizer": a.optimizer,
+             "posthoc_ema": tuple(a.posthoc_ema) if a.posthoc_ema else None, "posthoc_every": a.posthoc_every}
     try:
         if stored is None:
             train_cfg = recipe_config(a.recipe or DEFAULT_RECIPE, **given)
@@ -156,6 +157,8 @@ def _train_inputs(a: argparse.Namespace):
     for flag, value in (("--eval-every", a.eval_every), ("--eval-weights", a.eval_weights)):
         if value is not None and not train_cfg.held_out:
             raise InputError(f"{flag} needs --held-out N (the subjects whose loss is evaluated)")
+    if a.posthoc_every is not None and not train_cfg.posthoc_ema:
+        raise InputError("--posthoc-every needs --posthoc-ema SIGMA_REL… (the EMAs it snapshots)")
     if a.time_limit is not None and a.time_limit <= 0:
         raise InputError(f"--time-limit must be > 0 seconds, got {a.time_limit}")
     if (out / CHECKPOINT).exists() and not a.resume:
@@ -419,6 +422,69 @@ def cmd_train(a: argparse.Namespace) -> None:
     print(timing_line(trainer.phases, ready, a.time_limit))
 
 
+def cmd_posthoc_ema(a: argparse.Namespace) -> None:
+    """An EMA rebuilt after training from a run's snapshots (``train.posthoc``): with ``--images``/``--masks`` each
+    width's held-out loss (the run's own held-out subjects and judge) into RUN/posthoc.csv; with ``--out`` a checkpoint
+    whose EMA is the rebuilt one of the given width, or of the width judged best, for ``sample``."""
+    import pandas as pd
+    import torch
+
+    from .core.io import atomic_path, write_text_atomic
+    from .core.runtime import resolve_device
+    from .data.nifti import pair_files
+    from .train import posthoc
+    from .train.checkpoint import CHECKPOINT, configs_from_checkpoint, data_config, load_checkpoint
+    from .train.heldout import held_out_loss, held_out_triples, split_held_out
+
+    run = Path(a.run)
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists():
+        raise InputError(f"{out} exists; choose another --out (nothing is overwritten)")
+    if (a.images is None) != (a.masks is None):
+        raise InputError("give --images and --masks together (the run's data, whose held-out subjects judge each width)")
+    if out is not None and a.images is None and len(a.sigma_rel) != 1:
+        raise InputError("--out writes one EMA: give one --sigma-rel, or --images and --masks to write the best judged")
+    for s in a.sigma_rel:
+        try:
+            posthoc.gamma_of(s)
+        except ValueError as exc:
+            raise InputError(f"--sigma-rel: {exc}") from None
+    ckpt = load_checkpoint(run / CHECKPOINT)
+    model_cfg, diffusion_cfg, train_cfg, _ = configs_from_checkpoint(ckpt)
+    if not posthoc.snapshots(run, a.step):
+        raise InputError(f"{run / posthoc.FOLDER} holds no snapshot" + (f" at or before step {a.step}" if a.step else "")
+                         + ": train with --posthoc-ema to keep them")
+    rows, states = [], {}
+    triples = None
+    if a.images is not None:
+        if not train_cfg.held_out:
+            raise InputError(f"{run} was trained without --held-out: it has no held-out subjects to judge on")
+        held = split_held_out(pair_files(a.images, a.masks, a.id_regex), train_cfg.held_out)[1]
+        size = tuple(ckpt["config"]["size"])
+        triples = held_out_triples(held, model_cfg, size, diffusion_cfg=diffusion_cfg, data_cfg=data_config(ckpt))
+    device = resolve_device(a.device)
+    for s in a.sigma_rel:
+        params, how = posthoc.reconstruct(run, s, a.step)
+        if set(params) - set(ckpt["ema"]):
+            raise InputError(f"{run}'s snapshots hold weights its checkpoint's EMA does not: {sorted(set(params) - set(ckpt['ema']))[:3]}")
+        states[s] = {**ckpt["ema"], **params}
+        loss = float("nan")
+        if triples is not None:
+            loss = float(held_out_loss(model_cfg, states[s], triples, device, diffusion_cfg=diffusion_cfg)["loss"].mean())
+        rows.append({"sigma_rel": s, "step": how["step"], "snapshots": how["snapshots"], "heldout_loss": loss})
+        print(f"σ_rel {s:g} at step {how['step']:,} from {how['snapshots']} snapshots"
+              + (f": held-out loss {loss:.5f}" if triples is not None else ""))
+    table = pd.DataFrame(rows)
+    if triples is not None:
+        write_text_atomic(run / "posthoc.csv", table.to_csv(index=False, lineterminator="\n", float_format="%.8g"))
+    if out is not None:
+        best = float(table.loc[table["heldout_loss"].idxmin(), "sigma_rel"]) if triples is not None else a.sigma_rel[0]
+        chosen = table.set_index("sigma_rel").loc[best]
+        with atomic_path(out) as tmp:
+            torch.save({**ckpt, "ema": states[best], "posthoc_ema": {"sigma_rel": best, "step": int(chosen["step"])}}, tmp)
+        print(f"wrote {out}: the EMA of σ_rel {best:g} at step {int(chosen['step']):,}")
+
+
 def warmup_configs(config: str | None, device, calls: int = REFERENCE.steps) -> list[str]:
     """The configurations ``warmup`` compiles: ``config`` where given, else every one that ``sample``
     without ``--config`` may pick on ``device`` for volumes of ``calls`` denoiser calls
@@ -665,6 +731,11 @@ def parser() -> argparse.ArgumentParser:
                    "(the held-out loss is always judged on whole volumes) (default: the recipe's: none)")
     s.add_argument("--patch-steps", type=int, metavar="STEPS", help="with --patch-size: the steps on patches "
                    "(default: the recipe's)")
+    s.add_argument("--posthoc-ema", type=float, nargs="+", metavar="SIGMA_REL", help="keep power-function EMAs of "
+                   "these relative widths (Karras et al. 2024: 0.05 0.10) and snapshot them every --posthoc-every steps "
+                   "into OUT/posthoc/, for `medddpm posthoc-ema` to rebuild an EMA of any width (default: none)")
+    s.add_argument("--posthoc-every", type=int, metavar="STEPS", help="with --posthoc-ema: steps between snapshots "
+                   "(default 1000)")
     s.add_argument("--batch", type=int, help="volumes per micro-batch on each GPU (default 1, the paper's); the global "
                    "batch is GPUs × --batch × --grad-accum")
     s.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 2)")
@@ -698,6 +769,19 @@ def parser() -> argparse.ArgumentParser:
                    "(the same as `torchrun --standalone --nproc-per-node N -m medddpm train …`)")
     launch_options(s)
     s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("posthoc-ema", help="rebuild a run's EMA of another width from its --posthoc-ema snapshots "
+                       "(Karras et al. 2024), judge each on the run's held-out subjects, write one as a checkpoint")
+    s.add_argument("--run", required=True, help="a train --out folder whose run kept --posthoc-ema snapshots")
+    s.add_argument("--sigma-rel", type=float, nargs="+", required=True, metavar="S", help="relative widths to rebuild "
+                   "(in (0, 0.289); train's EMA, 0.99 every 10 steps, is about 0.10 at step 10,000 and 0.18 at 5,000)")
+    s.add_argument("--step", type=int, help="rebuild at the newest snapshot at or before this step (default: the newest)")
+    s.add_argument("--images", help="the run's image folder: with --masks, each width is judged on its held-out subjects")
+    s.add_argument("--masks", help="the run's mask folder")
+    s.add_argument("--id-regex", help="regex whose first group is the subject ID in file names (as train's)")
+    s.add_argument("--out", help="write a checkpoint whose EMA is the given width's (or the best judged one's)")
+    s.add_argument("--device", help=DEVICE_HELP)
+    s.set_defaults(func=cmd_posthoc_ema)
 
     s = sub.add_parser("sample", help="generate one image per mask with a checkpoint")
     s.add_argument("--checkpoint", required=True, help="a checkpoint.pt written by train")

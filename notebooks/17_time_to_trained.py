@@ -195,6 +195,6 @@ else:
 # Neither lever is `train`'s default: neither has judged samples at 128³, where the default must keep its quality
 # too. The curriculum's third 128³ arm was chosen after reading the declared ones.
 #
-# **Not yet measured**: the 128³ samples of either lever, Muon on 4 GPUs (declared in `scripts/probes/plateau128.sh`,
-# its samples judged), a second seed at 128³, a faster step itself ({doc}`06_beyond` times today's; the compass goal is 40 ms at
-# 128³ on an H200), a larger batch at 128³ (where a step is bound by its voxels), and post-hoc EMA.
+# **Not yet measured**: the 128³ samples of either lever, Muon on 4 GPUs (declared: `scripts/probes/plateau128.sh`), a
+# second seed at 128³, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200), a larger batch at 128³,
+# and the post-hoc EMA (`train --posthoc-ema`, {doc}`../usage`), built but not yet run on IXI.

@@ -182,10 +182,12 @@ class TrainConfig:
     optimizer: str = "adam"  # "adam" (the reference) or "muon": the U-Net's hidden weight matrices by Muon (Jordan et al. 2024; orthogonalized Nesterov momentum at Adam's update RMS, so at the same rate and schedule), the stem, head, norms and biases by Adam (OPTIMIZERS)
     patch_size: int = 0  # a curriculum (Patch Diffusion, Wang et al. 2023): the first patch_steps steps train on random cubes of this edge cut from each volume with its mask (medddpm/data/patches.py); 0 = whole volumes throughout (the reference)
     patch_steps: int = 0  # with patch_size: how many optimizer steps, from the first, train on patches; whole volumes after
+    posthoc_ema: tuple[float, ...] = ()  # σ_rel of power-function EMAs kept for a post-hoc EMA (Karras et al. 2024, EDM2 §3; they track 0.05 and 0.10), snapshotted into <out>/posthoc/ and combined by `medddpm posthoc-ema` (medddpm/train/posthoc.py); () = none (the reference)
+    posthoc_every: int = 1000  # with posthoc_ema: optimizer steps between their snapshots
     recipe: str = "paper"  # the name of the recipe these values came from (RECIPES), recorded with the run
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every", "eval_every"):
+        for name in ("batch_size", "grad_accum", "ema_every", "save_every", "log_every", "eval_every", "posthoc_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.held_out < 0:
@@ -208,6 +210,9 @@ class TrainConfig:
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ValueError(f"adam_betas must be two numbers in [0, 1), got {self.adam_betas}")
+        if not all(0 < s < (1 / 12) ** 0.5 for s in self.posthoc_ema) or len(set(self.posthoc_ema)) != len(self.posthoc_ema):
+            raise ValueError(f"posthoc_ema must be distinct σ_rel values in (0, 0.289) (0.289: a uniform average), got "
+                             f"{list(self.posthoc_ema)}")
         if self.patch_size < 0 or self.patch_steps < 0 or (self.patch_size > 0) != (self.patch_steps > 0):
             raise ValueError(f"patch_size and patch_steps go together, both > 0 (a curriculum) or both 0; got "
                              f"{self.patch_size} and {self.patch_steps}")

@@ -41,12 +41,13 @@ from ..core.errors import DivergedError, InputError
 from ..data.nifti import Pair
 from ..core.io import atomic_path, write_text_atomic
 from .checkpoint import BEST, CHECKPOINT, configs_from_checkpoint, data_config, load_checkpoint
+from . import posthoc
 from .heldout import Evaluator, held_out_triples
 
 HELDOUT = "heldout.csv"  # held-out loss per (step, weights, subject, t), beside log.csv
 HELDOUT_COLUMNS = ["step", "weights", "subject", "t", "loss", "seconds"]  # seconds: the run's training clock at the
 # evaluation (its fits' wall time less their held-out evaluations: what a time to a target counts)
-RESUMABLE = ("log_every", "save_every", "eval_every", "eval_weights")  # TrainConfig fields --resume may change: cadences
+RESUMABLE = ("log_every", "save_every", "eval_every", "eval_weights", "posthoc_every")  # TrainConfig fields --resume may change: cadences
 # and what is judged, never what is trained (--steps, --time-limit and --quiet are no config)
 
 
@@ -186,6 +187,8 @@ class Trainer:
         self.ema = copy.deepcopy(self.model).requires_grad_(False)
         self._params = list(self.model.parameters())
         self._ema_params = list(self.ema.parameters())
+        self.posthoc = (posthoc.PowerEMAs([(n, p) for (n, _), p in zip(self.ema.named_parameters(), self._params)],
+                                          train_cfg.posthoc_ema) if train_cfg.posthoc_ema else None)  # names as the EMA's
         self.step = 0
         self.losses: list[float] = []  # read back from the device; ``_pending`` holds the rest
         self._pending: list[Tensor] = []
@@ -251,7 +254,8 @@ class Trainer:
             if not (same and _linked(self._written[1], tmp)):
                 torch.save({"step": self.step, "model": self.model.state_dict(), "ema": self.ema.state_dict(),
                             "optimizer": self.optimizer.state_dict(), "config": self.config_dict(),
-                            "rng": rng_state(), "losses": list(self.losses), "heldout": list(self.heldout)}, tmp)
+                            "rng": rng_state(), "losses": list(self.losses), "heldout": list(self.heldout),
+                            **({"posthoc": self.posthoc.state_dict()} if self.posthoc else {})}, tmp)
         self._written = (mark, path)
 
     def timing(self) -> pd.DataFrame:
@@ -279,6 +283,8 @@ class Trainer:
             print("resuming with " + ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in changed.items()), file=sys.stderr)
         self.model.load_state_dict(ckpt["model"])
         self.ema.load_state_dict(ckpt["ema"])
+        if self.posthoc is not None:
+            self.posthoc.load_state_dict(ckpt["posthoc"])
         rates = [g["lr"] for g in self.optimizer.param_groups]  # a captured step's device tensors: kept, not replaced
         self.optimizer.load_state_dict(ckpt["optimizer"])
         for group, rate in zip(self.optimizer.param_groups, rates):
@@ -354,7 +360,12 @@ class Trainer:
                     torch._foreach_copy_(self._ema_params, self._params)
             else:
                 ema_update(self._ema_params, self._params, cfg.ema_decay)
+            if self.posthoc is not None:
+                self.posthoc.update(self._params)
+        if self.posthoc is not None and self.step % cfg.posthoc_every == 0 and self.world.main:
+            posthoc.save_snapshot(self.out, self.step, self.posthoc)
         return loss
+
 
     def flush(self) -> None:
         """Read the pending losses back (one synchronisation); raise DivergedError on NaN/inf."""

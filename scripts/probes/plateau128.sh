@@ -17,9 +17,10 @@ N128=${N128:-v-s15-cosine-128}; SEEDS64=${SEEDS64-41 42}
 # SEED128=16 STEPS128=10000 EVAL128=750 RECIPE128="--patch-size 64 --patch-steps 7500" FILL128="--steps 8 --patch-size
 # 64 --patch-steps 4" N128=v-s16-patch-128 SEEDS64=""), and the untimed fill's flags (both shapes, where there are two)
 # Declared next, for a session lent 4 GPUs (Muon carried to 128³ by recipe/muon-128 on one GPU, its samples judged here):
-#   SEED128=16 STEPS128=4500 EVAL128=750 RECIPE128="--optimizer muon" FILL128="--steps 2 --optimizer muon"
-#   N128=v-s16-muon-128 SEEDS64="" plateau128.sh …
-#   (4,500 steps at about 53 ms: a cosine that ends inside the 4-minute target; the gate, anatomy and utility as above)
+#   SEED128=16 STEPS128=4500 EVAL128=750 RECIPE128="--optimizer muon --posthoc-ema 0.05 0.10 --posthoc-every 750"
+#   FILL128="--steps 2 --optimizer muon" N128=v-s16-muon-128 SEEDS64="" plateau128.sh …
+#   (4,500 steps at about 53 ms: a cosine that ends inside the 4-minute target; the gate, anatomy and utility as above;
+#   on GPU 2 the post-hoc EMA's widths POSTHOC judged on the held-out subjects: r128/posthoc.csv)
 SEED128=${SEED128:-15}; STEPS128=${STEPS128:-10500}; EVAL128=${EVAL128:-1500}; RECIPE128=${RECIPE128:-}
 FILL128=${FILL128:---steps 2}
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet"
@@ -64,6 +65,12 @@ pipeline() {
       --utility-steps 1000 --work $W/an128u > $W/logs/utility128.txt 2>&1; stamp "utility128-rc$?"
     cp $W/util128/anatomy/anatomy_utility.csv* $RES/r128/anatomy/ 2>/dev/null
     wait $a; stamp "anatomy128-rc$?" ) &
+  # 3b. GPU 2, where the run kept post-hoc EMA snapshots: every width of POSTHOC rebuilt and judged (untimed)
+  if [ -d $W/r128/posthoc ]; then
+    ( CUDA_VISIBLE_DEVICES=2 timeout 400 python3 -m medddpm posthoc-ema --run $W/r128 --sigma-rel ${POSTHOC:-0.03 0.05 0.08 0.1 0.15} \
+        --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks > $W/logs/posthoc128.txt 2>&1
+      stamp "posthoc128-rc$?"; mkdir -p $RES/r128 && cp $W/r128/posthoc.csv $RES/r128/ ) &
+  fi
   # 4. GPUs 2-3: a fresh 64³ checkpoint of the same recipe each, then the gate on it alone
   k=2
   for s in $SEEDS64; do
