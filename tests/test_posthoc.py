@@ -100,3 +100,6 @@ def test_train_keeps_snapshots_through_a_resume_and_posthoc_ema_judges_and_write
     code, _, err = run(capsys, "train", *data, "--model", "tiny", "--size", "16", "--steps", "2", "--posthoc-every", "10",
                        "--out", str(tmp_path / "x"))
     assert one_line_error(code, err, "--posthoc-every needs --posthoc-ema")
+    code, _, err = run(capsys, "train", *data, "--model", "tiny", "--size", "16", "--steps", "2", "--posthoc-ema", "0.1",
+                       "--posthoc-every", "15", "--out", str(tmp_path / "x"))
+    assert one_line_error(code, err, "multiple of ema_every") and not (tmp_path / "x").exists()

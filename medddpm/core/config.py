@@ -213,6 +213,9 @@ class TrainConfig:
         if not all(0 < s < (1 / 12) ** 0.5 for s in self.posthoc_ema) or len(set(self.posthoc_ema)) != len(self.posthoc_ema):
             raise ValueError(f"posthoc_ema must be distinct σ_rel values in (0, 0.289) (0.289: a uniform average), got "
                              f"{list(self.posthoc_ema)}")
+        if self.posthoc_ema and self.posthoc_every % self.ema_every:
+            raise ValueError(f"posthoc_every ({self.posthoc_every}) must be a multiple of ema_every ({self.ema_every}): "
+                             "the EMAs change only then")
         if self.patch_size < 0 or self.patch_steps < 0 or (self.patch_size > 0) != (self.patch_steps > 0):
             raise ValueError(f"patch_size and patch_steps go together, both > 0 (a curriculum) or both 0; got "
                              f"{self.patch_size} and {self.patch_steps}")
