@@ -454,7 +454,7 @@ def cmd_posthoc_ema(a: argparse.Namespace) -> None:
     if not posthoc.snapshots(run, a.step):
         raise InputError(f"{run / posthoc.FOLDER} holds no snapshot" + (f" at or before step {a.step}" if a.step else "")
                          + ": train with --posthoc-ema to keep them")
-    rows, states = [], {}
+    rows, kept = [], None  # kept: (held-out loss, σ_rel, state) of the EMA --out writes
     triples = None
     if a.images is not None:
         if not train_cfg.held_out:
@@ -467,22 +467,27 @@ def cmd_posthoc_ema(a: argparse.Namespace) -> None:
         params, how = posthoc.reconstruct(run, s, a.step)
         if set(params) - set(ckpt["ema"]):
             raise InputError(f"{run}'s snapshots hold weights its checkpoint's EMA does not: {sorted(set(params) - set(ckpt['ema']))[:3]}")
-        states[s] = {**ckpt["ema"], **params}
+        state = {**ckpt["ema"], **params}
         loss = float("nan")
         if triples is not None:
-            loss = float(held_out_loss(model_cfg, states[s], triples, device, diffusion_cfg=diffusion_cfg)["loss"].mean())
+            loss = float(held_out_loss(model_cfg, state, triples, device, diffusion_cfg=diffusion_cfg)["loss"].mean())
+        if out is not None and (kept is None or loss < kept[0]):
+            kept = (loss, s, state, how["step"])
         rows.append({"sigma_rel": s, "step": how["step"], "snapshots": how["snapshots"], "heldout_loss": loss})
         print(f"σ_rel {s:g} at step {how['step']:,} from {how['snapshots']} snapshots"
               + (f": held-out loss {loss:.5f}" if triples is not None else ""))
-    table = pd.DataFrame(rows)
-    if triples is not None:
-        write_text_atomic(run / "posthoc.csv", table.to_csv(index=False, lineterminator="\n", float_format="%.8g"))
-    if out is not None:
-        best = float(table.loc[table["heldout_loss"].idxmin(), "sigma_rel"]) if triples is not None else a.sigma_rel[0]
-        chosen = table.set_index("sigma_rel").loc[best]
+    if triples is not None:  # beside the widths judged before, a width judged again at the same step replaced
+        table = pd.DataFrame(rows)
+        if (run / "posthoc.csv").exists():
+            before = pd.read_csv(run / "posthoc.csv")
+            table = pd.concat([before, table]).drop_duplicates(["sigma_rel", "step"], keep="last")
+        write_text_atomic(run / "posthoc.csv", table.sort_values(["step", "sigma_rel"]).to_csv(
+            index=False, lineterminator="\n", float_format="%.8g"))
+    if kept is not None:
+        _, best, state, step = kept
         with atomic_path(out) as tmp:
-            torch.save({**ckpt, "ema": states[best], "posthoc_ema": {"sigma_rel": best, "step": int(chosen["step"])}}, tmp)
-        print(f"wrote {out}: the EMA of σ_rel {best:g} at step {int(chosen['step']):,}")
+            torch.save({**ckpt, "ema": state, "posthoc_ema": {"sigma_rel": best, "step": step}}, tmp)
+        print(f"wrote {out}: the EMA of σ_rel {best:g} at step {step:,}")
 
 
 def warmup_configs(config: str | None, device, calls: int = REFERENCE.steps) -> list[str]:

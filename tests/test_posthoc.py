@@ -90,6 +90,9 @@ def test_train_keeps_snapshots_through_a_resume_and_posthoc_ema_judges_and_write
     last = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)
     assert best["ema"].keys() == last["ema"].keys() and best["posthoc_ema"]["sigma_rel"] in (0.07, 0.12)
     assert any(not torch.equal(best["ema"][k], last["ema"][k]) for k in best["ema"])
+    code, _, err = run(capsys, *post, *data, "--sigma-rel", "0.2", "0.07")  # judged again: kept beside, not lost
+    assert code == 0, err
+    assert sorted(pd.read_csv(tmp_path / "r" / "posthoc.csv")["sigma_rel"]) == [0.07, 0.12, 0.2]
     kept = (tmp_path / "best.pt").read_bytes()
     code, _, err = run(capsys, *post, "--sigma-rel", "0.07", "--out", str(tmp_path / "best.pt"))
     assert one_line_error(code, err, "exists") and (tmp_path / "best.pt").read_bytes() == kept
