@@ -451,9 +451,10 @@ def cmd_posthoc_ema(a: argparse.Namespace) -> None:
             raise InputError(f"--sigma-rel: {exc}") from None
     ckpt = load_checkpoint(run / CHECKPOINT)
     model_cfg, diffusion_cfg, train_cfg, _ = configs_from_checkpoint(ckpt)
-    if not posthoc.snapshots(run, a.step):
-        raise InputError(f"{run / posthoc.FOLDER} holds no snapshot" + (f" at or before step {a.step}" if a.step else "")
-                         + ": train with --posthoc-ema to keep them")
+    try:
+        loaded = posthoc.load(run, a.step)
+    except FileNotFoundError as exc:
+        raise InputError(str(exc)) from None
     rows, kept = [], None  # kept: (held-out loss, σ_rel, state) of the EMA --out writes
     triples = None
     if a.images is not None:
@@ -464,7 +465,7 @@ def cmd_posthoc_ema(a: argparse.Namespace) -> None:
         triples = held_out_triples(held, model_cfg, size, diffusion_cfg=diffusion_cfg, data_cfg=data_config(ckpt))
     device = resolve_device(a.device)
     for s in a.sigma_rel:
-        params, how = posthoc.reconstruct(run, s, a.step)
+        params, how = posthoc.reconstruct(loaded, s)
         if set(params) - set(ckpt["ema"]):
             raise InputError(f"{run}'s snapshots hold weights its checkpoint's EMA does not: {sorted(set(params) - set(ckpt['ema']))[:3]}")
         state = {**ckpt["ema"], **params}

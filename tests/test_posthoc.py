@@ -23,7 +23,8 @@ def one_line_error(code, err, needle):
 def test_widths_and_exponents_are_inverse_with_edm2s_pair():
     assert P.gamma_of(0.05) == pytest.approx(16.97, abs=0.01) and P.gamma_of(0.10) == pytest.approx(6.94, abs=0.01)
     for s in (0.01, 0.07, 0.2):
-        assert P.sigma_rel_of(P.gamma_of(s)) == pytest.approx(s)
+        g = P.gamma_of(s)
+        assert np.sqrt((g + 1) / ((g + 2) ** 2 * (g + 3))) == pytest.approx(s)  # EDM2's σ_rel of the exponent
     for bad in (0.0, 0.29, -0.1):
         with pytest.raises(ValueError, match="sigma_rel"):
             P.gamma_of(bad)
@@ -55,17 +56,18 @@ def test_the_rebuild_returns_a_kept_width_exactly_and_one_between_them_closely(t
         direct.update([w])
         if i % 40 == 0:
             P.save_snapshot(tmp_path, 10 * i, kept)
-    same, how = P.reconstruct(tmp_path, 0.05)
+    loaded = P.load(tmp_path)
+    same, how = P.reconstruct(loaded, 0.05)
     assert torch.allclose(same["w"], kept.averages[0][0], atol=1e-4) and how["step"] == 4000 and how["snapshots"] == 10
-    between, _ = P.reconstruct(tmp_path, 0.07)
+    between, _ = P.reconstruct(loaded, 0.07)
     err = (between["w"] - direct.averages[0][0]).abs().max()
     assert err < 0.01 * direct.averages[0][0].abs().max()
     for neighbour in kept.averages:  # nearer than either width kept: the rebuild adds what neither has
         assert err < (neighbour[0] - direct.averages[0][0]).abs().max() / 5
-    earlier, how = P.reconstruct(tmp_path, 0.07, step=2000)
+    earlier, how = P.reconstruct(P.load(tmp_path, step=2000), 0.07)
     assert how["step"] == 2000 and how["snapshots"] == 5
     with pytest.raises(FileNotFoundError, match="no snapshot"):
-        P.reconstruct(tmp_path / "none", 0.07)
+        P.load(tmp_path / "none")
 
 
 def test_train_keeps_snapshots_through_a_resume_and_posthoc_ema_judges_and_writes_one(capsys, phantoms, tmp_path):

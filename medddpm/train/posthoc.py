@@ -30,11 +30,6 @@ def gamma_of(sigma_rel: float) -> float:
     return float(max(r.real for r in roots if abs(r.imag) < 1e-9 and r.real >= 0))
 
 
-def sigma_rel_of(gamma: float) -> float:
-    """The relative width of the power-function profile of exponent ``gamma``."""
-    return float(np.sqrt((gamma + 1) / ((gamma + 2) ** 2 * (gamma + 3))))
-
-
 class PowerEMAs:
     """Power-function EMAs of the parameters ``named`` (name, tensor), one per σ_rel, updated together (one
     multi-tensor lerp each)."""
@@ -94,29 +89,32 @@ def save_snapshot(run: str | Path, step: int, emas: PowerEMAs) -> Path:
     """``emas`` at optimizer step ``step`` to ``<run>/posthoc/<step>.pt``, atomically: what ``reconstruct`` reads."""
     path = snapshot_path(run, step)
     with atomic_path(path) as tmp:
-        torch.save({"step": step, "gammas": emas.gammas, "names": emas.names, **emas.state_dict()}, tmp)
+        torch.save({"step": step, "names": emas.names, **emas.state_dict()}, tmp)
     return path
 
 
 def snapshots(run: str | Path, step: int | None = None) -> list[Path]:
-    """The snapshot files of ``run`` up to ``step`` (every one: None), oldest first."""
-    found = sorted((Path(run) / FOLDER).glob("*.pt"))
-    return [p for p in found if step is None or int(p.stem) <= step]
-
-
-def reconstruct(run: str | Path, sigma_rel: float, step: int | None = None) -> tuple[dict[str, Tensor], dict]:
-    """The parameters (by name) of the EMA of ``sigma_rel`` at ``step`` (the newest snapshot's: None), rebuilt from
-    the run's snapshots up to it, and how: its step, update count and each snapshot's weight."""
-    files = snapshots(run, step)
-    if not files:
+    """The snapshot files of ``run`` up to ``step`` (every one: None), oldest first; FileNotFoundError where none."""
+    found = [p for p in sorted((Path(run) / FOLDER).glob("*.pt")) if step is None or int(p.stem) <= step]
+    if not found:
         raise FileNotFoundError(f"{Path(run) / FOLDER} holds no snapshot"
                                 + (f" at or before step {step}" if step is not None else "")
                                 + ": train with --posthoc-ema to keep them")
-    loaded = [torch.load(p, map_location="cpu", weights_only=True) for p in files]
-    parts = [(s["updates"], g, avg) for s in loaded for g, avg in zip(s["gammas"], s["averages"])]
+    return found
+
+
+def load(run: str | Path, step: int | None = None) -> list[dict]:
+    """The snapshots of ``run`` up to ``step`` (``snapshots``), read once for every width ``reconstruct`` rebuilds."""
+    return [torch.load(p, map_location="cpu", weights_only=True) for p in snapshots(run, step)]
+
+
+def reconstruct(loaded: list[dict], sigma_rel: float) -> tuple[dict[str, Tensor], dict]:
+    """The parameters (by name) of the EMA of ``sigma_rel`` at the newest of the ``loaded`` snapshots (``load``),
+    rebuilt from all of them, and how: its step, update count and each snapshot's weight."""
+    parts = [(s["updates"], gamma_of(sr), avg) for s in loaded for sr, avg in zip(s["sigma_rels"], s["averages"])]
     last = loaded[-1]
     w = weights([(u, g) for u, g, _ in parts], last["updates"], sigma_rel)
     params = {name: sum(float(wi) * avg[k].double() for wi, (_, _, avg) in zip(w, parts)).float()
               for k, name in enumerate(last["names"])}
     return params, {"step": int(last["step"]), "updates": int(last["updates"]), "sigma_rel": sigma_rel,
-                    "snapshots": len(files), "weights": [float(x) for x in w]}
+                    "snapshots": len(loaded), "weights": [float(x) for x in w]}
