@@ -11,6 +11,18 @@
 #   NPROC=1 ARMS="adam:6000 muon:6000 muon:3000" AB64=0 FILL_PATCH=0 EVAL=750 curriculum128.sh load|start|wait|collect
 #   Read: Muon carries to 128³ if muon:6000's held-out loss at its end is below adam:6000's by more than 0.0005 (a
 #   smaller gap is a tie); it halves the steps there if muon:3000's end loss is at or below adam:6000's.
+# Declared next for one H200 (issue 75: Muon's 128³ samples judged before it may become train's default), seed 15:
+#   NPROC=1 ARMS="adam:4000 muon:4000" AB64=0 FILL_PATCH=0 EVAL=1000 JUDGE=1 POSTHOC_ARMS=muon-4000
+#     curriculum128.sh load|start|wait|collect; both arms keep post-hoc EMA snapshots (--posthoc-ema 0.05 0.10
+#     --posthoc-every 1000: untimed saves, the same in both), then each arm's best.pt sampled by DDPM 250 under fast
+#     on the 16 val masks × seeds 0–2 and measured against the template (scripts/anatomy.py, as chapter 14), then the
+#     post-hoc widths 0.03 0.05 0.08 0.10 0.15 rebuilt and judged on muon-4000 (`medddpm posthoc-ema`).
+#   Read: Muon becomes train's default if muon:4000 ends below adam:4000's held-out loss and its samples lose no
+#   quality against adam:4000's: in-brain r and region r each no lower than Adam's by more than 0.005, W1 at or below
+#   the template's, background within ±0.05 of the scans' with a seed spread ≤ 0.05 (chapter 14's targets); at 64³
+#   its samples were judged already (muon2-64: in-brain r 0.825 and 0.821 against Adam's 0.773). The post-hoc EMA
+#   carries if its best width ends below muon:4000's EMA (0.995) by more than 0.0005; that width is chosen on the 16
+#   val subjects, so it is a candidate, confirmed only on another run.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
@@ -27,8 +39,24 @@ AB64=${AB64:-1}
 AB64_ARMS=("patch32 --steps 12000 --patch-size 32 --patch-steps 6000" "b99 --steps 12000 --adam-betas 0.9 0.99"
            "b95 --steps 12000 --adam-betas 0.95 0.99" "patch32-16k --steps 16000 --patch-size 32 --patch-steps 10000")
 ab64() { W=$W/w64 IXI=/tmp/d64 VAL=16 OUT=$W/ab64 bash $R/scripts/probes/recipe_ab.sh 64 "$@"; }
-TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet --size 128
+[ "${JUDGE:-0}" = 1 ] && PH="--posthoc-ema 0.05 0.10 --posthoc-every 1000" || PH=""
+TRAIN="python3 -m medddpm train $PH --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet --size 128
   --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks --nproc ${NPROC:-4} --seed 15"
+
+judge() {  # JUDGE=1: each arm's samples measured against the template, then the post-hoc widths of POSTHOC_ARMS
+  mkdir -p /tmp/d128/val/images /tmp/d128/val/masks $RES/anatomy
+  for id in $(awk -F, '$4 == "val" {print $2}' /tmp/d128/split.csv); do  # val/: the held-out subjects (in dev/)
+    for k in images masks; do ln -sf /tmp/d128/dev/$k/$id.nii.gz /tmp/d128/val/$k/; done; done
+  for arm in $ARMS; do n=${arm/:/-}; stamp "anatomy-$n"
+    timeout 500 python3 scripts/anatomy.py --data /tmp/d128 --split val --checkpoint $W/r-$n/best.pt --out $RES/anatomy/$n \
+      --name $n --runs ddpm250:fast --seeds 0,1,2 --work $W/samples --device cuda --batch 8 --workers 12 \
+      > $W/logs/anatomy-$n.txt 2>&1; stamp "anatomy-$n-rc$?"
+  done
+  for n in ${POSTHOC_ARMS:-}; do stamp "posthoc-$n"
+    timeout 400 python3 -m medddpm posthoc-ema --run $W/r-$n --sigma-rel 0.03 0.05 0.08 0.1 0.15 \
+      --images /tmp/d128/dev/images --masks /tmp/d128/dev/masks > $W/logs/posthoc-$n.txt 2>&1; stamp "posthoc-$n-rc$?"
+  done
+}
 
 where() {
   cat $W/times.txt 2>/dev/null | awk -v t0=$(head -1 $W/times.txt 2>/dev/null | cut -d' ' -f2) '{printf "%s +%.0f s\n", $1, $2 - t0}'
@@ -65,6 +93,7 @@ pipeline() {
     esac
     stamp "$arm-rc$?"
   done
+  if [ "${JUDGE:-0}" = 1 ]; then judge; fi
   if [ "$AB64" = 1 ]; then stamp ab64; ab64 "${AB64_ARMS[@]}" > $W/logs/ab64.txt 2>&1; stamp "ab64-rc$?"; fi
   stamp DONE
 }
@@ -88,6 +117,7 @@ case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
     mkdir -p $RES/runs
     for d in $W/r-* $W/fill $W/fill-muon; do
       [ -d $d ] && mkdir -p $RES/runs/$(basename $d) && cp $d/*.csv $RES/runs/$(basename $d)/ 2>/dev/null; done
+    for d in $W/r-*; do [ -d $d/posthoc ] && ls $d/posthoc > $RES/runs/$(basename $d)/posthoc-snapshots.txt; done
     cp -r $W/logs $W/times.txt $W/env.txt $W/pipeline.txt $W/ab64/*.tgz $RES/ 2>/dev/null
     tar -C $W -czf $OUT/curriculum.tgz res && ls -la $OUT && where ;;
 esac
