@@ -114,11 +114,15 @@ def test_two_ranks_equal_one_process_with_two_micro_batches(runs, run):
 
 
 def _moments(ckpt):
-    return torch.cat([s["exp_avg"].flatten() for s in ckpt["optimizer"]["state"].values()])
+    """Adam's first moments and Muon's momenta (the default recipe's two parts), flattened into one vector."""
+    opt = ckpt["optimizer"]
+    parts = [opt] if "state" in opt else list(opt.values())
+    return torch.cat([v.flatten() for p in parts for s in p["state"].values() for k, v in s.items()
+                      if k in ("exp_avg", "momentum")])
 
 
 def test_a_bf16_reduction_averages_the_rounded_gradients(runs):
-    """grad_reduce "bf16" (fast's, one flat buffer): the ranks' gradients rounded to bf16 and averaged (Adam's first
+    """grad_reduce "bf16" (fast's, one flat buffer): the ranks' gradients rounded to bf16 and averaged (the optimizer's first
     moments within bf16's rounding of the exact fp32 reduction's, not equal to them), the weights in fp32."""
     narrow, wide = load_checkpoint(runs / "rbf16" / CHECKPOINT), load_checkpoint(runs / "buckets" / CHECKPOINT)
     assert narrow["config"]["knobs"]["grad_reduce"] == "bf16" and wide["config"]["knobs"]["grad_reduce"] == "fp32"
@@ -385,7 +389,7 @@ def test_fast_on_two_gpus_equals_one_gpu_with_two_micro_batches(tmp_path, config
     two, one = load_checkpoint(tmp_path / "two" / CHECKPOINT), load_checkpoint(tmp_path / "one" / CHECKPOINT)
     assert two["config"]["world_size"] == 2 and two["step"] == one["step"] == steps
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=2e-2)
-    moments = [torch.cat([s["exp_avg"].float().flatten() for s in c["optimizer"]["state"].values()]) for c in (two, one)]
+    moments = [_moments(c).float() for c in (two, one)]
     assert (moments[0] - moments[1]).norm() <= 0.05 * moments[1].norm()
     assert all(torch.isfinite(v).all() for v in two["model"].values())
 

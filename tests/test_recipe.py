@@ -32,9 +32,12 @@ def test_bad_recipe_values_are_refused(field, value, needle):
 
 def test_a_recipe_is_its_values_with_the_flags_given_on_top_and_the_paper_one_flag_away():
     assert recipe_config("paper") == TrainConfig(recipe="paper")  # TrainConfig's defaults are Med-DDPM's
-    cosine = recipe_config(DEFAULT_RECIPE, lr=None, seed=3)
-    assert cosine.recipe == "cosine" and cosine.lr_decay == "cosine" and cosine.seed == 3 and cosine.lr == RECIPES["cosine"]["lr"]
-    assert recipe_config("cosine", lr=1e-4).lr == 1e-4
+    default = recipe_config(DEFAULT_RECIPE, lr=None, seed=3)
+    assert default.recipe == "muon" and default.optimizer == "muon" and default.lr_decay == "cosine" and default.seed == 3
+    assert recipe_config("cosine").optimizer == "adam" and recipe_config("cosine", lr=1e-4).lr == 1e-4
+    # muon is cosine with Muon: every other recipe value the same
+    assert {k: v for k, v in RECIPES["muon"].items() if k != "optimizer"} == {
+        k: v for k, v in RECIPES["cosine"].items() if k != "optimizer"}
     with pytest.raises(ValueError, match="unknown recipe 'fastest'"):
         recipe_config("fastest")
 
@@ -185,27 +188,31 @@ def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fas
     assert recipe.newest(tmp_path, ["h200"]) is None and recipe.record_table(tmp_path, ["h200"], 0.08).empty
 
 
-def test_the_default_recipes_seeds_are_the_arms_that_set_only_steps_and_seed(tmp_path):
-    """recipe.default_seeds: a recipe A/B arm of the cosine default with --steps/--seed alone, and a plateau run's 64³
-    confirm runs; an arm that sets a rate of its own is not the default as train runs it."""
+def test_the_default_recipes_seeds_are_the_runs_whose_recipe_is_todays_default(tmp_path):
+    """recipe.default_seeds: an arm whose recipe then, with its --optimizer, has the default's values (cosine with
+    Muon is today's muon), and a plateau run's 64³ confirm run of it; Adam's cosine, a rate of its own, or a run whose
+    manifest names no recipe are not the default as train runs it."""
     from medddpm.report import recipe
 
     base = {"date": "2026-01-02", "gpu": "H200", "machine": "m", "commits": {}, "changed": "c", "kept": "k"}
     ab = tmp_path / "h200" / "recipe" / "ab-64-2026-01-02"
-    for arm, losses in (("d", [0.2, 0.104]), ("lr", [0.2, 0.10])):
+    arms = {"d": ("--steps 1000 --seed 3 --optimizer muon", "cosine"), "m": ("--steps 1000 --seed 4", "muon"),
+            "adam": ("--steps 1000 --seed 5", "cosine"), "lr": ("--steps 1000 --lr 1e-4 --optimizer muon", "cosine")}
+    for arm in arms:
         (ab / arm).mkdir(parents=True)
-        pd.DataFrame({"step": [0, 500, 1000], "weights": "ema", "loss": [0.5, *losses]}).to_csv(ab / arm / "heldout.csv",
-                                                                                               index=False)
+        pd.DataFrame({"step": [0, 500, 1000], "weights": "ema", "loss": [0.5, 0.2, 0.104]}).to_csv(ab / arm / "heldout.csv",
+                                                                                                  index=False)
     (ab / "run.json").write_text(json.dumps({**base, "kind": "recipe-ab", "arms": {
-        "d": {"flags": "--steps 1000 --seed 3", "recipe_default": "cosine"},
-        "lr": {"flags": "--steps 1000 --lr 1e-4", "recipe_default": "cosine"}}}))
+        a: {"flags": f, "recipe_default": r} for a, (f, r) in arms.items()}}))
     pl = tmp_path / "h200" / "recipe" / "plateau-128-2026-01-03"
-    (pl / "c").mkdir(parents=True)
-    pd.DataFrame({"step": [0, 1000], "weights": "ema", "loss": [0.5, 0.106]}).to_csv(pl / "c" / "heldout.csv", index=False)
-    (pl / "run.json").write_text(json.dumps({**base, "kind": "recipe-plateau", "date": "2026-01-03", "arms": {},
-                                             "confirm": {"c": {"flags": "--size 64 --steps 1000 --seed 41"}, "why": "w"}}))
+    for c in ("c", "old"):
+        (pl / c).mkdir(parents=True)
+        pd.DataFrame({"step": [0, 1000], "weights": "ema", "loss": [0.5, 0.106]}).to_csv(pl / c / "heldout.csv", index=False)
+    (pl / "run.json").write_text(json.dumps({**base, "kind": "recipe-plateau", "date": "2026-01-03", "arms": {}, "confirm": {
+        "c": {"flags": "--size 64 --steps 1000 --seed 41", "recipe_default": "muon"},
+        "old": {"flags": "--size 64 --steps 1000 --seed 42"}, "why": "w"}}))
     t = recipe.default_seeds(tmp_path, ["h200"], 0.105).set_index("seed")
-    assert sorted(t.index) == [3, 41] and t.loc[3, "step at target"] == 1000 and math.isnan(t.loc[41, "step at target"])
+    assert sorted(t.index) == [3, 4, 41] and t.loc[3, "step at target"] == 1000 and math.isnan(t.loc[41, "step at target"])
 
 
 def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples_and_step_times(tmp_path):

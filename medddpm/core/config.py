@@ -241,15 +241,21 @@ RECIPE_FIELDS = ("lr", "lr_warmup", "lr_decay", "lr_final", "min_snr_gamma", "em
 RECIPES: dict[str, dict[str, Any]] = {  # `train --recipe NAME`: TrainConfig values of RECIPE_FIELDS; flags given override them
     # Med-DDPM's (paper §3.2): Adam at a constant 1e-5, no warm-up, EMA 0.995 from step 2000, the unweighted loss
     "paper": {"lr": 1e-5, "lr_warmup": 0, "lr_decay": "constant", "lr_final": 0.0, "min_snr_gamma": 0.0,
-              "ema_decay": 0.995, "ema_start_step": 2000, "ema_every": 10},
+              "ema_decay": 0.995, "ema_start_step": 2000, "ema_every": 10, "optimizer": "adam"},
     # issue 75's A/B at 64³ on IXI (one arm per H200: data/results/h200/recipe/, kind recipe-ab): a 500-step warm-up
     # to 2e-4, a cosine to 0 at the run's last step, an EMA of 10 times shorter memory (0.99 every 10 steps); at 10,000 steps a held-out
     # loss of 0.1063 and 0.1086 (seeds 0, 1) against 0.1124 for Adam at a constant 1e-4 (the book's IXI rate).
     # Min-SNR-γ 5 (0.156) and peaks of 4e-4 and up (0.46) lost
     "cosine": {"lr": 2e-4, "lr_warmup": 500, "lr_decay": "cosine", "lr_final": 0.0, "min_snr_gamma": 0.0,
-               "ema_decay": 0.99, "ema_start_step": 2000, "ema_every": 10},
+               "ema_decay": 0.99, "ema_start_step": 2000, "ema_every": 10, "optimizer": "adam"},
+    # the cosine recipe with the hidden weight matrices by Muon (same rate and schedule). At 64³ it reached the target
+    # in about half of Adam's steps (muon-64, muon2-64, muon3-64: in-brain r 0.825 and 0.821 against Adam's 0.773); at
+    # 128³ on one H200, seed 15, 4,000 steps: held-out loss 0.0812 against Adam's 0.0982, in-brain r 0.813 against 0.680
+    # (judge-128, its rule declared before it ran)
+    "muon": {"lr": 2e-4, "lr_warmup": 500, "lr_decay": "cosine", "lr_final": 0.0, "min_snr_gamma": 0.0,
+             "ema_decay": 0.99, "ema_start_step": 2000, "ema_every": 10, "optimizer": "muon"},
 }
-DEFAULT_RECIPE = "cosine"  # what `train` runs without --recipe
+DEFAULT_RECIPE = "muon"  # what `train` runs without --recipe
 
 
 def recipe_config(name: str, **given: Any) -> TrainConfig:

@@ -157,8 +157,8 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         four = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
         before = (f" (Med-DDPM's recipe: {four['step at target'].iloc[0]:,.0f} steps, {four['minutes at target'].iloc[0]:.1f} "
                   "min of steps)" if len(four) else "")
-        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, `train`'s default "
-                   f"recipe, warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out "
+        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, {mine['recipe']}, "
+                   f"warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out "
                    f"loss {mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss {p['target']:g} after "
                    f"{mine['step at target']:,.0f} steps, {mine['wall at target (min)']:.1f} min from its start less the "
                    f"evaluations, {mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")

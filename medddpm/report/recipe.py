@@ -115,12 +115,12 @@ SAMPLE_COLUMNS = {"brain_corr": "in-brain r", "region_corr": "region r", "hist_w
                   "background_seed_spread_max": "largest seed spread", "ssim_between_seeds": "SSIM between seeds"}
 
 
-def samples(root: str | Path, gpus: list[str]) -> pd.DataFrame:
-    """The samples of 64³ A/B arms that were judged (an ``anatomy_summary.csv`` in the arm's folder: DDPM 250 on the
-    val masks from its ``best.pt``, chapter 14's measures), one row per arm, the template's row first, then chapter
-    14's 64³ v runs (the paper's recipe at the book's rate) on the anatomy GPU."""
+def samples(root: str | Path, gpus: list[str], size: int = 64) -> pd.DataFrame:
+    """The samples of ``size``³ A/B arms that were judged (an ``anatomy_summary.csv`` in the arm's folder: DDPM 250 on
+    the val masks from its ``best.pt``, chapter 14's measures), one row per arm, the template's row first, then chapter
+    14's v runs at that size (the paper's recipe at the book's rate, and the plateau run) on the anatomy GPU."""
     rows, template = [], None
-    for gpu, run, m in ab_runs(root, gpus):
+    for gpu, run, m in ab_runs(root, gpus, size):
         for arm, spec in m["arms"].items():
             path = run / arm / "anatomy_summary.csv"
             if not path.exists():
@@ -132,17 +132,34 @@ def samples(root: str | Path, gpus: list[str]) -> pd.DataFrame:
                          **{v: r[k] for k, v in SAMPLE_COLUMNS.items()},
                          "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     cols = ["arm", "flags", "sampler", "step", *SAMPLE_COLUMNS.values(), "run"]
-    from . import anatomy  # the paper's recipe at the book's rate: chapter 14's 64³ v runs, DDPM 250 on val
+    from . import anatomy  # chapter 14's v runs at this size, DDPM 250 on val
     g = anatomy.anatomy_gpu(root, gpus)
     a = anatomy.load(root, g, "anatomy_summary")
-    a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == 64) & (a["split"] == "val")
+    a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == size) & (a["split"] == "val")
           & a["run"].str.startswith("ddpm250")]
-    rows += [{"arm": r["name"], "flags": PAPER_AT_BOOK_RATE, "sampler": r["run"], "step": int(r["step"]),
+    plateaus = {arm: spec for _, _, m in manifests.runs(root, PLATEAU, None) for arm, spec in m["arms"].items()}
+    rows += [{"arm": r["name"], "flags": f"the {plateaus[r['name']]['recipe_default']} recipe" if r["name"] in plateaus
+              else PAPER_AT_BOOK_RATE, "sampler": r["run"], "step": int(r["step"]),
               **{v: r[k] for k, v in SAMPLE_COLUMNS.items()}, "run": f"{g}/anatomy"}
              for _, r in a.drop_duplicates("name", keep="last").iterrows()]
     if template is not None:
         rows.insert(0, {"arm": "template", **{v: template[k] for k, v in SAMPLE_COLUMNS.items()}})
     return pd.DataFrame(rows, columns=cols)
+
+
+def posthoc(root: str | Path, gpus: list[str]) -> pd.DataFrame:
+    """Every width a recipe A/B arm rebuilt by ``medddpm posthoc-ema`` (its ``posthoc.csv``) beside the held-out loss
+    of the EMA it trained with at the same step, and the difference (negative: the post-hoc EMA is lower)."""
+    rows = []
+    for gpu, run, _ in manifests.runs(root, KIND, gpus):
+        for path in sorted(run.glob("*/posthoc.csv")):
+            ema = ema_curve(path.parent).set_index("step")["loss"]
+            p = pd.read_csv(path)
+            rows += [{"arm": path.parent.name, "σ_rel": r["sigma_rel"], "step": int(r["step"]), "snapshots": int(r["snapshots"]),
+                      "held-out loss": r["heldout_loss"], "its EMA's": ema.get(r["step"], float("nan")),
+                      "difference": r["heldout_loss"] - ema.get(r["step"], float("nan")),
+                      "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"} for _, r in p.iterrows()]
+    return pd.DataFrame(rows, columns=["arm", "σ_rel", "step", "snapshots", "held-out loss", "its EMA's", "difference", "run"])
 
 
 def step_times(root: str | Path, gpus: list[str]) -> pd.DataFrame:
@@ -304,7 +321,7 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
         patched = _patch_steps(spec.get("flags", "")) if spec else 0
         minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), patched)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
-        recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", "train's default (cosine)")
+        recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", f"the {spec.get('recipe_default', 'default')} recipe")
         rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
                              wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
                              date=spec["date"] if spec else "", declared=not (spec or {}).get("after_reading", False)))
@@ -446,22 +463,38 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     return out.assign(met=out["met"].map({True: "yes", False: "no"}))
 
 
+RECIPE_FLAGS = {"--lr", "--lr-warmup", "--lr-decay", "--lr-final", "--min-snr-gamma", "--ema-decay", "--ema-start",
+                "--adam-betas", "--patch-size", "--patch-steps", "--batch", "--recipe"}  # train's flags that change a recipe
+
+
+def runs_default(spec: dict) -> bool:
+    """Whether a manifest's arm trained ``train``'s default recipe as ``train`` runs it today: its recipe then
+    (``recipe_default``) with its ``--optimizer``, if any, has the values of ``DEFAULT_RECIPE``, and no other flag
+    changed them."""
+    from ..core.config import DEFAULT_RECIPE, RECIPE_FIELDS, recipe_config
+
+    flags = spec["flags"].split()
+    if RECIPE_FLAGS & set(flags) or "recipe_default" not in spec:
+        return False
+    given = recipe_config(spec["recipe_default"], optimizer=flags[flags.index("--optimizer") + 1] if "--optimizer" in flags else None)
+    return all(getattr(given, f) == getattr(recipe_config(DEFAULT_RECIPE), f) for f in RECIPE_FIELDS)
+
+
 def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFrame:
-    """Every 64³ run of ``train``'s default recipe as ``train`` runs it (a recipe A/B arm with no recipe flag beyond
-    ``--steps`` and ``--seed``, and a ``recipe-plateau`` run's 64³ ``confirm`` runs): its seed, steps, final held-out
-    loss and the first step at or below ``target`` (NaN: not reached), so one seed's record reads beside the others."""
+    """Every 64³ run of ``train``'s default recipe as ``train`` runs it (``runs_default``: a recipe A/B arm, or a
+    ``recipe-plateau`` run's 64³ ``confirm`` runs): its seed, steps, final held-out loss and the first step at or below
+    ``target`` (NaN: not reached), so one seed's record reads beside the others."""
     rows = []
     for gpu, run, m in ab_runs(root, gpus) + manifests.runs(root, PLATEAU, gpus):
         arms = m["arms"] if m["kind"] == KIND else {k: v for k, v in m.get("confirm", {}).items() if isinstance(v, dict)}
         for arm, spec in arms.items():
-            flags = spec["flags"].split()
-            named = {f for f in flags if f.startswith("--")}
-            if m["kind"] == KIND and (spec.get("recipe_default") != "cosine" or named - {"--steps", "--seed"}):
+            if not runs_default(spec):
                 continue
             g = ema_curve(run / arm).query("step > 0")
-            seed = int(flags[flags.index("--seed") + 1]) if "--seed" in flags else 0
+            flags = spec["flags"].split()
             hit = first_at(g, target)
-            rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}", "seed": seed,
+            rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}",
+                         "seed": int(flags[flags.index("--seed") + 1]) if "--seed" in flags else 0,
                          "steps": int(g["step"].max()), "final loss": g["loss"].iloc[-1],
                          "step at target": hit["step"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["run", "seed", "steps", "final loss", "step at target"])

@@ -16,7 +16,8 @@ N128=${N128:-v-s15-cosine-128}; SEEDS64=${SEEDS64-41 42}
 # the timed 128³ run: its seed, steps and recipe flags beyond train's defaults (the patch curriculum's confirmation:
 # SEED128=16 STEPS128=10000 EVAL128=750 RECIPE128="--patch-size 64 --patch-steps 7500" FILL128="--steps 8 --patch-size
 # 64 --patch-steps 4" N128=v-s16-patch-128 SEEDS64=""), and the untimed fill's flags (both shapes, where there are two)
-# Declared next, for a session lent 4 GPUs (Muon carried to 128³ by recipe/muon-128 on one GPU, its samples judged here):
+# Declared next, for a session lent 4 GPUs (Muon carried to 128³ by recipe/muon-128 on one GPU and made train's default
+# by recipe/judge-128; `--optimizer muon` below is the default since, and names it for the record):
 #   SEED128=16 STEPS128=4500 EVAL128=750 RECIPE128="--optimizer muon --posthoc-ema 0.05 0.10 --posthoc-every 750"
 #   FILL128="--steps 2 --optimizer muon" N128=v-s16-muon-128 SEEDS64="" plateau128.sh …
 #   (4,500 steps at about 53 ms: a cosine that ends inside the 4-minute target; the gate, anatomy and utility as above;
