@@ -286,3 +286,22 @@ def test_adams_betas_reach_the_optimizer_and_bad_ones_are_refused(phantoms, tmp_
     for bad in ((0.9, 1.0), (-0.1, 0.9), (0.9,)):
         with pytest.raises(ValueError, match="adam_betas must be two numbers"):
             TrainConfig(adam_betas=bad)
+
+
+def test_posthoc_widths_read_beside_the_runs_own_ema_at_the_same_step(tmp_path):
+    """recipe.posthoc: each row of an arm's posthoc.csv with the EMA's held-out loss at its step (mean over subjects)
+    and the difference; an arm without one adds nothing."""
+    from medddpm.report import recipe
+
+    run = tmp_path / "h200" / "recipe" / "judge-128-2026-01-02"
+    for arm in ("m", "a"):
+        (run / arm).mkdir(parents=True)
+        pd.DataFrame({"step": [1000, 1000, 2000, 2000], "weights": "ema", "loss": [0.3, 0.1, 0.1, 0.06]}
+                     ).to_csv(run / arm / "heldout.csv", index=False)
+    pd.DataFrame({"sigma_rel": [0.05, 0.1], "step": [2000, 2000], "snapshots": 2, "heldout_loss": [0.07, 0.09]}
+                 ).to_csv(run / "m" / "posthoc.csv", index=False)
+    (run / "run.json").write_text(json.dumps({"kind": "recipe-ab", "date": "2026-01-02", "gpu": "H200", "machine": "m",
+                                              "commits": {}, "changed": "c", "kept": "k", "arms": {}}))
+    t = recipe.posthoc(tmp_path, ["h200"])
+    assert list(t["arm"]) == ["m", "m"] and list(t["its EMA's"]) == pytest.approx([0.08, 0.08])
+    assert list(t["difference"]) == pytest.approx([-0.01, 0.01]) and set(t["run"]) == {"h200/recipe/judge-128-2026-01-02"}

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.config import DEFAULT_RECIPE, RECIPE_FIELDS, recipe_config
 from . import manifests
 from .present import gpu_name
 
@@ -150,16 +151,15 @@ def samples(root: str | Path, gpus: list[str], size: int = 64) -> pd.DataFrame:
 def posthoc(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     """Every width a recipe A/B arm rebuilt by ``medddpm posthoc-ema`` (its ``posthoc.csv``) beside the held-out loss
     of the EMA it trained with at the same step, and the difference (negative: the post-hoc EMA is lower)."""
-    rows = []
-    for gpu, run, _ in manifests.runs(root, KIND, gpus):
-        for path in sorted(run.glob("*/posthoc.csv")):
-            ema = ema_curve(path.parent).set_index("step")["loss"]
-            p = pd.read_csv(path)
-            rows += [{"arm": path.parent.name, "σ_rel": r["sigma_rel"], "step": int(r["step"]), "snapshots": int(r["snapshots"]),
-                      "held-out loss": r["heldout_loss"], "its EMA's": ema.get(r["step"], float("nan")),
-                      "difference": r["heldout_loss"] - ema.get(r["step"], float("nan")),
-                      "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"} for _, r in p.iterrows()]
-    return pd.DataFrame(rows, columns=["arm", "σ_rel", "step", "snapshots", "held-out loss", "its EMA's", "difference", "run"])
+    cols = ["arm", "σ_rel", "step", "snapshots", "held-out loss", "its EMA's", "difference", "run"]
+    frames = [pd.read_csv(path).rename(columns={"sigma_rel": "σ_rel", "heldout_loss": "held-out loss"})
+              .merge(ema_curve(path.parent)[["step", "loss"]].rename(columns={"loss": "its EMA's"}), on="step", how="left")
+              .assign(arm=path.parent.name, run=f"{gpu}/{run.relative_to(Path(root) / gpu)}")
+              for gpu, run, _ in manifests.runs(root, KIND, gpus) for path in sorted(run.glob("*/posthoc.csv"))]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(frames, ignore_index=True)
+    return out.assign(difference=out["held-out loss"] - out["its EMA's"])[cols]
 
 
 def step_times(root: str | Path, gpus: list[str]) -> pd.DataFrame:
@@ -471,8 +471,6 @@ def runs_default(spec: dict) -> bool:
     """Whether a manifest's arm trained ``train``'s default recipe as ``train`` runs it today: its recipe then
     (``recipe_default``) with its ``--optimizer``, if any, has the values of ``DEFAULT_RECIPE``, and no other flag
     changed them."""
-    from ..core.config import DEFAULT_RECIPE, RECIPE_FIELDS, recipe_config
-
     flags = spec["flags"].split()
     if RECIPE_FLAGS & set(flags) or "recipe_default" not in spec:
         return False
