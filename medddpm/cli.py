@@ -718,7 +718,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--recipe", choices=list(RECIPES), help=f"the optimisation recipe (default {DEFAULT_RECIPE}; "
                    f"paper is Med-DDPM's): {recipes_help}; the flags below override its values; --resume keeps the "
                    "checkpoint's")
-    s.add_argument("--lr", type=float, help="Adam's (peak) learning rate (default: the recipe's)")
+    s.add_argument("--lr", type=float, help="the (peak) learning rate, Adam's and Muon's alike (default: the recipe's)")
     s.add_argument("--lr-warmup", type=int, metavar="STEPS", help="linear warm-up steps (default: the recipe's)")
     s.add_argument("--lr-decay", choices=list(LR_DECAYS), help="after the warm-up: constant, or a cosine to "
                    "--lr-final × lr at the last step (--steps, or where --time-limit ends) (default: the recipe's)")
@@ -731,7 +731,7 @@ def parser() -> argparse.ArgumentParser:
                    "(default: the recipe's: 0.9 0.999)")
     s.add_argument("--optimizer", choices=list(OPTIMIZERS), help="adam, or muon: the U-Net's hidden weight matrices "
                    "by Muon (orthogonalized momentum at Adam's update size, so the same --lr), the rest by Adam "
-                   "(default: the recipe's: adam)")
+                   f"(default: the recipe's: {RECIPES[DEFAULT_RECIPE]['optimizer']} for {DEFAULT_RECIPE})")
     s.add_argument("--patch-size", type=int, metavar="N", help="a curriculum (Patch Diffusion, Wang et al. 2023): the "
                    "first --patch-steps steps train on random N³ cubes of each volume and its mask, whole volumes after "
                    "(the held-out loss is always judged on whole volumes) (default: the recipe's: none)")

@@ -193,8 +193,8 @@ else:
 # most alike of chapter 14's longer-trained Adam runs at the same size (the SSIM between seeds above).
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024, {doc}`../usage`) on that Muon run: its two tracked
-# widths end below the run's own EMA, the others far above it; 4 snapshots rebuild widths between and beyond the
-# tracked ones poorly, and a width read off the judge's subjects is a candidate until another run confirms it.
+# widths end below the run's own EMA, the others above it, rebuilt by a fit whose weights need not sum to 1 (the run's
+# manifest; the fit is constrained since). A width read off the judge's subjects is a candidate until another run.
 #
 # **Not yet measured**: the default on 4 GPUs at 128³ (declared: `plateau128.sh`), a second seed there, the curriculum's
 # samples, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200), and a larger batch at 128³.
