@@ -361,6 +361,11 @@ def test_train_defaults_to_v_prediction_and_resume_keeps_the_checkpoints_recipe(
     assert train("mu", "--steps", "3", "--resume", "--optimizer", "adam") == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "cannot resume" in err and "optimizer" in err
+    # the default is muon; a run of the earlier default (cosine: Adam alone) resumes as Adam
+    assert load_checkpoint(tmp_path / "v" / "checkpoint.pt")["config"]["train"]["recipe"] == "muon"
+    assert train("cos", "--steps", "1", "--recipe", "cosine") == 0 and train("cos", "--steps", "2", "--resume") == 0
+    ckpt = load_checkpoint(tmp_path / "cos" / "checkpoint.pt")
+    assert ckpt["config"]["train"]["optimizer"] == "adam" and ckpt["step"] == 2 and "state" in ckpt["optimizer"]
 
 
 def test_sigterm_stops_train_checkpointed_with_the_resume_command(phantoms, tmp_path):
