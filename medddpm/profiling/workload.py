@@ -29,7 +29,8 @@ def synthetic_batch(cfg: ModelConfig, size: tuple[int, int, int], knobs: Knobs, 
 
 class Workload:
     """An engine and one fixed batch; ``step()`` runs one NVTX-annotated training step
-    (``grad_accum`` × forward + L1 loss + backward, then Adam) exactly as ``medddpm train`` does."""
+    (``grad_accum`` × forward + L1 loss + backward, then Adam): the paper's step, as ``medddpm train --recipe paper``
+    or ``cosine`` runs it (the default recipe's Muon adds its update: chapter 17's step table)."""
 
     def __init__(self, cfg: ModelConfig, knobs: Knobs, size: tuple[int, int, int], device: torch.device,
                  batch: int = 1, grad_accum: int = 1) -> None:
