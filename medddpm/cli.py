@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .core.config import (DEFAULT_ETA, DEFAULT_RECIPE, EVAL_WEIGHTS, FAST_FROM_CALLS, INTENSITIES, LR_DECAYS,
-                          OPTIMIZERS, PREDICTIONS, RECIPES, SMALL_JOB, USER_CONFIGS, DataConfig, fast_from)
+                          OPTIMIZERS, PREDICTIONS, RECIPES, SMALL_JOB, USER_CONFIGS, DataConfig, fast_from,
+                          recipe_summary)
 from .core.errors import InputError, MedddpmError
 from .diffusion.solvers import CANDIDATE, FEW_STEP, REFERENCE, SAMPLERS, SPACINGS, denoiser_calls, resolve
 
@@ -402,7 +403,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     if not world.main:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
-    print(f"trained to step {trainer.step}{ranks}; last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}; "
+    print(f"trained to step {trainer.step}{ranks} ({recipe_summary(trainer.train_cfg)}); last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}; "
           f"data: {dataset.source}; input pipeline: {plan.pipeline} ({plan.reason})")
     if trainer.heldout:
         rows = pd.DataFrame(trainer.heldout)

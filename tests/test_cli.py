@@ -366,6 +366,10 @@ def test_train_defaults_to_v_prediction_and_resume_keeps_the_checkpoints_recipe(
     assert train("cos", "--steps", "1", "--recipe", "cosine") == 0 and train("cos", "--steps", "2", "--resume") == 0
     ckpt = load_checkpoint(tmp_path / "cos" / "checkpoint.pt")
     assert ckpt["config"]["train"]["optimizer"] == "adam" and ckpt["step"] == 2 and "state" in ckpt["optimizer"]
+    # its summary line names the recipe and each value given on top of it
+    capsys.readouterr()
+    assert train("lr", "--steps", "1", "--lr", "1e-4") == 0
+    assert "trained to step 1 (recipe muon with lr 0.0001);" in capsys.readouterr().out
 
 
 def test_sigterm_stops_train_checkpointed_with_the_resume_command(phantoms, tmp_path):

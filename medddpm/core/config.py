@@ -258,6 +258,13 @@ RECIPES: dict[str, dict[str, Any]] = {  # `train --recipe NAME`: TrainConfig val
 DEFAULT_RECIPE = "muon"  # what `train` runs without --recipe
 
 
+def recipe_summary(c: TrainConfig) -> str:
+    """The recipe a run trains, as its summary line names it: the recipe, and each value given on top of it."""
+    named = RECIPES.get(c.recipe, {})
+    changed = [f"{f} {getattr(c, f)!r}" for f in RECIPE_FIELDS if f in named and getattr(c, f) != named[f]]
+    return f"recipe {c.recipe}" + (f" with {', '.join(changed)}" if changed else "")
+
+
 def recipe_config(name: str, **given: Any) -> TrainConfig:
     """The TrainConfig of recipe ``name`` with ``given`` fields (flags the user passed; None = not given) on top."""
     if name not in RECIPES:
