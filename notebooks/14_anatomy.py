@@ -114,8 +114,9 @@ plots.finish(plots.slices(SL[0], sorted(SL[0]["subject"].unique()), SL[1]) if SL
 # the same expectation with 1/N of the variance. Adam divides each update by its own running root-mean-square gradient,
 # so the size of a step is set by the learning rate, not by the batch. Each run keeps its recipe's 64³ rate (Med-DDPM's
 # at 10⁻⁴; the cosine recipe, `train`'s default when they ran, at its own peak) and does not scale it with N: the
-# larger batch buys a less noisy step, and in the same number of steps N times the volumes. A run still learning gives its model's measures on
-# the way, not the size's last word; {doc}`17_time_to_trained` times the runs to their plateau.
+# larger batch buys a less noisy step, and in the same number of steps N times the volumes. A run still learning
+# gives its model's measures on the way, not the size's last word; {doc}`17_time_to_trained` times the runs to their
+# plateau.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-anatomy-curves", "caption": "Held-out loss on the 16 validation subjects (6 timesteps each) against optimizer steps, one line per training run (recipe-seed-configuration[-size]; dashed: TF32 `opt1`; dotted: a larger size), {glue:text}`an_gpu`."}}
 C = anatomy.curves(root, AG)
