@@ -62,6 +62,7 @@ where() {
   cat $W/times.txt 2>/dev/null | awk -v t0=$(head -1 $W/times.txt 2>/dev/null | cut -d' ' -f2) '{printf "%s +%.0f s\n", $1, $2 - t0}'
   for f in $W/r-*/heldout.csv; do [ -f $f ] && echo "$f: $(tail -1 $f)"; done
   tail -3 $W/logs/*.txt 2>/dev/null | tail -30
+  true  # where it stands is printed whatever the last file read said
 }
 
 pipeline() {
@@ -99,7 +100,7 @@ pipeline() {
 }
 
 case ${1:?usage: curriculum128.sh load|start S|wait S|collect} in
-  load) load_ixi128; mkdir -p /tmp/d64 && cp -r .carry/d64a/. /tmp/d64/ ;;
+  load) load_ixi128; mkdir -p /tmp/d64 && if [ -d .carry/d64a ]; then cp -r .carry/d64a/. /tmp/d64/; fi ;;
   start)
     cp -r .carry/d128b/dev/images/. /tmp/d128/dev/images/
     [ -d .carry/d64b ] && cp -r .carry/d64b/dev/images/. /tmp/d64/dev/images/
