@@ -403,8 +403,8 @@ def cmd_train(a: argparse.Namespace) -> None:
     if not world.main:
         return
     ranks = f" on {world.size} ranks (global batch {trainer.global_batch})" if world.distributed else ""
-    print(f"trained to step {trainer.step}{ranks} ({recipe_summary(trainer.train_cfg)}); last loss {losses[-1]:.5f}; checkpoint {out / CHECKPOINT}; "
-          f"data: {dataset.source}; input pipeline: {plan.pipeline} ({plan.reason})")
+    print(f"trained to step {trainer.step}{ranks} ({recipe_summary(trainer.train_cfg)}); last loss {losses[-1]:.5f}; "
+          f"checkpoint {out / CHECKPOINT}; data: {dataset.source}; input pipeline: {plan.pipeline} ({plan.reason})")
     if trainer.heldout:
         rows = pd.DataFrame(trainer.heldout)
         last = rows.query("step == step.max()")
@@ -456,8 +456,7 @@ def cmd_posthoc_ema(a: argparse.Namespace) -> None:
         loaded = posthoc.load(run, a.step)
     except FileNotFoundError as exc:
         raise InputError(str(exc)) from None
-    rows, kept = [], None  # kept: (held-out loss, σ_rel, state) of the EMA --out writes
-    triples = None
+    rows, kept, triples = [], None, None  # kept: (held-out loss, σ_rel, state, step) of the EMA --out writes
     if a.images is not None:
         if not train_cfg.held_out:
             raise InputError(f"{run} was trained without --held-out: it has no held-out subjects to judge on")

@@ -153,6 +153,7 @@ class DataConfig:
 EVAL_WEIGHTS = {"ema": ("ema",), "both": ("model", "ema")}  # TrainConfig.eval_weights: the weights each names
 LR_DECAYS = ("constant", "cosine")  # TrainConfig.lr_decay
 OPTIMIZERS = ("adam", "muon")  # TrainConfig.optimizer (medddpm/run/optim.py)
+POSTHOC_SIGMA_MAX = (1 / 12) ** 0.5  # σ_rel of a uniform average (γ = 0): the widest power-function EMA profile
 
 
 @dataclass(frozen=True)
@@ -210,9 +211,9 @@ class TrainConfig:
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ValueError(f"adam_betas must be two numbers in [0, 1), got {self.adam_betas}")
-        if not all(0 < s < (1 / 12) ** 0.5 for s in self.posthoc_ema) or len(set(self.posthoc_ema)) != len(self.posthoc_ema):
-            raise ValueError(f"posthoc_ema must be distinct σ_rel values in (0, 0.289) (0.289: a uniform average), got "
-                             f"{list(self.posthoc_ema)}")
+        if not all(0 < s < POSTHOC_SIGMA_MAX for s in self.posthoc_ema) or len(set(self.posthoc_ema)) != len(self.posthoc_ema):
+            raise ValueError(f"posthoc_ema must be distinct σ_rel values in (0, {POSTHOC_SIGMA_MAX:.3f}) "
+                             f"({POSTHOC_SIGMA_MAX:.3f}: a uniform average), got {list(self.posthoc_ema)}")
         if self.posthoc_ema and self.posthoc_every % self.ema_every:
             raise ValueError(f"posthoc_every ({self.posthoc_every}) must be a multiple of ema_every ({self.ema_every}): "
                              "the EMAs change only then")

@@ -94,6 +94,17 @@ def record_64(root: str | Path, gpus: list[str], declared: bool = False) -> tupl
     return min(found, key=lambda f: f[3]["wall at target (s)"]) if found else None
 
 
+def flag(flags: str, name: str, default: str | None = None) -> str | None:
+    """The value after ``name`` (``--seed``) in an arm's flags, ``default`` where it is not given."""
+    found = re.search(rf"(?<!\S){re.escape(name)} (\S+)", flags)
+    return found[1] if found else default
+
+
+def recipe_label(spec: dict) -> str:
+    """How the tables name the recipe of a manifest's arm that carries no ``label``: its recipe then."""
+    return f"the {spec.get('recipe_default', 'default')} recipe"
+
+
 def unseeded(flags: str) -> str:
     """An arm's flags without its ``--seed``: what the runs of one recipe on several seeds share."""
     return re.sub(r"\s*--seed \d+", "", flags).strip()
@@ -106,8 +117,7 @@ def repeats(root: str | Path, gpus: list[str], flags: str, target: float) -> pd.
     for gpu, run, m in ab_runs(root, gpus):
         rec = records(curves(run, m), target)
         for _, r in rec[rec["flags"].map(unseeded) == unseeded(_decimal(flags))].iterrows():
-            seed = re.search(r"--seed (\d+)", r["flags"])
-            rows.append({**r, "seed": int(seed[1]) if seed else 0, "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
+            rows.append({**r, "seed": int(flag(r["flags"], "--seed", "0")), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     return pd.DataFrame(rows).sort_values("seed").reset_index(drop=True) if rows else pd.DataFrame(
         columns=["arm", "seed", "declared", "step at target", "wall at target (s)", "run"])
 
@@ -139,9 +149,9 @@ def samples(root: str | Path, gpus: list[str], size: int = 64) -> pd.DataFrame:
     a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == size) & (a["split"] == "val")
           & a["run"].str.startswith("ddpm250")]
     plateaus = {arm: spec for _, _, m in manifests.runs(root, PLATEAU, None) for arm, spec in m["arms"].items()}
-    rows += [{"arm": r["name"], "flags": f"the {plateaus[r['name']]['recipe_default']} recipe" if r["name"] in plateaus
-              else PAPER_AT_BOOK_RATE, "sampler": r["run"], "step": int(r["step"]),
-              **{v: r[k] for k, v in SAMPLE_COLUMNS.items()}, "run": f"{g}/anatomy"}
+    rows += [{"arm": r["name"], "flags": recipe_label(plateaus[r["name"]]) if r["name"] in plateaus else PAPER_AT_BOOK_RATE,
+              "sampler": r["run"], "step": int(r["step"]), **{v: r[k] for k, v in SAMPLE_COLUMNS.items()},
+              "run": f"{g}/anatomy"}
              for _, r in a.drop_duplicates("name", keep="last").iterrows()]
     if template is not None:
         rows.insert(0, {"arm": "template", **{v: template[k] for k, v in SAMPLE_COLUMNS.items()}})
@@ -281,12 +291,6 @@ def steady_ms(timing: pd.DataFrame, first: int = 1, last: float = float("inf")) 
     return float(timing.loc[(timing["step_from"] >= first) & (timing["step_to"] <= last), "ms_per_step"].median())
 
 
-def _patch_steps(flags: str) -> int:
-    """A curriculum's steps on patches (``--patch-steps N`` in an arm's flags; 0: none)."""
-    found = re.search(r"--patch-steps (\d+)", flags)
-    return int(found.group(1)) if found else 0
-
-
 def step_minutes(steps: pd.Series, timing: pd.DataFrame, patch_steps: int = 0) -> tuple[pd.Series, float]:
     """Minutes of steps at each of ``steps``, and the whole-volume step in ms: each phase of a curriculum (its
     ``patch_steps`` on patches, then whole volumes) at its own steady step (``steady_ms``), one phase without one."""
@@ -318,10 +322,10 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     for name, (folder, spec) in sorted({**theirs, **{a: v for a, v in ours.items()
                                                      if a.endswith(f"-{size}") or "label" in v[1]}}.items()):
         h = ema_curve(folder)
-        patched = _patch_steps(spec.get("flags", "")) if spec else 0
+        patched = int(flag(spec.get("flags", ""), "--patch-steps", "0")) if spec else 0
         minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), patched)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
-        recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", f"the {spec.get('recipe_default', 'default')} recipe")
+        recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", recipe_label(spec))
         rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
                              wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
                              date=spec["date"] if spec else "", declared=not (spec or {}).get("after_reading", False)))
@@ -471,11 +475,11 @@ def runs_default(spec: dict) -> bool:
     """Whether a manifest's arm trained ``train``'s default recipe as ``train`` runs it today: its recipe then
     (``recipe_default``) with its ``--optimizer``, if any, has the values of ``DEFAULT_RECIPE``, and no other flag
     changed them."""
-    flags = spec["flags"].split()
-    if RECIPE_FLAGS & set(flags) or "recipe_default" not in spec:
+    if RECIPE_FLAGS & set(spec["flags"].split()) or "recipe_default" not in spec:
         return False
-    given = recipe_config(spec["recipe_default"], optimizer=flags[flags.index("--optimizer") + 1] if "--optimizer" in flags else None)
-    return all(getattr(given, f) == getattr(recipe_config(DEFAULT_RECIPE), f) for f in RECIPE_FIELDS)
+    given = recipe_config(spec["recipe_default"], optimizer=flag(spec["flags"], "--optimizer"))
+    default = recipe_config(DEFAULT_RECIPE)
+    return all(getattr(given, f) == getattr(default, f) for f in RECIPE_FIELDS)
 
 
 def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFrame:
@@ -489,10 +493,9 @@ def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFr
             if not runs_default(spec):
                 continue
             g = ema_curve(run / arm).query("step > 0")
-            flags = spec["flags"].split()
             hit = first_at(g, target)
             rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}",
-                         "seed": int(flags[flags.index("--seed") + 1]) if "--seed" in flags else 0,
+                         "seed": int(flag(spec["flags"], "--seed", "0")),
                          "steps": int(g["step"].max()), "final loss": g["loss"].iloc[-1],
                          "step at target": hit["step"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["run", "seed", "steps", "final loss", "step at target"])

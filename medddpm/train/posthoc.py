@@ -14,17 +14,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..core.config import POSTHOC_SIGMA_MAX
 from ..core.io import atomic_path
 
 FOLDER = "posthoc"  # <run>/posthoc/<step>.pt: the snapshots
-SIGMA_MAX = float(np.sqrt(1 / 12))  # σ_rel of γ = 0 (a uniform average): the widest profile
 
 
 def gamma_of(sigma_rel: float) -> float:
     """The exponent γ ≥ 0 of the power-function profile of relative width ``sigma_rel`` (EDM2 eq. 3 solved for γ:
     the real root of σ²(γ+2)²(γ+3) − (γ+1) = 0 above zero)."""
-    if not 0 < sigma_rel < SIGMA_MAX:
-        raise ValueError(f"sigma_rel must be in (0, {SIGMA_MAX:.3f}), got {sigma_rel}")
+    if not 0 < sigma_rel < POSTHOC_SIGMA_MAX:
+        raise ValueError(f"sigma_rel must be in (0, {POSTHOC_SIGMA_MAX:.3f}), got {sigma_rel}")
     s2 = sigma_rel ** 2
     roots = np.roots([s2, 7 * s2, 16 * s2 - 1, 12 * s2 - 1])  # σ²(γ³ + 7γ² + 16γ + 12) − γ − 1
     return float(max(r.real for r in roots if abs(r.imag) < 1e-9 and r.real >= 0))

@@ -366,7 +366,6 @@ class Trainer:
             posthoc.save_snapshot(self.out, self.step, self.posthoc)
         return loss
 
-
     def flush(self) -> None:
         """Read the pending losses back (one synchronisation); raise DivergedError on NaN/inf."""
         if not self._pending:
