@@ -157,6 +157,33 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
     assert recipe.plateau_state(tmp_path, ["h100"]).empty and math.isnan(recipe.plateau_target(tmp_path, ["h100"]))
 
 
+def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_loss(tmp_path):
+    """recipe.plateaus / plateau_state: the newest recipe-plateau run per GPU count, most GPUs first; a run whose loss
+    rose after its lowest is judged at that lowest (best.pt's); the issue's minutes bind 4 GPUs, none bind 1."""
+    from medddpm.report import recipe
+
+    base = {"kind": "recipe-plateau", "gpu": "H200", "machine": "m", "commits": {}, "changed": "c", "kept": "k",
+            "target": {"heldout": 0.08, "best_before": 0.079}}
+    for name, date, gpus, losses in (("four", "2026-01-02", 4, [0.5, 0.085, 0.0795, 0.0792]),
+                                     ("old1", "2026-01-01", 1, [0.5, 0.09, 0.085, 0.084]),
+                                     ("one", "2026-01-03", 1, [0.5, 0.082, 0.0775, 0.0781])):
+        run = tmp_path / "h200" / "recipe" / f"{name}-2026"
+        _run(run / f"v-{name}-128", [0, 1500, 3000, 4500], losses, 60.0, gpus, clock=0.08)
+        (run / "logs").mkdir()
+        (run / "logs" / "times.txt").write_text("t 100.0\nt-rc0 400.0\n")
+        (run / "run.json").write_text(json.dumps({**base, "date": date, "gpus": gpus,
+                                                  "arms": {f"v-{name}-128": {"stamps": ["t", "t-rc"]}}}))
+    assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-one-128"]
+    state = recipe.plateau_state(tmp_path, ["h200"])
+    one = state[state["run"] == "v-one-128"].reset_index(drop=True)
+    assert list(one["met"]) == ["—", "—", "yes"] and one.loc[2, "measured"] == "0.0775"  # not the last, 0.0781
+    assert "at step 3,000" in one.loc[2, "what"] and one.loc[0, "target"].startswith("—")
+    four = state[state["run"] == "v-four-128"].reset_index(drop=True)
+    assert list(four["target"][:2]) == ["≤ 4 min", "≤ 12 min"] and four.loc[1, "met"] == "yes"  # 5 min, levelled
+    assert four.loc[0, "met"] == "no"  # the target at 3,000 steps × 0.08 s plus 30 s ready: 4.5 min
+    assert recipe.plateau_target(tmp_path, ["h200"]) == 0.08
+
+
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):
     """recipe.big_curves / record_128 / ab_runs: a 128³ recipe A/B's arms join the 128³ runs under their labels, a
     curriculum's minutes count its patch steps at the patch step's pace, the fastest run on the GPUs to the target

@@ -375,7 +375,7 @@ def state(root: Path, gpu: str | None) -> pd.DataFrame:
     steps = ", ".join(f"{int(v):,}" for v in sorted(u["checkpoint step"].unique()))
     dice = (f"{100 * d['synthetic'] / d['real']:.1f} %" if {"real", "synthetic"} <= set(d.index) else "—")
     if dice != "—" and large is not None and steps != large["steps"]:
-        dice += f" (an earlier training under the same names, steps {steps})"
+        dice += f" ({u['run'].nunique()} of those runs, steps {steps})"
     r = runs(root, gpu)
     r = r[r["size"] == f"{big}³"] if big else r.iloc[:0]
     levels = "; ".join(f"{'levelled off' if lv else 'still learning'}: {', '.join(g['run'])}"

@@ -150,18 +150,19 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     from . import recipe
 
     out = []
-    p = recipe.plateau(root, gpus)
-    if p is not None:
+    for p in recipe.plateaus(root, gpus):
         mine, runs = p["record"], p["records"]
         paper = runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]
-        four = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
-        before = (f" (Med-DDPM's recipe: {four['step at target'].iloc[0]:,.0f} steps, {four['minutes at target'].iloc[0]:.1f} "
-                  "min of steps)" if len(four) else "")
-        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, {mine['recipe']}, "
-                   f"warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its plateau checkpoint, held-out "
-                   f"loss {mine['final loss']:.4f}, at {mine['ms a step']:.1f} ms a step; held-out loss {p['target']:g} after "
-                   f"{mine['step at target']:,.0f} steps, {mine['wall at target (min)']:.1f} min from its start less the "
-                   f"evaluations, {mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
+        same = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
+        before = (f" (Med-DDPM's recipe: {same['step at target'].iloc[0]:,.0f} steps, {same['minutes at target'].iloc[0]:.1f} "
+                  "min of steps)" if len(same) else "")
+        default = ", `train`'s default" if recipe.runs_default(p["manifest"]["arms"][p["name"]]) else ""
+        out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, {mine['recipe']}{default}, "
+                   f"warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its checkpoint ({mine['steps']:,} steps; "
+                   f"its lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}), at "
+                   f"{mine['ms a step']:.1f} ms a step; held-out loss {p['target']:g} after {mine['step at target']:,.0f} "
+                   f"steps, {mine['wall at target (min)']:.1f} min from its start less the evaluations, "
+                   f"{mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
         best = recipe.record_128(runs, int(mine["GPUs"]))
         if best.name != p["name"] and best["wall at target (min)"] < mine["wall at target (min)"]:
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
