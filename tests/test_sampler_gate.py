@@ -166,12 +166,12 @@ def test_few_step_facts_on_an_empty_store_and_on_the_committed_one(tmp_path):
     assert few_step.passing_runs(tmp_path, None).empty
 
 
-def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
-    """The intro's sampling row: the fastest timed chain whose verdict is "pass" at every checkpoint
-    that judged it; a faster chain that failed (here, or at another checkpoint) is never quoted."""
+def test_chapter_11_quotes_only_a_sampler_that_passed(tmp_path):
+    """Chapter 11's first table (few_step.fastest_passing): the fastest timed chain whose verdict is "pass" at every
+    checkpoint that judged it; a faster chain that failed (here, or at another checkpoint) is never quoted."""
     from medddpm.core.config import SAMPLING_ALIASES
     from medddpm.core.io import append_rows
-    from medddpm.report import headline
+    from medddpm.report import few_step
     from medddpm.profiling.sample_bench import COLUMNS
 
     fast = SAMPLING_ALIASES["fast"]
@@ -193,13 +193,13 @@ def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
     rows = [("dpm2m-sde", 10, "logsnr", fast, "a", "fail: w1"), ("dpm2m-sde", 12, "logsnr", fast, "a", "pass"),
             ("ddpm", 250, "", "baseline", "a", "reference")]
     verdicts_csv(rows)
-    h = headline.headline(tmp_path, ["x"]).set_index("result")
-    quoted = h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"]
-    assert quoted == "0.220 (dpm2m-sde 12 logsnr · fast)"
-    assert h.loc["  × faster than DDPM 250 in FP32", "ours"] == pytest.approx(50 / 0.22)
+    def quoted():
+        r = few_step.fastest_passing(tmp_path, ["x"]).iloc[0]
+        return f"{r['s_per_volume']:.3f} ({r['label']})", r["vs_fp32_ddpm250"]
+
+    assert quoted() == ("0.220 (dpm2m-sde 12 logsnr · fast)", pytest.approx(50 / 0.22))
     verdicts_csv(rows + [("dpm2m-sde", 12, "logsnr", fast, "b", "fail: corr")])  # fails at a second checkpoint
-    h = headline.headline(tmp_path, ["x"]).set_index("result")
-    assert h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"] == "50.000 (ddpm 250 · FP32)"
+    assert quoted()[0] == "50.000 (ddpm 250 · FP32)"
     # passing on the demo set is not enough where the store holds the gate on real brains: the chain fails there
     verdicts_csv(rows)
     real = gpu / "anatomy"
@@ -211,5 +211,23 @@ def test_the_headline_quotes_only_a_sampler_that_passed(tmp_path):
     pd.DataFrame([{"name": "v-s0-fast", "run": run, "subject": "s1", "seed_a": 0, "seed_b": 1, "ssim_between_seeds": 0.8}
                   for run in (ref, chain)]).to_csv(real / "anatomy_diversity.csv", index=False)
     (real / "anatomy_summary.csv").write_text("run\n")
-    h = headline.headline(tmp_path, ["x"]).set_index("result")
-    assert h.loc["sampling one volume, fastest sampler that passed the quality gate (s)", "ours"] == "50.000 (ddpm 250 · FP32)"
+    assert quoted()[0] == "50.000 (ddpm 250 · FP32)"
+
+
+
+def test_the_intro_quotes_the_default_sampler_and_the_chain_that_chapter_16_judged(tmp_path):
+    """headline.headline's sampling rows: seconds per volume of `sample`'s default (DDPM 250) and of the 12-call chain
+    from the real-brain gate's bench (equivalence/bench.csv), per GPU; none where a GPU has no bench."""
+    from medddpm.diffusion.solvers import CANDIDATE
+    from medddpm.report import headline
+
+    (tmp_path / "x" / "equivalence").mkdir(parents=True)
+    (tmp_path / "x" / "info.json").write_text('{"gpu": "X"}')
+    pd.DataFrame({"sampler": ["ddpm", CANDIDATE.sampler], "steps": [250, CANDIDATE.steps],
+                  "s_per_volume_median": [4.5, 0.2], "gpu": "X"}).to_csv(tmp_path / "x" / "equivalence" / "bench.csv",
+                                                                           index=False)
+    h = headline.headline(tmp_path, ["x"])
+    rows = h[h["result"].str.startswith("sampling one volume")]
+    assert list(rows["ours"]) == [4.5, 0.2] and "default, DDPM 250" in rows["result"].iloc[0]
+    assert "not confirmed" in rows["result"].iloc[1]
+    assert not headline.headline(tmp_path, []).shape[0]
