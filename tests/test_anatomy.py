@@ -149,8 +149,8 @@ def test_the_chapter_opens_on_the_largest_size_with_its_own_device_wall_time_and
     # 64³ reads the 12-step chain's samples, which this store lacks; the largest size reads DDPM 250's
     assert (t.loc["in-brain r", "64³"], t.loc["in-brain r", "128³"]) == ("—", "0.800 (template 0.710)")
     # its utility was measured on an earlier checkpoint of the same name (step 500, the measures' 1,000): said
-    assert t.loc["segmentation Dice, synthetic- against real-trained", "128³"] == ("92.8 % (an earlier training under "
-                                                                                   "the same names, steps 500)")
+    assert t.loc["segmentation Dice, synthetic- against real-trained", "128³"] == ("92.8 % (1 of those runs, steps 500; "
+                                                                                   "v-s13-fast-128 at an earlier checkpoint)")
     # its held-out loss halved between its last two evaluations
     assert t.loc["runs (steps of their checkpoints)", "128³"] == "1 runs (steps 1,000); still learning: v-s13-fast-128"
     r = runs(tmp_path, "gpu").set_index("run")

@@ -4,7 +4,7 @@
 import pytest
 
 from book_stores import COMMITTED, REPO, STORES, referenced
-from medddpm.report import (anatomy, equivalence, fast_tables, few_step, headline, quality_tables,
+from medddpm.report import (anatomy, equivalence, fast_tables, headline, quality_tables,
                             stretch, tables, waiting, wording)
 from medddpm.report.chapters import CHAPTERS
 from medddpm.report.present import register_gpus
@@ -22,7 +22,7 @@ def test_every_quoted_fact_is_always_there(chapter, store, tmp_path):
     assert all(isinstance(v, str) and v for v in f.values())
     if store == "empty":
         assert all(v.startswith("—") or v in ("none", "0") or k.startswith(("paper_", "conv_formula", "config_"))
-                   or k.endswith("_target") or k in (*few_step.STORE_FREE, *anatomy.STORE_FREE,
+                   or k.endswith("_target") or k in (*anatomy.STORE_FREE,
                                                   *waiting.STORE_FREE, *equivalence.STORE_FREE) for k, v in f.items()), {k: v for k, v in f.items() if not v.startswith("—")}
 
 

@@ -375,7 +375,11 @@ def state(root: Path, gpu: str | None) -> pd.DataFrame:
     steps = ", ".join(f"{int(v):,}" for v in sorted(u["checkpoint step"].unique()))
     dice = (f"{100 * d['synthetic'] / d['real']:.1f} %" if {"real", "synthetic"} <= set(d.index) else "—")
     if dice != "—" and large is not None and steps != large["steps"]:
-        dice += f" ({u['run'].nunique()} of those runs, steps {steps})"
+        judged = load(root, gpu, "anatomy_summary").query("split == 'val' and run == @LARGE_RUN")
+        now = dict(zip(judged["name"], judged["step"]))  # each name's sampled checkpoint
+        earlier = sorted({n for n, st in zip(u["run"], u["checkpoint step"]) if now.get(n) != st})
+        dice += f" ({u['run'].nunique()} of those runs, steps {steps}" + (
+            f"; {', '.join(earlier)} at an earlier checkpoint)" if earlier else ")")
     r = runs(root, gpu)
     r = r[r["size"] == f"{big}³"] if big else r.iloc[:0]
     levels = "; ".join(f"{'levelled off' if lv else 'still learning'}: {', '.join(g['run'])}"

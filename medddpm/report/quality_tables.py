@@ -26,8 +26,7 @@ def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, ever
     volumes of ``size`` (None: every size); the newest row of each (GPU, configuration, size,
     sampler, steps, batch, η) wins, as in ``bench``, and of a DDIM chain timed at several η the one
     at ``DEFAULT_ETA`` (η costs no time: one noise draw a step; ``every_eta`` keeps each η). Rows
-    written before the table had an ``eta`` column ran DDIM at η = 0. The few-step solvers' rows:
-    ``solver_bench``."""
+    written before the table had an ``eta`` column ran DDIM at η = 0."""
     sb = results_csv(root, gpus, "sample_bench")
     if size is not None and not sb.empty:
         sb = sb[sb["size"] == size]
@@ -43,19 +42,6 @@ def sample_bench(root: Path, gpus: list[str], size: str | None = FULL_SIZE, ever
         return ordered(sb.reset_index(drop=True), ["gpu_slug", "config"])
     sb = sb.assign(_pref=sb["eta"] != DEFAULT_ETA).sort_values("_pref", kind="stable").drop_duplicates(keys)
     return ordered(sb.drop(columns="_pref").sort_index().reset_index(drop=True), ["gpu_slug", "config"])
-
-
-def solver_bench(root: Path, gpus: list[str], size: str = FULL_SIZE) -> pd.DataFrame:
-    """``sample_bench.csv`` rows of the few-step solvers (``solvers.SOLVERS``) at ``size``: the
-    newest row of each (GPU, configuration, sampler, steps, spacing, batch)."""
-    from ..diffusion.solvers import SOLVERS
-
-    sb = results_csv(root, gpus, "sample_bench")
-    if sb.empty or "spacing" not in sb:
-        return pd.DataFrame()
-    sb = sb[(sb["size"] == size) & sb["sampler"].isin(SOLVERS)]
-    keys = ["gpu_slug", "config", "sampler", "steps", "spacing", "batch"]
-    return sb.drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
 def denoise_categories(root: Path, gpus: list[str]) -> pd.DataFrame:
