@@ -342,11 +342,11 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     newest: dict[int, tuple[str, Path, dict]] = {}
     for gpu, run, m in manifests.runs(root, PLATEAU, gpus):
         newest.setdefault(int(m.get("gpus", 4)), (gpu, run, m))
-    out = []
+    out, curves = [], big_curves(root, None) if newest else None
     for _, (gpu, run, m) in sorted(newest.items(), reverse=True):
         (name, spec), = m["arms"].items()
         target = m["target"]["heldout"]
-        records = big_records(big_curves(root, None), target).set_index("run")
+        records = big_records(curves, target).set_index("run")
         out.append({"gpu": gpu, "run": run, "manifest": m, "name": name, "target": target, "record": records.loc[name],
                     "records": records, "wall": stage_seconds(run, *spec["stamps"])})
     return out
