@@ -231,14 +231,19 @@ def utility(root: Path, gpu: str | None) -> pd.DataFrame:
     return out.sort_values(["checkpoint", "calls"], kind="stable").drop(columns="calls").reset_index(drop=True)
 
 
+def bench_name(sampler: str, steps: int) -> str:
+    """How ``seconds`` names a benchmarked sampler of ``steps`` steps (``ddpm 250``)."""
+    return f"{sampler} {steps}"
+
+
 def seconds(root: Path, gpu: str | None) -> pd.DataFrame:
-    """Seconds per 128³ volume (batch 1, fast) of each benchmarked sampler, with its denoiser calls."""
+    """Seconds per 128³ volume (batch 1, fast) of each benchmarked sampler (``bench_name``), with its denoiser calls."""
     b = _read(root, gpu, "bench")
     cols = ["sampler", "calls", "s / volume", "GPU"]
     if b.empty:
         return pd.DataFrame(columns=cols)
     b = b.sort_values("steps")
-    return pd.DataFrame({"sampler": [f"{s} {n}" for s, n in zip(b["sampler"], b["steps"])], "calls": b["steps"].values,
+    return pd.DataFrame({"sampler": [bench_name(s, n) for s, n in zip(b["sampler"], b["steps"])], "calls": b["steps"].values,
                          "s / volume": b["s_per_volume_median"].values, "GPU": b["gpu"].values})
 
 
