@@ -28,8 +28,8 @@
 #
 # `train`'s default recipe (`--recipe muon`, `medddpm/core/config.py`'s `RECIPES`) is the 64³ A/B's winner among Adam
 # recipes (`--recipe cosine`) with Muon for the hidden weight matrices: ahead of Adam at 64³ and at 128³, with samples
-# judged at both sizes (below). `--recipe paper` is Med-DDPM's. The 128³ run on 4 GPUs trained `cosine`; the default
-# ran to its end on one GPU while no 4-GPU machine was lent.
+# judged at both sizes (below). `--recipe paper` is Med-DDPM's. The 128³ run on 4 GPUs trained `cosine`; while no 4-GPU
+# machine was lent, the default ran to its end on one GPU, and on one GPU at 4 GPUs' batch (its 4-GPU minutes projected).
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -186,15 +186,15 @@ else:
 # the target each time. Its step costs more than Adam's (the Newton–Schulz kernels: the 128³ step table). At 128³ on
 # one H200, `muon-128` (declared) ran below Adam at every evaluation, and `judge-128` (declared) sampled a Muon and an
 # Adam checkpoint of 4,000 steps each: Muon's samples lose nothing against Adam's, so Muon became `train`'s default.
-# They vary less between seeds than Adam's of as many steps (a measure the rule left out), and about as much as the
-# most alike of chapter 14's longer-trained runs at the same size (the SSIM between seeds above). Run to its end on one
+# They vary less between seeds than Adam's (a measure the rule left out), as chapter 14's most alike. Run to its end on one
 # H200 (`default-128`, declared, a fresh seed), the default reached the target in fewer steps than the 4-GPU runs at a
-# quarter of their batch, then fitted the training subjects after its lowest loss (the first table).
+# quarter of their batch, then fitted the training subjects after its lowest loss (the first table). At their batch
+# (`batch4-128`, declared: 4 micro-batches a step, 4 GPUs' update) it needed fewer steps still, and fitted sooner.
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024) on `judge-128`'s Muon run: its tracked widths end
 # below the run's EMA, the rebuilt ones above it, from a fit whose weights need not sum to 1 (constrained since). Its
 # candidate, σ_rel 0.10, judged on `default-128` by the fixed fit, ended below that run's EMA by less than the declared
 # 0.0005 (the post-hoc table): not confirmed, so `train` keeps its EMA.
 #
-# **Not yet measured**: the default on 4 GPUs at 128³ (declared: `plateau128.sh`), a second seed of it, the curriculum's
-# samples, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200), and a larger batch at 128³.
+# **Not yet measured**: the default on 4 GPUs at 128³ (declared: `plateau128.sh`), a second seed at each batch, the
+# curriculum's samples, and a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200).

@@ -182,6 +182,23 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
     assert list(four["target"][:2]) == ["≤ 4 min", "≤ 12 min"] and four.loc[1, "met"] == "yes"  # 5 min, levelled
     assert four.loc[0, "met"] == "no"  # the target at 3,000 steps × 0.08 s plus 30 s ready: 4.5 min
     assert recipe.plateau_target(tmp_path, ["h200"]) == 0.08
+    # a newer run on one GPU at global batch 4 (4 GPUs' update emulated): kept beside the batch-1 run, its minutes
+    # projected at the manifest's step and said so, and never a record of the GPUs it ran on
+    run = tmp_path / "h200" / "recipe" / "emul-2026"
+    _run(run / "v-emul-128", [0, 1500, 3000, 4500], [0.5, 0.079, 0.0776, 0.0779], 240.0, 1, clock=0.24)
+    (run / "run.json").write_text(json.dumps({**base, "date": "2026-01-04", "gpus": 1, "global_batch": 4, "emulates": 4,
+                                              "target": {**base["target"], "projection_ms": 60.0},
+                                              "arms": {"v-emul-128": {"stamps": ["t", "t-rc"]}}}))
+    assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-emul-128", "v-one-128"]  # by GPUs, then batch
+    state = recipe.plateau_state(tmp_path, ["h200"])
+    emul = state[state["run"] == "v-emul-128"].reset_index(drop=True)
+    assert list(emul["met"]) == ["projected yes", "projected yes", "yes"]  # 1,500 × 60 ms = 1.5 min; 4,500: 4.5 min
+    assert emul.loc[0, "measured"].startswith("1.5 min of steps") and "projection" in emul.loc[0, "measured"]
+    assert list(emul["target"][:2]) == ["≤ 4 min", "≤ 12 min"]
+    r = recipe.big_records(recipe.big_curves(tmp_path), 0.08)
+    assert r.set_index("run").loc["v-emul-128", "global batch"] == 4
+    assert list(recipe.records_128(r, 1)["run"]) == ["h200/recipe/one-2026/v-one-128"]  # the batch-4 run holds none
+    assert recipe.plateaus(tmp_path, ["h200"])[0]["name"] == "v-four-128"
 
 
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):

@@ -150,6 +150,14 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     out = []
     for p in recipe.plateaus(root, gpus):
         mine, runs = p["record"], p["records"]
+        if "emulates" in p["manifest"]:
+            k, ms = p["manifest"]["emulates"], p["manifest"]["target"]["projection_ms"]
+            out.append(f"- Projected at 128³ on {k} GPUs ({mine['recipe']}: {k} GPUs' update, emulated on {mine['GPUs']} "
+                       f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after "
+                       f"{mine['step at target']:,.0f} steps, {mine['step at target'] * ms / 60_000:.1f} min of steps at "
+                       f"{ms:g} ms a step (a projection; the default has not run on {k} GPUs); its lowest held-out loss "
+                       f"{mine['lowest loss']:.4f} at step {mine['step at lowest']:,} — {ch('17', '17_time_to_trained')}.")
+            continue
         paper = runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]
         same = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
         before = (f" (Med-DDPM's recipe: {same['step at target'].iloc[0]:,.0f} steps, {same['minutes at target'].iloc[0]:.1f} "

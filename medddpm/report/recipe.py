@@ -312,8 +312,9 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     manifest and of a ``size``³ recipe A/B, read from its own folder): per evaluation, the EMA's held-out loss, the
     step, the minutes of steps at the run's steady step (``step_minutes``: each phase of a curriculum at its own) and,
     where ``heldout.csv`` keeps the training clock, the wall time from the command's start less the evaluations
-    (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs and folder."""
-    ours = {arm: (run / arm, {**spec, "date": m["date"]})
+    (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs, global batch (``batch``: its
+    manifest's ``global_batch``, else one a GPU) and folder."""
+    ours = {arm: (run / arm, {**spec, "date": m["date"], "global_batch": m.get("global_batch")})
             for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size)
             for arm, spec in m["arms"].items()}
     theirs = {p.parent.name: (p.parent, None)
@@ -327,21 +328,24 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
         minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), patched)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", recipe_label(spec))
-        rows.append(h.assign(run=name, recipe=recipe, GPUs=_ranks(stdout), minutes=minutes, ms=ms,
+        n = _ranks(stdout)
+        rows.append(h.assign(run=name, recipe=recipe, GPUs=n, batch=(spec or {}).get("global_batch") or n, minutes=minutes, ms=ms,
                              wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
                              date=spec["date"] if spec else "", declared=not (spec or {}).get("after_reading", False)))
-    cols = ["step", "loss", "run", "recipe", "GPUs", "minutes", "ms", "wall", "folder", "date", "declared"]
+    cols = ["step", "loss", "run", "recipe", "GPUs", "batch", "minutes", "ms", "wall", "folder", "date", "declared"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
 def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
-    """The newest ``recipe-plateau`` run on ``gpus`` per GPU count (its manifest's ``gpus``), most GPUs first: each
+    """The newest ``recipe-plateau`` run on ``gpus`` per GPU count and global batch (its manifest's ``gpus`` and
+    ``global_batch``), most GPUs first: each
     its GPU folder, run folder and manifest, its arm's name, that arm's ``big_records`` row against the manifest's
     target (every 128³ run read, on whatever GPU folder, so the paper recipe's compare), the process's wall seconds to
     its checkpoint (``stage_seconds``) and the target."""
-    newest: dict[int, tuple[str, Path, dict]] = {}
+    newest: dict[tuple[int, int], tuple[str, Path, dict]] = {}
     for gpu, run, m in manifests.runs(root, PLATEAU, gpus):
-        newest.setdefault(int(m.get("gpus", 4)), (gpu, run, m))
+        n = int(m.get("gpus", 4))
+        newest.setdefault((n, int(m.get("global_batch", n))), (gpu, run, m))
     out, curves = [], big_curves(root, None) if newest else None
     for _, (gpu, run, m) in sorted(newest.items(), reverse=True):
         (name, spec), = m["arms"].items()
@@ -367,7 +371,8 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
     for run, g in curve[curve["step"] > 0].groupby("run", sort=False):
         hit, last = first_at(g, target), g.iloc[-1]
         drop = (g["loss"].iloc[-2] - last["loss"]) / g["loss"].iloc[-2] if len(g) > 1 else float("nan")
-        rows.append({"run": run, "recipe": last["recipe"], "GPUs": int(last["GPUs"]), "steps": int(last["step"]),
+        rows.append({"run": run, "recipe": last["recipe"], "GPUs": int(last["GPUs"]), "global batch": int(last["batch"]),
+                     "steps": int(last["step"]),
                      "final loss": last["loss"], "lowest loss": g["loss"].min(),
                      "step at lowest": int(g.loc[g["loss"].idxmin(), "step"]),
                      "step at target": hit["step"].iloc[0] if len(hit) else float("nan"),
@@ -376,16 +381,17 @@ def big_records(curve: pd.DataFrame, target: float, plateau: float = 0.01) -> pd
                      "minutes of steps": last["minutes"], "ms a step": last["ms"],
                      "levelled": "yes" if drop < plateau else "no", "folder": last["folder"], "date": last["date"],
                      "declared": last["declared"]})
-    cols = ["run", "recipe", "GPUs", "steps", "final loss", "lowest loss", "step at lowest", "step at target",
+    cols = ["run", "recipe", "GPUs", "global batch", "steps", "final loss", "lowest loss", "step at lowest", "step at target",
             "minutes at target", "wall at target (min)",
             "minutes of steps", "ms a step", "levelled", "folder", "date", "declared"]
     return pd.DataFrame(rows, columns=cols)
 
 
 def _reached(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
-    """The ``big_records`` rows of runs on ``gpus`` GPUs that reached the target, with their ``to target`` minutes:
-    from ``train``'s start less the evaluations, or minutes of steps for a run that kept no clock."""
-    mine = records[(records["GPUs"] == gpus) & records["step at target"].notna()]
+    """The ``big_records`` rows of runs on ``gpus`` GPUs, one volume a GPU (a larger global batch on fewer GPUs
+    emulates more: a projection, not a record), that reached the target, with their ``to target`` minutes: from
+    ``train``'s start less the evaluations, or minutes of steps for a run that kept no clock."""
+    mine = records[(records["GPUs"] == gpus) & (records["global batch"] == gpus) & records["step at target"].notna()]
     return mine.assign(**{"to target": mine["wall at target (min)"].fillna(mine["minutes at target"])})
 
 
@@ -442,14 +448,25 @@ def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
     on = f"{n} GPU" + "s" * (n > 1)
     here = f"{p['gpu']}/{p['run'].relative_to(Path(root) / p['gpu'])}"
     best = record_128(p["records"], n)
-    rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target), the fastest run on {on} ({best['recipe']})",
-             f"{best['wall at target (min)']:.1f} min from `train`'s start, evaluations left out ({best['step at target']:,.0f} "
-             f"steps, {best['minutes at target']:.1f} min of steps)",
-             *_minutes(best["wall at target (min)"], n, 0), best["folder"]),
-            (f"the plateau (under 1 % between the last two evaluations), process start to checkpoint, warm cache, {on} "
-             f"({mine['recipe']})", f"{wall / 60:.1f} min ({mine['steps']:,} steps, levelled: {mine['levelled']})",
-             *_minutes(wall / 60, n, 1, mine["levelled"] == "yes"), here),
-            (f"held-out loss of its checkpoint (best.pt: the lowest, at step {mine['step at lowest']:,})",
+    if "emulates" in m:  # a larger global batch on fewer GPUs: minutes projected at the manifest's step, not measured
+        k, ms = m["emulates"], m["target"]["projection_ms"]
+        projected = [(steps, steps * ms / 60_000) for steps in (mine["step at target"], mine["steps"])]
+        rows = [(f"held-out loss ≤ {m['target']['heldout']:g} at global batch {k} on {on} ({mine['recipe']}), projected "
+                 f"on {k} GPUs at {ms:g} ms a step", f"{projected[0][1]:.1f} min of steps ({projected[0][0]:,.0f} steps; a "
+                 "projection)", *_minutes(projected[0][1], k, 0)),
+                (f"its {mine['steps']:,} steps (the cosine's end and checkpoint), projected on {k} GPUs the same way",
+                 f"{projected[1][1]:.1f} min of steps (levelled: {mine['levelled']}; a projection)",
+                 *_minutes(projected[1][1], k, 1, mine["levelled"] == "yes"))]
+        rows = [(what, measured, target, f"projected {'yes' if ok else 'no'}", here) for what, measured, target, ok in rows]
+    else:
+        rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target), the fastest run on {on} ({best['recipe']})",
+                 f"{best['wall at target (min)']:.1f} min from `train`'s start, evaluations left out "
+                 f"({best['step at target']:,.0f} steps, {best['minutes at target']:.1f} min of steps)",
+                 *_minutes(best["wall at target (min)"], n, 0), best["folder"]),
+                (f"the plateau (under 1 % between the last two evaluations), process start to checkpoint, warm cache, {on} "
+                 f"({mine['recipe']})", f"{wall / 60:.1f} min ({mine['steps']:,} steps, levelled: {mine['levelled']})",
+                 *_minutes(wall / 60, n, 1, mine["levelled"] == "yes"), here)]
+    rows += [(f"held-out loss of its checkpoint (best.pt: the lowest, at step {mine['step at lowest']:,})",
              f"{mine['lowest loss']:.4f}", f"< {m['target']['best_before']:g}",
              mine["lowest loss"] < m["target"]["best_before"], here)]
     g = anatomy.anatomy_gpu(root, gpus)
@@ -488,7 +505,7 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     it comes from."""
     rows = [r for p in plateaus(root, gpus) for r in _plateau_rows(root, gpus, p)]
     out = pd.DataFrame(rows, columns=["run", "what", "measured", "target", "met", "from"])
-    return out.assign(met=out["met"].map({True: "yes", False: "no", "—": "—"}))
+    return out.assign(met=out["met"].map(lambda v: {True: "yes", False: "no"}.get(v, v)))
 
 
 RECIPE_FLAGS = {"--lr", "--lr-warmup", "--lr-decay", "--lr-final", "--min-snr-gamma", "--ema-decay", "--ema-start",
