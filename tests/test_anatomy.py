@@ -215,3 +215,19 @@ def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sam
     r = training_runs(tmp_path, "gpu").set_index("run").loc["v-s14-fast-128"]
     assert (r["GPUs"], r["global batch"], r["steps"], r["best step"]) == ("4 × NVIDIA H200", 4, 6500, 6000)
     assert r["last drop"] == "1.5 %" and not r["levelled"] and r["wall min"] == 15 and r["GPU-hours"] == 1.0
+    # a recipe-plateau run's arm on another GPU's folder: read through its manifest, no copy in train/, its GPUs and
+    # global batch from the manifest and its wall from the pipeline's stamps
+    run = tmp_path / "h200" / "recipe" / "plateau-128-2026-01-02"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "times.txt").write_text("t 100.0\nt-rc0 700.0\n")
+    arm = run / "v-s15-fast-128"
+    arm.mkdir()
+    pd.DataFrame({"step": [0, 3000, 6000], "weights": "ema", "subject": "a", "t": 1,
+                  "loss": [0.5, 0.09, 0.0895]}).to_csv(arm / "heldout.csv", index=False)
+    (run / "run.json").write_text(json.dumps({"kind": "recipe-plateau", "date": "2026-01-02", "gpu": "NVIDIA H200",
+                                              "machine": "m", "commits": {}, "changed": "c", "kept": "k", "gpus": 1,
+                                              "global_batch": 4, "arms": {"v-s15-fast-128": {"stamps": ["t", "t-rc"]}}}))
+    r = training_runs(tmp_path, "gpu").set_index("run").loc["v-s15-fast-128"]
+    assert (r["GPUs"], r["global batch"], r["steps"], r["levelled"]) == ("1 × NVIDIA H200", 4, 6000, True)
+    assert r["wall min"] == 10 and r["GPU-hours"] == 10 / 60
+    assert training_runs(tmp_path, None).empty  # no anatomy GPU: no runs, the plateau run's included

@@ -21,6 +21,7 @@ from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import FEW_STEP, REFERENCE as DDPM_REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
+from . import manifests
 from .present import gpu_name
 from .wording import missing, roles
 
@@ -62,6 +63,15 @@ def load(root: Path, gpu: str | None, table: str) -> pd.DataFrame:
 def train_folder(root: Path, gpu: str | None) -> Path:
     """Where a store keeps its IXI training runs' own files (``NAME/heldout.csv``, ``timing.csv``, ``env.json``)."""
     return Path(root) / str(gpu) / "anatomy" / "train"
+
+
+def train_runs(root: Path, gpu: str | None) -> dict[str, Path]:
+    """Every IXI training run's own folder by name: ``train_folder``'s, then each arm of a ``recipe-plateau`` run on
+    any GPU (its manifest; chapter 14 measured it under the arm's name), none without a ``gpu``."""
+    if gpu is None:
+        return {}
+    found = {p.parent.name: p.parent for p in sorted(train_folder(root, gpu).glob("*/heldout.csv"))}
+    return found | {arm: run / arm for _, run, m in manifests.runs(root, manifests.PLATEAU, None) for arm in m["arms"]}
 
 
 def size_of(name: str) -> int:
@@ -189,14 +199,13 @@ def utility(root: Path, gpu: str | None) -> pd.DataFrame:
 def curves(root: Path, gpu: str | None) -> pd.DataFrame:
     """The held-out loss (EMA weights, mean over the validation subjects and timesteps) of every
     training run against its steps: name, recipe, config, step, loss."""
-    folder = train_folder(root, gpu)
     rows = []
-    for run in sorted(folder.glob("*/heldout.csv")) if gpu is not None else []:
-        h = pd.read_csv(run)
+    for name, folder in sorted(train_runs(root, gpu).items()):
+        h = pd.read_csv(folder / "heldout.csv")
         ema = h[h["weights"] == "ema"].groupby("step", as_index=False)["loss"].mean()
-        m = NAME.match(run.parent.name)
-        rows.append(ema.assign(name=run.parent.name, recipe=m["recipe"] if m else "", config=m["config"] if m else "",
-                               size=size_of(run.parent.name)))
+        m = NAME.match(name)
+        rows.append(ema.assign(name=name, recipe=m["recipe"] if m else "", config=m["config"] if m else "",
+                               size=size_of(name)))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "loss", "name", "recipe", "config",
                                                                                    "size"])
 
@@ -274,8 +283,8 @@ def run_slices(root: Path, gpu: str | None, name: str | None) -> tuple[pd.DataFr
 
 def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     """A training run's steady-state ms per step (median of its read-back intervals after the first)."""
-    path = train_folder(root, gpu) / name / "timing.csv"
-    if gpu is None or not path.exists():
+    path = train_runs(root, gpu).get(name, Path("-")) / "timing.csv"
+    if not path.exists():
         return None
     from ..train.trainer import steady_intervals
 
@@ -315,10 +324,20 @@ def larger(root: Path, gpu: str | None, split: str = "val") -> pd.DataFrame:
 
 
 def run_device(root: Path, gpu: str | None, name: str) -> dict:
-    """A training run's own record, ``train/NAME/env.json`` (the GPU it ran on, how many, the training
-    processes' wall seconds), where the run was made on GPUs other than its store's; else {}."""
+    """A training run's own record where it was made on GPUs other than its store's (the GPU, how many, the global
+    batch, the training processes' wall seconds): ``train/NAME/env.json``, or a ``recipe-plateau`` arm's manifest and
+    pipeline stamps; else {}."""
     path = train_folder(root, gpu) / name / "env.json"
-    return json.loads(path.read_text()) if gpu is not None and path.exists() else {}
+    if gpu is not None and path.exists():
+        return json.loads(path.read_text())
+    from .recipe import stage_seconds
+
+    for _, run, m in manifests.runs(root, manifests.PLATEAU, None):
+        if name in m["arms"]:
+            wall = stage_seconds(run, *m["arms"][name]["stamps"])
+            return {"gpu": m["gpu"], "gpus": m.get("gpus", 4), "global_batch": m.get("global_batch", m.get("gpus", 4)),
+                    **({"train_wall_s": [wall]} if wall == wall else {})}
+    return {}
 
 
 def runs(root: Path, gpu: str | None) -> pd.DataFrame:
@@ -332,13 +351,14 @@ def runs(root: Path, gpu: str | None) -> pd.DataFrame:
     rows = []
     for name, g in c[c["step"] > 0].groupby("name"):
         env = run_device(root, gpu, name)
-        path = train_folder(root, gpu) / name / "log.csv"
+        path = train_runs(root, gpu)[name] / "log.csv"
         log = pd.read_csv(path) if path.exists() else pd.DataFrame({"step": [g["step"].max()]})
+        batch = log["global_batch"].iloc[-1] if "global_batch" in log else env.get("global_batch")
         best = g.loc[g["loss"].idxmin()]
         wall = sum(env["train_wall_s"]) if "train_wall_s" in env else None
         n = env.get("gpus", 1)
         rows.append({"run": name, "size": f"{size_of(name)}³", "GPUs": f"{n} × {env.get('gpu', gpu_name(gpu))}",
-                     "global batch": int(log["global_batch"].iloc[-1]) if "global_batch" in log else None,
+                     "global batch": int(batch) if batch is not None else None,
                      "steps": int(log["step"].iloc[-1]), "best step": int(best["step"]), "held-out loss": best["loss"],
                      "last drop": f"{100 * levels.loc[name, 'drop']:.1f} %" if name in levels.index else None,
                      "levelled": bool(levels.loc[name, "levelled"]) if name in levels.index else None,

@@ -39,6 +39,7 @@ def runs(root: str | Path, kind: str, gpus: list[str] | None = None) -> list[tup
 
 
 DATED = re.compile(r"^(?P<name>.+)-(?P<date>20\d\d-\d\d-\d\d)$")  # a run kept apart: content, then date
+PLATEAU = "recipe-plateau"  # a run to its plateau at the paper's size (scripts/probes/plateau128.sh, curriculum128.sh)
 KINDS = {  # the kind of measurement a dated run folder holds, by its content name (the chapters' vocabulary)
     "sample-rows": ("default-rows", "after-cut", "v-default-chain", "ddpm-default", "ddpm-default-two-gpu-host",
                     "warmup-every-config", "beside-training", "beside-training-ddpm-default", "ddpm-v-default"),

@@ -148,7 +148,7 @@ def samples(root: str | Path, gpus: list[str], size: int = 64) -> pd.DataFrame:
     a = anatomy.load(root, g, "anatomy_summary")
     a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == size) & (a["split"] == "val")
           & a["run"].str.startswith("ddpm250")]
-    plateaus = {arm: spec for _, _, m in manifests.runs(root, PLATEAU, None) for arm, spec in m["arms"].items()}
+    plateaus = {arm: spec for _, _, m in manifests.runs(root, manifests.PLATEAU, None) for arm, spec in m["arms"].items()}
     rows += [{"arm": r["name"], "flags": recipe_label(plateaus[r["name"]]) if r["name"] in plateaus else PAPER_AT_BOOK_RATE,
               "sampler": r["run"], "step": int(r["step"]), **{v: r[k] for k, v in SAMPLE_COLUMNS.items()},
               "run": f"{g}/anatomy"}
@@ -165,7 +165,7 @@ def posthoc(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     frames = [pd.read_csv(path).rename(columns={"sigma_rel": "σ_rel", "heldout_loss": "held-out loss"})
               .merge(ema_curve(path.parent)[["step", "loss"]].rename(columns={"loss": "its EMA's"}), on="step", how="left")
               .assign(arm=path.parent.name, run=f"{gpu}/{run.relative_to(Path(root) / gpu)}")
-              for gpu, run, _ in manifests.runs(root, KIND, gpus) + manifests.runs(root, PLATEAU, gpus)
+              for gpu, run, _ in manifests.runs(root, KIND, gpus) + manifests.runs(root, manifests.PLATEAU, gpus)
               for path in sorted(run.glob("*/posthoc.csv"))]
     if not frames:
         return pd.DataFrame(columns=cols)
@@ -281,7 +281,6 @@ def gpu_label(slug: str) -> str:
     return f"1 × {gpu_name(slug)}"
 
 
-PLATEAU = "recipe-plateau"  # a run to its plateau at the paper's size (scripts/probes/plateau128.sh)
 PAPER_AT_BOOK_RATE = "Med-DDPM's at 10⁻⁴"  # the recipe of chapter 14's runs (Adam at a constant rate, EMA 0.995)
 
 
@@ -315,7 +314,7 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs, global batch (``batch``: its
     manifest's ``global_batch``, else one a GPU) and folder."""
     ours = {arm: (run / arm, {**spec, "date": m["date"], "global_batch": m.get("global_batch")})
-            for _, run, m in manifests.runs(root, PLATEAU, gpus) + ab_runs(root, gpus, size)
+            for _, run, m in manifests.runs(root, manifests.PLATEAU, gpus) + ab_runs(root, gpus, size)
             for arm, spec in m["arms"].items()}
     theirs = {p.parent.name: (p.parent, None)
               for p in sorted(Path(root).glob(f"*/anatomy/train/v-s*-fast-{size}/heldout.csv"))
@@ -343,7 +342,7 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     target (every 128³ run read, on whatever GPU folder, so the paper recipe's compare), the process's wall seconds to
     its checkpoint (``stage_seconds``) and the target."""
     newest: dict[tuple[int, int], tuple[str, Path, dict]] = {}
-    for gpu, run, m in manifests.runs(root, PLATEAU, gpus):
+    for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):
         n = int(m.get("gpus", 4))
         newest.setdefault((n, int(m.get("global_batch", n))), (gpu, run, m))
     out, curves = [], big_curves(root, None) if newest else None
@@ -358,7 +357,7 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
 
 def plateau_target(root: str | Path, gpus: list[str]) -> float:
     """The held-out target of the newest ``recipe-plateau`` run's manifest (NaN: none)."""
-    found = manifests.runs(root, PLATEAU, gpus)
+    found = manifests.runs(root, manifests.PLATEAU, gpus)
     return found[0][2]["target"]["heldout"] if found else float("nan")
 
 
@@ -528,7 +527,7 @@ def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFr
     ``recipe-plateau`` run's 64³ ``confirm`` runs): its seed, steps, final held-out loss and the first step at or below
     ``target`` (NaN: not reached), so one seed's record reads beside the others."""
     rows = []
-    for gpu, run, m in ab_runs(root, gpus) + manifests.runs(root, PLATEAU, gpus):
+    for gpu, run, m in ab_runs(root, gpus) + manifests.runs(root, manifests.PLATEAU, gpus):
         arms = m["arms"] if m["kind"] == KIND else {k: v for k, v in m.get("confirm", {}).items() if isinstance(v, dict)}
         for arm, spec in arms.items():
             if not runs_default(spec):

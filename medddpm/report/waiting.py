@@ -120,12 +120,14 @@ def _content(folder: str) -> str:
 
 
 def limit_runs(root: Path, gpus: list[str]) -> pd.DataFrame:
-    """Every training run whose own output (``<gpu>/anatomy/train/NAME/train-stdout.txt``, or a timed
-    command's ``<gpu>/time_to_result/FOLDER/train*-stdout-*.txt``) ends with `train`'s timing line under
-    ``--time-limit``: run, GPU folder, the line and its share of the limit in steady steps."""
+    """Every training run whose own output (``<gpu>/anatomy/train/NAME/train-stdout.txt``, a ``recipe-plateau`` arm's
+    ``stdout.txt`` on its GPU, or a timed command's ``<gpu>/time_to_result/FOLDER/train*-stdout-*.txt``) ends with
+    `train`'s timing line under ``--time-limit``: run, GPU folder, the line and its share of the limit in steady steps."""
     rows = []
     for g in gpus:
         runs = [(f.parent.name, f) for f in sorted(train_folder(root, g).glob("*/train-stdout.txt"))]
+        runs += [(arm, run / arm / "stdout.txt") for _, run, m in manifests.runs(root, manifests.PLATEAU, [g])
+                 for arm in m["arms"]]
         runs += [(f"{_content(f.parent.name)}/{f.stem}", f)
                  for f in sorted((Path(root) / g / FOLDER).glob("*/train*-stdout-*.txt"))]
         for run, f in runs:
