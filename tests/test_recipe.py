@@ -128,9 +128,9 @@ def _run(folder, steps, losses, ms, ranks, clock=None):
 
 
 def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_its_manifest(tmp_path):
-    """recipe.big_curves / big_records / stage_seconds: chapter 14's runs and a recipe-plateau run's arm (its own
+    """recipe.big_curves / big_records, manifests.stage_seconds: chapter 14's runs and a recipe-plateau run's arm (its own
     folder, not a copy), minutes at the run's median steady step, the target's first hit, the plateau rule."""
-    from medddpm.report import recipe
+    from medddpm.report import manifests, recipe
 
     _run(tmp_path / "h100" / "anatomy" / "train" / "v-s1-fast-128", [0, 3000, 6000], [0.5, 0.09, 0.08], 50.0, 2)
     run = tmp_path / "h200" / "recipe" / "plateau-128-2026-01-02"
@@ -150,8 +150,8 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
     assert r.loc["v-s2-fast-128", "GPUs"] == 4 and r.loc["v-s2-fast-128", "final loss"] == pytest.approx(0.0792)
     assert r.loc["v-s2-fast-128", "wall at target (min)"] == pytest.approx((3000 * 0.07 + 30.0) / 60)  # clock + ready
     assert math.isnan(r.loc["v-s1-fast-128", "wall at target (min)"])  # a run that kept no clock
-    assert recipe.stage_seconds(run, "train128", "train128-rc") == pytest.approx(600.5)
-    assert math.isnan(recipe.stage_seconds(run, "train128", "gate128-rc"))
+    assert manifests.stage_seconds(run, "train128", "train128-rc") == pytest.approx(600.5)
+    assert math.isnan(manifests.stage_seconds(run, "train128", "gate128-rc"))
     state = recipe.plateau_state(tmp_path, ["h200"]).set_index("what")
     assert state.iloc[1]["met"] == "yes" and state.iloc[2]["met"] == "yes" and len(state) == 3  # no anatomy rows here
     assert recipe.plateau_state(tmp_path, ["h100"]).empty and math.isnan(recipe.plateau_target(tmp_path, ["h100"]))

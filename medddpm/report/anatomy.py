@@ -330,11 +330,9 @@ def run_device(root: Path, gpu: str | None, name: str) -> dict:
     path = train_folder(root, gpu) / name / "env.json"
     if gpu is not None and path.exists():
         return json.loads(path.read_text())
-    from .recipe import stage_seconds
-
     for _, run, m in manifests.runs(root, manifests.PLATEAU, None):
         if name in m["arms"]:
-            wall = stage_seconds(run, *m["arms"][name]["stamps"])
+            wall = manifests.stage_seconds(run, *m["arms"][name]["stamps"])
             return {"gpu": m["gpu"], "gpus": m.get("gpus", 4), "global_batch": m.get("global_batch", m.get("gpus", 4)),
                     **({"train_wall_s": [wall]} if wall == wall else {})}
     return {}

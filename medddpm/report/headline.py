@@ -152,7 +152,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         mine, runs = p["record"], p["records"]
         if "emulates" in p["manifest"]:
             k, ms = p["manifest"]["emulates"], p["manifest"]["target"]["projection_ms"]
-            out.append(f"- Projected at 128³ on {k} GPUs ({mine['recipe']}: {k} GPUs' update, emulated on {mine['GPUs']} "
+            out.append(f"- Projected at 128³ on {k} GPUs ({mine['recipe']}: {k} GPUs' update, emulated on {mine['GPUs']} × "
                        f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after "
                        f"{mine['step at target']:,.0f} steps, {mine['step at target'] * ms / 60_000:.1f} min of steps at "
                        f"{ms:g} ms a step (a projection; the default has not run on {k} GPUs); its lowest held-out loss "

@@ -38,6 +38,15 @@ def runs(root: str | Path, kind: str, gpus: list[str] | None = None) -> list[tup
     return sorted(kept, key=lambda r: (r[2]["date"], r[1].name), reverse=True)
 
 
+def stage_seconds(run: Path, start: str, end: str) -> float:
+    """Seconds between two stamps of a pipeline's ``logs/times.txt`` (``<stage> <epoch seconds>`` lines; ``end``
+    matched as a prefix, so ``train128-rc`` finds ``train128-rc0``), NaN where either is missing."""
+    path = run / "logs" / "times.txt"
+    stamps = dict(line.split() for line in path.read_text().splitlines() if line.strip()) if path.exists() else {}
+    t0, t1 = stamps.get(start), next((v for k, v in stamps.items() if k.startswith(end)), None)
+    return float(t1) - float(t0) if t0 and t1 else float("nan")
+
+
 DATED = re.compile(r"^(?P<name>.+)-(?P<date>20\d\d-\d\d-\d\d)$")  # a run kept apart: content, then date
 PLATEAU = "recipe-plateau"  # a run to its plateau at the paper's size (scripts/probes/plateau128.sh, curriculum128.sh)
 KINDS = {  # the kind of measurement a dated run folder holds, by its content name (the chapters' vocabulary)

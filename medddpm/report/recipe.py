@@ -328,8 +328,8 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", recipe_label(spec))
         n = _ranks(stdout)
-        rows.append(h.assign(run=name, recipe=recipe, GPUs=n, batch=(spec or {}).get("global_batch") or n, minutes=minutes, ms=ms,
-                             wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
+        rows.append(h.assign(run=name, recipe=recipe, GPUs=n, batch=(spec or {}).get("global_batch") or n, minutes=minutes,
+                             ms=ms, wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
                              date=spec["date"] if spec else "", declared=not (spec or {}).get("after_reading", False)))
     cols = ["step", "loss", "run", "recipe", "GPUs", "batch", "minutes", "ms", "wall", "folder", "date", "declared"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
@@ -337,10 +337,9 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
 
 def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     """The newest ``recipe-plateau`` run on ``gpus`` per GPU count and global batch (its manifest's ``gpus`` and
-    ``global_batch``), most GPUs first: each
-    its GPU folder, run folder and manifest, its arm's name, that arm's ``big_records`` row against the manifest's
-    target (every 128³ run read, on whatever GPU folder, so the paper recipe's compare), the process's wall seconds to
-    its checkpoint (``stage_seconds``) and the target."""
+    ``global_batch``), most GPUs first: each its GPU folder, run folder and manifest, its arm's name, that arm's
+    ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder, so the paper
+    recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``) and the target."""
     newest: dict[tuple[int, int], tuple[str, Path, dict]] = {}
     for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):
         n = int(m.get("gpus", 4))
@@ -351,7 +350,7 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
         target = m["target"]["heldout"]
         records = big_records(curves, target).set_index("run")
         out.append({"gpu": gpu, "run": run, "manifest": m, "name": name, "target": target, "record": records.loc[name],
-                    "records": records, "wall": stage_seconds(run, *spec["stamps"])})
+                    "records": records, "wall": manifests.stage_seconds(run, *spec["stamps"])})
     return out
 
 
@@ -415,15 +414,6 @@ def records_128(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def stage_seconds(run: Path, start: str, end: str) -> float:
-    """Seconds between two stamps of a pipeline's ``logs/times.txt`` (``<stage> <epoch seconds>`` lines; ``end``
-    matched as a prefix, so ``train128-rc`` finds ``train128-rc0``), NaN where either is missing."""
-    path = run / "logs" / "times.txt"
-    stamps = dict(line.split() for line in path.read_text().splitlines() if line.strip()) if path.exists() else {}
-    t0, t1 = stamps.get(start), next((v for k, v in stamps.items() if k.startswith(end)), None)
-    return float(t1) - float(t0) if t0 and t1 else float("nan")
-
-
 TARGET_MINUTES_4 = (4.0, 12.0)  # issue 75 on 4 GPUs: reach the target, then the plateau, process start to checkpoint
 TARGET_MINUTES = {4: TARGET_MINUTES_4, 2: tuple(2 * m for m in TARGET_MINUTES_4)}  # doubled on 2 (where no 4 are
 # lent); none on 1
@@ -450,13 +440,14 @@ def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
     if "emulates" in m:  # a larger global batch on fewer GPUs: minutes projected at the manifest's step, not measured
         k, ms = m["emulates"], m["target"]["projection_ms"]
         projected = [(steps, steps * ms / 60_000) for steps in (mine["step at target"], mine["steps"])]
-        rows = [(f"held-out loss ≤ {m['target']['heldout']:g} at global batch {k} on {on} ({mine['recipe']}), projected "
+        rows = [(f"held-out loss ≤ {m['target']['heldout']:g} at global batch {mine['global batch']} on {on} ({mine['recipe']}), projected "
                  f"on {k} GPUs at {ms:g} ms a step", f"{projected[0][1]:.1f} min of steps ({projected[0][0]:,.0f} steps; a "
                  "projection)", *_minutes(projected[0][1], k, 0)),
                 (f"its {mine['steps']:,} steps (the cosine's end and checkpoint), projected on {k} GPUs the same way",
                  f"{projected[1][1]:.1f} min of steps (levelled: {mine['levelled']}; a projection)",
                  *_minutes(projected[1][1], k, 1, mine["levelled"] == "yes"))]
-        rows = [(what, measured, target, f"projected {'yes' if ok else 'no'}", here) for what, measured, target, ok in rows]
+        rows = [(what, measured, target, ok if ok == "—" else f"projected {'yes' if ok else 'no'}", here)
+                for what, measured, target, ok in rows]
     else:
         rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target), the fastest run on {on} ({best['recipe']})",
                  f"{best['wall at target (min)']:.1f} min from `train`'s start, evaluations left out "
