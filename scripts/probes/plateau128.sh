@@ -22,6 +22,8 @@ N128=${N128:-v-s15-cosine-128}; SEEDS64=${SEEDS64-41 42}
 #   FILL128="--steps 2 --optimizer muon" N128=v-s16-muon-128 SEEDS64="" plateau128.sh …
 #   (4,500 steps at about 53 ms: a cosine that ends inside the 4-minute target; the gate, anatomy and utility as above;
 #   on GPU 2 the post-hoc EMA's widths POSTHOC judged on the held-out subjects: r128/posthoc.csv)
+#   Rehearsed on one H200 (recipe/batch4-128: the same steps, global batch 4 as 4 micro-batches, seed 18): the target
+#   at 2,250 steps, the lowest loss at 3,000, levelled by the book's rule at the end; the declaration stands unchanged.
 SEED128=${SEED128:-15}; STEPS128=${STEPS128:-10500}; EVAL128=${EVAL128:-1500}; RECIPE128=${RECIPE128:-}
 FILL128=${FILL128:---steps 2}
 TRAIN="python3 -m medddpm train --config fast --grad-accum 1 --held-out 16 --mask-labels brain=nonzero --quiet"
