@@ -226,7 +226,8 @@ def test_a_larger_sizes_numerics_gate_reads_only_the_subjects_and_seeds_fp32_sam
                   "loss": [0.5, 0.09, 0.0895]}).to_csv(arm / "heldout.csv", index=False)
     (run / "run.json").write_text(json.dumps({"kind": "recipe-plateau", "date": "2026-01-02", "gpu": "NVIDIA H200",
                                               "machine": "m", "commits": {}, "changed": "c", "kept": "k", "gpus": 1,
-                                              "global_batch": 4, "arms": {"v-s15-fast-128": {"stamps": ["t", "t-rc"]}}}))
+                                              "arms": {"v-s15-fast-128": {"stamps": ["t", "t-rc"],
+                                                                          "flags": "--nproc 1 --grad-accum 4"}}}))
     r = training_runs(tmp_path, "gpu").set_index("run").loc["v-s15-fast-128"]
     assert (r["GPUs"], r["global batch"], r["steps"], r["levelled"]) == ("1 × NVIDIA H200", 4, 6000, True)
     assert r["wall min"] == 10 and r["GPU-hours"] == 10 / 60

@@ -49,3 +49,12 @@ def test_fill_writes_manifests_from_provenance_and_chains_the_current_rows(tmp_p
     (tr / "mystery-2026-01-03").mkdir()
     with pytest.raises(ValueError, match="no kind for run 'mystery'"):
         manifests.fill(tmp_path)
+
+
+def test_an_arms_global_batch_is_read_from_its_flags_with_trains_defaults():
+    from medddpm.core.config import TrainConfig
+    from medddpm.report.manifests import global_batch
+
+    assert global_batch({"flags": "--size 128 --nproc 4 --grad-accum 1"}) == 4
+    assert global_batch({"flags": "--nproc 1 --grad-accum 4 --batch 2"}) == 8
+    assert global_batch({"flags": "--steps 10"}) == TrainConfig().grad_accum  # one process, train's --grad-accum

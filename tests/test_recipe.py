@@ -140,7 +140,8 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
     (run / "run.json").write_text(json.dumps({"kind": "recipe-plateau", "date": "2026-01-02", "gpu": "H200",
                                               "machine": "m", "commits": {}, "changed": "c", "kept": "k",
                                               "target": {"heldout": 0.08, "best_before": 0.08},
-                                              "arms": {"v-s2-fast-128": {"stamps": ["train128", "train128-rc"]}}}))
+                                              "arms": {"v-s2-fast-128": {"stamps": ["train128", "train128-rc"],
+                                                                         "flags": "--nproc 4 --grad-accum 1"}}}))
     c = recipe.big_curves(tmp_path)
     r = recipe.big_records(c, recipe.plateau_target(tmp_path, ["h200"])).set_index("run")
     assert r.loc["v-s1-fast-128", "recipe"] == recipe.PAPER_AT_BOOK_RATE and r.loc["v-s1-fast-128", "GPUs"] == 2
@@ -172,7 +173,8 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
         (run / "logs").mkdir()
         (run / "logs" / "times.txt").write_text("t 100.0\nt-rc0 400.0\n")
         (run / "run.json").write_text(json.dumps({**base, "date": date, "gpus": gpus,
-                                                  "arms": {f"v-{name}-128": {"stamps": ["t", "t-rc"]}}}))
+                                                  "arms": {f"v-{name}-128": {"stamps": ["t", "t-rc"],
+                                                                             "flags": f"--nproc {gpus} --grad-accum 1"}}}))
     assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-one-128"]
     state = recipe.plateau_state(tmp_path, ["h200"])
     one = state[state["run"] == "v-one-128"].reset_index(drop=True)
@@ -186,9 +188,10 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
     # projected at the manifest's step and said so, and never a record of the GPUs it ran on
     run = tmp_path / "h200" / "recipe" / "emul-2026"
     _run(run / "v-emul-128", [0, 1500, 3000, 4500], [0.5, 0.079, 0.0776, 0.0779], 240.0, 1, clock=0.24)
-    (run / "run.json").write_text(json.dumps({**base, "date": "2026-01-04", "gpus": 1, "global_batch": 4, "emulates": 4,
+    (run / "run.json").write_text(json.dumps({**base, "date": "2026-01-04", "gpus": 1, "emulates": 4,
                                               "target": {**base["target"], "projection_ms": 60.0},
-                                              "arms": {"v-emul-128": {"stamps": ["t", "t-rc"]}}}))
+                                              "arms": {"v-emul-128": {"stamps": ["t", "t-rc"],
+                                                                      "flags": "--nproc 1 --grad-accum 4"}}}))
     assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-emul-128", "v-one-128"]  # by GPUs, then batch
     state = recipe.plateau_state(tmp_path, ["h200"])
     emul = state[state["run"] == "v-emul-128"].reset_index(drop=True)
@@ -215,8 +218,8 @@ def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fas
     pd.DataFrame({"step_from": [0, 1, 250, 500, 501, 750], "step_to": [1, 250, 500, 501, 750, 1000],
                   "ms_per_step": [9e4, 10.0, 10.0, 7e3, 50.0, 50.0]}).to_csv(ab / "cubes" / "timing.csv", index=False)
     (ab / "run.json").write_text(json.dumps({**base, "size": 128, "arms": {
-        "whole": {"flags": "--steps 1000", "label": "whole volumes"},
-        "cubes": {"flags": "--steps 1000 --patch-size 64 --patch-steps 500", "label": "cubes first",
+        "whole": {"flags": "--steps 1000 --nproc 4 --grad-accum 1", "label": "whole volumes"},
+        "cubes": {"flags": "--steps 1000 --patch-size 64 --patch-steps 500 --nproc 4 --grad-accum 1", "label": "cubes first",
                   "after_reading": True}}}))
     r = recipe.big_records(recipe.big_curves(tmp_path), 0.08).set_index("run")
     assert list(r["declared"]) == [False, True]  # an arm added after reading the others says so (cubes, whole)

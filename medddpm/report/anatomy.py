@@ -333,7 +333,7 @@ def run_device(root: Path, gpu: str | None, name: str) -> dict:
     for _, run, m in manifests.runs(root, manifests.PLATEAU, None):
         if name in m["arms"]:
             wall = manifests.stage_seconds(run, *m["arms"][name]["stamps"])
-            return {"gpu": m["gpu"], "gpus": m.get("gpus", 4), "global_batch": m.get("global_batch", m.get("gpus", 4)),
+            return {"gpu": m["gpu"], "gpus": m.get("gpus", 4), "global_batch": manifests.global_batch(m["arms"][name]),
                     **({"train_wall_s": [wall]} if wall == wall else {})}
     return {}
 

@@ -151,11 +151,12 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     for p in recipe.plateaus(root, gpus):
         mine, runs = p["record"], p["records"]
         if "emulates" in p["manifest"]:
-            k, ms = p["manifest"]["emulates"], p["manifest"]["target"]["projection_ms"]
+            m, k = p["manifest"], p["manifest"]["emulates"]
             out.append(f"- Projected at 128³ on {k} GPUs ({mine['recipe']}: {k} GPUs' update, emulated on {mine['GPUs']} × "
-                       f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after "
-                       f"{mine['step at target']:,.0f} steps, {mine['step at target'] * ms / 60_000:.1f} min of steps at "
-                       f"{ms:g} ms a step (a projection; the default has not run on {k} GPUs); its lowest held-out loss "
+                       f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after {mine['step at target']:,.0f} steps, "
+                       f"{recipe.projected_minutes(m, mine['step at target']):.1f} min of steps at "
+                       f"{m['target']['projection_ms']:g} ms a step (a projection: no run on {k} GPUs measured it); its "
+                       "lowest held-out loss "
                        f"{mine['lowest loss']:.4f} at step {mine['step at lowest']:,} — {ch('17', '17_time_to_trained')}.")
             continue
         paper = runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]

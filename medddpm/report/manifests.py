@@ -38,6 +38,22 @@ def runs(root: str | Path, kind: str, gpus: list[str] | None = None) -> list[tup
     return sorted(kept, key=lambda r: (r[2]["date"], r[1].name), reverse=True)
 
 
+def flag(flags: str, name: str, default: str | None = None) -> str | None:
+    """The value after ``name`` (``--seed``) in an arm's flags, ``default`` where it is not given."""
+    found = re.search(rf"(?<!\S){re.escape(name)} (\S+)", flags)
+    return found[1] if found else default
+
+
+def global_batch(spec: dict) -> int:
+    """The volumes a step of a manifest's arm: ``--nproc`` × ``--batch`` × ``--grad-accum`` of its flags, ``train``'s
+    defaults where one is not given."""
+    from ..core.config import TrainConfig
+
+    d, f = TrainConfig(), spec.get("flags", "")
+    return (int(flag(f, "--nproc", "1")) * int(flag(f, "--batch", str(d.batch_size)))
+            * int(flag(f, "--grad-accum", str(d.grad_accum))))
+
+
 def stage_seconds(run: Path, start: str, end: str) -> float:
     """Seconds between two stamps of a pipeline's ``logs/times.txt`` (``<stage> <epoch seconds>`` lines; ``end``
     matched as a prefix, so ``train128-rc`` finds ``train128-rc0``), NaN where either is missing."""

@@ -94,11 +94,6 @@ def record_64(root: str | Path, gpus: list[str], declared: bool = False) -> tupl
     return min(found, key=lambda f: f[3]["wall at target (s)"]) if found else None
 
 
-def flag(flags: str, name: str, default: str | None = None) -> str | None:
-    """The value after ``name`` (``--seed``) in an arm's flags, ``default`` where it is not given."""
-    found = re.search(rf"(?<!\S){re.escape(name)} (\S+)", flags)
-    return found[1] if found else default
-
 
 def recipe_label(spec: dict) -> str:
     """How the tables name the recipe of a manifest's arm that carries no ``label``: its recipe then."""
@@ -117,7 +112,7 @@ def repeats(root: str | Path, gpus: list[str], flags: str, target: float) -> pd.
     for gpu, run, m in ab_runs(root, gpus):
         rec = records(curves(run, m), target)
         for _, r in rec[rec["flags"].map(unseeded) == unseeded(_decimal(flags))].iterrows():
-            rows.append({**r, "seed": int(flag(r["flags"], "--seed", "0")), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
+            rows.append({**r, "seed": int(manifests.flag(r["flags"], "--seed", "0")), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     return pd.DataFrame(rows).sort_values("seed").reset_index(drop=True) if rows else pd.DataFrame(
         columns=["arm", "seed", "declared", "step at target", "wall at target (s)", "run"])
 
@@ -311,9 +306,9 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     manifest and of a ``size``³ recipe A/B, read from its own folder): per evaluation, the EMA's held-out loss, the
     step, the minutes of steps at the run's steady step (``step_minutes``: each phase of a curriculum at its own) and,
     where ``heldout.csv`` keeps the training clock, the wall time from the command's start less the evaluations
-    (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs, global batch (``batch``: its
-    manifest's ``global_batch``, else one a GPU) and folder."""
-    ours = {arm: (run / arm, {**spec, "date": m["date"], "global_batch": m.get("global_batch")})
+    (``wall``, as at 64³: ``curves``), with the run's recipe (an arm's ``label``), GPUs, global batch (``batch``:
+    ``manifests.global_batch`` of an arm, one a GPU for chapter 14's runs) and folder."""
+    ours = {arm: (run / arm, {**spec, "date": m["date"]})
             for _, run, m in manifests.runs(root, manifests.PLATEAU, gpus) + ab_runs(root, gpus, size)
             for arm, spec in m["arms"].items()}
     theirs = {p.parent.name: (p.parent, None)
@@ -323,27 +318,28 @@ def big_curves(root: str | Path, gpus: list[str] | None = None, size: int = 128)
     for name, (folder, spec) in sorted({**theirs, **{a: v for a, v in ours.items()
                                                      if a.endswith(f"-{size}") or "label" in v[1]}}.items()):
         h = ema_curve(folder)
-        patched = int(flag(spec.get("flags", ""), "--patch-steps", "0")) if spec else 0
+        patched = int(manifests.flag(spec.get("flags", ""), "--patch-steps", "0")) if spec else 0
         minutes, ms = step_minutes(h["step"], pd.read_csv(folder / "timing.csv"), patched)
         stdout = next(iter(sorted(folder.glob("*stdout.txt"))), folder / "stdout.txt")
         recipe = PAPER_AT_BOOK_RATE if spec is None else spec.get("label", recipe_label(spec))
         n = _ranks(stdout)
-        rows.append(h.assign(run=name, recipe=recipe, GPUs=n, batch=(spec or {}).get("global_batch") or n, minutes=minutes,
-                             ms=ms, wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
+        rows.append(h.assign(run=name, recipe=recipe, GPUs=n, batch=manifests.global_batch(spec) if spec else n,
+                             minutes=minutes, ms=ms, wall=h["seconds"] + _ready(stdout), folder=folder.relative_to(Path(root)).as_posix(),
                              date=spec["date"] if spec else "", declared=not (spec or {}).get("after_reading", False)))
     cols = ["step", "loss", "run", "recipe", "GPUs", "batch", "minutes", "ms", "wall", "folder", "date", "declared"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
 def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
-    """The newest ``recipe-plateau`` run on ``gpus`` per GPU count and global batch (its manifest's ``gpus`` and
-    ``global_batch``), most GPUs first: each its GPU folder, run folder and manifest, its arm's name, that arm's
-    ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder, so the paper
-    recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``) and the target."""
+    """The newest ``recipe-plateau`` run on ``gpus`` per GPU count and global batch (its manifest's ``gpus``, its
+    arm's ``manifests.global_batch``), most GPUs first: each its GPU folder, run folder and manifest, its arm's name,
+    that arm's ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder, so the
+    paper recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``) and the
+    target."""
     newest: dict[tuple[int, int], tuple[str, Path, dict]] = {}
     for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):
-        n = int(m.get("gpus", 4))
-        newest.setdefault((n, int(m.get("global_batch", n))), (gpu, run, m))
+        (spec,) = m["arms"].values()
+        newest.setdefault((int(m.get("gpus", 4)), manifests.global_batch(spec)), (gpu, run, m))
     out, curves = [], big_curves(root, None) if newest else None
     for _, (gpu, run, m) in sorted(newest.items(), reverse=True):
         (name, spec), = m["arms"].items()
@@ -414,6 +410,12 @@ def records_128(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def projected_minutes(manifest: dict, steps: float) -> float:
+    """Minutes of ``steps`` at the step an emulating run's manifest projects with (``target.projection_ms``: what
+    the GPUs it ``emulates`` would take a step), never a measurement."""
+    return steps * manifest["target"]["projection_ms"] / 60_000
+
+
 TARGET_MINUTES_4 = (4.0, 12.0)  # issue 75 on 4 GPUs: reach the target, then the plateau, process start to checkpoint
 TARGET_MINUTES = {4: TARGET_MINUTES_4, 2: tuple(2 * m for m in TARGET_MINUTES_4)}  # doubled on 2 (where no 4 are
 # lent); none on 1
@@ -439,7 +441,7 @@ def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
     best = record_128(p["records"], n)
     if "emulates" in m:  # a larger global batch on fewer GPUs: minutes projected at the manifest's step, not measured
         k, ms = m["emulates"], m["target"]["projection_ms"]
-        projected = [(steps, steps * ms / 60_000) for steps in (mine["step at target"], mine["steps"])]
+        projected = [(steps, projected_minutes(m, steps)) for steps in (mine["step at target"], mine["steps"])]
         rows = [(f"held-out loss ≤ {m['target']['heldout']:g} at global batch {mine['global batch']} on {on} ({mine['recipe']}), projected "
                  f"on {k} GPUs at {ms:g} ms a step", f"{projected[0][1]:.1f} min of steps ({projected[0][0]:,.0f} steps; a "
                  "projection)", *_minutes(projected[0][1], k, 0)),
@@ -508,7 +510,7 @@ def runs_default(spec: dict) -> bool:
     changed them."""
     if RECIPE_FLAGS & set(spec["flags"].split()) or "recipe_default" not in spec:
         return False
-    given = recipe_config(spec["recipe_default"], optimizer=flag(spec["flags"], "--optimizer"))
+    given = recipe_config(spec["recipe_default"], optimizer=manifests.flag(spec["flags"], "--optimizer"))
     default = recipe_config(DEFAULT_RECIPE)
     return all(getattr(given, f) == getattr(default, f) for f in RECIPE_FIELDS)
 
@@ -526,7 +528,7 @@ def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFr
             g = ema_curve(run / arm).query("step > 0")
             hit = first_at(g, target)
             rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}",
-                         "seed": int(flag(spec["flags"], "--seed", "0")),
+                         "seed": int(manifests.flag(spec["flags"], "--seed", "0")),
                          "steps": int(g["step"].max()), "final loss": g["loss"].iloc[-1],
                          "step at target": hit["step"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["run", "seed", "steps", "final loss", "step at target"])
