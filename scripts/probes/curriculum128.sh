@@ -52,6 +52,21 @@
 #     lowest loss against 0.0759 (the issue's bar) and default-128's 0.0732;
 #   - its samples against chapter 14's targets (background within ±0.05 with a seed spread ≤ 0.05, W1 at or below the
 #     template's, in-brain r ≥ 0.82).
+# Declared next for one H200 (issue 75: the README's one-GPU train line, never run at 128³), seed 19 (used by no
+# earlier run):
+#   NPROC=1 GRAD_ACCUM=2 SEED=19 ARMS="muon:6000" AB64=0 FILL_PATCH=0 EVAL=750 TLIM=1100 JUDGE=1 UTILITY=1
+#     curriculum128.sh load|start|wait|collect: the README's line as it runs (train's defaults: the muon recipe, two
+#     volumes a step, its cosine ending at 6,000 steps; the judge's 16 val subjects held out, not the README's 2);
+#     its best.pt sampled by DDPM 250 on the 16 val masks × seeds 0–2 and measured against the template, then the
+#     segmentation utility (as default-128: the 12-call chain's samples of the training masks, --utility-steps 1000).
+#   Read, with no choice among runs (one arm):
+#   - the step at which the held-out loss first reaches 0.07671, and the projection for 2 GPUs (the update of 2 ranks
+#     of batch 1): those steps × 52.8 ms, a projection never a record, against the issue's 2-GPU target (8 minutes);
+#   - whether it levels by the book's rule, its lowest loss against 0.0759 and default-128's 0.0732;
+#   - its samples against chapter 14's targets (background within ±0.05 with a seed spread ≤ 0.05, W1 at or below
+#     the template's, in-brain r ≥ 0.82) and Dice ≥ 95 % of the real-trained segmenter's;
+#   - the README keeps this line if best.pt's loss is at or below 0.0759 and every sample target is met; otherwise
+#     it goes back to the measured one (default-128: --grad-accum 1, 12,000 steps).
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
