@@ -29,7 +29,7 @@
 # `train`'s default recipe (`--recipe muon`, `medddpm/core/config.py`'s `RECIPES`) is the 64³ A/B's winner among Adam
 # recipes (`--recipe cosine`) with Muon for the hidden weight matrices: ahead of Adam at 64³ and at 128³, with samples
 # judged at both sizes (below). `--recipe paper` is Med-DDPM's. The 128³ run on 4 GPUs trained `cosine`; while no 4-GPU
-# machine was lent, the default ran to its end on one GPU, and on one GPU at 4 GPUs' batch (its 4-GPU minutes projected).
+# machine was lent, the default ran to its end on one GPU at 1, 2 and 4 volumes a step (2 and 4 GPUs' minutes projected).
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -107,8 +107,7 @@ show_table(recipe.record_table(root, G, target), f"record table at 64³, target 
 # %% [markdown]
 # ## Every arm
 #
-# Each arm of every 64³ recipe A/B, newest run first, those that reached the target first, fastest first; then the
-# paper's recipe on the runs of {doc}`14_anatomy`.
+# Every 64³ recipe A/B's arms (newest run first; arms at the target first, fastest first), then the paper's recipe ({doc}`14_anatomy`).
 
 # %% tags=["hide-input"]
 for gpu, run, m in recipe.ab_runs(root, G):
@@ -119,7 +118,7 @@ show_table(recipe.paper_recipe_steps(root, target, G), "the paper's recipe at 10
            "scripts/anatomy_measure.sh", digits={"lowest loss": 4})
 
 # %% [markdown]
-# The record is one seed's. `train`'s default recipe as `train` runs it (`--steps`, `--seed`), every 64³ run of it:
+# The record is one seed's. `train`'s default recipe (`--steps`, `--seed`; one volume a step), every 64³ run of it:
 
 # %% tags=["hide-input"]
 show_table(recipe.default_seeds(root, G, target), f"train's default recipe at 64³, target {target:g}",
@@ -189,7 +188,8 @@ else:
 # They vary less between seeds than Adam's (a measure the rule left out), as chapter 14's most alike. Run to its end on one
 # H200 (`default-128`, declared, a fresh seed), the default reached the target in fewer steps than the 4-GPU runs at a
 # quarter of their batch, then fitted the training subjects after its lowest loss (the first table). At their batch
-# (`batch4-128`, declared: 4 micro-batches a step, 4 GPUs' update) it needed fewer steps still, and fitted sooner.
+# (`batch4-128`, declared: 4 micro-batches a step) it needed fewer steps still, and fitted sooner; at `train`'s own two
+# (`readme-128`, declared: the README's line as it runs) steps between the two, to the lowest loss of any 128³ run.
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024) on `judge-128`'s Muon run: its tracked widths end
 # below the run's EMA, the rebuilt ones above it, from a fit whose weights need not sum to 1 (constrained since). Its

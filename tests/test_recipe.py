@@ -202,6 +202,16 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
     assert r.set_index("run").loc["v-emul-128", "global batch"] == 4
     assert list(recipe.records_128(r, 1)["run"]) == ["h200/recipe/one-2026/v-one-128"]  # the batch-4 run holds none
     assert recipe.plateaus(tmp_path, ["h200"])[0]["name"] == "v-four-128"
+    # 2 GPUs' update emulated (train's default two volumes a step): its own row, judged by the doubled 2-GPU minutes
+    run = tmp_path / "h200" / "recipe" / "emul2-2026"
+    _run(run / "v-emul2-128", [0, 1500, 3000, 4500], [0.5, 0.085, 0.0799, 0.0790], 120.0, 1, clock=0.12)
+    (run / "run.json").write_text(json.dumps({**base, "date": "2026-01-05", "gpus": 1, "emulates": 2,
+                                              "target": {**base["target"], "projection_ms": 60.0},
+                                              "arms": {"v-emul2-128": {"stamps": ["t", "t-rc"], "flags": "--nproc 1"}}}))
+    assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-emul-128", "v-emul2-128", "v-one-128"]
+    emul2 = recipe.plateau_state(tmp_path, ["h200"]).query("run == 'v-emul2-128'").reset_index(drop=True)
+    assert list(emul2["target"][:2]) == ["≤ 8 min", "≤ 24 min"] and emul2.loc[0, "measured"].startswith("3.0 min")
+    assert list(emul2["met"]) == ["projected yes", "projected no", "no"]  # fell 1.1 % at the end: not levelled; 0.0790 ≥ 0.079
 
 
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):

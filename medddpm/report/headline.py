@@ -156,14 +156,16 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                        f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after {mine['step at target']:,.0f} steps, "
                        f"{recipe.projected_minutes(m, mine['step at target']):.1f} min of steps at "
                        f"{m['target']['projection_ms']:g} ms a step (a projection: no run on {k} GPUs measured it); its "
-                       "lowest held-out loss "
-                       f"{mine['lowest loss']:.4f} at step {mine['step at lowest']:,} — {ch('17', '17_time_to_trained')}.")
+                       f"lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}; on the "
+                       f"{mine['GPUs']} × {gpu_name(p['gpu'])} itself, {p['wall'] / 60:.1f} min from `train`'s start to its "
+                       f"checkpoint — {ch('17', '17_time_to_trained')}.")
             continue
         paper = runs[runs["recipe"] == recipe.PAPER_AT_BOOK_RATE]
         same = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
         before = (f" (Med-DDPM's recipe: {same['step at target'].iloc[0]:,.0f} steps, {same['minutes at target'].iloc[0]:.1f} "
                   "min of steps)" if len(same) else "")
-        default = ", `train`'s default" if recipe.runs_default(p["manifest"]["arms"][p["name"]]) else ""
+        volumes = f"{mine['global batch']} volume" + "s" * bool(mine["global batch"] > 1)
+        default = f", `train`'s default recipe at {volumes} a step" if recipe.runs_default(p["manifest"]["arms"][p["name"]]) else ""
         out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, {mine['recipe']}{default}, "
                    f"warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its checkpoint ({mine['steps']:,} steps; "
                    f"its lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}), at "
@@ -187,7 +189,8 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     paper_part = (f"; Med-DDPM's recipe at the book's rate got there in {int(hit.min()):,}–{int(hit.max()):,} steps in "
                   f"{len(hit)} of its {long_enough} runs that trained that long" if len(hit) else "")
     seeds = recipe.default_seeds(root, gpus, target)
-    default_part = (f"; `train`'s default as it runs (`--steps` and `--seed` alone) reached it in "
+    default_part = (f"; `train`'s default recipe (`--steps` and `--seed` alone, one volume a step as `recipe_ab.sh` runs "
+                    f"every arm) reached it in "
                     f"{int(seeds['step at target'].notna().sum())} of {len(seeds)} runs" if len(seeds) else "")
     sooner = sooner[3]
     sooner_part = (f"; {sooner['wall at target (s)']:.0f} s with `{sooner['flags']}` ({recipe.provenance(sooner)})"

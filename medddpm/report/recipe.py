@@ -505,9 +505,9 @@ RECIPE_FLAGS = {"--lr", "--lr-warmup", "--lr-decay", "--lr-final", "--min-snr-ga
 
 
 def runs_default(spec: dict) -> bool:
-    """Whether a manifest's arm trained ``train``'s default recipe as ``train`` runs it today: its recipe then
+    """Whether a manifest's arm trained ``train``'s default recipe as it is today: its recipe then
     (``recipe_default``) with its ``--optimizer``, if any, has the values of ``DEFAULT_RECIPE``, and no other flag
-    changed them."""
+    changed them (its global batch aside: ``manifests.global_batch``)."""
     if RECIPE_FLAGS & set(spec["flags"].split()) or "recipe_default" not in spec:
         return False
     given = recipe_config(spec["recipe_default"], optimizer=manifests.flag(spec["flags"], "--optimizer"))
@@ -516,7 +516,8 @@ def runs_default(spec: dict) -> bool:
 
 
 def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFrame:
-    """Every 64³ run of ``train``'s default recipe as ``train`` runs it (``runs_default``: a recipe A/B arm, or a
+    """Every 64³ run of ``train``'s default recipe (``runs_default``; one volume a step, as ``recipe_ab.sh`` runs every
+    arm: a recipe A/B arm, or a
     ``recipe-plateau`` run's 64³ ``confirm`` runs): its seed, steps, final held-out loss and the first step at or below
     ``target`` (NaN: not reached), so one seed's record reads beside the others."""
     rows = []
