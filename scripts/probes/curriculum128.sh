@@ -67,6 +67,16 @@
 #     the template's, in-brain r ≥ 0.82) and Dice ≥ 95 % of the real-trained segmenter's;
 #   - the README keeps this line if best.pt's loss is at or below 0.0759 and every sample target is met; otherwise
 #     it goes back to the measured one (default-128: --grad-accum 1, 12,000 steps).
+# Declared next for a session lent 2 × H200 and no 4 (issue 75: the 2-GPU targets, the 4-GPU minutes doubled), seed 20
+# (used by no earlier run):
+#   NPROC=2 GRAD_ACCUM=1 SEED=20 ARMS="muon:6000" AB64=0 FILL_PATCH=0 EVAL=750 TLIM=1100 JUDGE=1 UTILITY=1
+#     curriculum128.sh load|start|wait|collect: readme-128's update (global batch 2) as 2 ranks of one volume under
+#     DDP, train's default recipe, its cosine ending at 6,000 steps; best.pt judged as readme-128's.
+#   Read, with no choice among runs (one arm): the record, train's start to the first evaluation at or below 0.07671
+#   less the evaluations, against 8 minutes, and its minutes of steps against readme-128's projection (3.3 min at
+#   52.8 ms a step: the projection holds if the measured minutes of steps are within 10 % of it); the plateau, process
+#   start to checkpoint, levelled by the book's rule, against 24 minutes; best.pt's loss below 0.0759; the samples and
+#   the utility against chapter 14's targets. A 4-GPU kind, where lent, runs plateau128.sh's declaration instead.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
