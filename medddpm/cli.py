@@ -91,14 +91,18 @@ def cmd_demo_data(a: argparse.Namespace) -> None:
     print(f"wrote {len(names)} BraTS-shaped subjects ({layout} layout, {a.labels or 'brats2021'} labels) to {a.out}")
 
 
+IXI_STEPS = 6000  # the steps prepare-ixi's printed train command gives: readme-128's, train's defaults at 128³
+
+
 def cmd_prepare_ixi(a: argparse.Namespace) -> None:
     from .data.ixi import MASK_LABELS, prepare
 
     counts = prepare(a.root, a.out, a.size, a.val)
     print(f"wrote {sum(counts.values())} IXI subjects at {a.size}³ to {a.out} ("
-          + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); train with --images {a.out}/dev/images "
-          f"--masks {a.out}/dev/masks --held-out {counts['val']} --mask-labels {MASK_LABELS} (the val subjects are "
-          f"dev's last); sample {a.out}/val/masks; {a.out}/test is the external test set")
+          + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); train with `medddpm train --images {a.out}/dev/images "
+          f"--masks {a.out}/dev/masks --held-out {counts['val']} --mask-labels {MASK_LABELS} --size {a.size} "
+          f"--steps {IXI_STEPS} --out RUN` (the val subjects are dev's last; {IXI_STEPS:,} steps: where train's default "
+          f"levelled at 128³, book chapter 17); sample {a.out}/val/masks; {a.out}/test is the external test set")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -1,10 +1,12 @@
 """medddpm prepare-ixi: NiChart's IXI folder as image/mask pairs at a cubic size, split by IXI ID."""
+from pathlib import Path
+
 import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
 
-from medddpm.cli import main
+from medddpm.cli import main, parser
 from medddpm.core.errors import InputError
 from medddpm.data.ixi import TEST_FROM, prepare, split_of
 from medddpm.data.nifti import canonical
@@ -58,5 +60,9 @@ def test_cli_prepares_and_says_how_to_train(capsys, fake_ixi, tmp_path):
     assert main(["prepare-ixi", "--root", str(fake_ixi), "--out", str(tmp_path / "o"), "--size", "16", "--val", "1"]) == 0
     out = capsys.readouterr().out
     assert "train 3, val 1, test 2" in out and "--held-out 1 --mask-labels brain=nonzero" in out
+    command = out.split("`")[1].split()  # the printed train command parses as train's, its data where it says
+    assert command[:2] == ["medddpm", "train"]
+    a = parser().parse_args(command[1:])
+    assert a.steps == 6000 and a.size == [16] and Path(a.images) == tmp_path / "o" / "dev" / "images" and a.held_out == 1
     assert main(["prepare-ixi", "--root", str(tmp_path / "none"), "--out", str(tmp_path / "p")]) == 2
     assert not (tmp_path / "p").exists()

@@ -135,7 +135,7 @@ def readme_lines(root: Path) -> list[str]:
     clock = runs[runs["run"] == f"{waiting.EVAL_CUT}/train64-stdout-warm"] if len(runs) else runs
     if len(clock):
         shares = ", ".join(f"{100 * r.share:g} % on an {gpu_name(r.gpu).split()[0]}" for r in clock.itertuples())
-        out.append(f"- `medddpm train --time-limit 300` on IXI 64³ (the command `prepare-ixi` prints, warm compile cache) "
+        out.append(f"- `medddpm train --time-limit 300` on IXI 64³ (`prepare-ixi`'s data, warm compile cache) "
                    f"spends {shares} of its time in steady steps — {ch('15', '15_time_to_result')}.")
     return out
 
