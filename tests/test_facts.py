@@ -54,6 +54,7 @@ def test_missing_and_number_formatting():
     assert wording.number(float("nan"), ".1f", "x") == wording.missing("x") == "— (no x in this results store)"
     assert wording.number(3.14159, ".2f", "x") == "3.14" and wording.pct(0.256, "x") == "26 %"
     assert wording.pct(None, "bench row").startswith("—")
+    assert wording.count(1, "GPU") == "1 GPU" and wording.count(4, "volume") == "4 volumes"
 
 
 def test_headline_has_gpus_as_rows_and_only_measured_ones(tmp_path):

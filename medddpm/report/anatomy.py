@@ -346,10 +346,10 @@ def runs(root: Path, gpu: str | None) -> pd.DataFrame:
             "ms a step", "wall min", "GPU-hours"]
     c = curves(root, gpu)
     levels = plateaus(c).set_index("name")
-    rows = []
+    rows, folders = [], train_runs(root, gpu)
     for name, g in c[c["step"] > 0].groupby("name"):
         env = run_device(root, gpu, name)
-        path = train_runs(root, gpu)[name] / "log.csv"
+        path = folders[name] / "log.csv"
         log = pd.read_csv(path) if path.exists() else pd.DataFrame({"step": [g["step"].max()]})
         batch = log["global_batch"].iloc[-1] if "global_batch" in log else env.get("global_batch")
         best = g.loc[g["loss"].idxmin()]

@@ -8,6 +8,7 @@ import pandas as pd
 
 from . import equivalence, paper, waiting
 from .present import gpu_name
+from .wording import count
 from ..diffusion.solvers import CANDIDATE, REFERENCE
 from .tables import SCOPES, bench, normalized_scopes
 
@@ -164,8 +165,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         same = paper[(paper["GPUs"] == mine["GPUs"]) & (paper["step at target"].notna())]
         before = (f" (Med-DDPM's recipe: {same['step at target'].iloc[0]:,.0f} steps, {same['minutes at target'].iloc[0]:.1f} "
                   "min of steps)" if len(same) else "")
-        volumes = f"{mine['global batch']} volume" + "s" * bool(mine["global batch"] > 1)
-        default = f", `train`'s default recipe at {volumes} a step" if recipe.runs_default(p["manifest"]["arms"][p["name"]]) else ""
+        default = f", `train`'s default recipe at {count(int(mine['global batch']), 'volume')} a step" if recipe.runs_default(p["manifest"]["arms"][p["name"]]) else ""
         out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, {mine['recipe']}{default}, "
                    f"warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its checkpoint ({mine['steps']:,} steps; "
                    f"its lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}), at "

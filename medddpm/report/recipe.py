@@ -11,6 +11,7 @@ import pandas as pd
 from ..core.config import DEFAULT_RECIPE, RECIPE_FIELDS, recipe_config
 from . import manifests
 from .present import gpu_name
+from .wording import count
 
 KIND = "recipe-ab"
 
@@ -92,7 +93,6 @@ def record_64(root: str | Path, gpus: list[str], declared: bool = False) -> tupl
              for _, r in records(curves(run, m), m["target"]["heldout"]).iterrows()
              if r["wall at target (s)"] > 0 and (r["declared"] or not declared)]
     return min(found, key=lambda f: f[3]["wall at target (s)"]) if found else None
-
 
 
 def recipe_label(spec: dict) -> str:
@@ -436,7 +436,7 @@ def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
 
     m, name, mine, wall = p["manifest"], p["name"], p["record"], p["wall"]
     n = int(mine["GPUs"])
-    on = f"{n} GPU" + "s" * (n > 1)
+    on = count(n, "GPU")
     here = f"{p['gpu']}/{p['run'].relative_to(Path(root) / p['gpu'])}"
     best = record_128(p["records"], n)
     if "emulates" in m:  # a larger global batch on fewer GPUs: minutes projected at the manifest's step, not measured

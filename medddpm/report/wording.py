@@ -20,6 +20,11 @@ def number(value: Any, spec: str, what: str) -> str:
     return format(value, spec)
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural where ``n`` is not 1 ('1 GPU', '4 GPUs')."""
+    return f"{n} {noun}" + "s" * (n != 1)
+
+
 def pct(value: Any, what: str, digits: int = 0) -> str:
     """A fraction as a percentage ('12 %'), or ``missing(what)``."""
     text = number(None if value is None else 100 * value, f".{digits}f", what)
