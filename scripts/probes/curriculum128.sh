@@ -77,6 +77,17 @@
 #   52.8 ms a step: the projection holds if the measured minutes of steps are within 10 % of it); the plateau, process
 #   start to checkpoint, levelled by the book's rule, against 24 minutes; best.pt's loss below 0.0759; the samples and
 #   the utility against chapter 14's targets. A 4-GPU kind, where lent, runs plateau128.sh's declaration instead.
+# Declared next for one H200 (issue 75: a second seed at train's own batch, while no multi-GPU kind is lent), seed 21
+# (used by no earlier run):
+#   NPROC=1 GRAD_ACCUM=2 SEED=21 ARMS="muon:6000" AB64=0 FILL_PATCH=0 EVAL=750 TLIM=1100 JUDGE=1 UTILITY=0
+#     curriculum128.sh load|start|wait|collect: readme-128's command on a fresh seed, unchanged but for the seed and
+#     the utility left out (the budget); best.pt sampled by DDPM 250 on the 16 val masks × seeds 0–2 as readme-128's.
+#   Read, with no choice among runs (one arm): the step at which the held-out loss first reaches 0.07671 beside
+#   readme-128's 3,750, so the batch-2 row is two seeds, and the 2-GPU projection (those steps × 52.8 ms) against
+#   8 minutes; whether it levels by the book's rule; its lowest loss against 0.0759; its samples against chapter 14's
+#   targets (background within ±0.05 with a seed spread ≤ 0.05, W1 at or below the template's, in-brain r ≥ 0.82).
+#   The README keeps its line if this seed too ends at or below 0.0759 and meets every sample target; otherwise the
+#   line goes back to the measured one (default-128: --grad-accum 1, 12,000 steps), as declared for readme-128.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
