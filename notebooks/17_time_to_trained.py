@@ -189,12 +189,12 @@ else:
 # H200 (`default-128`, declared, a fresh seed), the default reached the target in fewer steps than the 4-GPU runs at a
 # quarter of their batch, then fitted the training subjects after its lowest loss (the first table). At their batch
 # (`batch4-128`, declared: 4 micro-batches a step) it needed fewer steps still, and fitted sooner; at `train`'s own two
-# (`readme-128`, declared: the README's line as it runs) steps between the two, to the lowest loss of any 128³ run.
+# (`readme-128` and, on a fresh seed, `readme2-128`, both declared: the README's line as it runs) steps between the two.
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024) on `judge-128`'s Muon run: its tracked widths end
 # below the run's EMA, the rebuilt ones above it, from a fit whose weights need not sum to 1 (constrained since). Its
 # candidate, σ_rel 0.10, judged on `default-128` by the fixed fit, ended below that run's EMA by less than the declared
 # 0.0005 (the post-hoc table): not confirmed, so `train` keeps its EMA.
 #
-# **Not yet measured**: the default on 4 GPUs at 128³ (declared: `plateau128.sh`), a second seed at each batch, the
-# curriculum's samples, and a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200).
+# **Not yet measured**: the default on 4 GPUs at 128³ (declared: `plateau128.sh`), a second seed at one and four volumes
+# a step, the curriculum's samples, and a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200).

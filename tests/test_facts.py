@@ -204,6 +204,7 @@ def test_stretch_tables_compare_the_same_gpus_rows_and_judge_parity_against_the_
         (52.0, "fast-fp8fwd", 45.0, 7.0, 44.0)
     assert st["met"] == "no"  # 45 ms against 44
     assert stretch.lever_kernels(tmp_path / "results", ["h100-80gb-hbm3"], stretch.FP8_FORWARD).empty  # no tables
+    register_gpus(tmp_path / "results")  # as the chapters' loader does (tables.load): names from bench.csv
     par = stretch.parity(tmp_path / "results", ["h100-80gb-hbm3"])
     assert par["inside_band"].tolist() == [True, False] and set(par["band_gpu"]) == {"H100 80GB HBM3"}
     steps = stretch.lever_steps(tmp_path / "results", ["h100-80gb-hbm3"]).set_index("config")

@@ -161,7 +161,7 @@ def test_128_runs_compare_in_minutes_of_steps_and_the_plateau_run_is_read_from_i
 def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_loss(tmp_path):
     """recipe.plateaus / plateau_state: the newest recipe-plateau run per GPU count, most GPUs first; a run whose loss
     rose after its lowest is judged at that lowest (best.pt's); the issue's minutes bind 4 GPUs, none bind 1."""
-    from medddpm.report import recipe
+    from medddpm.report import headline, recipe
 
     base = {"kind": "recipe-plateau", "gpu": "H200", "machine": "m", "commits": {}, "changed": "c", "kept": "k",
             "target": {"heldout": 0.08, "best_before": 0.079}}
@@ -174,8 +174,10 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
         (run / "logs" / "times.txt").write_text("t 100.0\nt-rc0 400.0\n")
         (run / "run.json").write_text(json.dumps({**base, "date": date, "gpus": gpus,
                                                   "arms": {f"v-{name}-128": {"stamps": ["t", "t-rc"],
-                                                                             "flags": f"--nproc {gpus} --grad-accum 1"}}}))
+                                                                             "flags": f"--nproc {gpus} --grad-accum 1"
+                                                                                      + (" --lr 1e-4" if name == "old1" else "")}}}))
     assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-one-128"]
+    assert recipe.plateaus(tmp_path, ["h200"])[1]["seeds"] == []  # old1 ran another command: superseded, not a seed
     state = recipe.plateau_state(tmp_path, ["h200"])
     one = state[state["run"] == "v-one-128"].reset_index(drop=True)
     assert list(one["met"]) == ["—", "—", "yes"] and one.loc[2, "measured"] == "0.0775"  # not the last, 0.0781
@@ -212,6 +214,23 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
     emul2 = recipe.plateau_state(tmp_path, ["h200"]).query("run == 'v-emul2-128'").reset_index(drop=True)
     assert list(emul2["target"][:2]) == ["≤ 8 min", "≤ 24 min"] and emul2.loc[0, "measured"].startswith("3.0 min")
     assert list(emul2["met"]) == ["projected yes", "projected no", "no"]  # fell 1.1 % at the end: not levelled; 0.0790 ≥ 0.079
+    # the same command on another seed, older: read beside the newest (its own rows), in the table and the headline
+    run = tmp_path / "h200" / "recipe" / "emul2b-2026"
+    _run(run / "v-emul2b-128", [0, 1500, 3000, 4500], [0.5, 0.081, 0.0785, 0.0784], 120.0, 1, clock=0.12)
+    (run / "run.json").write_text(json.dumps({**base, "date": "2026-01-05", "gpus": 1, "emulates": 2,
+                                              "target": {**base["target"], "projection_ms": 60.0},
+                                              "arms": {"v-emul2b-128": {"stamps": ["t", "t-rc"], "flags": "--nproc 1 --seed 7"}}}))
+    found = {p["name"]: p for p in recipe.plateaus(tmp_path, ["h200"])}
+    assert list(found) == ["v-four-128", "v-emul-128", "v-emul2b-128", "v-one-128"]  # emul2b- sorts after emul2-: newest
+    assert [q["name"] for q in found["v-emul2b-128"]["seeds"]] == ["v-emul2-128"]
+    state = recipe.plateau_state(tmp_path, ["h200"])
+    assert state.query("run == 'v-emul2b-128'")["met"].tolist() == ["projected yes", "projected yes", "yes"]
+    assert state.query("run == 'v-emul2-128'")["met"].tolist() == list(emul2["met"])  # the older seed still judged
+    assert "v-emul2-128" not in found and found["v-emul2b-128"]["seeds"][0]["record"]["lowest loss"] == 0.0790
+    lines = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
+    (two,) = [line for line in lines if "on 2 GPUs" in line]
+    assert "lowest held-out loss 0.0784 at step 4,500 (seed 7; the same command on seed 0: 3,000 steps, lowest 0.0790)" in two
+    assert not any("the same command" in line for line in lines if line != two)
 
 
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import equivalence, paper, waiting
+from . import equivalence, manifests, paper, waiting
 from .present import gpu_name
 from .wording import count
 from ..diffusion.solvers import CANDIDATE, REFERENCE
@@ -141,6 +141,17 @@ def readme_lines(root: Path) -> list[str]:
     return out
 
 
+def _other_seeds(p: dict) -> str:
+    """The same 128³ command's older runs on other seeds (``recipe.plateaus``' ``seeds``): each seed's steps to the
+    target and lowest held-out loss, so one seed's line reads beside the others; "" where there are none."""
+    def seed(q: dict) -> str:
+        return manifests.flag(q["manifest"]["arms"][q["name"]]["flags"], "--seed", "0")
+
+    told = [f"seed {seed(q)}: {q['record']['step at target']:,.0f} steps, lowest {q['record']['lowest loss']:.4f}"
+            for q in p["seeds"]]
+    return f" (seed {seed(p)}; the same command on {'; '.join(told)})" if told else ""
+
+
 def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     """The time-to-trained-model lines: at 128³ the plateau run and the fastest run to its target; at 64³ the fastest
     declared arm of any recipe A/B to its target (any arm where none was declared), its recipe's other declared runs
@@ -157,7 +168,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                        f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after {mine['step at target']:,.0f} steps, "
                        f"{recipe.projected_minutes(m, mine['step at target']):.1f} min of steps at "
                        f"{m['target']['projection_ms']:g} ms a step (a projection: no run on {k} GPUs measured it); its "
-                       f"lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}; on the "
+                       f"lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}{_other_seeds(p)}; on the "
                        f"{mine['GPUs']} × {gpu_name(p['gpu'])} itself, {p['wall'] / 60:.1f} min from `train`'s start to its "
                        f"checkpoint — {ch('17', '17_time_to_trained')}.")
             continue
@@ -168,7 +179,8 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         default = f", `train`'s default recipe at {count(int(mine['global batch']), 'volume')} a step" if recipe.runs_default(p["manifest"]["arms"][p["name"]]) else ""
         out.append(f"- Time to a trained model at 128³ on IXI ({mine['GPUs']} × {gpu_name(p['gpu'])}, {mine['recipe']}{default}, "
                    f"warm cache): {p['wall'] / 60:.1f} min from `train`'s start to its checkpoint ({mine['steps']:,} steps; "
-                   f"its lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}), at "
+                   f"its lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}"
+                   f"{_other_seeds(p)}), at "
                    f"{mine['ms a step']:.1f} ms a step; held-out loss {p['target']:g} after {mine['step at target']:,.0f} "
                    f"steps, {mine['wall at target (min)']:.1f} min from its start less the evaluations, "
                    f"{mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")

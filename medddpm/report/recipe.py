@@ -334,20 +334,28 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     """The newest ``recipe-plateau`` run on ``gpus`` per GPU count and global batch (its manifest's ``gpus``, its
     arm's ``manifests.global_batch``), most GPUs first: each its GPU folder, run folder and manifest, its arm's name,
     that arm's ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder, so the
-    paper recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``) and the
-    target."""
-    newest: dict[tuple[int, int], tuple[str, Path, dict]] = {}
-    for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):
+    paper recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``), the target,
+    and under ``seeds`` the same for the older runs there of the same command on other seeds (``unseeded``)."""
+    found: dict[tuple[int, int], list[tuple[str, Path, dict]]] = {}
+    for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):  # newest first
         (spec,) = m["arms"].values()
-        newest.setdefault((int(m.get("gpus", 4)), manifests.global_batch(spec)), (gpu, run, m))
-    out, curves = [], big_curves(root, None) if newest else None
-    for _, (gpu, run, m) in sorted(newest.items(), reverse=True):
+        found.setdefault((int(m.get("gpus", 4)), manifests.global_batch(spec)), []).append((gpu, run, m))
+    curves, by_target = big_curves(root, None) if found else None, {}
+
+    def one(gpu: str, run: Path, m: dict) -> dict:
         (name, spec), = m["arms"].items()
         target = m["target"]["heldout"]
-        records = big_records(curves, target).set_index("run")
-        out.append({"gpu": gpu, "run": run, "manifest": m, "name": name, "target": target, "record": records.loc[name],
-                    "records": records, "wall": manifests.stage_seconds(run, *spec["stamps"])})
-    return out
+        if target not in by_target:
+            by_target[target] = big_records(curves, target).set_index("run")
+        records = by_target[target]
+        return {"gpu": gpu, "run": run, "manifest": m, "name": name, "target": target, "record": records.loc[name],
+                "records": records, "wall": manifests.stage_seconds(run, *spec["stamps"])}
+
+    def command(m: dict) -> str:
+        return unseeded(next(iter(m["arms"].values()))["flags"])
+
+    return [{**one(*key_runs[0]), "seeds": [one(*r) for r in key_runs[1:] if command(r[2]) == command(key_runs[0][2])]}
+            for _, key_runs in sorted(found.items(), reverse=True)]
 
 
 def plateau_target(root: str | Path, gpus: list[str]) -> float:
@@ -491,11 +499,11 @@ def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
 
 
 def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
-    """Chapter 17's 128³ table: the newest ``recipe-plateau`` run per GPU count (``plateaus``) against issue 75's
-    targets, each row measured (its time to the target, its process wall to the checkpoint, its checkpoint's loss, the
-    anatomy of DDPM 250's samples, the segmentation utility and the sampler gate's verdict on the chain), with where
-    it comes from."""
-    rows = [r for p in plateaus(root, gpus) for r in _plateau_rows(root, gpus, p)]
+    """Chapter 17's 128³ table: the newest ``recipe-plateau`` run per GPU count and global batch, and the same command's
+    runs there on other seeds (``plateaus``), against issue 75's targets, each row measured (its time to the target,
+    its process wall to the checkpoint, its checkpoint's loss, the anatomy of DDPM 250's samples, the segmentation
+    utility and the sampler gate's verdict on the chain), with where it comes from."""
+    rows = [r for p in plateaus(root, gpus) for q in (p, *p["seeds"]) for r in _plateau_rows(root, gpus, q)]
     out = pd.DataFrame(rows, columns=["run", "what", "measured", "target", "met", "from"])
     return out.assign(met=out["met"].map(lambda v: {True: "yes", False: "no"}.get(v, v)))
 
