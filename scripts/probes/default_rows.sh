@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run on the device machine from the repository root, with the nibabel wheel in .carry/whl (run carry=[".carry/whl"]).
-# Time to result on this machine (issue 64's rows): a v-prediction 128³ phantom checkpoint's default (the 12-call chain,
-# fast-eager) for 1, 8 and 100 masks, cold and warm; DDPM 250 (the ε default) for 1 mask warm; `warmup` then `sample`;
-# `train --config fast --steps 100` at 128³, cold and warm.
+# Time to result on this machine (chapter 15's first table): a 128³ phantom checkpoint's `sample` by default (DDPM 250)
+# for 1 mask, cold and warm; the 12-call chain (`--sampler dpm2m-sde --steps 12 --spacing logsnr --eta 1.3`, a v
+# checkpoint's default until issue 75) for 1, 8 and 100 masks, cold and warm; `train --config fast --steps 100` at 128³
+# with train's defaults (the recipe and volumes a step of this tree), cold and warm. Each cache its own folder.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 R=$PWD; W=/tmp/w; O=$OUT; rm -rf $W; mkdir -p $W $O
@@ -16,16 +17,15 @@ run() {  # run CACHE-NAME STATE VOLUMES ARGS...
   python3 -m medddpm.profiling.waiting run --out $O/time_to_result.csv --cache $state --volumes $vols -- "$@" 2>&1 | tail -2
 }
 S="sample --checkpoint $W/ckpt/checkpoint.pt --quiet"
-run s cold 1 $S --masks $W/masks1 --out $W/o$k
-for r in 1 2 3; do run s warm 1 $S --masks $W/masks1 --out $W/o$k; done
-run s warm 8 $S --masks $W/masks8 --out $W/o$k
-run s warm 100 $S --masks $W/masks100 --out $W/o$k
-run s warm 1 $S --sampler ddpm --masks $W/masks1 --out $W/o$k
-echo "warm rows at $SECONDS s"
-left 200 && run c cold 100 $S --masks $W/masks100 --out $W/o$k
-left 150 && { run w cold 0 warmup --checkpoint $W/ckpt/checkpoint.pt; run w warmup 1 $S --masks $W/masks1 --out $W/o$k
-              run w warm 1 $S --masks $W/masks1 --out $W/o$k; }
-echo "warmup rows at $SECONDS s"
+C="$S --sampler dpm2m-sde --steps 12 --spacing logsnr --eta 1.3"  # the 12-call chain
+run c cold 1 $C --masks $W/masks1 --out $W/o$k
+for r in 1 2 3; do run c warm 1 $C --masks $W/masks1 --out $W/o$k; done
+run c warm 8 $C --masks $W/masks8 --out $W/o$k
+run c warm 100 $C --masks $W/masks100 --out $W/o$k
+echo "chain rows at $SECONDS s"
+run d cold 1 $S --masks $W/masks1 --out $W/o$k
+for r in 1 2; do run d warm 1 $S --masks $W/masks1 --out $W/o$k; done
+echo "default rows at $SECONDS s"
 for state in cold warm; do
   left 140 || break
   MEDDDPM_CACHE=$W/cache-t128 TORCHINDUCTOR_CACHE_DIR=$W/cache-t128/inductor TRITON_CACHE_DIR=$W/cache-t128/triton \
