@@ -159,7 +159,8 @@ def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     return f
 
 
-CHAIN_WHEN = f"the {CANDIDATE.steps}-call chain, the default when measured"  # a v checkpoint's default until issue 75
+CHAIN_WHEN = f"the {CANDIDATE.steps}-call chain (`--sampler {CANDIDATE.sampler} …`)"  # a v checkpoint's default until
+# issue 75, since then by its flags
 STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s or None, the sampler that ran)
     (f"`sample`, 1 mask, {REFERENCE.sampler.upper()} {REFERENCE.steps} (today's default), warm cache", 1, "warm", TARGETS[("default", 1, "warm")],
      REFERENCE.sampler),
@@ -198,7 +199,7 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
             for run, raw in found:
                 t = raw[raw["command"].str.startswith("train ") & (raw["cache"] == cache)]["wall_s"]
                 if len(t):
-                    rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³, {cache} cache",
+                    rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³ (`train`'s defaults of the run's date), {cache} cache",
                                  "today (s)": t.iloc[-1], "target (s)": None, "met": "", "run": run})
                     break
     return pd.DataFrame(rows, columns=["GPU", "what", "today (s)", "target (s)", "met", "run"])
