@@ -69,7 +69,9 @@ show_table(waiting.state(root, G), "today's time-to-result rows (a sample-rows r
 #
 # A run's own timing line splits its wall time from the process's start: `imports`, `ready` (every mask read and
 # checked, so a bad mask stops the run before any file is written), `kernels` (the first shape's Triton kernels
-# compiled or loaded), `captured` (the first CUDA graph), the first and last volume, and the files written.
+# compiled or loaded), `captured` (the first CUDA graph), the first and last volume, and the files written. The first
+# table's `where` quotes a row's ready and first volume; for `train`, how long its first step took (compilation,
+# autotuning, the CUDA graph's capture).
 
 # %% [markdown]
 # ## History

@@ -50,6 +50,27 @@ def test_a_sample_command_is_timed_and_two_runs_write_the_same_files(ixi16, ixi_
     assert phases(said) == {}
 
 
+def test_a_train_row_keeps_where_its_seconds_went_from_trains_own_timing_line(tmp_path, monkeypatch):
+    """waiting.phases / main: `train` prints its timing line on stdout (`sample` on stderr); its row keeps ready (since
+    the command started, as sample's) and how long its first step and its steady steps took; a sample's line is never
+    read as train's nor the other way round."""
+    from medddpm.profiling import waiting
+
+    line = ("timing: ready 14.1 s, first step 9.9 s, steady steps 614.8 s (5,999 at 102.5 ms), held-out 177.3 s (9), "
+            "checkpoints 1.1 s (1), 55.9 % of --time-limit in steady steps")
+    assert phases(f"trained\n{line}\n", ["train", "--steps", "9"]) == {
+        "ready_s": 14.1, "first_step_s": 9.9, "steady_steps_s": 614.8}
+    assert phases(f"{line}\n") == {"ready_s": 14.1}  # read as sample's: only the phase both name
+    assert phases("timing: ready 4.1 s, first volume 9.8 s\n", ["train"]) == {"ready_s": 4.1}
+    monkeypatch.setattr(waiting, "timed", lambda argv: (20.0, 0, "a warning\n", f"trained to step 9\n{line}\n"))
+    csv = tmp_path / "t.csv"
+    assert main(["run", "--out", str(csv), "--cache", "cold", "--volumes", "9", "--", "train", "--steps", "9"]) == 0
+    row = pd.read_csv(csv).iloc[0]
+    assert list(pd.read_csv(csv).columns) == COLUMNS and row["wall_s"] == 20.0
+    assert (row["ready_s"], row["first_step_s"], row["steady_steps_s"]) == (14.1, 9.9, 614.8)
+    assert pd.isna(row["first_volume_s"]) and pd.isna(row["sampler"])
+
+
 def test_the_chapters_facts_and_tables_read_the_rows_and_name_what_is_missing(tmp_path):
     """report.waiting: every row measured, with what a row written before the ``sampler`` and ``ran`` columns ran;
     the samplers of the first rows; the newest same-files check of each sampler; a store without the measurement
@@ -138,3 +159,22 @@ def test_where_time_to_result_stands_takes_each_row_from_the_newest_run_of_the_n
     assert s.loc[ddpm_cold, "today (s)"] == 17.0 and s.loc[ddpm_cold, "met"] == ("no" if 17.0 > rows[ddpm_cold][3] else "yes")
     assert s.loc[chain_warm, "today (s)"] == 4.0 and s.loc[chain_cold, "today (s)"] == 12.0
     assert len(s) == 4  # no 100-mask row measured, and the older date's cold DDPM row is not read
+    assert (s["where"] == "").all()  # rows without their timing line's phases say nothing of them
+    # a newer date's rows with their phases: the sample row nearest the median speaks for its seconds; a train row
+    # without its line's phases reads its first step from the timing.csv its run kept beside it
+    folder = tmp_path / "h200" / "time_to_result" / "default-rows-2026-01-03"
+    folder.mkdir(parents=True)
+    pd.DataFrame([{"command": "sample --masks m", "sampler": "ddpm", "volumes": 1, "cache": "warm", "wall_s": w, "rc": 0,
+                   "ready_s": 2.0 + k, "first_volume_s": w - 0.5} for k, w in enumerate((8.0, 9.0, 30.0))]
+                 + [{"command": "train --steps 100", "volumes": 100, "cache": c, "wall_s": w, "rc": 0, "ready_s": r,
+                     "first_step_s": f} for c, w, r, f in (("cold", 140.0, None, None), ("warm", 40.0, 11.0, 9.5))]
+                 ).to_csv(folder / "time_to_result.csv", index=False)
+    pd.DataFrame({"step_from": [0, 1], "step_to": [1, 100], "ms_per_step": [120_000.0, 100.0]}).to_csv(
+        folder / "timing128-cold.csv", index=False)
+    (folder / "run.json").write_text(json.dumps({"kind": "sample-rows", "name": "default-rows", "date": "2026-01-03",
+                                                 "gpu": "H200", "machine": "m", "commits": {}, "changed": "c", "kept": "k"}))
+    s = waiting.state(tmp_path, ["h200"]).set_index("what")
+    assert s.loc[ddpm_warm, "today (s)"] == 9.0 and s.loc[ddpm_warm, "where"] == "ready at 3.0 s, its first volume at 8.5 s"
+    trains = s[s.index.str.startswith("`train")]
+    assert list(trains["where"]) == ["ready at 11.0 s, its first step 9.5 s",
+                                     "its first step 120.0 s (timing128-cold.csv)"]  # warm first, then cold

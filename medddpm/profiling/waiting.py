@@ -31,17 +31,21 @@ from ..sample.sampler import TIMING
 
 # a `sample` row's columns of its timing line (``sample.sampler.TIMING``: seconds since the command started, rank 0's)
 PHASES = {phase: phase.replace(" ", "_") + "_s" for phase in TIMING}
+# a `train` row's, of train's timing line (``train.trainer.timing_line``): its ``ready`` since the command started (the
+# column of sample's), then how long its first step (compilation, autotuning, the CUDA graph's capture) and its steady
+# steps took
+TRAIN_PHASES = {"ready": "ready_s", "first step": "first_step_s", "steady steps": "steady_steps_s"}
 COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date",
-           *PHASES.values()]
+           *PHASES.values(), "first_step_s", "steady_steps_s"]
 CACHE_STATES = ("cold", "warm", "warmup")  # a row's compile cache before it: empty, filled by the same command, by `warmup`
 SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
 
-def timed(argv: Sequence[str]) -> tuple[float, int, str]:
-    """(wall seconds, exit code, stderr) of ``python -m medddpm ARGV`` in a new process."""
+def timed(argv: Sequence[str]) -> tuple[float, int, str, str]:
+    """(wall seconds, exit code, stderr, stdout) of ``python -m medddpm ARGV`` in a new process."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "medddpm", *argv], capture_output=True, text=True)
-    return time.perf_counter() - t0, p.returncode, p.stderr
+    return time.perf_counter() - t0, p.returncode, p.stderr, p.stdout
 
 
 def ran(argv: Sequence[str], stderr: str) -> str:
@@ -62,11 +66,13 @@ def sampler_ran(argv: Sequence[str], stderr: str) -> str:
     return option(argv, "--sampler", said[1] if said else "")
 
 
-def phases(stderr: str) -> dict[str, float]:
-    """The seconds `sample`'s ``timing:`` line gives (``PHASES``' columns); none without one."""
-    line = re.search(r"^timing: (.*)$", stderr, re.MULTILINE)
-    said = dict(re.findall(r"([a-z ]+?) ([0-9.]+) s(?:, |$)", line[1])) if line else {}
-    return {column: float(said[name]) for name, column in PHASES.items() if name in said}
+def phases(text: str, argv: Sequence[str] = ("sample",)) -> dict[str, float]:
+    """The seconds the ``timing:`` line in ``text`` gives: `sample`'s (``PHASES``' columns), or `train`'s where
+    ``argv`` is a train command (``TRAIN_PHASES``'); none without one."""
+    line = re.search(r"^timing: (.*)$", text, re.MULTILINE)
+    said = dict(re.findall(r"([a-z][a-z -]*?) ([0-9.]+) s(?=, | \(|$)", line[1])) if line else {}
+    names = TRAIN_PHASES if next(iter(argv), "") == "train" else PHASES
+    return {column: float(said[name]) for name, column in names.items() if name in said}
 
 
 def option(argv: Sequence[str], name: str, default: str) -> str:
@@ -117,12 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
             if not cmd:
                 raise InputError("give the medddpm command after --")
-            wall, rc, err = timed(cmd)
+            wall, rc, err, out = timed(cmd)
             tail = "\n".join(err.strip().splitlines()[-3:])
             row = {"gpu": gpu, "command": " ".join(cmd), "config": option(cmd, "--config", "default"), "ran": ran(cmd, err),
                    "sampler": sampler_ran(cmd, err),
                    "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
-                   "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat(), **phases(err)}
+                   "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat(),
+                   **phases(out if cmd[0] == "train" else err, cmd)}
             append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)
             print(f"{wall:.1f} s, rc {rc}: medddpm {' '.join(cmd)}" + (f"\n{tail}" if rc else ""))
             return 0 if rc == 0 else 1

@@ -172,10 +172,35 @@ STATE_ROWS = (  # chapter 15's first table: (what, volumes, cache, target in s o
 )
 
 
+def where(row: pd.Series) -> str:
+    """Where a timed row's seconds went, as its command's timing line said (``profiling.waiting.phases``): a
+    `sample`'s ready and first volume (seconds since the process started), a `train`'s ready and how long its first
+    step took; "" for a row written before its command's line was kept."""
+    def said(column: str) -> float | None:
+        value = row.get(column)
+        return None if value is None or pd.isna(value) else float(value)
+
+    first, ready = said("first_step_s") if row["command"].startswith("train ") else said("first_volume_s"), said("ready_s")
+    if first is None or ready is None:
+        return ""
+    return (f"ready at {ready:.1f} s, its first step {first:.1f} s" if row["command"].startswith("train ")
+            else f"ready at {ready:.1f} s, its first volume at {first:.1f} s")
+
+
+def _first_step(timing: Path) -> str:
+    """How long a `train` row's first step took, from the ``timing.csv`` its run kept beside its rows (``step_from`` 0:
+    the first step's milliseconds), for a row written before its timing line was; "" without one."""
+    if not timing.exists():
+        return ""
+    first = pd.read_csv(timing).query("step_from == 0")["ms_per_step"]
+    return f"its first step {first.iloc[0] / 1e3:.1f} s ({timing.name})" if len(first) else ""
+
+
 def state(root: Path, gpus: list[str]) -> pd.DataFrame:
     """Where time to result stands: per GPU and row of ``STATE_ROWS``, the newest run of current rows (manifest kind
     ``sample-rows``, none superseding it, of the GPU's newest date) that has it, against its target; and `train`'s first 100 steps at 128³,
-    process start to checkpoint, warm and cold, from the newest run that has them; with the run folder of each."""
+    process start to checkpoint, warm and cold, from the newest run that has them; with where each row's seconds went
+    (``where``) and its run folder."""
     rows = []
     for g in gpus:
         found, newest = [], None
@@ -189,20 +214,23 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
         for what, n, cache, target, sampler in STATE_ROWS:
             for run, raw in found:
                 s = raw[raw["command"].str.startswith("sample ") & (raw["sampler"] == sampler) & (raw["volumes"] == n)
-                        & (raw["cache"] == cache)]["wall_s"]
+                        & (raw["cache"] == cache)]
                 if len(s):
-                    now = s.median()
+                    now = s["wall_s"].median()
+                    typical = s.loc[(s["wall_s"] - now).abs().idxmin()]  # the row nearest the median: its phases
                     rows.append({"GPU": gpu_name(g), "what": what, "today (s)": now, "target (s)": target,
-                                 "met": "yes" if now <= target else "no", "run": run})
+                                 "met": "yes" if now <= target else "no", "where": where(typical), "run": run})
                     break
         for cache in ("warm", "cold"):
             for run, raw in found:
-                t = raw[raw["command"].str.startswith("train ") & (raw["cache"] == cache)]["wall_s"]
+                t = raw[raw["command"].str.startswith("train ") & (raw["cache"] == cache)]
                 if len(t):
                     rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³ (`train`'s defaults of the run's date), {cache} cache",
-                                 "today (s)": t.iloc[-1], "target (s)": None, "met": "", "run": run})
+                                 "today (s)": t["wall_s"].iloc[-1], "target (s)": None, "met": "",
+                                 "where": where(t.iloc[-1]) or _first_step(Path(root) / g / run / f"timing128-{cache}.csv"),
+                                 "run": run})
                     break
-    return pd.DataFrame(rows, columns=["GPU", "what", "today (s)", "target (s)", "met", "run"])
+    return pd.DataFrame(rows, columns=["GPU", "what", "today (s)", "target (s)", "met", "where", "run"])
 
 
 def history(root: Path, gpus: list[str]) -> pd.DataFrame:
