@@ -36,7 +36,7 @@ PHASES = {phase: phase.replace(" ", "_") + "_s" for phase in TIMING}
 # steps took
 TRAIN_PHASES = {"ready": "ready_s", "first step": "first_step_s", "steady steps": "steady_steps_s"}
 COLUMNS = ["gpu", "command", "config", "ran", "sampler", "volumes", "cache", "wall_s", "rc", "torch", "cuda", "date",
-           *PHASES.values(), "first_step_s", "steady_steps_s"]
+           *PHASES.values(), *(c for c in TRAIN_PHASES.values() if c not in PHASES.values())]
 CACHE_STATES = ("cold", "warm", "warmup")  # a row's compile cache before it: empty, filled by the same command, by `warmup`
 SAME_COLUMNS = ["gpu", "what", "sampler", "files", "identical", "max_abs_diff", "mean_abs_diff", "date"]
 
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "sampler": sampler_ran(cmd, err),
                    "volumes": a.volumes, "cache": a.cache, "wall_s": round(wall, 3), "rc": rc,
                    "torch": env.get("torch"), "cuda": env.get("cuda"), "date": date.today().isoformat(),
-                   **phases(out if cmd[0] == "train" else err, cmd)}
+                   **phases(f"{err}\n{out}", cmd)}  # sample says its timing on stderr, train on stdout
             append_csv(a.out, pd.DataFrame([row], columns=COLUMNS), env)
             print(f"{wall:.1f} s, rc {rc}: medddpm {' '.join(cmd)}" + (f"\n{tail}" if rc else ""))
             return 0 if rc == 0 else 1

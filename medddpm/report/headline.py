@@ -144,8 +144,8 @@ def readme_lines(root: Path) -> list[str]:
 def _other_seeds(p: dict) -> str:
     """The same 128³ command's older runs on other seeds (``recipe.plateaus``' ``seeds``): each seed's steps to the
     target and lowest held-out loss, so one seed's line reads beside the others; "" where there are none."""
-    def seed(q: dict) -> str:
-        return manifests.flag(q["manifest"]["arms"][q["name"]]["flags"], "--seed", "0")
+    def seed(q: dict) -> int:
+        return manifests.seed(q["manifest"]["arms"][q["name"]]["flags"])
 
     told = [f"seed {seed(q)}: {q['record']['step at target']:,.0f} steps, lowest {q['record']['lowest loss']:.4f}"
             for q in p["seeds"]]

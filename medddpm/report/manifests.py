@@ -44,6 +44,13 @@ def flag(flags: str, name: str, default: str | None = None) -> str | None:
     return found[1] if found else default
 
 
+def seed(flags: str) -> int:
+    """The ``--seed`` of an arm's flags, ``train``'s default where it is not given."""
+    from ..core.config import TrainConfig
+
+    return int(flag(flags, "--seed", str(TrainConfig().seed)))
+
+
 def global_batch(spec: dict) -> int:
     """The volumes a step of a manifest's arm: ``--nproc`` × ``--batch`` × ``--grad-accum`` of its flags, ``train``'s
     defaults where one is not given."""

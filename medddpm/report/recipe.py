@@ -112,7 +112,7 @@ def repeats(root: str | Path, gpus: list[str], flags: str, target: float) -> pd.
     for gpu, run, m in ab_runs(root, gpus):
         rec = records(curves(run, m), target)
         for _, r in rec[rec["flags"].map(unseeded) == unseeded(_decimal(flags))].iterrows():
-            rows.append({**r, "seed": int(manifests.flag(r["flags"], "--seed", "0")), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
+            rows.append({**r, "seed": manifests.seed(r["flags"]), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     return pd.DataFrame(rows).sort_values("seed").reset_index(drop=True) if rows else pd.DataFrame(
         columns=["arm", "seed", "declared", "step at target", "wall at target (s)", "run"])
 
@@ -537,7 +537,7 @@ def default_seeds(root: str | Path, gpus: list[str], target: float) -> pd.DataFr
             g = ema_curve(run / arm).query("step > 0")
             hit = first_at(g, target)
             rows.append({"run": f"{gpu}/{run.relative_to(Path(root) / gpu)}/{arm}",
-                         "seed": int(manifests.flag(spec["flags"], "--seed", "0")),
+                         "seed": manifests.seed(spec["flags"]),
                          "steps": int(g["step"].max()), "final loss": g["loss"].iloc[-1],
                          "step at target": hit["step"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows, columns=["run", "seed", "steps", "final loss", "step at target"])

@@ -176,15 +176,11 @@ def where(row: pd.Series) -> str:
     """Where a timed row's seconds went, as its command's timing line said (``profiling.waiting.phases``): a
     `sample`'s ready and first volume (seconds since the process started), a `train`'s ready and how long its first
     step took; "" for a row written before its command's line was kept."""
-    def said(column: str) -> float | None:
-        value = row.get(column)
-        return None if value is None or pd.isna(value) else float(value)
-
-    first, ready = said("first_step_s") if row["command"].startswith("train ") else said("first_volume_s"), said("ready_s")
-    if first is None or ready is None:
+    train = row["command"].startswith("train ")
+    ready, first = (row.get(c) for c in ("ready_s", "first_step_s" if train else "first_volume_s"))
+    if pd.isna(ready) or pd.isna(first):
         return ""
-    return (f"ready at {ready:.1f} s, its first step {first:.1f} s" if row["command"].startswith("train ")
-            else f"ready at {ready:.1f} s, its first volume at {first:.1f} s")
+    return f"ready at {ready:.1f} s, " + (f"its first step {first:.1f} s" if train else f"its first volume at {first:.1f} s")
 
 
 def _first_step(timing: Path) -> str:
