@@ -88,6 +88,10 @@
 #   targets (background within ±0.05 with a seed spread ≤ 0.05, W1 at or below the template's, in-brain r ≥ 0.82).
 #   The README keeps its line if this seed too ends at or below 0.0759 and meets every sample target; otherwise the
 #   line goes back to the measured one (default-128: --grad-accum 1, 12,000 steps), as declared for readme-128.
+# Declared next, on the same warm 2 × H200 after seed 20's pipeline (its caches warm, 635 s of device time left), seed 22
+# (used by no earlier run): NPROC=2 GRAD_ACCUM=1 SEED=22 ARMS="muon:6000" EVAL=750 TLIM=1100 JUDGE=0 curriculum128.sh again
+#   (seed 20's run folder removed first; it was collected). Read as seed 20's record, no samples (the budget): the 2-GPU
+#   record on a second seed, so the batch-2 record on 2 GPUs is two seeds; nothing chosen between them.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
