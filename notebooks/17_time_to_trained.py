@@ -28,8 +28,8 @@
 #
 # `train`'s default recipe (`--recipe muon`, `medddpm/core/config.py`'s `RECIPES`) is the 64³ A/B's winner among Adam
 # recipes (`--recipe cosine`) with Muon for the hidden weight matrices: ahead of Adam at 64³ and at 128³, with samples
-# judged at both sizes (below). `--recipe paper` is Med-DDPM's. The 128³ run on 4 GPUs trained `cosine`; while no 4-GPU
-# machine was lent, the default ran to its end on one GPU at 1, 2 and 4 volumes a step (2 and 4 GPUs' minutes projected).
+# judged at both sizes (below). `--recipe paper` is Med-DDPM's. The 128³ run on 4 GPUs trained `cosine`; the default ran
+# to its end on one GPU at 1, 2 and 4 volumes a step (2 and 4 GPUs' minutes projected) and on 2 GPUs, one volume each.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -58,8 +58,7 @@ where = f"{found[0]}/{found[1].relative_to(root / found[0])}" if found else None
 # %% [markdown]
 # ## Where it stands
 #
-# 128³, warm cache, the newest run to its plateau per number of GPUs (the issue's minutes are for 4): the fastest run to
-# the target, the run, its samples ({doc}`14_anatomy`'s measures), the sampler gate on the chain ({doc}`16_equivalence`).
+# 128³, warm cache, the newest plateau run per GPUs and batch, and its seeds: minutes, samples ({doc}`14_anatomy`), gate.
 
 # %% tags=["hide-input"]
 show_table(recipe.plateau_state(root, G), "128³ runs to their plateau", "scripts/probes/plateau128.sh; curriculum128.sh JUDGE=1")
@@ -178,23 +177,24 @@ else:
 # step, but each teaches less: at about the same clock batch 2 ends level with batch 1 and batch 4 above it.
 #
 # **Muon** (`--optimizer muon`, {doc}`../usage`) changes the update: each hidden weight matrix takes an orthogonalized
-# momentum step at Adam's update size, at the same rate and schedule. At 64³ its held-out loss runs below Adam's from
-# the first evaluation and every Muon arm reached the target in fewer steps than any Adam arm; a long schedule then
-# fits the training subjects (the 12,000- and 8,000-step arms climb back). The 6,000-step schedule was added after
-# reading `muon-64`, then declared on two more seeds (`muon2-64`) and from a warm Muon cache (`muon3-64`); it reached
-# the target each time. Its step costs more than Adam's (the Newton–Schulz kernels: the 128³ step table). At 128³ on
-# one H200, `muon-128` (declared) ran below Adam at every evaluation, and `judge-128` (declared) sampled a Muon and an
-# Adam checkpoint of 4,000 steps each: Muon's samples lose nothing against Adam's, so Muon became `train`'s default.
-# They vary less between seeds than Adam's (a measure the rule left out), as chapter 14's most alike. Run to its end on one
-# H200 (`default-128`, declared, a fresh seed), the default reached the target in fewer steps than the 4-GPU runs at a
-# quarter of their batch, then fitted the training subjects after its lowest loss (the first table). At their batch
-# (`batch4-128`, declared: 4 micro-batches a step) it needed fewer steps still, and fitted sooner; at `train`'s own two
-# (`readme-128` and, on a fresh seed, `readme2-128`, both declared: the README's line as it runs) steps between the two.
+# momentum step at Adam's update size, at the same rate and schedule. At 64³ its held-out loss runs below Adam's from the
+# first evaluation and every Muon arm reached the target in fewer steps than any Adam arm; a long schedule then fits the
+# training subjects (the 12,000- and 8,000-step arms climb back). The 6,000-step schedule was added after reading
+# `muon-64`, then declared on two more seeds (`muon2-64`) and from a warm Muon cache (`muon3-64`); it reached the target
+# each time. Its step costs more than Adam's (Newton–Schulz: the 128³ step table). At 128³ on one H200, `muon-128`
+# (declared) ran below Adam at every evaluation, and `judge-128` (declared) sampled a Muon and an Adam checkpoint of
+# 4,000 steps each: Muon's samples lose nothing against Adam's, so Muon became `train`'s default. They vary less between
+# seeds than Adam's (a measure the rule left out). Run to its end on one H200 (`default-128`, declared, a fresh seed),
+# the default reached the target in fewer steps than the 4-GPU runs at a quarter of their batch, then fitted the training
+# subjects after its lowest loss (the first table). At their batch (`batch4-128`, declared: 4 micro-batches a step) it
+# needed fewer steps still, and fitted sooner; at `train`'s own two (`readme-128` and, on a fresh seed, `readme2-128`,
+# both declared: the README's line as it runs) steps between the two. On 2 × H200, a volume each (`ddp2-128`, declared;
+# `ddp2s22-128`, seed 22), it reached the target at the same evaluation: the projection held.
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024) on `judge-128`'s Muon run: its tracked widths end
 # below the run's EMA, the rebuilt ones above it, from a fit whose weights need not sum to 1 (constrained since). Its
 # candidate, σ_rel 0.10, judged on `default-128` by the fixed fit, ended below that run's EMA by less than the declared
 # 0.0005 (the post-hoc table): not confirmed, so `train` keeps its EMA.
 #
-# **Not yet measured**: the default on 4 GPUs at 128³ (declared: `plateau128.sh`), a second seed at one and four volumes
-# a step, the curriculum's samples, and a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³ on an H200).
+# **Not yet measured**: the default on 4 GPUs (declared: `plateau128.sh`), a second seed at one and four volumes a step,
+# the curriculum's samples, the second 2-GPU seed's, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³, an H200).

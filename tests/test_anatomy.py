@@ -143,6 +143,9 @@ def test_the_chapter_opens_on_the_largest_size_with_its_own_device_wall_time_and
                   "steps": 100} for source, d in (("real", real), ("synthetic", synthetic)) for s in ("a", "b")]
     pd.DataFrame(rows).to_csv(folder / "anatomy_summary.csv", index=False)
     pd.DataFrame(util).to_csv(folder / "anatomy_utility.csv", index=False)
+    (folder / "train" / "v-s14-fast-128").mkdir()  # trained, never sampled: not one of the runs behind the column
+    pd.DataFrame({"step": [0, 3000], "weights": "ema", "subject": "a", "t": 1, "loss": [0.5, 0.2]}).to_csv(
+        folder / "train" / "v-s14-fast-128" / "heldout.csv", index=False)
     assert list(larger(tmp_path, "gpu")["size"]) == ["96³", "128³"] and largest_run(tmp_path, "gpu") == "v-s13-fast-128"
     t = state(tmp_path, "gpu").set_index("measure (validation subjects)")
     assert list(t.columns) == ["64³", "128³", "target"]

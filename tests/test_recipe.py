@@ -233,6 +233,55 @@ def test_each_number_of_gpus_keeps_its_newest_plateau_run_judged_at_its_lowest_l
     assert not any("the same command" in line for line in lines if line != two)
 
 
+def _plateau(root, name, date, gpus, flags, losses, clock, emulates=None):
+    """A recipe-plateau run of one arm ``v-<name>-128`` on ``gpus`` ranks (its update ``emulates`` more: projected)."""
+    run = root / "h200" / "recipe" / f"{name}-2026"
+    _run(run / f"v-{name}-128", [0, 1500, 3000, 4500], losses, 1000 * clock, gpus, clock=clock)
+    (run / "logs").mkdir()
+    (run / "logs" / "times.txt").write_text("t 100.0\nt-rc0 400.0\n")
+    target = {"heldout": 0.08, "best_before": 0.079, **({"projection_ms": 60.0} if emulates else {})}
+    (run / "run.json").write_text(json.dumps({"kind": "recipe-plateau", "gpu": "H200", "machine": "m", "commits": {},
+                                              "changed": "c", "kept": "k", "target": target, "date": date, "gpus": gpus,
+                                              **({"emulates": emulates} if emulates else {}),
+                                              "arms": {f"v-{name}-128": {"stamps": ["t", "t-rc"], "flags": flags}}}))
+
+
+def test_a_measured_multi_gpu_plateau_reads_its_seeds_and_checks_the_projection_of_its_update(tmp_path):
+    """recipe.shared_flags / same_update / records_128 and headline.recipe_line: the post-hoc EMA's snapshot flags
+    leave a command the same across seeds; a day's seeds of one change are one record row; a projection names the
+    measured run of its own update on those GPUs, never another recipe's; the command's own seeds are not told as
+    a faster run."""
+    from medddpm.report import headline, recipe
+
+    assert recipe.shared_flags("--steps 6 --seed 3 --posthoc-ema 0.05 0.10 --posthoc-every 1000 --quiet") == "--steps 6 --quiet"
+    assert recipe.same_update("--nproc 1 --grad-accum 2 --lr 1 (one GPU)", "--nproc 2 --grad-accum 1 --lr 1 (DDP)")
+    assert not recipe.same_update("--nproc 1 --grad-accum 2 --lr 1", "--nproc 2 --grad-accum 1 --lr 2")
+    ddp = "--nproc 2 --grad-accum 1 --steps 4500"
+    _plateau(tmp_path, "a", "2026-01-05", 2, ddp + " --seed 1 --posthoc-ema 0.05 --posthoc-every 1000",
+             [0.5, 0.085, 0.0790, 0.0789], 0.05)
+    _plateau(tmp_path, "b", "2026-01-05", 2, ddp + " --seed 2", [0.5, 0.083, 0.0795, 0.0792], 0.05)  # newest: b- > a-
+    _plateau(tmp_path, "e2", "2026-01-04", 1, "--nproc 1 --grad-accum 2 --steps 4500", [0.5, 0.085, 0.0790, 0.0789],
+             0.12, emulates=2)
+    _plateau(tmp_path, "four", "2026-01-04", 4, "--nproc 4 --grad-accum 1 --lr 1e-4", [0.5, 0.085, 0.0790, 0.0789], 0.05)
+    _plateau(tmp_path, "e4", "2026-01-04", 1, "--nproc 1 --grad-accum 4", [0.5, 0.079, 0.0785, 0.0784], 0.24, emulates=4)
+    found = {p["name"]: p for p in recipe.plateaus(tmp_path, ["h200"])}
+    assert [q["name"] for q in found["v-b-128"]["seeds"]] == ["v-a-128"]  # a's snapshots do not make it another command
+    state = recipe.plateau_state(tmp_path, ["h200"])
+    a = state.query("run == 'v-a-128'").reset_index(drop=True)
+    assert a["met"].tolist() == ["yes", "yes", "yes"]  # judged beside b, not dropped
+    assert "this seed" in a.loc[0, "what"] and a.loc[0, "from"] == "h200/recipe/a-2026/v-a-128"  # its own time
+    table = recipe.records_128(recipe.big_records(recipe.big_curves(tmp_path), 0.08), 2)
+    assert list(table["run"]) == ["h200/recipe/a-2026/v-a-128"] and table["seeds"].tolist() == [2]  # one row, its fastest
+    lines = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
+    (two,) = [line for line in lines if line.startswith("- Projected at 128³ on 2 GPUs")]
+    assert "a projection; on 2 × h200 the same update took 3,000 steps, 2.5 min of steps at 51.0 ms" in two
+    (four,) = [line for line in lines if line.startswith("- Projected at 128³ on 4 GPUs")]
+    assert "no run on 4 GPUs measured it" in four  # the 4-GPU run trained another recipe
+    (b,) = [line for line in lines if "on IXI (2 × h200" in line]
+    assert "(seed 2; the same command on seed 1: 3,000 steps, 3.0 min, lowest 0.0789)" in b
+    assert not any(line.startswith("- Fastest to that loss at 128³ (2 GPUs)") for line in lines)  # a is b's seed
+
+
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):
     """recipe.big_curves / record_128 / ab_runs: a 128³ recipe A/B's arms join the 128³ runs under their labels, a
     curriculum's minutes count its patch steps at the patch step's pace, the fastest run on the GPUs to the target

@@ -263,11 +263,16 @@ def _first_subject(root: Path, gpu: str | None, name: str | None) -> pd.DataFram
     return sl.assign(value=sl["value"].astype("float32"))
 
 
+def sampled(root: Path, gpu: str | None) -> set[str]:
+    """The training runs whose checkpoint DDPM 250 sampled on the validation masks (``LARGE_RUN`` rows)."""
+    return set(load(root, gpu, "anatomy_summary").query("split == 'val' and run == @LARGE_RUN")["name"])
+
+
 def largest_run(root: Path, gpu: str | None) -> str | None:
-    """The name of the newest-named training run at the largest size beyond ``BASE_SIZE`` (None: none)."""
+    """The name of the newest-named sampled training run at the largest size beyond ``BASE_SIZE`` (None: none)."""
     big = (sizes(root, gpu) or [None])[-1]
     c = curves(root, gpu)
-    names = sorted(c.loc[c["size"] == big, "name"].unique()) if big else []
+    names = sorted(set(c.loc[c["size"] == big, "name"]) & sampled(root, gpu)) if big else []
     return names[-1] if names else None
 
 
@@ -399,7 +404,7 @@ def state(root: Path, gpu: str | None) -> pd.DataFrame:
         dice += f" ({u['run'].nunique()} of those runs, steps {steps}" + (
             f"; {', '.join(earlier)} at an earlier checkpoint)" if earlier else ")")
     r = runs(root, gpu)
-    r = r[r["size"] == f"{big}³"] if big else r.iloc[:0]
+    r = r[(r["size"] == f"{big}³") & r["run"].isin(sampled(root, gpu))] if big else r.iloc[:0]  # the runs behind it
     levels = "; ".join(f"{'levelled off' if lv else 'still learning'}: {', '.join(g['run'])}"
                        for lv, g in r.groupby("levelled", sort=False))
     rows = [("background mean, sample − scan (mean over seeds)", cell(small, "gap", "+.3f"), cell(large, "gap", "+.3f"),

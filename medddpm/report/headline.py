@@ -147,7 +147,10 @@ def _other_seeds(p: dict) -> str:
     def seed(q: dict) -> int:
         return manifests.seed(q["manifest"]["arms"][q["name"]]["flags"])
 
-    told = [f"seed {seed(q)}: {q['record']['step at target']:,.0f} steps, lowest {q['record']['lowest loss']:.4f}"
+    def wall(q: dict) -> str:  # a measured run's minutes to the target; an emulating run's are projected elsewhere
+        return "" if "emulates" in q["manifest"] else f", {q['record']['wall at target (min)']:.1f} min"
+
+    told = [f"seed {seed(q)}: {q['record']['step at target']:,.0f} steps{wall(q)}, lowest {q['record']['lowest loss']:.4f}"
             for q in p["seeds"]]
     return f" (seed {seed(p)}; the same command on {'; '.join(told)})" if told else ""
 
@@ -159,15 +162,24 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     store has no such run or no arm got there."""
     from . import recipe
 
-    out = []
-    for p in recipe.plateaus(root, gpus):
+    out, found = [], recipe.plateaus(root, gpus)
+    measured = {(int(p["record"]["GPUs"]), int(p["record"]["global batch"])): p for p in found if "emulates" not in p["manifest"]}
+    for p in found:
         mine, runs = p["record"], p["records"]
         if "emulates" in p["manifest"]:
             m, k = p["manifest"], p["manifest"]["emulates"]
+            there = measured.get((k, int(mine["global batch"])))
+            if there is not None and not recipe.same_update(m["arms"][p["name"]]["flags"],
+                                                            there["manifest"]["arms"][there["name"]]["flags"]):
+                there = None  # another recipe on those GPUs measures nothing of this projection
+            check = (f"a projection; on {k} × {gpu_name(there['gpu'])} the same update took "
+                     f"{there['record']['step at target']:,.0f} steps, {there['record']['minutes at target']:.1f} min of "
+                     f"steps at {there['record']['ms a step']:.1f} ms" if there is not None
+                     else f"a projection: no run on {k} GPUs measured it")
             out.append(f"- Projected at 128³ on {k} GPUs ({mine['recipe']}: {k} GPUs' update, emulated on {mine['GPUs']} × "
                        f"{gpu_name(p['gpu'])}): held-out loss {p['target']:g} after {mine['step at target']:,.0f} steps, "
                        f"{recipe.projected_minutes(m, mine['step at target']):.1f} min of steps at "
-                       f"{m['target']['projection_ms']:g} ms a step (a projection: no run on {k} GPUs measured it); its "
+                       f"{m['target']['projection_ms']:g} ms a step ({check}); its "
                        f"lowest held-out loss {mine['lowest loss']:.4f} at step {mine['step at lowest']:,}{_other_seeds(p)}; on the "
                        f"{mine['GPUs']} × {gpu_name(p['gpu'])} itself, {p['wall'] / 60:.1f} min from `train`'s start to its "
                        f"checkpoint — {ch('17', '17_time_to_trained')}.")
@@ -185,10 +197,12 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                    f"steps, {mine['wall at target (min)']:.1f} min from its start less the evaluations, "
                    f"{mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
         best = recipe.record_128(runs, int(mine["GPUs"]))
-        if best.name != p["name"] and best["wall at target (min)"] < mine["wall at target (min)"]:
+        ours = {p["name"], *(q["name"] for q in p["seeds"])}  # this command's seeds, told on its own line
+        if best.name not in ours and best["wall at target (min)"] < mine["wall at target (min)"]:
+            judged = "its samples judged" if best.name in recipe.judged_128(root, gpus) else "its samples not yet judged"
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
-                       f"({recipe.provenance(best)}; its samples not yet judged) — {ch('17', '17_time_to_trained')}.")
+                       f"({recipe.provenance(best)}; {judged}) — {ch('17', '17_time_to_trained')}.")
     sooner = recipe.record_64(root, gpus)
     if sooner is None:
         return out

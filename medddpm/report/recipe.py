@@ -100,18 +100,28 @@ def recipe_label(spec: dict) -> str:
     return f"the {spec.get('recipe_default', 'default')} recipe"
 
 
-def unseeded(flags: str) -> str:
-    """An arm's flags without its ``--seed``: what the runs of one recipe on several seeds share."""
-    return re.sub(r"\s*--seed \d+", "", flags).strip()
+def shared_flags(flags: str) -> str:
+    """An arm's flags without what leaves its training unchanged: its ``--seed``, and the post-hoc EMA's snapshots
+    (``--posthoc-ema``, ``--posthoc-every``: extra averages saved beside the run, untimed). What the runs of one recipe
+    on several seeds share."""
+    return re.sub(r"\s*--(seed|posthoc-every) \d+|\s*--posthoc-ema( [\d.]+)+", "", flags).strip()
+
+
+def same_update(a: str, b: str) -> bool:
+    """Whether two arms' flags train one update: the same ``shared_flags`` but for how the global batch is split
+    (``--nproc``, ``--grad-accum``: ranks or micro-batches) and a closing ``(…)`` note; the caller compares the batch."""
+    def update(flags: str) -> str:
+        return re.sub(r"\s*--(nproc|grad-accum) \d+|\s*\(.*\)$", "", shared_flags(flags)).strip()
+    return update(a) == update(b)
 
 
 def repeats(root: str | Path, gpus: list[str], flags: str, target: float) -> pd.DataFrame:
-    """Every 64³ A/B arm of the recipe ``flags`` on any seed (``unseeded``): its run, seed, whether it was declared,
+    """Every 64³ A/B arm of the recipe ``flags`` on any seed (``shared_flags``): its run, seed, whether it was declared,
     and its ``records`` row against ``target``; so a record is read beside the same recipe on other seeds."""
     rows = []
     for gpu, run, m in ab_runs(root, gpus):
         rec = records(curves(run, m), target)
-        for _, r in rec[rec["flags"].map(unseeded) == unseeded(_decimal(flags))].iterrows():
+        for _, r in rec[rec["flags"].map(shared_flags) == shared_flags(_decimal(flags))].iterrows():
             rows.append({**r, "seed": manifests.seed(r["flags"]), "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     return pd.DataFrame(rows).sort_values("seed").reset_index(drop=True) if rows else pd.DataFrame(
         columns=["arm", "seed", "declared", "step at target", "wall at target (s)", "run"])
@@ -335,7 +345,7 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     arm's ``manifests.global_batch``), most GPUs first: each its GPU folder, run folder and manifest, its arm's name,
     that arm's ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder, so the
     paper recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``), the target,
-    and under ``seeds`` the same for the older runs there of the same command on other seeds (``unseeded``)."""
+    and under ``seeds`` the same for the older runs there of the same command on other seeds (``shared_flags``)."""
     found: dict[tuple[int, int], list[tuple[str, Path, dict]]] = {}
     for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):  # newest first
         (spec,) = m["arms"].values()
@@ -352,7 +362,7 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
                 "records": records, "wall": manifests.stage_seconds(run, *spec["stamps"])}
 
     def command(m: dict) -> str:
-        return unseeded(next(iter(m["arms"].values()))["flags"])
+        return shared_flags(next(iter(m["arms"].values()))["flags"])
 
     return [{**one(*key_runs[0]), "seeds": [one(*r) for r in key_runs[1:] if command(r[2]) == command(key_runs[0][2])]}
             for _, key_runs in sorted(found.items(), reverse=True)]
@@ -407,15 +417,25 @@ def record_128(records: pd.DataFrame, gpus: int) -> pd.Series:
 def records_128(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
     """The modded-nanogpt-style record table at the paper's size on ``gpus`` GPUs: in date order (chapter 14's
     undated runs first, a day's runs slowest first), each ``big_records`` run that reached the target sooner than every
-    run before it (``_reached``)."""
-    cols = ["date", "change", "minutes to target", "steps to target", "GPUs", "run"]
+    run before it (``_reached``); a day's runs of one change (its seeds) are one row, their fastest, with how many
+    reached the target (``seeds``)."""
+    cols = ["date", "change", "minutes to target", "steps to target", "seeds", "GPUs", "run"]
+    mine = _reached(records, gpus)
+    seeds = mine.groupby(["date", "recipe"])["run"].transform("size")
+    mine = mine.assign(seeds=seeds).sort_values("to target").drop_duplicates(["date", "recipe"])
     rows, best = [], float("inf")
-    for _, r in _reached(records, gpus).sort_values(["date", "to target"], ascending=[True, False]).iterrows():
+    for _, r in mine.sort_values(["date", "to target"], ascending=[True, False]).iterrows():
         if r["to target"] < best:
             best = r["to target"]
             rows.append({"date": r["date"], "change": r["recipe"], "minutes to target": best,
-                         "steps to target": int(r["step at target"]), "GPUs": gpus, "run": r["folder"]})
+                         "steps to target": int(r["step at target"]), "seeds": int(r["seeds"]), "GPUs": gpus,
+                         "run": r["folder"]})
     return pd.DataFrame(rows, columns=cols)
+
+
+def judged_128(root: str | Path, gpus: list[str]) -> set[str]:
+    """The 128³ runs whose samples were judged (``samples``: DDPM 250 on the val masks from their ``best.pt``)."""
+    return set(samples(root, gpus, 128)["arm"])
 
 
 def projected_minutes(manifest: dict, steps: float) -> float:
@@ -438,15 +458,17 @@ def _minutes(measured: float, gpus: int, which: int, ok: bool = True) -> tuple[s
     return f"≤ {limit:g} min", measured <= limit and ok
 
 
-def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
-    """``plateau_state``'s rows of one plateau run (``plateaus``)."""
+def _plateau_rows(root: str | Path, gpus: list[str], p: dict, seed: bool = False) -> list[tuple]:
+    """``plateau_state``'s rows of one plateau run (``plateaus``): its time to the target is the fastest run's on its
+    GPUs, or, for another ``seed`` of the newest run's command, its own."""
     from . import anatomy, equivalence
 
     m, name, mine, wall = p["manifest"], p["name"], p["record"], p["wall"]
     n = int(mine["GPUs"])
     on = count(n, "GPU")
     here = f"{p['gpu']}/{p['run'].relative_to(Path(root) / p['gpu'])}"
-    best = record_128(p["records"], n)
+    best = mine if seed else record_128(p["records"], n)
+    which = "this seed" if seed else f"the fastest run on {on}"
     if "emulates" in m:  # a larger global batch on fewer GPUs: minutes projected at the manifest's step, not measured
         k, ms = m["emulates"], m["target"]["projection_ms"]
         projected = [(steps, projected_minutes(m, steps)) for steps in (mine["step at target"], mine["steps"])]
@@ -459,7 +481,7 @@ def _plateau_rows(root: str | Path, gpus: list[str], p: dict) -> list[tuple]:
         rows = [(what, measured, target, ok if ok == "—" else f"projected {'yes' if ok else 'no'}", here)
                 for what, measured, target, ok in rows]
     else:
-        rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target), the fastest run on {on} ({best['recipe']})",
+        rows = [(f"held-out loss ≤ {m['target']['heldout']:g} (the target), {which} ({best['recipe']})",
                  f"{best['wall at target (min)']:.1f} min from `train`'s start, evaluations left out "
                  f"({best['step at target']:,.0f} steps, {best['minutes at target']:.1f} min of steps)",
                  *_minutes(best["wall at target (min)"], n, 0), best["folder"]),
@@ -503,7 +525,8 @@ def plateau_state(root: str | Path, gpus: list[str]) -> pd.DataFrame:
     runs there on other seeds (``plateaus``), against issue 75's targets, each row measured (its time to the target,
     its process wall to the checkpoint, its checkpoint's loss, the anatomy of DDPM 250's samples, the segmentation
     utility and the sampler gate's verdict on the chain), with where it comes from."""
-    rows = [r for p in plateaus(root, gpus) for q in (p, *p["seeds"]) for r in _plateau_rows(root, gpus, q)]
+    rows = [r for p in plateaus(root, gpus) for q, seed in ((p, False), *((q, True) for q in p["seeds"]))
+            for r in _plateau_rows(root, gpus, q, seed)]
     out = pd.DataFrame(rows, columns=["run", "what", "measured", "target", "met", "from"])
     return out.assign(met=out["met"].map(lambda v: {True: "yes", False: "no"}.get(v, v)))
 
