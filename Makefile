@@ -8,7 +8,7 @@ DEMO   ?= _demo
 # pytest-xdist processes of `make test`, a test file each at a time (CI: 2 cores)
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-book chromium render book book-check checked-book nbmake pytest test demo gpu-measure gpu-book clean
+.PHONY: setup setup-book chromium render book book-check checked-book nbmake test demo gpu-measure gpu-book clean
 
 setup: $(STAMP)
 
@@ -51,14 +51,12 @@ nbmake: setup-book
 	$(BIN)/python -c "import jupytext, pathlib, sys; [jupytext.write(jupytext.read(f), f'build/nbmake/{pathlib.Path(f).stem}.ipynb') for f in sys.argv[1:]]" notebooks/[0-9]*.py
 	$(BIN)/python -m pytest --nbmake build/nbmake -p no:cacheprovider
 
-## pytest (TEST_WORKERS processes, one CPU thread each), nbmake and the book with its rendered check, all at once: each
-## notebook runs in a kernel on mostly one core, so beside pytest's workers they use the core time that a run after
-## pytest would leave idle while the book finishes alone.
+## pytest (TEST_WORKERS processes, one CPU thread each), then nbmake beside the book and its rendered check (each
+## executes every chapter in one kernel at a time, mostly on one core: on two cores together they take about the time
+## of the longer one).
 test: setup-book chromium
-	$(MAKE) -j3 --output-sync=target pytest nbmake checked-book
-
-pytest: setup-book
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(MAKE) -j2 --output-sync=target nbmake checked-book
 
 checked-book: book
 	$(MAKE) --no-print-directory book-check
