@@ -92,6 +92,17 @@
 # (used by no earlier run): NPROC=2 GRAD_ACCUM=1 SEED=22 ARMS="muon:6000" EVAL=750 TLIM=1100 JUDGE=0 curriculum128.sh again
 #   (seed 20's run folder removed first; it was collected). Read as seed 20's record, no samples (the budget): the 2-GPU
 #   record on a second seed, so the batch-2 record on 2 GPUs is two seeds; nothing chosen between them.
+# Declared next (issue 75: a second seed at four and at one volume a step), whichever kind is lent; a 4-GPU kind runs
+# plateau128.sh's declaration first:
+#   2 × H200: NPROC=2 GRAD_ACCUM=2 SEED=23 ARMS="muon:4500" AB64=0 FILL_PATCH=0 EVAL=750 TLIM=1100 JUDGE=1 UTILITY=0
+#     curriculum128.sh load|start|wait|collect: batch4-128's update (global batch 4) as 2 ranks of 2 micro-batches, seed
+#     23 (used by no earlier run); best.pt sampled by DDPM 250 on the 16 val masks × seeds 0–2 as batch4-128's;
+#   one H200: NPROC=1 GRAD_ACCUM=1 SEED=24 ARMS="muon:12000" AB64=0 FILL_PATCH=0 EVAL=1500 TLIM=950 JUDGE=1 UTILITY=0
+#     curriculum128.sh load|start|wait|collect: default-128's command on seed 24 (used by no earlier run).
+#   Read, with no choice among runs (one arm each), beside the earlier seed of the same update: the step at which the
+#   held-out loss first reaches 0.07671 (batch4-128: 2,250; default-128: 6,000), whether it levels by the book's rule,
+#   its lowest loss against 0.0759, and its samples against chapter 14's targets (background within ±0.05 with a seed
+#   spread ≤ 0.05, W1 at or below the template's, in-brain r ≥ 0.82). Nothing changes train's defaults either way.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
