@@ -201,9 +201,8 @@ def _paper_wall(root: str | Path, gpu: str, steps: int) -> tuple[float, str]:
         for arm, spec in m["arms"].items():
             if "--optimizer" not in spec["flags"] and (run / arm / "timing.csv").exists():
                 timing = pd.read_csv(run / arm / "timing.csv")
-                first = timing.loc[timing["step_from"] == 0, "ms_per_step"].sum() / 1e3
                 ms = steady_ms(timing)
-                return _ready(run / arm / "stdout.txt") + first + steps * ms / 1e3, f"{run.name}/{arm}: {ms:.1f} ms a step"
+                return _ready(run / arm / "stdout.txt") + first_step_s(timing) + steps * ms / 1e3, f"{run.name}/{arm}: {ms:.1f} ms a step"
     return float("nan"), "no Adam arm"
 
 
@@ -294,6 +293,13 @@ def steady_ms(timing: pd.DataFrame, first: int = 1, last: float = float("inf")) 
     default every interval after the first step, as ``train`` prints it), so that minutes of steps compare runs whatever
     their start-up, evaluations and stalls."""
     return float(timing.loc[(timing["step_from"] >= first) & (timing["step_to"] <= last), "ms_per_step"].median())
+
+
+def first_step_s(timing: pd.DataFrame) -> float:
+    """How long a run's first step took in s: ``timing.csv``'s interval from step 0 (compilation, autotuning, the CUDA
+    graph's capture); NaN where it kept none."""
+    first = timing.loc[timing["step_from"] == 0, "ms_per_step"]
+    return float(first.iloc[0]) / 1e3 if len(first) else float("nan")
 
 
 def step_minutes(steps: pd.Series, timing: pd.DataFrame, patch_steps: int = 0) -> tuple[pd.Series, float]:

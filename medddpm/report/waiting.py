@@ -18,6 +18,7 @@ from ..diffusion.solvers import CANDIDATE, FEW_STEP, REFERENCE, denoiser_calls
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .anatomy import train_folder
 from .present import gpu_name
+from .recipe import first_step_s
 from . import history as chapter_history, manifests
 from .tables import results_csv
 from .wording import missing
@@ -184,12 +185,10 @@ def where(row: pd.Series) -> str:
 
 
 def _first_step(timing: Path) -> str:
-    """How long a `train` row's first step took, from the ``timing.csv`` its run kept beside its rows (``step_from`` 0:
-    the first step's milliseconds), for a row written before its timing line was; "" without one."""
-    if not timing.exists():
-        return ""
-    first = pd.read_csv(timing).query("step_from == 0")["ms_per_step"]
-    return f"its first step {first.iloc[0] / 1e3:.1f} s ({timing.name})" if len(first) else ""
+    """How long a `train` row's first step took, from the ``timing.csv`` its run kept beside its rows
+    (``recipe.first_step_s``), for a row written before its timing line was; "" without one."""
+    first = first_step_s(pd.read_csv(timing)) if timing.exists() else float("nan")
+    return "" if pd.isna(first) else f"its first step {first:.1f} s ({timing.name})"
 
 
 def state(root: Path, gpus: list[str]) -> pd.DataFrame:
