@@ -266,6 +266,7 @@ def test_a_measured_multi_gpu_plateau_reads_its_seeds_and_checks_the_projection_
     _plateau(tmp_path, "e4", "2026-01-04", 1, "--nproc 1 --grad-accum 4", [0.5, 0.079, 0.0785, 0.0784], 0.24, emulates=4)
     found = {p["name"]: p for p in recipe.plateaus(tmp_path, ["h200"])}
     assert [q["name"] for q in found["v-b-128"]["seeds"]] == ["v-a-128"]  # a's snapshots do not make it another command
+    assert found["v-e2-128"]["measured"]["name"] == "v-b-128" and found["v-e4-128"]["measured"] is None
     state = recipe.plateau_state(tmp_path, ["h200"])
     a = state.query("run == 'v-a-128'").reset_index(drop=True)
     assert a["met"].tolist() == ["yes", "yes", "yes"]  # judged beside b, not dropped

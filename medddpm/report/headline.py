@@ -162,16 +162,11 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     store has no such run or no arm got there."""
     from . import recipe
 
-    out, found = [], recipe.plateaus(root, gpus)
-    measured = {(int(p["record"]["GPUs"]), int(p["record"]["global batch"])): p for p in found if "emulates" not in p["manifest"]}
-    for p in found:
+    out = []
+    for p in recipe.plateaus(root, gpus):
         mine, runs = p["record"], p["records"]
         if "emulates" in p["manifest"]:
-            m, k = p["manifest"], p["manifest"]["emulates"]
-            there = measured.get((k, int(mine["global batch"])))
-            if there is not None and not recipe.same_update(m["arms"][p["name"]]["flags"],
-                                                            there["manifest"]["arms"][there["name"]]["flags"]):
-                there = None  # another recipe on those GPUs measures nothing of this projection
+            m, k, there = p["manifest"], p["manifest"]["emulates"], p["measured"]
             check = (f"a projection; on {k} × {gpu_name(there['gpu'])} the same update took "
                      f"{there['record']['step at target']:,.0f} steps, {there['record']['minutes at target']:.1f} min of "
                      f"steps at {there['record']['ms a step']:.1f} ms" if there is not None
@@ -199,7 +194,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         best = recipe.record_128(runs, int(mine["GPUs"]))
         ours = {p["name"], *(q["name"] for q in p["seeds"])}  # this command's seeds, told on its own line
         if best.name not in ours and best["wall at target (min)"] < mine["wall at target (min)"]:
-            judged = "its samples judged" if best.name in recipe.judged_128(root, gpus) else "its samples not yet judged"
+            judged = "its samples judged" if best.name in set(recipe.samples(root, gpus, 128)["arm"]) else "its samples not yet judged"
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
                        f"({recipe.provenance(best)}; {judged}) — {ch('17', '17_time_to_trained')}.")

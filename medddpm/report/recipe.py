@@ -351,7 +351,8 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     arm's ``manifests.global_batch``), most GPUs first: each its GPU folder, run folder and manifest, its arm's name,
     that arm's ``big_records`` row against the manifest's target (every 128³ run read, on whatever GPU folder, so the
     paper recipe's compare), the process's wall seconds to its checkpoint (``manifests.stage_seconds``), the target,
-    and under ``seeds`` the same for the older runs there of the same command on other seeds (``shared_flags``)."""
+    under ``seeds`` the same for the older runs there of the same command on other seeds (``shared_flags``), and for a
+    run that ``emulates`` more GPUs, under ``measured`` the run of its update on that many (``same_update``; None)."""
     found: dict[tuple[int, int], list[tuple[str, Path, dict]]] = {}
     for gpu, run, m in manifests.runs(root, manifests.PLATEAU, gpus):  # newest first
         (spec,) = m["arms"].values()
@@ -370,8 +371,18 @@ def plateaus(root: str | Path, gpus: list[str]) -> list[dict]:
     def command(m: dict) -> str:
         return shared_flags(next(iter(m["arms"].values()))["flags"])
 
-    return [{**one(*key_runs[0]), "seeds": [one(*r) for r in key_runs[1:] if command(r[2]) == command(key_runs[0][2])]}
-            for _, key_runs in sorted(found.items(), reverse=True)]
+    out = [{**one(*key_runs[0]), "seeds": [one(*r) for r in key_runs[1:] if command(r[2]) == command(key_runs[0][2])]}
+           for _, key_runs in sorted(found.items(), reverse=True)]
+
+    def flags(p: dict) -> str:
+        return p["manifest"]["arms"][p["name"]]["flags"]
+
+    for p in out:
+        k = p["manifest"].get("emulates")
+        p["measured"] = next((q for q in out if k and "emulates" not in q["manifest"] and int(q["record"]["GPUs"]) == k
+                              and q["record"]["global batch"] == p["record"]["global batch"]
+                              and same_update(flags(p), flags(q))), None)
+    return out
 
 
 def plateau_target(root: str | Path, gpus: list[str]) -> float:
@@ -437,11 +448,6 @@ def records_128(records: pd.DataFrame, gpus: int) -> pd.DataFrame:
                          "steps to target": int(r["step at target"]), "seeds": int(r["seeds"]), "GPUs": gpus,
                          "run": r["folder"]})
     return pd.DataFrame(rows, columns=cols)
-
-
-def judged_128(root: str | Path, gpus: list[str]) -> set[str]:
-    """The 128³ runs whose samples were judged (``samples``: DDPM 250 on the val masks from their ``best.pt``)."""
-    return set(samples(root, gpus, 128)["arm"])
 
 
 def projected_minutes(manifest: dict, steps: float) -> float:
