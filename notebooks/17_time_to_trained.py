@@ -29,7 +29,7 @@
 # `train`'s default recipe (`--recipe muon`, `medddpm/core/config.py`'s `RECIPES`) is the 64³ A/B's winner among Adam
 # recipes (`--recipe cosine`) with Muon for the hidden weight matrices: ahead of Adam at 64³ and at 128³, with samples
 # judged at both sizes (below). `--recipe paper` is Med-DDPM's. The 128³ run on 4 GPUs trained `cosine`; the default ran
-# to its end on one GPU at 1, 2 and 4 volumes a step (2 and 4 GPUs' minutes projected) and on 2 GPUs, one volume each.
+# to its end on one GPU at 1, 2 and 4 volumes a step (2 and 4 GPUs' minutes projected) and on 2 GPUs at 1 and 2 each.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # None: <repo>/data/results
@@ -164,37 +164,37 @@ else:
 # - Min-SNR-γ 5 (Hang et al. 2023) trains a model the judge scores far worse: its weights move the loss away from
 #   the high-SNR timesteps, where the L1 on ε is largest;
 # - a peak rate of 4 × 10⁻⁴ or more breaks training (a loss that stops falling), at 64³ and a global batch of 1;
-# - seeds move the final loss by about the gap between the best arms: two seeds are not enough to rank them.
+# - seeds move the final loss as much as the gap between the best arms (or `b99`'s β₂): two seeds do not rank them.
 #
 # At 128³ the same recipe, untuned there, reaches the 4-GPU target in fewer steps than Med-DDPM's. **The patch
 # curriculum** (Patch Diffusion, Wang et al. 2023; `train --patch-size --patch-steps`, {doc}`../usage`) saves
 # milliseconds: its first steps train on random 64³ cubes of each volume and its mask, then whole volumes finish the
 # cosine. Its arms reach the 4-GPU target inside the target's minutes, where the recipe alone, given about the same
 # clock (`short-4000`), ends far above it. At 64³ (32³ cubes) it only ties the default at the same clock: a 64³ step is
-# bound by more than its voxels. Adam's β₂ of 0.99 (`b99`) moves the final loss by less than the seeds do.
+# bound by more than its voxels.
 #
 # **A larger batch** (`train --batch`, the rate scaled with it: `batch-64`) puts more volumes through the under-used 64³
 # step, but each teaches less: at about the same clock batch 2 ends level with batch 1 and batch 4 above it.
 #
 # **Muon** (`--optimizer muon`, {doc}`../usage`) changes the update: each hidden weight matrix takes an orthogonalized
-# momentum step at Adam's update size, at the same rate and schedule. At 64³ its held-out loss runs below Adam's from the
-# first evaluation and every Muon arm reached the target in fewer steps than any Adam arm; a long schedule then fits the
-# training subjects (the 12,000- and 8,000-step arms climb back). The 6,000-step schedule was added after reading
-# `muon-64`, then declared on two more seeds (`muon2-64`) and from a warm Muon cache (`muon3-64`); it reached the target
-# each time. Its step costs more than Adam's (Newton–Schulz: the 128³ step table). At 128³ on one H200, `muon-128`
-# (declared) ran below Adam at every evaluation, and `judge-128` (declared) sampled a Muon and an Adam checkpoint of
-# 4,000 steps each: Muon's samples lose nothing against Adam's, so Muon became `train`'s default. They vary less between
-# seeds than Adam's (a measure the rule left out). Run to its end on one H200 (`default-128`, declared, a fresh seed),
-# the default reached the target in fewer steps than the 4-GPU runs at a quarter of their batch, then fitted the training
-# subjects after its lowest loss (the first table). At their batch (`batch4-128`, declared: 4 micro-batches a step) it
-# needed fewer steps still, and fitted sooner; at `train`'s own two (`readme-128` and, on a fresh seed, `readme2-128`,
-# both declared: the README's line as it runs) steps between the two. On 2 × H200, a volume each (`ddp2-128`, declared;
-# `ddp2s22-128`, seed 22), it reached the target at the same evaluation: the projection held.
+# momentum step at Adam's update size, at the same rate and schedule. At 64³ its held-out loss runs below Adam's from
+# the first evaluation and every Muon arm reached the target in fewer steps than any Adam arm; a long schedule then fits
+# the training subjects (the longer arms climb back). The 6,000-step schedule was added after reading `muon-64`, then
+# declared on two more seeds (`muon2-64`) and from a warm Muon cache (`muon3-64`); it reached the target each time. Its
+# step costs more than Adam's (Newton–Schulz: the 128³ step table). On one H200 at 128³, `muon-128` (declared) ran below
+# Adam at every evaluation, and `judge-128` (declared) sampled a Muon and an Adam checkpoint of 4,000 steps each: Muon's
+# samples lose nothing against Adam's, so Muon became `train`'s default. Run to its end on one H200 (`default-128`,
+# declared, a fresh seed), the default reached the target in fewer steps than the 4-GPU runs at a quarter of their
+# batch, then fitted the training subjects after its lowest loss (the first table). At their batch (`batch4-128`,
+# declared: 4 micro-batches a step) it needed fewer steps still, and fitted sooner; at `train`'s own two (`readme-128`
+# and, on a fresh seed, `readme2-128`, both declared: the README's line as it runs) steps between the two. On 2 × H200,
+# a volume each (`ddp2-128`, declared; `ddp2s22-128`, seed 22), it reached the target at the same evaluation: the
+# projection held. Two volumes each (`ddp2b4-128`, declared, seed 23) took `batch4-128`'s steps at twice the step.
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024) on `judge-128`'s Muon run: its tracked widths end
 # below the run's EMA, the rebuilt ones above it, from a fit whose weights need not sum to 1 (constrained since). Its
 # candidate, σ_rel 0.10, judged on `default-128` by the fixed fit, ended below that run's EMA by less than the declared
 # 0.0005 (the post-hoc table): not confirmed, so `train` keeps its EMA.
 #
-# **Not yet measured**: the default on 4 GPUs (declared: `plateau128.sh`), a second seed at one and four volumes a step,
-# the curriculum's samples, the second 2-GPU seed's, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³, an H200).
+# **Not yet measured**: the default on 4 GPUs (declared: `plateau128.sh`), a second seed at one volume a step, the
+# curriculum's samples, `ddp2s22-128`'s, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³, an H200).

@@ -281,6 +281,18 @@ def test_a_measured_multi_gpu_plateau_reads_its_seeds_and_checks_the_projection_
     (b,) = [line for line in lines if "on ixi (2 × h200" in line.lower()]  # the GPU's name, registered or not
     assert "(seed 2; the same command on seed 1: 3,000 steps, 3.0 min, lowest 0.0789)" in b
     assert not any(line.startswith("- Fastest to that loss at 128³ (2 GPUs)") for line in lines)  # a is b's seed
+    # the same GPUs at two volumes each (global batch 4, slower to the target): its rows time itself, and the fastest
+    # run on those GPUs, told on a line of its own already, is not told again as faster
+    _plateau(tmp_path, "b4", "2026-01-05", 2, "--nproc 2 --grad-accum 2 --steps 4500 --seed 3",
+             [0.5, 0.085, 0.0790, 0.0789], 0.1)
+    assert [p["name"] for p in recipe.plateaus(tmp_path, ["h200"])] == ["v-four-128", "v-b4-128", "v-b-128", "v-e4-128",
+                                                                          "v-e2-128"]
+    b4 = recipe.plateau_state(tmp_path, ["h200"]).query("run == 'v-b4-128'").reset_index(drop=True)
+    assert "this run" in b4.loc[0, "what"] and b4.loc[0, "from"] == "h200/recipe/b4-2026/v-b4-128"
+    assert b4.loc[0, "measured"].startswith("5.5 min")  # 3,000 steps × 0.1 s + 30 s ready: its own, not a's 3.0
+    lines = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
+    assert sum("on IXI (2 × " in line for line in lines) == 2
+    assert not any(line.startswith("- Fastest to that loss at 128³ (2 GPUs)") for line in lines)
 
 
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):

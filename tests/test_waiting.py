@@ -166,9 +166,10 @@ def test_where_time_to_result_stands_takes_each_row_from_the_newest_run_of_the_n
     folder.mkdir(parents=True)
     pd.DataFrame([{"command": "sample --masks m", "sampler": "ddpm", "volumes": 1, "cache": "warm", "wall_s": w, "rc": 0,
                    "ready_s": 2.0 + k, "first_volume_s": w - 0.5} for k, w in enumerate((8.0, 9.0, 30.0))]
-                 + [{"command": "train --steps 100", "volumes": 100, "cache": c, "wall_s": w, "rc": 0, "ready_s": r,
-                     "first_step_s": f} for c, w, r, f in (("cold", 140.0, None, None), ("warm", 40.0, 11.0, 9.5))]
-                 ).to_csv(folder / "time_to_result.csv", index=False)
+                 + [{"command": f"train --steps 100{extra}", "volumes": 100, "cache": c, "wall_s": w, "rc": 0, "ready_s": r,
+                     "first_step_s": f} for c, w, r, f, extra in (("cold", 140.0, None, None, ""), ("warm", 40.0, 11.0, 9.5, ""),
+                                                                  ("warm", 35.0, 10.0, 8.0, " --optimizer adam"))]
+                 ).to_csv(folder / "time_to_result.csv", index=False)  # last, an A/B arm beside train's defaults
     pd.DataFrame({"step_from": [0, 1], "step_to": [1, 100], "ms_per_step": [120_000.0, 100.0]}).to_csv(
         folder / "timing128-cold.csv", index=False)
     (folder / "run.json").write_text(json.dumps({"kind": "sample-rows", "name": "default-rows", "date": "2026-01-03",
@@ -178,3 +179,4 @@ def test_where_time_to_result_stands_takes_each_row_from_the_newest_run_of_the_n
     trains = s[s.index.str.startswith("`train")]
     assert list(trains["where"]) == ["ready at 11.0 s, its first step 9.5 s",
                                      "its first step 120.0 s (timing128-cold.csv)"]  # warm first, then cold
+    assert list(trains["today (s)"]) == [40.0, 140.0]  # train's defaults, not the --optimizer arm after them

@@ -162,8 +162,9 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     store has no such run or no arm got there."""
     from . import recipe
 
-    out = []
-    for p in recipe.plateaus(root, gpus):
+    out, found = [], recipe.plateaus(root, gpus)
+    told = {q["name"] for p in found for q in (p, *p["seeds"])}  # each run with a line of its own
+    for p in found:
         mine, runs = p["record"], p["records"]
         if "emulates" in p["manifest"]:
             m, k, there = p["manifest"], p["manifest"]["emulates"], p["measured"]
@@ -192,8 +193,7 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                    f"steps, {mine['wall at target (min)']:.1f} min from its start less the evaluations, "
                    f"{mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
         best = recipe.record_128(runs, int(mine["GPUs"]))
-        ours = {p["name"], *(q["name"] for q in p["seeds"])}  # this command's seeds, told on its own line
-        if best.name not in ours and best["wall at target (min)"] < mine["wall at target (min)"]:
+        if best.name not in told and best["wall at target (min)"] < mine["wall at target (min)"]:
             judged = "its samples judged" if best.name in set(recipe.samples(root, gpus, 128)["arm"]) else "its samples not yet judged"
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "

@@ -73,7 +73,8 @@ def stage_seconds(run: Path, start: str, end: str) -> float:
 DATED = re.compile(r"^(?P<name>.+)-(?P<date>20\d\d-\d\d-\d\d)$")  # a run kept apart: content, then date
 PLATEAU = "recipe-plateau"  # a run to its plateau at the paper's size (scripts/probes/plateau128.sh, curriculum128.sh)
 KINDS = {  # the kind of measurement a dated run folder holds, by its content name (the chapters' vocabulary)
-    "sample-rows": ("default-rows", "after-cut", "v-default-chain", "ddpm-default", "ddpm-default-two-gpu-host",
+    "sample-rows": ("default-rows", "default-rows-adam", "after-cut", "v-default-chain", "ddpm-default",
+                    "ddpm-default-two-gpu-host",
                     "warmup-every-config", "beside-training", "beside-training-ddpm-default", "ddpm-v-default"),
     "sample-ab": ("own-gpu-ranks", "fused-residual", "small-job", "small-job-precompile", "process-pool-tried",
                   "triton-key-h200-host", "triton-keys", "start-up-tried", "start-up-cut", "sample-overlap"),
@@ -83,12 +84,13 @@ KINDS = {  # the kind of measurement a dated run folder holds, by its content na
                     "clocks"),
     "gpu-book": ("gpu-book",),
     "recipe-ab": ("ab-64", "patch-128", "batch-64", "muon-64", "muon2-64", "muon3-64", "muon-128", "judge-128"),
-    "recipe-plateau": ("plateau-128", "default-128", "batch4-128", "readme-128", "readme2-128", "ddp2-128", "ddp2s22-128"),
+    "recipe-plateau": ("plateau-128", "default-128", "batch4-128", "readme-128", "readme2-128", "ddp2-128", "ddp2s22-128",
+                       "ddp2b4-128"),
     "recipe-probe": ("curriculum-128",),
     "gpu-tests": ("gpu-tests",),
 }
-SUPERSEDING = {"sample-rows": ("after-cut", "default-rows")}  # a kind's current rows: each newer run of these names
-# supersedes the one before it on the same GPU
+SUPERSEDING = {"sample-rows": ("after-cut", "default-rows", "default-rows-adam")}  # a kind's current rows: each newer
+# run of these names supersedes the one before it on the same GPU
 
 
 def kind_of(name: str) -> str:

@@ -472,15 +472,17 @@ def _minutes(measured: float, gpus: int, which: int, ok: bool = True) -> tuple[s
 
 def _plateau_rows(root: str | Path, gpus: list[str], p: dict, seed: bool = False) -> list[tuple]:
     """``plateau_state``'s rows of one plateau run (``plateaus``): its time to the target is the fastest run's on its
-    GPUs, or, for another ``seed`` of the newest run's command, its own."""
+    GPUs (one volume a GPU: ``record_128``), or its own for another ``seed`` of the newest run's command and for a run
+    of more volumes a GPU."""
     from . import anatomy, equivalence
 
     m, name, mine, wall = p["manifest"], p["name"], p["record"], p["wall"]
     n = int(mine["GPUs"])
     on = count(n, "GPU")
     here = f"{p['gpu']}/{p['run'].relative_to(Path(root) / p['gpu'])}"
-    best = mine if seed else record_128(p["records"], n)
-    which = "this seed" if seed else f"the fastest run on {on}"
+    own = seed or int(mine["global batch"]) != n
+    best = mine if own else record_128(p["records"], n)
+    which = ("this seed" if seed else "this run") if own else f"the fastest run on {on}"
     if "emulates" in m:  # a larger global batch on fewer GPUs: minutes projected at the manifest's step, not measured
         k, ms = m["emulates"], m["target"]["projection_ms"]
         projected = [(steps, projected_minutes(m, steps)) for steps in (mine["step at target"], mine["steps"])]

@@ -218,7 +218,8 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
                     break
         for cache in ("warm", "cold"):
             for run, raw in found:
-                t = raw[raw["command"].str.startswith("train ") & (raw["cache"] == cache)]
+                t = raw[raw["command"].str.startswith("train ") & ~raw["command"].str.contains(" --optimizer ")
+                        & (raw["cache"] == cache)]  # train's defaults: an --optimizer arm is an A/B beside them
                 if len(t):
                     rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³ (`train`'s defaults of the run's date), {cache} cache",
                                  "today (s)": t["wall_s"].iloc[-1], "target (s)": None, "met": "",

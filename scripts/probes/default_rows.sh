@@ -7,6 +7,7 @@
 # Declared next (issue 75: where Muon's first step goes; at 2026-11-29 its cold 100 steps took 147.5 s against Adam's
 # 102.1 s the day before): END=570 ADAM=1 on a fresh H200, in one call. Read: each train row's first step (its
 # `where`) under the default and under --optimizer adam, cold and warm, on one machine; no decision rides on it.
+# Ran as time_to_result/default-rows-adam-2026-11-29.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 R=$PWD; W=/tmp/w; O=$OUT; rm -rf $W; mkdir -p $W $O
