@@ -12,17 +12,18 @@ TEST_WORKERS ?= 2
 
 setup: $(STAMP)
 
+## PyTorch's build for this machine, then the package with its extras: by uv where it can be had, else pip
+## (scripts/install_torch.py)
 $(STAMP): pyproject.toml scripts/install_torch.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python scripts/install_torch.py
-	$(BIN)/python -m pip install --quiet -e ".[test,plot]"
+	$(BIN)/python scripts/install_torch.py test,plot
 	touch $(STAMP)
 
 setup-book: $(BOOK_STAMP)
 
 $(BOOK_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[test,plot,book]"
+	$(BIN)/python scripts/install_torch.py test,plot,book
 	touch $(BOOK_STAMP)
 
 ## Headless Chromium for the rendered-book check (Debian's package; installed when missing).
