@@ -12,7 +12,7 @@ into this Python; a fresh set-up in a fraction of pip's time), reading pip's own
 indexes, wheel folders, constraints and certificate) and taking the best version across them as pip does; pip
 installs them where uv cannot be had or fails. ``MEDDDPM_PIP=1`` keeps to pip.
 
-Usage: python scripts/install_torch.py [EXTRAS]   (e.g. test,plot; override with TORCH_SPEC, e.g. TORCH_SPEC="torch==2.11.*")
+Usage: python scripts/install_torch.py [EXTRAS]   (EXTRAS e.g. test,plot; TORCH_SPEC overrides, e.g. "torch==2.11.*")
 """
 from __future__ import annotations
 
@@ -94,6 +94,7 @@ def uv_command(args: list[str], cfg: dict[str, list[str]]) -> list[str] | None:
     if not have and subprocess.run(PIP + ["install", "--quiet", "uv"], capture_output=True).returncode != 0:
         return None
     cmd = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", sys.executable,
+           "--compile-bytecode",  # as pip does: where PYTHONDONTWRITEBYTECODE is set, every process would compile torch
            "--index-strategy", "unsafe-best-match"]  # pip's rule: the best version on any index
     cmd += [a for url in cfg.get("index-url", [])[:1] if "--index-url" not in args for a in ("--index-url", url)]
     cmd += [a for url in cfg.get("extra-index-url", []) for a in ("--extra-index-url", url)]

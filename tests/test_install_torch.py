@@ -43,6 +43,7 @@ def test_pips_configuration_becomes_uvs_flags(monkeypatch):
     assert "--index-strategy unsafe-best-match" in flags and "--index-url https://mirror/simple" in flags
     assert "--extra-index-url file:///a/simple --extra-index-url file:///b/simple" in flags
     assert "--find-links /wheels" in flags and "--constraint /etc/caps.txt" in flags and cmd[-1] == "torch"
+    assert "--compile-bytecode" in cmd  # where PYTHONDONTWRITEBYTECODE is set, no process writes .pyc of its own
     own = install_torch.uv_command(["--index-url", "https://download.pytorch.org/whl/cpu", "torch"], cfg)
     assert own.count("--index-url") == 1 and "https://mirror/simple" not in own  # PyTorch's index, not pip's
     monkeypatch.setenv("MEDDDPM_PIP", "1")
