@@ -56,6 +56,7 @@ nbmake: setup-book
 ## executes every chapter in one kernel at a time, mostly on one core: on two cores together they take about the time
 ## of the longer one).
 test: setup-book chromium
+	$(BIN)/python -m compileall -q medddpm  # once: where PYTHONDONTWRITEBYTECODE is set each process would compile it
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) -j2 --output-sync=target nbmake checked-book
 

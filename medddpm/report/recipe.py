@@ -2,6 +2,7 @@
 arm's held-out loss against the training clock, and its time to the target the manifest fixes."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -37,7 +38,16 @@ def _ready(stdout: Path) -> float:
 def ema_curve(folder: Path) -> pd.DataFrame:
     """A run's held-out loss of the EMA weights per evaluated step (mean over subjects and t), with its training clock
     (``seconds``; NaN in runs that kept none)."""
-    h = pd.read_csv(folder / "heldout.csv").query("weights == 'ema'")
+    path = Path(folder) / "heldout.csv"
+    stat = path.stat()
+    return _ema_curve(str(path.resolve()), stat.st_mtime_ns, stat.st_size).copy()
+
+
+@functools.lru_cache(maxsize=512)
+def _ema_curve(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    """``ema_curve`` of one file as it is (its modification time and size in the key): a chapter reads each run's
+    table many times."""
+    h = pd.read_csv(path).query("weights == 'ema'")
     if "seconds" not in h:
         h = h.assign(seconds=float("nan"))
     return h.groupby("step", as_index=False).agg(loss=("loss", "mean"), seconds=("seconds", "first"))
