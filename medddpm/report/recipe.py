@@ -559,6 +559,12 @@ RECIPE_FLAGS = {"--lr", "--lr-warmup", "--lr-decay", "--lr-final", "--min-snr-ga
                 "--adam-betas", "--patch-size", "--patch-steps", "--batch", "--recipe"}  # train's flags that change a recipe
 
 
+def by_default(command: str) -> bool:
+    """Whether a ``train`` command ran the default recipe of its day: it gives none of ``RECIPE_FLAGS`` and no
+    ``--optimizer`` (a timed row keeps its command, not the recipe that command resolved to)."""
+    return not (RECIPE_FLAGS | {"--optimizer"}) & set(command.split())
+
+
 def runs_default(spec: dict) -> bool:
     """Whether a manifest's arm trained ``train``'s default recipe as it is today: its recipe then
     (``recipe_default``) with its ``--optimizer``, if any, has the values of ``DEFAULT_RECIPE``, and no other flag

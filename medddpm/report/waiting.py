@@ -18,7 +18,7 @@ from ..diffusion.solvers import CANDIDATE, FEW_STEP, REFERENCE, denoiser_calls
 from ..profiling.waiting import COLUMNS, SAME_COLUMNS
 from .anatomy import train_folder
 from .present import gpu_name
-from .recipe import first_step_s
+from .recipe import by_default, first_step_s
 from . import history as chapter_history, manifests
 from .tables import results_csv
 from .wording import missing
@@ -218,8 +218,7 @@ def state(root: Path, gpus: list[str]) -> pd.DataFrame:
                     break
         for cache in ("warm", "cold"):
             for run, raw in found:
-                t = raw[raw["command"].str.startswith("train ") & ~raw["command"].str.contains(" --optimizer ")
-                        & (raw["cache"] == cache)]  # train's defaults: an --optimizer arm is an A/B beside them
+                t = raw[raw["command"].str.startswith("train ") & raw["command"].map(by_default) & (raw["cache"] == cache)]
                 if len(t):
                     rows.append({"GPU": gpu_name(g), "what": f"`train --config fast`, first 100 steps at 128³ (`train`'s defaults of the run's date), {cache} cache",
                                  "today (s)": t["wall_s"].iloc[-1], "target (s)": None, "met": "",
