@@ -85,7 +85,7 @@ KINDS = {  # the kind of measurement a dated run folder holds, by its content na
     "gpu-book": ("gpu-book",),
     "recipe-ab": ("ab-64", "patch-128", "batch-64", "muon-64", "muon2-64", "muon3-64", "muon-128", "judge-128"),
     "recipe-plateau": ("plateau-128", "default-128", "batch4-128", "readme-128", "readme2-128", "ddp2-128", "ddp2s22-128",
-                       "ddp2b4-128"),
+                       "ddp2b4-128", "default2-128"),
     "recipe-probe": ("curriculum-128",),
     "gpu-tests": ("gpu-tests",),
 }

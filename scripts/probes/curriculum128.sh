@@ -103,7 +103,7 @@
 #   held-out loss first reaches 0.07671 (batch4-128: 2,250; default-128: 6,000), whether it levels by the book's rule,
 #   its lowest loss against 0.0759, and its samples against chapter 14's targets (background within ±0.05 with a seed
 #   spread ≤ 0.05, W1 at or below the template's, in-brain r ≥ 0.82). Nothing changes train's defaults either way.
-#   Ran: the 2 × H200 arm, as recipe/ddp2b4-128-2026-11-29; the one-H200 arm (seed 24) stands declared.
+#   Ran: the 2 × H200 arm, as recipe/ddp2b4-128-2026-11-29; the one-H200 arm (seed 24), as recipe/default2-128-2026-11-29.
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
