@@ -85,9 +85,14 @@ def test_the_compile_cache_lives_under_medddpm_cache_and_is_keyed(monkeypatch, t
     assert os.environ["TRITON_CACHE_DIR"] == "/mine"  # the user's own setting wins
 
 
-def test_warmup_runs_once_and_says_what_it_cached(capsys, ixi_checkpoint):
+def test_warmup_runs_once_and_says_what_it_cached(capsys, ixi_checkpoint, monkeypatch):
+    """On a CPU nothing compiled outlives the process: `warmup` says so without sampling (250 calls for nothing)."""
     from medddpm.cli import main
 
+    def sampled(*args, **kwargs):
+        raise AssertionError("warmup sampled a chain whose compiled work no cache would keep")
+
+    monkeypatch.setattr(Sampler, "volumes", sampled)
     assert main(["warmup", "--checkpoint", str(ixi_checkpoint), "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
     assert "warmup: compiling baseline for 16×16×16, batch 1" in err and "nothing to cache" in out

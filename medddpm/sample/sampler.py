@@ -224,11 +224,20 @@ class Sampler:
                spacing: str | None = None, eta: float | None = None) -> Path | None:
         """Compile everything one call of ``batch`` masks runs (on empty masks), so the compile cache
         holds it for the next process (``run.cache``; CUDA graphs live in one process only); returns
-        the cache file (for ``fast-eager``, Triton's folder of its kernels), None where nothing compiles."""
+        the cache file (for ``fast-eager``, Triton's folder of its kernels). Where nothing compiled would
+        outlive the process (a CPU, an eager configuration) it samples nothing and returns None."""
+        kept = self.compile_cache()
+        if kept is None:
+            return None
         empty = torch.full((self.model_cfg.mask_channels, *self.size), -1.0)  # no label anywhere
         jobs = [Job(f"warmup-{k}", empty, Path("."), lambda volume, target: None) for k in range(batch)]
         for _ in self.volumes(jobs, list(range(batch)), sampler, steps, eta, 0, batch, True, spacing):
             pass
+        return kept
+
+    def compile_cache(self) -> Path | None:
+        """Where this sampler's compiled work is kept for the next process: its Mega-Cache file, Triton's folder of
+        its kernels (``fast-eager``), or None where nothing it runs is compiled (a CPU, an eager configuration)."""
         if self.cache_key is not None:
             return cache.artifact(self.cache_key)
         if self.device.type == "cuda" and switched_on(self.knobs, TRITON_KNOBS):  # fast-eager: Triton's own cache
