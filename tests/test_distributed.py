@@ -32,9 +32,11 @@ def medddpm(*args, check=True):
 
 def train_args(phantoms, out, *extra):
     """A tiny model at 8³ (the 16³ phantoms resampled): `fast`'s bf16 3D convolutions on a CPU take about 14× longer
-    at 16³, and these runs test how ranks reduce and agree, not the numerics of a size."""
+    at 16³, and these runs test how ranks reduce and agree, not the numerics of a size. One subject is held out and
+    judged at every step by both weights, so every run also shares the held-out evaluation between its ranks."""
     return ["train", "--images", phantoms / "images", "--masks", phantoms / "masks", "--model", "tiny", "--size", "8",
-            "--out", out, "--quiet", "--save-every", "2", "--ema-start", "1", "--lr", "1e-3", *extra]
+            "--out", out, "--quiet", "--save-every", "2", "--ema-start", "1", "--lr", "1e-3", "--held-out", "1",
+            "--eval-every", "1", "--eval-weights", "both", *extra]
 
 
 def train(phantoms, out, *extra, check=True):
@@ -69,11 +71,6 @@ def runs(phantoms, tmp_path_factory):
         start(*train_args(phantoms, root / "buckets-one", "--steps", "3", "--grad-accum", "2", "--config", "fast")),
         # fast: the network whole and one flat buffer all-reduced in bf16 after the backward
         start(*train_args(phantoms, root / "rbf16", "--steps", "3", "--grad-accum", "1", "--nproc", "2", "--config", "fast")),
-        # the held-out loss at every step, its triples shared between the ranks
-        start(*train_args(phantoms, root / "two-held", "--steps", "2", "--grad-accum", "1", "--nproc", "2",
-                          "--held-out", "1", "--eval-every", "1", "--eval-weights", "both")),
-        start(*train_args(phantoms, root / "one-held", "--steps", "2", "--grad-accum", "2", "--held-out", "1",
-                          "--eval-every", "1", "--eval-weights", "both")),
         # two "machines" on localhost, one rank each, meeting through torchrun's c10d rendezvous
         *two_nodes(phantoms, root / "nodes", "--steps", "3", "--grad-accum", "1"),
     ])
@@ -139,15 +136,16 @@ def test_the_ranks_share_the_held_out_evaluation_and_find_one_processs_losses(ru
     other batches: equal to FP32 rounding)."""
     import pandas as pd
 
-    two, one = (pd.read_csv(runs / r / "heldout.csv") for r in ("two-held", "one-held"))
-    assert len(two) == len(one) == 3 * 2 * 6 and (two["loss"] > 0).all()  # steps 0-2 × model, ema × 6 t
+    two, one = (pd.read_csv(runs / r / "heldout.csv") for r in ("two", "one"))
+    assert len(two) == len(one) == 4 * 2 * 6 and (two["loss"] > 0).all()  # steps 0-3 × model, ema × 6 t
     assert two[["step", "weights", "subject", "t"]].equals(one[["step", "weights", "subject", "t"]])
     np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-5)
-    assert (runs / "two-held" / "best.pt").exists()
+    assert (runs / "two" / "best.pt").exists()
 
 
 def test_rank_zero_alone_writes(runs):
-    assert sorted(p.name for p in (runs / "two").iterdir()) == ["checkpoint.pt", "log.csv", "timing.csv"]
+    assert sorted(p.name for p in (runs / "two").iterdir()) == ["best.pt", "checkpoint.pt", "heldout.csv", "log.csv",
+                                                                 "timing.csv"]
 
 
 def test_resume_with_the_same_ranks_is_exact_and_another_world_is_refused(phantoms, runs, tmp_path, capsys):
