@@ -101,12 +101,28 @@ def test_subpackages_re_export_their_modules_names():
 
 
 def test_the_books_table_readers_import_without_torch():
-    """A chapter that reads the results store's tables (``report.tables``, ``report.quality_tables``) starts
-    without importing PyTorch (about 1.5 s of each chapter's kernel on a 2-core CPU)."""
+    """A chapter that reads the results store's tables (``report.tables``, ``report.quality_tables``, the fast
+    path's, the recipes') starts without importing PyTorch (about 1.5 s of each chapter's kernel on a 2-core CPU);
+    so do the sampler names and defaults (``diffusion.solvers``)."""
     import subprocess
     import sys
 
-    code = ("import sys, medddpm.report.tables, medddpm.report.quality_tables, medddpm.report.plots; "
+    code = ("import sys, medddpm.report.tables, medddpm.report.quality_tables, medddpm.report.plots, "
+            "medddpm.report.fast_tables, medddpm.report.stretch, medddpm.report.recipe, medddpm.diffusion.solvers; "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_sample_package_loads_its_sampler_when_asked():
+    """``from medddpm.sample import Sampler`` (the README's) is the sampler's class, loaded on first use; an unknown
+    name is an AttributeError."""
+    import pytest
+
+    import medddpm.sample
+    from medddpm.sample import Sampler
+    from medddpm.sample.sampler import Sampler as defined
+
+    assert Sampler is defined and set(medddpm.sample.SAMPLER_NAMES) <= set(vars(medddpm.sample.sampler))
+    with pytest.raises(AttributeError):
+        medddpm.sample.Nothing

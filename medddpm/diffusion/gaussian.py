@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.config import DiffusionConfig
-from .solvers import DEFAULT_SPACING, SOLVERS, Plan, check_sampler, denoiser_calls, make_plan, run_plan
+from .solvers import DEFAULT_SPACING, SOLVERS, Plan, check_sampler, denoiser_calls, make_plan
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
 Generators = torch.Generator | Sequence[torch.Generator] | None  # one for the batch, or one per volume
@@ -42,6 +42,40 @@ def _gather(values: Tensor, t: Tensor, like: Tensor) -> Tensor:
     """values[t] reshaped to broadcast over a (N, C, ...) tensor, in its dtype and device."""
     out = values.to(like.device)[t].to(like.dtype)
     return out.reshape(-1, *([1] * (like.ndim - 1)))
+
+
+EpsFn = Callable[[Tensor, Tensor], Tensor]  # ε_θ(x_t, t) of one chain (the mask already bound)
+
+
+def run_plan(plan: Plan, eps_fn: EpsFn, x: Tensor, abar: Sequence[float], noises: Sequence[Tensor] | Callable[[int], Tensor],
+             clip: bool = True, on_step: Callable[[], object] | None = None) -> Tensor:
+    """Run ``plan`` from x_T = ``x``: one denoiser call a step, then the step's linear update. The
+    fresh noise is ``noises[k]`` for the k-th noisy step (or ``noises(k)`` drawn when needed). Only
+    tensor operations with Python-float coefficients: no host synchronisation."""
+    hist: list[Tensor] = []
+    depth = max(len(s.coef_hist) for s in plan.steps)
+    k = 0
+    for step in plan.steps:
+        a, s = math.sqrt(abar[step.t]), math.sqrt(1 - abar[step.t])
+        t = torch.full((x.shape[0],), step.t, device=x.device, dtype=torch.long)
+        eps = eps_fn(x, t).to(x.dtype)
+        x0 = (x - s * eps) / a
+        if clip:
+            x0 = x0.clamp(-1, 1)
+        pred = x0 if plan.predicts == "x0" else ((x - a * x0) / s if clip else eps)
+        hist = [pred, *hist][:depth]
+        new = x * step.coef_x if step.coef_x != 0 else None
+        for w, h in zip(step.coef_hist, hist):
+            new = h * w if new is None else new.add(h, alpha=w)
+        assert new is not None
+        if step.coef_noise != 0:
+            z = noises[k] if not callable(noises) else noises(k)
+            new = new.add(z, alpha=step.coef_noise)
+            k += 1
+        x = new
+        if on_step is not None:
+            on_step()
+    return x
 
 
 class GaussianDiffusion(nn.Module):

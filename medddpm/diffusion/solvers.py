@@ -31,19 +31,18 @@ goes to σ = 0 (x₀ itself, λ = ∞), where only order 1 is defined: it return
 timestep. Order 1 of the ODE solvers is DDIM with η = 0, of the SDE solvers DDIM with η = 1.
 
 A ``Plan`` holds every coefficient as a Python float, computed once in float64 from the schedule,
-so a chain runs with no host synchronisation and can be captured as one CUDA graph
-(``engine.GraphedChain``). ``spacing`` picks the timesteps: uniform in time, in log-SNR, or
-quadratic in time (DDIM §D.2).
+so a chain runs with no host synchronisation (``gaussian.run_plan``) and can be captured as one CUDA
+graph (``engine.GraphedChain``). ``spacing`` picks the timesteps: uniform in time, in log-SNR, or
+quadratic in time (DDIM §D.2). This module is NumPy alone: the sampler names and defaults are read
+without PyTorch.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
-import torch
-from torch import Tensor
 
 SOLVERS = ("dpm1", "dpm1-sde", "dpm2m", "dpm2m-sde", "dpm3m", "dpm3m-sde", "ipndm")  # the few-step samplers of this module
 SAMPLERS = ("ddpm", "ddim", *SOLVERS)  # every sampler GaussianDiffusion.sample takes
@@ -301,37 +300,3 @@ def make_plan(abar: Sequence[float] | np.ndarray, sampler: str, steps: int, spac
             weights = _interpolation_weights(nodes, _moments(h, c, k))
         out.append(Step(t, coef_x, tuple(a_next * w for w in weights), noise))
     return Plan(sampler, spacing, tuple(out), "x0")
-
-
-EpsFn = Callable[[Tensor, Tensor], Tensor]  # ε_θ(x_t, t) of one chain (the mask already bound)
-
-
-def run_plan(plan: Plan, eps_fn: EpsFn, x: Tensor, abar: Sequence[float], noises: Sequence[Tensor] | Callable[[int], Tensor],
-             clip: bool = True, on_step: Callable[[], object] | None = None) -> Tensor:
-    """Run ``plan`` from x_T = ``x``: one denoiser call a step, then the step's linear update. The
-    fresh noise is ``noises[k]`` for the k-th noisy step (or ``noises(k)`` drawn when needed). Only
-    tensor operations with Python-float coefficients: no host synchronisation."""
-    hist: list[Tensor] = []
-    depth = max(len(s.coef_hist) for s in plan.steps)
-    k = 0
-    for step in plan.steps:
-        a, s = math.sqrt(abar[step.t]), math.sqrt(1 - abar[step.t])
-        t = torch.full((x.shape[0],), step.t, device=x.device, dtype=torch.long)
-        eps = eps_fn(x, t).to(x.dtype)
-        x0 = (x - s * eps) / a
-        if clip:
-            x0 = x0.clamp(-1, 1)
-        pred = x0 if plan.predicts == "x0" else ((x - a * x0) / s if clip else eps)
-        hist = [pred, *hist][:depth]
-        new = x * step.coef_x if step.coef_x != 0 else None
-        for w, h in zip(step.coef_hist, hist):
-            new = h * w if new is None else new.add(h, alpha=w)
-        assert new is not None
-        if step.coef_noise != 0:
-            z = noises[k] if not callable(noises) else noises(k)
-            new = new.add(z, alpha=step.coef_noise)
-            k += 1
-        x = new
-        if on_step is not None:
-            on_step()
-    return x

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import KERNEL_VARIANTS
-from ..net.kernels import THIN, TILES
+from ..net.tiles import THIN, Tiles
 from ..profiling import metrics as M
 from ..profiling import store
 from ..profiling.categories import CONV_PASSES, conv_pass
@@ -73,8 +73,8 @@ def layer_costs(root: Path, gpus: list[str], config: str | None = None) -> pd.Da
 def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
     """``fast_path/thin_convs.csv`` (``scripts/probes/thin_conv_probe.py``): per GPU, thin convolution and
     pass of the GPU's newest probe run, cuDNN's autotuned milliseconds beside the Triton kernels'
-    with the package's launch shapes for that pass (``kernels.TILES``; where the run has no such
-    row, its fastest candidate)."""
+    with the package's launch shapes for that pass (the defaults of ``tiles.Tiles``, a GPU's ``kernels.TILES``;
+    where the run has no such row, its fastest candidate)."""
     t = fast_path_csv(root, gpus, "thin_convs")
     if t.empty:
         return t
@@ -86,7 +86,7 @@ def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
     wgrad = tri["pass"].eq("weight gradient")
     for c in (c for c in tri.columns if c.startswith(("conv_", "wgrad_")) or c == "stages"):
         used = wgrad if c.startswith("wgrad_") or c == "stages" else ~wgrad  # the fields of the pass's kernels
-        is_ours &= ~used | (tri[c] == getattr(TILES, c))
+        is_ours &= ~used | (tri[c] == getattr(Tiles(), c))
     tri = pd.concat([tri[is_ours], tri.sort_values("ms")]).drop_duplicates(keys)  # the defaults, else the fastest
     out = t[t["impl"] == "cuDNN"][keys + ["min_mb", "ms"]].merge(tri[keys + ["ms"]], on=keys, suffixes=("_cudnn", "_triton"))
     out["speedup"] = out["ms_cudnn"] / out["ms_triton"]

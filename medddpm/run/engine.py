@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from ..core.config import TRITON_KNOBS, DiffusionConfig, Knobs, ModelConfig, switched_on, ungraphed
 from ..core.errors import InputError
 from ..net import fp8, kernels
-from ..diffusion.gaussian import GaussianDiffusion
-from ..diffusion.solvers import Plan, run_plan
+from ..diffusion.gaussian import GaussianDiffusion, run_plan
+from ..diffusion.solvers import Plan
 from ..net.model import UNet3D, freeze_channel_padding
 from ..core.runtime import benchmark_limit, set_backend_flags, tf32_state
 from . import cache
@@ -226,7 +226,7 @@ class GraphedDenoiser:
 
 
 class GraphedChain:
-    """A few-step solver's whole chain (``solvers.run_plan``: every denoiser call and update)
+    """A few-step solver's whole chain (``gaussian.run_plan``: every denoiser call and update)
     captured as one CUDA graph per (plan, clip, shapes) and replayed (``Knobs.chain_graph``): a
     ``GraphedDenoiser`` of the chain as a function of (mask, x_T, noise…), so a replay computes what
     the eager chain computes from the same numbers, with no host work between steps. At most
