@@ -83,10 +83,10 @@ def thin_convs(root: Path, gpus: list[str]) -> pd.DataFrame:
     keys = ["gpu_slug", "shape", "pass"]
     tri = t[t["impl"] == "Triton"]
     is_ours = pd.Series(True, index=tri.index)
-    wgrad = tri["pass"].eq("weight gradient")
+    wgrad, defaults = tri["pass"].eq("weight gradient"), Tiles()
     for c in (c for c in tri.columns if c.startswith(("conv_", "wgrad_")) or c == "stages"):
         used = wgrad if c.startswith("wgrad_") or c == "stages" else ~wgrad  # the fields of the pass's kernels
-        is_ours &= ~used | (tri[c] == getattr(Tiles(), c))
+        is_ours &= ~used | (tri[c] == getattr(defaults, c))
     tri = pd.concat([tri[is_ours], tri.sort_values("ms")]).drop_duplicates(keys)  # the defaults, else the fastest
     out = t[t["impl"] == "cuDNN"][keys + ["min_mb", "ms"]].merge(tri[keys + ["ms"]], on=keys, suffixes=("_cudnn", "_triton"))
     out["speedup"] = out["ms_cudnn"] / out["ms_triton"]
