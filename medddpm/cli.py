@@ -372,7 +372,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     import time
 
     from .train.checkpoint import BEST, CHECKPOINT
-    from .train.trainer import HELDOUT, Trainer, steady_intervals, timing_line
+    from .train.trainer import HELDOUT, Trainer, steady_line, timing_line
 
     if _launching(a):
         return _launch(a, a.argv)
@@ -420,10 +420,8 @@ def cmd_train(a: argparse.Namespace) -> None:
     if trainer.stopped_early:
         print(f"stopped at step {trainer.step} of {a.steps}: --time-limit {a.time_limit:g} s reached; "
               f"continue with --resume")
-    steady = steady_intervals(trainer.timing())
-    if len(steady):
-        print(f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals "
-              f"after the first; {out / 'timing.csv'})")
+    if steady := steady_line(trainer.timing(), trainer.train_cfg, out / "timing.csv"):
+        print(steady)
     print(timing_line(trainer.phases, ready, a.time_limit))
 
 

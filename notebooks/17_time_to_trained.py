@@ -57,7 +57,6 @@ where = f"{found[0]}/{found[1].relative_to(root / found[0])}" if found else None
 
 # %% [markdown]
 # ## Where it stands
-#
 # 128³, warm cache, the newest plateau run per GPUs and batch, and its seeds: minutes, samples ({doc}`14_anatomy`), gate.
 
 # %% tags=["hide-input"]
@@ -125,7 +124,6 @@ show_table(recipe.default_seeds(root, G, target), f"train's default recipe at 64
 
 # %% [markdown]
 # ## The samples
-#
 # A lower held-out loss does not by itself say that samples keep their anatomy. The arms whose `best.pt` was sampled
 # (DDPM 250, 16 validation masks × 3 seeds, {doc}`14_anatomy`'s measures) beside chapter 14's runs; each optimizer's step:
 
@@ -170,8 +168,10 @@ else:
 # curriculum** (Patch Diffusion, Wang et al. 2023; `train --patch-size --patch-steps`, {doc}`../usage`) saves
 # milliseconds: its first steps train on random 64³ cubes of each volume and its mask, then whole volumes finish the
 # cosine. Its arms reach the 4-GPU target inside the target's minutes, where the recipe alone, given about the same
-# clock (`short-4000`), ends far above it. At 64³ (32³ cubes) it only ties the default at the same clock: a 64³ step is
-# bound by more than its voxels.
+# clock (`short-4000`), ends far above it. With Muon on 2 × H200 (`patch2-128`, declared, two seeds) both reached the
+# target before the default alone; neither levelled in 6,000 steps, both missed in-brain r ≥ 0.82: sooner to the loss,
+# not to a done model. At 64³ (32³ cubes) it only ties the default at the same clock: a 64³ step is bound by more than
+# its voxels.
 #
 # **A larger batch** (`train --batch`, the rate scaled with it: `batch-64`) puts more volumes through the under-used 64³
 # step, but each teaches less: at about the same clock batch 2 ends level with batch 1 and batch 4 above it.
@@ -179,22 +179,22 @@ else:
 # **Muon** (`--optimizer muon`, {doc}`../usage`) changes the update: each hidden weight matrix takes an orthogonalized
 # momentum step at Adam's update size, at the same rate and schedule. At 64³ its held-out loss runs below Adam's from
 # the first evaluation and every Muon arm reached the target in fewer steps than any Adam arm; a long schedule then fits
-# the training subjects. The 6,000-step schedule was added after reading `muon-64`, then declared on two more seeds
-# (`muon2-64`) and from a warm Muon cache (`muon3-64`); it reached the target each time. Its step costs more than Adam's
-# (Newton–Schulz: the 128³ step table). On one H200 at 128³, `muon-128` (declared) ran below Adam at every evaluation,
-# and `judge-128` (declared) sampled a Muon and an Adam checkpoint of 4,000 steps each: Muon's samples lose nothing
-# against Adam's, so Muon became `train`'s default. Run to its end on one H200 (`default-128`, and `default2-128`, both
-# declared, two seeds), the default reached the target in fewer steps than the 4-GPU runs at a quarter of their batch,
-# then fitted the training subjects after its lowest loss (the first table). At their batch (`batch4-128`, declared: 4
-# micro-batches a step) it needed fewer steps still, and fitted sooner; at `train`'s own two (`readme-128` and, on a
-# fresh seed, `readme2-128`, both declared: the README's line as it runs) steps between the two. On 2 × H200, a volume
-# each (`ddp2-128`, declared; `ddp2s22-128`, seed 22), it reached the target at the same evaluation: the projection
-# held. Two volumes each (`ddp2b4-128`, declared, seed 23) took `batch4-128`'s steps at twice the step.
+# the training subjects. The 6,000-step schedule, added after reading `muon-64`, reached the target on two declared
+# seeds (`muon2-64`) and from a warm cache (`muon3-64`). Its step costs more than Adam's (Newton–Schulz; the 128³ step
+# table). On one H200 at 128³, `muon-128` (declared) ran below Adam at every evaluation, and `judge-128` (declared)
+# sampled a Muon and an Adam checkpoint of 4,000 steps each: Muon's samples lost nothing against Adam's, so it became
+# `train`'s default. Run to its end on one H200 (`default-128`, `default2-128`: declared, two seeds), the default
+# reached the target in fewer steps than the 4-GPU runs at a quarter of their batch, then fitted the training subjects
+# (the first table). At their batch (`batch4-128`, declared: 4 micro-batches a step) it needed fewer steps still and
+# fitted sooner; at `train`'s own two (`readme-128`, `readme2-128`: declared, the README's line as it runs) steps
+# between the two. On 2 × H200, a volume each (`ddp2-128`, declared; `ddp2s22-128`, seed 22), it reached the target at
+# the same evaluation: the projection held. Two volumes each (`ddp2b4-128`, declared, seed 23) took `batch4-128`'s steps
+# at twice the step.
 #
 # **The post-hoc EMA** (`train --posthoc-ema`, Karras et al. 2024) on `judge-128`'s Muon run: its tracked widths end
 # below the run's EMA, the rebuilt ones above it, from a fit whose weights need not sum to 1 (constrained since). Its
 # candidate, σ_rel 0.10, judged on `default-128` by the fixed fit, ended below that run's EMA by less than the declared
 # 0.0005 (the post-hoc table): not confirmed, so `train` keeps its EMA.
 #
-# **Not yet measured**: the default on 4 GPUs (declared: `plateau128.sh`), the curriculum's samples, `ddp2s22-128`'s, a
-# faster step ({doc}`06_beyond`; the goal: 40 ms at 128³, an H200).
+# **Not yet measured**: the default on 4 GPUs (declared: `plateau128.sh`), the cosine curriculum's samples (4 GPUs),
+# `ddp2s22-128`'s, a faster step ({doc}`06_beyond`; the goal: 40 ms at 128³, an H200).

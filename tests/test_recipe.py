@@ -293,6 +293,24 @@ def test_a_measured_multi_gpu_plateau_reads_its_seeds_and_checks_the_projection_
     lines = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
     assert sum("on IXI (2 × " in line for line in lines) == 2
     assert not any(line.startswith("- Fastest to that loss at 128³ (2 GPUs)") for line in lines)
+    # a curriculum A/B on those GPUs, two seeds of one command, sooner to the target than every plateau run there: told
+    # once, after the GPUs' last line, with its other seed's minutes and its judged samples against chapter 14's r
+    ab = tmp_path / "h200" / "recipe" / "cur-128-2026"
+    for seed, (mid, end) in ((5, (0.0799, 0.0790)), (6, (0.0815, 0.0810))):  # c6 never reaches 0.08
+        _run(ab / f"c{seed}", [0, 1500, 3000, 4500], [0.5, 0.09, mid, end], 50.0, 2, clock=0.02)
+    pd.DataFrame({"run": ["real", "template", "ddpm250:fast"], "brain_corr": [1.0, 0.7, 0.81], "region_corr": 0.9,
+                  "hist_w1": 0.05, "background_gap": 0.0, "background_seed_spread_max": 0.0, "ssim_between_seeds": 0.8,
+                  "step": 4500}).to_csv(ab / "c5" / "anatomy_summary.csv", index=False)
+    (ab / "run.json").write_text(json.dumps({"kind": "recipe-ab", "date": "2026-01-06", "gpu": "H200", "machine": "m",
+                                             "commits": {}, "changed": "c", "kept": "k", "size": 128, "arms": {
+        f"c{s}": {"flags": f"--nproc 2 --grad-accum 1 --patch-size 64 --patch-steps 1000 --seed {s}", "label": "cubes"}
+        for s in (5, 6)}}))
+    lines = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
+    fastest = [i for i, line in enumerate(lines) if line.startswith("- Fastest to that loss at 128³ (2 GPUs)")]
+    assert len(fastest) == 1 and "(seed 2; the same command on seed 1" in lines[fastest[0] - 1]  # after b's, not b4's
+    assert "1.5 min from `train`'s start" in lines[fastest[0]]  # c5: 3,000 steps × 0.02 s + 30 s ready
+    assert "the fastest of 2 seeds of the same command, the other not reached" in lines[fastest[0]]
+    assert "in-brain r 0.810, chapter 14's ≥ 0.82 missed" in lines[fastest[0]]
 
 
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):

@@ -230,6 +230,28 @@ def test_fit_says_where_its_seconds_went(phantoms, tmp_path):
                         line), line
 
 
+def test_a_curriculums_steady_state_times_each_phase_apart():
+    """A curriculum's steps on patches cost a fraction of a whole volume's: `train`'s steady-state line gives each
+    phase's median apart (the first interval of each, a compilation, left out), where one median over both would
+    report whichever phase had more intervals; a run without patches keeps the one median."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from medddpm.core.config import TrainConfig
+    from medddpm.train.trainer import steady_line
+
+    edges = [0, 1, 250, 500, 750, 1000, 1001, 1250, 1500]
+    ms = [9000.0, 15.0, 15.0, 15.0, 15.0, 8000.0, 54.0, 54.0]  # patches to step 1,000, whole volumes after
+    timing = pd.DataFrame({"step_from": edges[:-1], "step_to": edges[1:], "ms_per_step": ms})
+    line = steady_line(timing, TrainConfig(patch_size=32, patch_steps=1000), Path("timing.csv"))
+    assert line.startswith("steady state: 54.0 ms/step on whole volumes, 15.0 ms/step on 32³ patches"), line
+    assert steady_line(timing, TrainConfig(), Path("timing.csv")).startswith("steady state: 15.0 ms/step (median of 7")
+    early = timing[timing["step_to"] <= 750]  # stopped before whole volumes: the patches' median alone
+    assert steady_line(early, TrainConfig(patch_size=32, patch_steps=1000), Path("t")).startswith("steady state: 15.0 ms/step (")
+    assert steady_line(timing.iloc[:1], TrainConfig(), Path("t")) == ""
+
+
 def test_a_stopped_run_judges_its_last_weights_and_resumes_exactly(phantoms, tmp_path):
     """Issue 77 item 7: a run stopped by --time-limit or by a signal (SIGTERM from a scheduler) evaluates its last
     weights before it picks best.pt and checkpoints them; the resumed run does not judge that step again and ends

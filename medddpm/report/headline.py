@@ -155,6 +155,37 @@ def _other_seeds(p: dict) -> str:
     return f" (seed {seed(p)}; the same command on {'; '.join(told)})" if told else ""
 
 
+def _same_change(runs: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """``best``'s run and the other seeds of its change on its day and GPUs (``recipe.big_records`` rows, by run)."""
+    return runs[(runs["recipe"] == best["recipe"]) & (runs["date"] == best["date"]) & (runs["GPUs"] == best["GPUs"])]
+
+
+def _seeds_of(runs: pd.DataFrame, best: pd.Series) -> str:
+    """How a 128³ record is quoted: "one seed", or its seed among the change's others with their minutes to the target
+    (never reached: said so), and an arm added after reading the declared ones."""
+    from . import recipe
+
+    others = _same_change(runs, best).drop(index=best.name)
+    if others.empty:
+        return recipe.provenance(best)
+    times = ", ".join("not reached" if r != r else f"{r:.1f} min" for r in others["wall at target (min)"])
+    return (f"the fastest of {len(others) + 1} seeds of the same command, the other{'s' if len(others) > 1 else ''} "
+            f"{times}" + ("" if best["declared"] else ", an arm added after reading the declared ones"))
+
+
+def _judged(root: Path, gpus: list[str], runs: pd.DataFrame, best: pd.Series) -> str:
+    """Whether the samples of a 128³ record's change were judged, and against chapter 14's in-brain r target."""
+    from . import anatomy, recipe
+
+    judged = recipe.samples(root, gpus, 128).set_index("arm")
+    mine = judged.reindex(_same_change(runs, best).index)["in-brain r"].dropna()
+    if mine.empty:
+        return "its samples not yet judged"
+    r = f"{mine.iloc[0]:.3f}" if len(mine) == 1 else f"{mine.min():.3f}–{mine.max():.3f}"
+    met = "met" if (mine >= anatomy.TARGET_R).all() else "missed" if (mine < anatomy.TARGET_R).all() else "met by some"
+    return f"DDPM 250's samples: in-brain r {r}, chapter 14's ≥ {anatomy.TARGET_R:g} {met}"
+
+
 def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     """The time-to-trained-model lines: at 128³ the plateau run and the fastest run to its target; at 64³ the fastest
     declared arm of any recipe A/B to its target (any arm where none was declared), its recipe's other declared runs
@@ -164,6 +195,8 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
 
     out, found = [], recipe.plateaus(root, gpus)
     told = {q["name"] for p in found for q in (p, *p["seeds"])}  # each run with a line of its own
+    measured = [p for p in found if "emulates" not in p["manifest"]]
+    last = {int(p["record"]["GPUs"]): p["name"] for p in measured}  # the fastest run on N GPUs follows their last line
     for p in found:
         mine, runs = p["record"], p["records"]
         if "emulates" in p["manifest"]:
@@ -193,11 +226,13 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
                    f"steps, {mine['wall at target (min)']:.1f} min from its start less the evaluations, "
                    f"{mine['minutes at target']:.1f} min of steps{before} — {ch('17', '17_time_to_trained')}.")
         best = recipe.record_128(runs, int(mine["GPUs"]))
-        if best.name not in told and best["wall at target (min)"] < mine["wall at target (min)"]:
-            judged = "its samples judged" if best.name in set(recipe.samples(root, gpus, 128)["arm"]) else "its samples not yet judged"
+        faster = best["wall at target (min)"] < pd.Series([q["record"]["wall at target (min)"] for q in measured
+                                                           if q["record"]["GPUs"] == mine["GPUs"]]).min()
+        if last[int(mine["GPUs"])] == p["name"] and best.name not in told and faster:
+            told.add(best.name)
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
-                       f"({recipe.provenance(best)}; {judged}) — {ch('17', '17_time_to_trained')}.")
+                       f"({_seeds_of(runs, best)}; {_judged(root, gpus, runs, best)}) — {ch('17', '17_time_to_trained')}.")
     sooner = recipe.record_64(root, gpus)
     if sooner is None:
         return out

@@ -40,7 +40,7 @@ from ..run.optim import set_lr
 from ..core.errors import DivergedError, InputError
 from ..data.nifti import Pair
 from ..core.io import atomic_path, write_text_atomic
-from .checkpoint import BEST, CHECKPOINT, configs_from_checkpoint, data_config, load_checkpoint
+from .checkpoint import BEST, CHECKPOINT, load_checkpoint
 from . import posthoc
 from .heldout import Evaluator, held_out_triples
 
@@ -109,6 +109,23 @@ def steady_intervals(timing: pd.DataFrame) -> pd.Series:
     """ms/step of a run's read-back intervals (``Trainer.timing`` / ``timing.csv``) after the
     first, which holds compilation and warm-up: the steady state."""
     return timing["ms_per_step"].iloc[1:]
+
+
+def steady_line(timing: pd.DataFrame, cfg: TrainConfig, path: Path) -> str:
+    """``train``'s steady-state line: the median read-back interval after the first, or for a curriculum that reached
+    whole volumes each phase's apart (whole volumes first; its first whole step, a compilation, left out), so that
+    neither phase's step reads as the other's; empty where no interval follows the first."""
+    steady = steady_intervals(timing)
+    if not len(steady):
+        return ""
+    whole = timing.loc[timing["step_from"] > cfg.patch_steps, "ms_per_step"]  # after the interval of its first whole step
+    on_patches = steady[timing["step_to"].iloc[1:] <= cfg.patch_steps]
+    if not cfg.patch_steps or whole.empty or on_patches.empty:
+        return (f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals after the "
+                f"first; {path})")
+    return (f"steady state: {whole.median():.1f} ms/step on whole volumes, {on_patches.median():.1f} ms/step on "
+            f"{cfg.patch_size}³ patches (medians of {len(whole)} and {len(on_patches)} read-back intervals, each phase's "
+            f"first left out; {path})")
 
 
 def _difference(key: str, stored: Any, mine: Any) -> str:
