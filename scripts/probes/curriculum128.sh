@@ -117,6 +117,7 @@
 #   book's rule inside 6,000 steps; its lowest loss against 0.0759; its samples against chapter 14's targets
 #   (background within ±0.05 with a seed spread ≤ 0.05, W1 at or below the template's, in-brain r ≥ 0.82).
 #   train's defaults do not change on this result: the curriculum stays an option (`--patch-steps`).
+#   Ran: as recipe/patch2-128-2026-11-29 (both seeds sooner than the default alone; neither levelled; in-brain r missed).
 # Run on the device machine from the repository root; the data arrive in two carries (64 MiB a call):
 #   curriculum128.sh load   (call 1: .carry/whl + .carry/d128a) — nibabel installed, half the 128³ images
 #   curriculum128.sh start S (call 2: .carry/d128b)             — the rest; the pipeline starts in its own session
