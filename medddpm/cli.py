@@ -366,13 +366,14 @@ def _stop_on_signals(trainer):
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    from .data.nifti import VolumeDataset
+    from .data.volumes import VolumeDataset
     from .run.engine import effective_knobs
     import pandas as pd
     import time
 
     from .train.checkpoint import BEST, CHECKPOINT
-    from .train.trainer import HELDOUT, Trainer, steady_line, timing_line
+    from .train.timing import steady_line, timing_line
+    from .train.trainer import HELDOUT, Trainer
 
     if _launching(a):
         return _launch(a, a.argv)

@@ -37,7 +37,8 @@ import sys
 from pathlib import Path
 
 from medddpm.core.config import model_preset, run_config, sampling_config
-from medddpm.data.nifti import MASK_LABELS, pair_files
+from medddpm.data.labels import MASK_LABELS
+from medddpm.data.nifti import pair_files
 from medddpm.core.errors import InputError
 from medddpm.core.io import append_csv, atomic_path, write_text_atomic
 from medddpm.train.parity import FP64, denoiser_agreement, split_held_out, training_parity

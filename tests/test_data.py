@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from medddpm.data.nifti import (
-    MASK_LABELS, VolumeDataset, label_values, one_hot, pair_files, phantom, read_image, read_labels, subject_id,
+    label_values, one_hot, pair_files, phantom, read_image, read_labels, subject_id,
     write_like_mask, write_mni_demo, write_phantoms,
 )
+from medddpm.data.labels import MASK_LABELS
+from medddpm.data.volumes import VolumeDataset
 from medddpm.core.errors import InputError
 
 

@@ -9,7 +9,8 @@ from medddpm.core.errors import InputError
 
 from medddpm.core.config import (CONFIGS, KERNEL_VARIANTS, LADDER, PAPER_CONFIGS, SAMPLING_VARIANTS, DiffusionConfig, Knobs,
                             TrainConfig, run_config)
-from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.data.nifti import pair_files
+from medddpm.data.volumes import VolumeDataset
 from medddpm.run.engine import Engine, effective_knobs
 from medddpm.run.optim import make_optimizer
 from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint

@@ -93,23 +93,21 @@ def test_subpackages_import_only_what_comes_before_them_in_the_flow():
     assert upward == [], upward
 
 
-def test_subpackages_re_export_their_modules_names():
-    from medddpm.data import write_phantoms
-    from medddpm.data.nifti import write_phantoms as moved
-
-    assert write_phantoms is moved
-
-
 def test_the_books_table_readers_import_without_torch():
     """A chapter that reads the results store's tables (``report.tables``, ``report.quality_tables``, the fast
-    path's, the recipes') starts without importing PyTorch (about 1.5 s of each chapter's kernel on a 2-core CPU);
-    so do the sampler names and defaults (``diffusion.solvers``)."""
+    path's, the recipes', the anatomy's, the gate's, the waits', the headline) starts without importing PyTorch (about
+    2 s of each chapter's kernel on a 2-core CPU); so do what they read of the package: the sampler names and defaults
+    (``diffusion.solvers``), NIfTI and BraTS files as arrays (``data.nifti``, ``data.brats``; their tensors are
+    ``data.volumes``'), the sample measures and gate, and the timing lines of `train` and `sample`."""
     import subprocess
     import sys
 
     code = ("import sys, medddpm.report.tables, medddpm.report.quality_tables, medddpm.report.plots, "
-            "medddpm.report.fast_tables, medddpm.report.stretch, medddpm.report.recipe, medddpm.diffusion.solvers; "
-            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+            "medddpm.report.fast_tables, medddpm.report.stretch, medddpm.report.recipe, medddpm.report.anatomy, "
+            "medddpm.report.equivalence, medddpm.report.waiting, medddpm.report.headline, medddpm.report.workloads, "
+            "medddpm.diffusion.solvers, medddpm.data.nifti, medddpm.data.brats, medddpm.sample.quality, "
+            "medddpm.sample.anatomy, medddpm.sample.gate, medddpm.train.timing, medddpm.sample.timing, "
+            "medddpm.profiling.waiting; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -6,7 +6,8 @@ import torch
 from medddpm.train import loop
 from medddpm.profiling.bench import COLUMNS as BENCH_COLUMNS, bench
 from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
-from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.data.nifti import pair_files
+from medddpm.data.volumes import VolumeDataset
 from medddpm.core.errors import InputError
 from medddpm.core.io import append_rows
 from medddpm.train.trainer import Trainer

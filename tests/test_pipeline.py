@@ -10,7 +10,8 @@ import torch
 
 from medddpm.data import pipeline
 from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
-from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.data.nifti import pair_files
+from medddpm.data.volumes import VolumeDataset
 from medddpm.core.errors import InputError
 from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
 from medddpm.train.trainer import Trainer

@@ -59,7 +59,8 @@ def test_min_snr_weights_have_mean_one_and_cap_the_high_snr_timesteps(prediction
 def test_the_trainer_sets_each_steps_rate_and_weights_the_loss(phantoms, tmp_path):
     """The rate of every optimizer step is TrainConfig.lr_at(step, steps); Min-SNR-γ changes what is trained."""
     from medddpm.core.config import MODEL_PRESETS, run_config
-    from medddpm.data.nifti import VolumeDataset, pair_files
+    from medddpm.data.nifti import pair_files
+    from medddpm.data.volumes import VolumeDataset
     from medddpm.train.trainer import Trainer
 
     ds = VolumeDataset(pair_files(phantoms / "images", phantoms / "masks"), "tiny", 1, (16, 16, 16))
@@ -431,7 +432,8 @@ def test_a_record_reads_beside_its_recipe_on_other_seeds_with_its_judged_samples
 
 def test_adams_betas_reach_the_optimizer_and_bad_ones_are_refused(phantoms, tmp_path):
     from medddpm.core.config import MODEL_PRESETS, run_config
-    from medddpm.data.nifti import VolumeDataset, pair_files
+    from medddpm.data.nifti import pair_files
+    from medddpm.data.volumes import VolumeDataset
     from medddpm.train.trainer import Trainer
 
     assert recipe_config("paper").adam_betas == (0.9, 0.999)  # PyTorch's, which Med-DDPM trains with

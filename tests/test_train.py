@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from medddpm.core.config import MODEL_PRESETS, TrainConfig, run_config
-from medddpm.data.nifti import VolumeDataset, pair_files
+from medddpm.data.nifti import pair_files
+from medddpm.data.volumes import VolumeDataset
 from medddpm.core.errors import DivergedError, InputError
 from medddpm.train.checkpoint import CHECKPOINT, load_checkpoint
 from medddpm.train.trainer import Trainer, sample_order
@@ -214,7 +215,7 @@ def test_fit_says_where_its_seconds_went(phantoms, tmp_path):
     import re
     import time
 
-    from medddpm.train.trainer import timing_line
+    from medddpm.train.timing import timing_line
 
     t = _trainer(phantoms, tmp_path / "a", held_out=1, eval_every=2, save_every=3, log_every=1)
     t0 = time.perf_counter()
@@ -239,7 +240,7 @@ def test_a_curriculums_steady_state_times_each_phase_apart():
     import pandas as pd
 
     from medddpm.core.config import TrainConfig
-    from medddpm.train.trainer import steady_line
+    from medddpm.train.timing import steady_line
 
     edges = [0, 1, 250, 500, 750, 1000, 1001, 1250, 1500]
     ms = [9000.0, 15.0, 15.0, 15.0, 15.0, 8000.0, 54.0, 54.0]  # patches to step 1,000, whole volumes after

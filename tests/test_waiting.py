@@ -117,7 +117,7 @@ def test_a_training_runs_own_timing_line_under_a_limit_is_found_with_its_share(t
     """limit_runs: the timing line `train` printed under --time-limit (kept as train-stdout.txt beside the run's
     held-out table) and its share of the limit in steady steps; a run without a limit is not among them."""
     from medddpm.report.waiting import limit_runs
-    from medddpm.train.trainer import timing_line
+    from medddpm.train.timing import timing_line
 
     train = tmp_path / "gpu" / "anatomy" / "train"
     for name, steady in (("v-s1-fast-128", 81.0), ("v-s2-fast", 79.94)):  # printed 79.9 %

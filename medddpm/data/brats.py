@@ -36,16 +36,19 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import nibabel as nib
 import numpy as np
-import torch
 
-from .nifti import (MASK_LABELS, NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, nilearn_datasets, one_hot,
-                    resize, save_like, squeeze_singleton, strip_nifti_suffix, to_file_space, unit_range)
+from .labels import MASK_LABELS
+from .nifti import (NIFTI_SUFFIXES, check_same_space, canonical, load_nifti, nilearn_datasets, one_hot,
+                    save_like, squeeze_singleton, strip_nifti_suffix, to_file_space, unit_range)
 from ..core.config import DataConfig
 from ..core.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")  # the image channels of the ``brats`` preset, in order
@@ -90,8 +93,9 @@ class BratsCase:
         if channels != len(MODALITIES) or not self.modalities:
             raise InputError(f"{self.subject}: training needs the {len(MODALITIES)} modalities {', '.join(MODALITIES)}")
         image, labels, _ = prepare(self, window_of(preset))
-        image = resize(torch.from_numpy(image), size, "trilinear")
-        return image, encode(labels, size)
+        from .resample import resized  # the network's tensors
+
+        return resized(image, size, "trilinear"), encode(labels, size)
 
 
 @dataclass(frozen=True)
@@ -340,7 +344,11 @@ def prepare(case: BratsCase, shape: Sequence[int]) -> tuple[np.ndarray | None, n
 
 def encode(labels: np.ndarray, size: Sequence[int]) -> torch.Tensor:
     """The preset's one-hot mask (4, *size) in {−1, 1} of a label map in its values."""
-    lab = resize(torch.from_numpy(labels.astype(np.int64))[None], size, "nearest")[0].numpy()
+    import torch
+
+    from .resample import resized
+
+    lab = resized(labels.astype(np.int64)[None], size, "nearest")[0].numpy()
     return torch.from_numpy(one_hot(lab, MASK_LABELS["brats"]))
 
 
@@ -355,7 +363,9 @@ def write_case(volume: np.ndarray, window: Window, seg: Path, target: Path) -> N
     """A (4, *size) sample written in the segmentation's space: resized to the window, placed in
     the full grid (−1 outside it), reoriented; one 4-D file when ``target`` ends in ``.nii.gz``,
     else the folder ``target`` with ``<subject>_<modality>.nii.gz`` files, made whole or not at all."""
-    vol = resize(torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32)), window.shape, "trilinear")
+    from .resample import resized
+
+    vol = resized(np.ascontiguousarray(volume, dtype=np.float32), window.shape, "trilinear")
     full = window.put(vol.numpy(), -1.0)
     seg_img = load_nifti(seg)
     if target.name.endswith(".nii.gz"):
@@ -392,8 +402,9 @@ DEMO_NAMES = {"brats2021": "BraTS2021_{:05d}", "brats2023": "BraTS-GLI-{:05d}-00
 def mni_on_brats_grid(shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
     """nilearn's MNI152 grey, white matter and brain mask (offline), placed on BraTS's 1 mm grid
     (padded in I and J, cut to the brain's 155 axial slices) and resized to ``shape``."""
-    datasets = nilearn_datasets()
+    from .resample import resized
 
+    datasets = nilearn_datasets()
     maps = {"gm": datasets.load_mni152_gm_template(resolution=1), "wm": datasets.load_mni152_wm_template(resolution=1),
             "brain": datasets.load_mni152_brain_mask(resolution=1)}
     arrays = {k: canonical(v).get_fdata(dtype=np.float32) for k, v in maps.items()}
@@ -404,7 +415,7 @@ def mni_on_brats_grid(shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
         arr = arr[:, :, k0:k0 + BRATS_GRID[2]]
         pads = [((g - s) // 2, g - s - (g - s) // 2) for g, s in zip(BRATS_GRID[:2], arr.shape[:2])] + [(0, 0)]
         arr = np.pad(arr, pads)
-        out[k] = resize(torch.from_numpy(arr)[None], shape, "trilinear")[0].numpy()
+        out[k] = resized(arr[None], shape, "trilinear")[0].numpy()
     return out
 
 

@@ -33,7 +33,8 @@ import torch
 
 from ..core.errors import InputError
 from ..core.io import atomic_path, write_text_atomic
-from .nifti import canonical, check_same_space, cube_grid, load_nifti, resize, save_atomic
+from .nifti import canonical, check_same_space, cube_grid, load_nifti, save_atomic
+from .resample import resize
 
 TEST_FROM = 500  # IXI IDs from here on are the external test set
 SPLITS = ("train", "val", "test")

@@ -9,7 +9,10 @@ Conventions
   between two percentiles); masks are integer label maps read from ``dataobj``, mapped onto the
   preset's labels where ``DataConfig.mask_labels`` says so (``labels``), one-hot encoded per preset
   (``MASK_LABELS``) and scaled to {-1, 1}, as the reference does.
-* Resizing is trilinear for images and nearest-neighbour for label maps.
+* Resizing is trilinear for images and nearest-neighbour for label maps (``resample``).
+* Reading a file needs no PyTorch: the functions that return tensors or resize (``Pair.load``,
+  ``load_mask_tensor``, ``like_mask``, ``write_mni_demo``) import it when called, so the report layer
+  reads NIfTI files and sample measures without it.
 """
 from __future__ import annotations
 
@@ -18,18 +21,18 @@ import gzip
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import nibabel as nib
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch.utils.data import Dataset
 
 from ..core.config import DataConfig
 from ..core.errors import InputError
 from ..core.io import atomic_path
 from .labels import MASK_LABELS, LabelMap, parse
+
+if TYPE_CHECKING:
+    import torch
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
@@ -95,8 +98,10 @@ class Pair:
     def load(self, preset: str, channels: int, size: Sequence[int],
              data: DataConfig = DataConfig()) -> tuple[torch.Tensor, torch.Tensor]:
         """(image (C, *size) in [-1, 1], one-hot mask (M, *size)), after checking one grid."""
+        from .resample import resized
+
         check_same_space(self.image, self.mask)
-        image = resize(torch.from_numpy(read_image(self.image, channels, data)), size, "trilinear")
+        image = resized(read_image(self.image, channels, data), size, "trilinear")
         return image, load_mask_tensor(self.mask, preset, size, data.mask_labels)
 
 
@@ -243,22 +248,18 @@ def one_hot(labels: np.ndarray, groups: tuple[tuple[int, ...], ...], dtype: type
     return out
 
 
-def resize(volume: torch.Tensor, size: Sequence[int], mode: str) -> torch.Tensor:
-    """Resize a (C, I, J, K) tensor; ``mode`` 'trilinear' for images, 'nearest' for labels."""
-    if tuple(volume.shape[1:]) == tuple(size):
-        return volume
-    kwargs = {"align_corners": False} if mode == "trilinear" else {}
-    return F.interpolate(volume[None].float(), size=tuple(size), mode=mode, **kwargs)[0].to(volume.dtype)
-
-
 def load_mask_tensor(path: Path, preset: str, size: Sequence[int] | None, mask_labels: str = "",
                      dtype: type = np.float32) -> torch.Tensor:
     """A mask file as the model's ±1 channels (``one_hot``) of ``dtype``, resized to ``size`` (nearest)."""
+    import torch
+
+    from .resample import resized
+
     label_map = parse(mask_labels, preset) if mask_labels else None
-    labels = torch.from_numpy(read_labels(path, MASK_LABELS[preset], label_map))[None]
+    labels = read_labels(path, MASK_LABELS[preset], label_map)[None]
     if size is not None:
-        labels = resize(labels, size, "nearest")
-    return torch.from_numpy(one_hot(labels[0].numpy(), MASK_LABELS[preset], dtype))
+        labels = resized(labels, size, "nearest").numpy()
+    return torch.from_numpy(one_hot(labels[0], MASK_LABELS[preset], dtype))
 
 
 # Largest difference between an image's and its mask's affine entries (mm, or mm per voxel) that
@@ -286,45 +287,6 @@ def check_same_space(image: Path, mask: Path, tol: float = AFFINE_TOLERANCE) -> 
                          f"{axes_b}. Resample or re-save one of them onto the other's grid")
 
 
-class VolumeDataset(Dataset):
-    """Image/mask pairs as (image (C, I, J, K), mask (M, I, J, K)) tensors at ``size``: ``Pair``s,
-    or ``brats.BratsCase``s read from a BraTS root (anything with ``subject`` and ``load``).
-
-    With ``keep`` every pair is decoded once and kept (``validate`` then fills the memo), which is
-    what a data cache (``Knobs.data_cache``) stacks onto the GPU or into pinned memory.
-    """
-
-    def __init__(self, pairs: list[Pair], preset: str, image_channels: int, size: Sequence[int],
-                 keep: bool = False, source: str = "", data: DataConfig = DataConfig()) -> None:
-        if not pairs:
-            raise InputError("no image/mask pairs to train on")
-        if preset not in MASK_LABELS:
-            raise ValueError(f"no mask labels defined for preset {preset!r}")
-        self.pairs, self.preset, self.channels, self.size = pairs, preset, image_channels, tuple(size)
-        self.source = source  # what the data is (recorded in the checkpoint's config)
-        self.data_config = data  # how files become tensors (recorded in the checkpoint's config)
-        self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = {} if keep else None
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._kept is not None and i in self._kept:
-            return self._kept[i]
-        item = self._read(i)
-        if self._kept is not None:
-            self._kept[i] = item
-        return item
-
-    def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.pairs[i].load(self.preset, self.channels, self.size, self.data_config)
-
-    def validate(self) -> None:
-        """Read every pair once so bad files fail before training starts."""
-        for i in range(len(self)):
-            self[i]
-
-
 def to_file_space(volume: np.ndarray, like: nib.Nifti1Image) -> np.ndarray:
     """A (C, I, J, K) volume in canonical RAS order reoriented to ``like``'s own voxel order:
     (I, J, K) for one channel, (I, J, K, C) for several (NIfTI's 4-D layout)."""
@@ -341,9 +303,11 @@ def like_mask(volume: np.ndarray, mask_path: Path) -> nib.Nifti1Image:
     The volume is resampled to the mask's canonical shape if the model ran at another size, then
     reoriented from RAS back to the mask's orientation; affine and header come from the mask.
     """
+    from .resample import resized
+
     mask_img = load_nifti(mask_path)
     canon_shape = canonical(mask_img).shape[:3]
-    vol = resize(torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32)), canon_shape, "trilinear")
+    vol = resized(np.ascontiguousarray(volume, dtype=np.float32), canon_shape, "trilinear")
     return image_like(to_file_space(vol.numpy(), mask_img), mask_img)
 
 
@@ -490,6 +454,8 @@ def write_mni_demo(out: str | Path, n: int, size: int, seed: int = 0) -> list[st
     """Demo subjects from nilearn's MNI152 1 mm template (real anatomy, offline): the T1 and its
     brain mask resampled to a ``size``³ cube, with random lesions drawn inside the brain and
     shown as hyperintensities. Labels: 1 = brain, 2 = lesion."""
+    from .resample import resized
+
     out = Path(out)
     _check_out(out, n, size)
     datasets = nilearn_datasets()
@@ -501,8 +467,8 @@ def write_mni_demo(out: str | Path, n: int, size: int, seed: int = 0) -> list[st
     t1_arr = np.pad(t1.get_fdata(dtype=np.float32), pads)
     br_arr = np.pad(np.asarray(brain.dataobj) > 0, pads)
     affine = t1.affine @ to_voxels
-    t1_small = resize(torch.from_numpy(t1_arr)[None], (size,) * 3, "trilinear")[0].numpy()
-    br_small = resize(torch.from_numpy(br_arr.astype(np.uint8))[None], (size,) * 3, "nearest")[0].numpy() > 0
+    t1_small = resized(t1_arr[None], (size,) * 3, "trilinear")[0].numpy()
+    br_small = resized(br_arr.astype(np.uint8)[None], (size,) * 3, "nearest")[0].numpy() > 0
     rng = np.random.default_rng(seed)
     g = _grid(size)
     peak = float(np.percentile(t1_small[br_small], 99))

@@ -16,7 +16,7 @@ import torch
 
 from .bench import Timer
 from ..core.config import DEFAULT_ETA, DiffusionConfig, Knobs, ModelConfig
-from ..data.nifti import resize
+from ..data.resample import resize
 from ..diffusion.gaussian import GaussianDiffusion
 from ..run.engine import autocast, inference
 from ..core.errors import InputError

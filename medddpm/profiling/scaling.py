@@ -84,7 +84,8 @@ def profile(images: str, masks: str, config: str, size: int, steps: int, warmup:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     from ..core.config import TrainConfig, model_preset, run_config
-    from ..data.nifti import VolumeDataset, pair_files
+    from ..data.nifti import pair_files
+    from ..data.volumes import VolumeDataset
     from ..run.distributed import World
     from .torchprof import _kernels
     from ..core.runtime import default_device, env_info, resolve_device

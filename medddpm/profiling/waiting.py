@@ -26,12 +26,11 @@ import pandas as pd
 
 from ..core.errors import InputError
 from ..core.io import append_csv
-from ..core.runtime import env_info
-from ..sample.sampler import TIMING
+from ..sample.timing import TIMING
 
-# a `sample` row's columns of its timing line (``sample.sampler.TIMING``: seconds since the command started, rank 0's)
+# a `sample` row's columns of its timing line (``sample.timing.TIMING``: seconds since the command started, rank 0's)
 PHASES = {phase: phase.replace(" ", "_") + "_s" for phase in TIMING}
-# a `train` row's, of train's timing line (``train.trainer.timing_line``): its ``ready`` since the command started (the
+# a `train` row's, of train's timing line (``train.timing.timing_line``): its ``ready`` since the command started (the
 # column of sample's), then how long its first step (compilation, autotuning, the CUDA graph's capture) and its steady
 # steps took
 TRAIN_PHASES = {"ready": "ready_s", "first step": "first_step_s", "steady steps": "steady_steps_s"}
@@ -116,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--what", required=True, help="what the two runs were")
     c.add_argument("--sampler", default="default", help="the sampler both runs ran (default: 'default', sample's for the checkpoint)")
     a = p.parse_args(argv)
+    from ..core.runtime import env_info  # PyTorch: measuring, not reading rows
+
     env = env_info()
     gpu = env.get("gpu") or "cpu"
     try:

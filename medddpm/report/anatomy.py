@@ -12,18 +12,21 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..core.config import DEFAULT_ETA, DiffusionConfig, SAMPLING_ALIASES
-from ..diffusion.gaussian import GaussianDiffusion
 from ..diffusion.solvers import FEW_STEP, REFERENCE as DDPM_REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
 from . import manifests
 from .present import gpu_name
 from .wording import missing, roles
+
+if TYPE_CHECKING:
+    from ..diffusion.gaussian import GaussianDiffusion
 
 TABLES = ("anatomy_samples", "anatomy_diversity", "anatomy_summary")
 NAME = re.compile(r"^(?P<recipe>.+)-s(?P<seed>\d+)-(?P<config>[^-]+(?:-[^-]+)*?)(?:-(?P<size>\d+))?$")
@@ -291,7 +294,7 @@ def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     path = train_runs(root, gpu).get(name, Path("-")) / "timing.csv"
     if not path.exists():
         return None
-    from ..train.trainer import steady_intervals
+    from ..train.timing import steady_intervals
 
     t = steady_intervals(pd.read_csv(path))
     return float(t.median()) if len(t) else None
@@ -308,6 +311,8 @@ def first_step_gain(d: GaussianDiffusion) -> float:
 def facts(root: Path, gpus: list[str]) -> dict[str, str]:
     """The chapter's glued facts (prefix ``an_``): the GPU, the subjects' counts, and the schedule's numbers behind
     the background's cause; every measure is in a table (``state``, ``recipes``, ``runs``, ``utility``)."""
+    from ..diffusion.gaussian import GaussianDiffusion  # PyTorch: the schedule's numbers, this chapter's alone
+
     gpu = anatomy_gpu(root, gpus)
     schedule = GaussianDiffusion(lambda x, t: x, DiffusionConfig())
     mantissa, exponent = f"{schedule.abar_host[-1]:.0e}".split("e")

@@ -104,7 +104,7 @@ def parity_verdict(root: Path, gpus: list[str]) -> pd.DataFrame:
 def steady_ms(root: Path, gpus: list[str], name: str) -> pd.Series:
     """Steady-state ms/step (median after the first read-back interval, ``train.steady_intervals``)
     of the run timing ``<gpu>/<name>.csv``, per GPU."""
-    from ..train.trainer import steady_intervals
+    from ..train.timing import steady_intervals
 
     t = results_csv(root, gpus, name)
     if t.empty:

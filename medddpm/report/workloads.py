@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..train.trainer import steady_intervals
+from ..train.timing import steady_intervals
 from .tables import bench, ordered, results_csv, train_flops, with_speedup
 from .wording import roles
 

@@ -24,7 +24,8 @@ import torch
 
 from ..core.config import (CONFIGS, SAMPLING_ALIASES, SMALL_JOB, TRITON_KNOBS, fast_from, sampling_config,
                            switched_on)
-from ..data.nifti import MASK_LABELS, like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
+from ..data.labels import MASK_LABELS
+from ..data.nifti import like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
 from ..run import cache
 from ..run.engine import autocast, inference, start_marks
@@ -32,6 +33,7 @@ from ..core.errors import InputError
 from ..diffusion.solvers import FEW_STEP, Recommendation, check_sampler, denoiser_calls, resolve
 from ..data.labels import parse
 from ..train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
+from .timing import timing_line
 
 
 # Threads that read and encode masks, and that write samples while the GPU samples the next ones
@@ -203,7 +205,7 @@ class Sampler:
         ``IO_THREADS`` writers while the GPU samples the next ones; at most two volumes per writer
         wait in memory. A failed write stops the run once the writes already started are done.
         ``marks`` gets the ``time.perf_counter()`` of the first volume sampled, the last, and the
-        last file written (``TIMING``)."""
+        last file written (``timing.TIMING``)."""
         marks = {} if marks is None else marks
         written: list[Path] = []
         with ThreadPoolExecutor(IO_THREADS) as pool:
@@ -338,20 +340,6 @@ def read_masks(masks: str | Path, out: str | Path | None, model: str, size: tupl
     if what and say is not None:
         say(f"masks: {what}")  # which label rule applied, as train says it; once every check passed
     return jobs
-
-
-# What `sample` times from its start (``sample_masks``' ``started``: the process's start, where the
-# command line gives it): the interpreter started and the modules imported, the inputs read and the
-# denoiser built, the Triton kernels compiled or loaded from their cache, the first CUDA graph
-# captured (where the configuration has them and a shape runs often enough, ``Knobs.capture_after``),
-# the first volume sampled, the last, and the last file written; rank 0's, under torchrun
-TIMING = ("imports", "ready", "kernels", "captured", "first volume", "last volume", "written")
-
-
-def timing_line(marks: dict[str, float], started: float) -> str:
-    """``timing: imports 1.9 s, ready 2.6 s, …`` (seconds since ``started``, in the order they fell)."""
-    return "timing: " + ", ".join(f"{k} {marks[k] - started:.1f} s" for k in sorted((k for k in TIMING if k in marks),
-                                                                                     key=marks.__getitem__))
 
 
 def sample_masks(checkpoint: str | Path, masks: str | Path, out: str | Path, device: torch.device,

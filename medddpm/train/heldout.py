@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from ..core.config import DataConfig, DiffusionConfig, Knobs, ModelConfig, run_config
-from ..data.nifti import Pair, VolumeDataset
+from ..data.nifti import Pair
+from ..data.volumes import VolumeDataset
 from ..run.engine import autocast, inference, to_device
 from ..core.errors import InputError
 from ..core.runtime import preserved_backend_flags, set_backend_flags

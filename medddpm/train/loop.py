@@ -28,7 +28,7 @@ def run_summary(run: str | Path) -> dict[str, Any]:
     """What a timed ``train`` run says of itself: configuration, data pipeline, steady ms/step."""
     import torch
 
-    from .trainer import steady_intervals
+    from .timing import steady_intervals
 
     run = Path(run)
     try:

@@ -16,7 +16,9 @@ import torch
 from torch import Tensor
 
 from ..core.config import DiffusionConfig, ModelConfig, TrainConfig, run_config
-from ..data.nifti import MASK_LABELS, Pair, VolumeDataset, one_hot, phantom
+from ..data.labels import MASK_LABELS
+from ..data.nifti import Pair, one_hot, phantom
+from ..data.volumes import VolumeDataset
 from ..run.engine import Engine
 from ..core.errors import InputError
 from ..net.model import UNet3D

@@ -88,46 +88,6 @@ def _linked(source: Path, target: Path) -> bool:
         return False
 
 
-def timing_line(phases: dict[str, float], ready_s: float | None = None, time_limit_s: float | None = None) -> str:
-    """``timing: ready 3.2 s, first step 41.0 s, steady steps 150.3 s (14,999 at 10.0 ms), held-out 9.1 s (8),
-    checkpoints 2.2 s (4)`` from ``Trainer.phases`` (``ready_s``: seconds from the command's start to training);
-    with a time limit, the share of it spent in steady steps."""
-    n = int(phases.get("steady steps n", 0))
-    per = f" at {1e3 * phases['steady steps'] / n:.1f} ms" if n else ""
-    parts = ([f"ready {ready_s:.1f} s"] if ready_s is not None else []) + [
-        f"first step {phases.get('first step', 0.0):.1f} s"] + (
-        [f"first whole-volume step {phases['switch step']:.1f} s"] if phases.get("switch step n") else []) + [
-        f"steady steps {phases.get('steady steps', 0.0):.1f} s ({n:,}{per})",
-        f"held-out {phases.get('held-out', 0.0):.1f} s ({int(phases.get('held-out n', 0))})",
-        f"checkpoints {phases.get('checkpoints', 0.0):.1f} s ({int(phases.get('checkpoints n', 0))})"]
-    if time_limit_s:
-        parts.append(f"{100 * phases.get('steady steps', 0.0) / time_limit_s:.1f} % of --time-limit in steady steps")
-    return "timing: " + ", ".join(parts)
-
-
-def steady_intervals(timing: pd.DataFrame) -> pd.Series:
-    """ms/step of a run's read-back intervals (``Trainer.timing`` / ``timing.csv``) after the
-    first, which holds compilation and warm-up: the steady state."""
-    return timing["ms_per_step"].iloc[1:]
-
-
-def steady_line(timing: pd.DataFrame, cfg: TrainConfig, path: Path) -> str:
-    """``train``'s steady-state line: the median read-back interval after the first, or for a curriculum that reached
-    whole volumes each phase's apart (whole volumes first; its first whole step, a compilation, left out), so that
-    neither phase's step reads as the other's; empty where no interval follows the first."""
-    steady = steady_intervals(timing)
-    if not len(steady):
-        return ""
-    whole = timing.loc[timing["step_from"] > cfg.patch_steps, "ms_per_step"]  # after the interval of its first whole step
-    on_patches = steady[timing["step_to"].iloc[1:] <= cfg.patch_steps]
-    if not cfg.patch_steps or whole.empty or on_patches.empty:
-        return (f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals after the "
-                f"first; {path})")
-    return (f"steady state: {whole.median():.1f} ms/step on whole volumes, {on_patches.median():.1f} ms/step on "
-            f"{cfg.patch_size}³ patches (medians of {len(whole)} and {len(on_patches)} read-back intervals, each phase's "
-            f"first left out; {path})")
-
-
 def _difference(key: str, stored: Any, mine: Any) -> str:
     """One line saying how a checkpoint's ``key`` config differs from this run's: another
     configuration by its name and the flag to resume it with, else the fields that differ."""
@@ -492,7 +452,7 @@ class Trainer:
         handler) stops it too, one process at once, several ranks at the next read-back. However it
         ends, its last weights are judged (held-out subjects) and checkpointed: ``resume`` continues
         exactly. ``phases`` gets
-        where its seconds went (``timing_line``): the first step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
+        where its seconds went (``timing.timing_line``): the first step (read back at once: compilation, capture, warm-up), the held-out evaluations, the
         checkpoints, and the steady steps (the rest)."""
         if steps < self.step:
             raise InputError(f"--steps {steps} is below the {self.step} steps already trained")
