@@ -88,7 +88,7 @@ KINDS = {  # the kind of measurement a dated run folder holds, by its content na
     "recipe-plateau": ("plateau-128", "default-128", "batch4-128", "readme-128", "readme2-128", "ddp2-128", "ddp2s22-128",
                        "ddp2b4-128", "default2-128"),
     "recipe-probe": ("curriculum-128",),
-    "gpu-tests": ("gpu-tests",),
+    "gpu-tests": ("gpu-tests", "gpu-tests-data"),
 }
 SUPERSEDING = {"sample-rows": ("after-cut", "default-rows", "default-rows-adam")}  # a kind's current rows: each newer
 # run of these names supersedes the one before it on the same GPU
