@@ -168,7 +168,7 @@ def _seeds_of(runs: pd.DataFrame, best: pd.Series) -> str:
     others = _same_change(runs, best).drop(index=best.name)
     if others.empty:
         return recipe.provenance(best)
-    times = ", ".join("not reached" if r != r else f"{r:.1f} min" for r in others["wall at target (min)"])
+    times = ", ".join("not reached" if pd.isna(r) else f"{r:.1f} min" for r in others["wall at target (min)"])
     return (f"the fastest of {len(others) + 1} seeds of the same command, the other{'s' if len(others) > 1 else ''} "
             f"{times}" + ("" if best["declared"] else ", an arm added after reading the declared ones"))
 
