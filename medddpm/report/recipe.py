@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import DEFAULT_RECIPE, RECIPE_FIELDS, recipe_config
+from ..train.timing import phase_intervals
 from . import manifests
 from .present import gpu_name
 from .wording import count
@@ -301,8 +302,8 @@ PAPER_AT_BOOK_RATE = "Med-DDPM's at 10⁻⁴"  # the recipe of chapter 14's runs
 def steady_ms(timing: pd.DataFrame, first: int = 1, last: float = float("inf")) -> float:
     """The steady step in ms: the median of ``timing.csv``'s read-back intervals from step ``first`` to ``last`` (by
     default every interval after the first step, as ``train`` prints it), so that minutes of steps compare runs whatever
-    their start-up, evaluations and stalls."""
-    return float(timing.loc[(timing["step_from"] >= first) & (timing["step_to"] <= last), "ms_per_step"].median())
+    their start-up, evaluations and stalls (``train.timing.phase_intervals``)."""
+    return float(phase_intervals(timing, first, last).median())
 
 
 def first_step_s(timing: pd.DataFrame) -> float:

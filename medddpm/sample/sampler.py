@@ -24,14 +24,13 @@ import torch
 
 from ..core.config import (CONFIGS, SAMPLING_ALIASES, SMALL_JOB, TRITON_KNOBS, fast_from, sampling_config,
                            switched_on)
-from ..data.labels import MASK_LABELS
+from ..data.labels import MASK_LABELS, parse
 from ..data.nifti import like_mask, list_nifti, load_mask_tensor, strip_nifti_suffix, write_like_mask
 from ..run.distributed import World, draw_seed
 from ..run import cache
 from ..run.engine import autocast, inference, start_marks
 from ..core.errors import InputError
 from ..diffusion.solvers import FEW_STEP, Recommendation, check_sampler, denoiser_calls, resolve
-from ..data.labels import parse
 from ..train.checkpoint import configs_from_checkpoint, data_config, load_checkpoint
 from .timing import timing_line
 

@@ -32,15 +32,21 @@ def steady_intervals(timing: pd.DataFrame) -> pd.Series:
     return timing["ms_per_step"].iloc[1:]
 
 
+def phase_intervals(timing: pd.DataFrame, first: int = 1, last: float = float("inf")) -> pd.Series:
+    """ms/step of a run's read-back intervals from step ``first`` to ``last``: by default every one after the first
+    step; a curriculum's patches are ``(1, patch_steps)``, its whole volumes ``(patch_steps + 1, ∞)`` (the interval of
+    the first whole step, a compilation, left out)."""
+    return timing.loc[(timing["step_from"] >= first) & (timing["step_to"] <= last), "ms_per_step"]
+
+
 def steady_line(timing: pd.DataFrame, cfg: TrainConfig, path: Path) -> str:
     """``train``'s steady-state line: the median read-back interval after the first, or for a curriculum that reached
-    whole volumes each phase's apart (whole volumes first; its first whole step, a compilation, left out), so that
-    neither phase's step reads as the other's; empty where no interval follows the first."""
+    whole volumes each phase's apart (``phase_intervals``, whole volumes first), so that neither phase's step reads as
+    the other's; empty where no interval follows the first."""
     steady = steady_intervals(timing)
     if not len(steady):
         return ""
-    whole = timing.loc[timing["step_from"] > cfg.patch_steps, "ms_per_step"]  # after the interval of its first whole step
-    on_patches = steady[timing["step_to"].iloc[1:] <= cfg.patch_steps]
+    whole, on_patches = phase_intervals(timing, cfg.patch_steps + 1), phase_intervals(timing, 1, cfg.patch_steps)
     if not cfg.patch_steps or whole.empty or on_patches.empty:
         return (f"steady state: {steady.median():.1f} ms/step (median of {len(steady)} read-back intervals after the "
                 f"first; {path})")
