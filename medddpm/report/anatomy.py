@@ -21,6 +21,7 @@ from ..core.config import DEFAULT_ETA, DiffusionConfig, SAMPLING_ALIASES
 from ..diffusion.solvers import FEW_STEP, REFERENCE as DDPM_REFERENCE
 from ..sample.anatomy import REAL, TEMPLATE
 from ..sample.gate import REFERENCE, RUN_COLUMNS, GateRun, verdicts
+from ..train.timing import steady_intervals
 from . import manifests
 from .present import gpu_name
 from .wording import missing, roles
@@ -294,8 +295,6 @@ def step_ms(root: Path, gpu: str | None, name: str) -> float | None:
     path = train_runs(root, gpu).get(name, Path("-")) / "timing.csv"
     if not path.exists():
         return None
-    from ..train.timing import steady_intervals
-
     t = steady_intervals(pd.read_csv(path))
     return float(t.median()) if len(t) else None
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import DEFAULT_ETA
+from ..train.timing import steady_intervals
 from .tables import ordered, results_csv
 from .wording import roles
 
@@ -102,10 +103,8 @@ def parity_verdict(root: Path, gpus: list[str]) -> pd.DataFrame:
 
 
 def steady_ms(root: Path, gpus: list[str], name: str) -> pd.Series:
-    """Steady-state ms/step (median after the first read-back interval, ``train.steady_intervals``)
+    """Steady-state ms/step (median after the first read-back interval, ``train.timing.steady_intervals``)
     of the run timing ``<gpu>/<name>.csv``, per GPU."""
-    from ..train.timing import steady_intervals
-
     t = results_csv(root, gpus, name)
     if t.empty:
         return pd.Series(dtype=float, name="ms_per_step")
