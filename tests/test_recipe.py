@@ -295,7 +295,8 @@ def test_a_measured_multi_gpu_plateau_reads_its_seeds_and_checks_the_projection_
     assert sum("on IXI (2 × " in line for line in lines) == 2
     assert not any(line.startswith("- Fastest to that loss at 128³ (2 GPUs)") for line in lines)
     # a curriculum A/B on those GPUs, two seeds of one command, sooner to the target than every plateau run there: told
-    # once, after the GPUs' last line, with its other seed's minutes and its judged samples against chapter 14's r
+    # once, after the GPUs' last line, with its other seed's minutes, only where its judged samples met chapter 14's
+    # targets (a headline quotes only what passed its quality check)
     ab = tmp_path / "h200" / "recipe" / "cur-128-2026"
     for seed, (mid, end) in ((5, (0.0799, 0.0790)), (6, (0.0815, 0.0810))):  # c6 never reaches 0.08
         _run(ab / f"c{seed}", [0, 1500, 3000, 4500], [0.5, 0.09, mid, end], 50.0, 2, clock=0.02)
@@ -306,12 +307,20 @@ def test_a_measured_multi_gpu_plateau_reads_its_seeds_and_checks_the_projection_
                                              "commits": {}, "changed": "c", "kept": "k", "size": 128, "arms": {
         f"c{s}": {"flags": f"--nproc 2 --grad-accum 1 --patch-size 64 --patch-steps 1000 --seed {s}", "label": "cubes"}
         for s in (5, 6)}}))
-    lines = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
-    fastest = [i for i, line in enumerate(lines) if line.startswith("- Fastest to that loss at 128³ (2 GPUs)")]
+    def fastest_two() -> list[int]:
+        lines[:] = headline.recipe_line(tmp_path, ["h200"], lambda n, name: n)
+        return [i for i, line in enumerate(lines) if line.startswith("- Fastest to that loss at 128³ (2 GPUs)")]
+
+    assert fastest_two() == []  # in-brain r 0.81 < 0.82: not quoted
+    summary = pd.read_csv(ab / "c5" / "anatomy_summary.csv")
+    summary.assign(brain_corr=[1.0, 0.7, 0.85]).to_csv(ab / "c5" / "anatomy_summary.csv", index=False)
+    fastest = fastest_two()
     assert len(fastest) == 1 and "(seed 2; the same command on seed 1" in lines[fastest[0] - 1]  # after b's, not b4's
     assert "1.5 min from `train`'s start" in lines[fastest[0]]  # c5: 3,000 steps × 0.02 s + 30 s ready
     assert "the fastest of 2 seeds of the same command, the other not reached" in lines[fastest[0]]
-    assert "in-brain r 0.810, chapter 14's ≥ 0.82 missed" in lines[fastest[0]]
+    assert "DDPM 250's samples within chapter 14's targets" in lines[fastest[0]]
+    summary.assign(brain_corr=[1.0, 0.7, 0.85], background_gap=[0.0, 0.0, 0.08]).to_csv(ab / "c5" / "anatomy_summary.csv", index=False)
+    assert fastest_two() == []  # the background 0.08 from the scans': not quoted either
 
 
 def test_a_128_recipe_ab_times_each_curriculum_phase_at_its_own_step_and_the_fastest_run_leads(tmp_path):
@@ -463,3 +472,30 @@ def test_posthoc_widths_read_beside_the_runs_own_ema_at_the_same_step(tmp_path):
     t = recipe.posthoc(tmp_path, ["h200"])
     assert list(t["arm"]) == ["m", "m"] and list(t["its EMA's"]) == pytest.approx([0.08, 0.08])
     assert list(t["difference"]) == pytest.approx([-0.01, 0.01]) and set(t["run"]) == {"h200/recipe/judge-128-2026-01-02"}
+
+
+def test_the_headline_quotes_no_plateau_run_whose_samples_missed_their_targets(tmp_path):
+    """headline.recipe_line / recipe.meets_targets: a plateau run whose DDPM 250 samples were judged and missed chapter
+    14's targets (here in-brain r < 0.82) has no headline line, chapter 17 keeps it; one that met them, or was not
+    judged, has its line. The template of the same masks comes with chapter 14's rows where no A/B arm gave one."""
+    from medddpm.report import headline, recipe
+
+    _plateau(tmp_path, "s9-fast", "2026-01-04", 4, "--nproc 4 --grad-accum 1", [0.5, 0.085, 0.0790, 0.0789], 0.05)
+
+    def told() -> bool:
+        return any("on IXI (4 × " in line for line in headline.recipe_line(tmp_path, ["h200"], lambda n, name: n))
+
+    assert told()  # not judged
+    (tmp_path / "h200" / "anatomy").mkdir()
+    summary = pd.DataFrame({"name": "v-s9-fast-128", "split": "val", "run": ["real", "template", "ddpm250:fast"],
+                            "step": 4500, "brain_corr": [1.0, 0.7, 0.80], "region_corr": 0.9, "hist_w1": [0.0, 0.08, 0.05],
+                            "background_gap": [0.0, 0.0, 0.01], "background_seed_spread_max": [0.0, 0.0, 0.01],
+                            "ssim_between_seeds": 0.8})
+    summary.to_csv(tmp_path / "h200" / "anatomy" / "anatomy_summary.csv", index=False)
+    verdicts = recipe.meets_targets(recipe.samples(tmp_path, ["h200"], 128).set_index("arm"))
+    assert verdicts.to_dict() == {"v-s9-fast-128": False} and not told()
+    summary.assign(brain_corr=[1.0, 0.7, 0.83]).to_csv(tmp_path / "h200" / "anatomy" / "anatomy_summary.csv", index=False)
+    assert told()
+    summary.assign(brain_corr=[1.0, 0.7, 0.83], hist_w1=[0.0, 0.08, 0.09]).to_csv(
+        tmp_path / "h200" / "anatomy" / "anatomy_summary.csv", index=False)
+    assert not told()  # W1 above the template's

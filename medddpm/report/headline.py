@@ -173,17 +173,11 @@ def _seeds_of(runs: pd.DataFrame, best: pd.Series) -> str:
             f"{times}" + ("" if best["declared"] else ", an arm added after reading the declared ones"))
 
 
-def _judged(root: Path, gpus: list[str], runs: pd.DataFrame, best: pd.Series) -> str:
-    """Whether the samples of a 128³ record's change were judged, and against chapter 14's in-brain r target."""
-    from . import anatomy, recipe
-
-    judged = recipe.samples(root, gpus, 128).set_index("arm")
-    mine = judged.reindex(_same_change(runs, best).index)["in-brain r"].dropna()
-    if mine.empty:
-        return "its samples not yet judged"
-    r = f"{mine.iloc[0]:.3f}" if len(mine) == 1 else f"{mine.min():.3f}–{mine.max():.3f}"
-    met = "met" if (mine >= anatomy.TARGET_R).all() else "missed" if (mine < anatomy.TARGET_R).all() else "met by some"
-    return f"DDPM 250's samples: in-brain r {r}, chapter 14's ≥ {anatomy.TARGET_R:g} {met}"
+def _passed(verdicts: pd.Series, runs: pd.DataFrame, best: pd.Series) -> bool:
+    """Whether a 128³ record's change may be quoted: its samples were judged, and every judged seed's met chapter 14's
+    targets (``verdicts``: ``recipe.meets_targets``)."""
+    mine = verdicts.reindex(_same_change(runs, best).index).dropna()
+    return bool(len(mine)) and bool(mine.all())
 
 
 def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
@@ -193,7 +187,9 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
     store has no such run or no arm got there."""
     from . import recipe
 
-    out, found = [], recipe.plateaus(root, gpus)
+    verdicts = recipe.meets_targets(recipe.samples(root, gpus, 128).set_index("arm"))
+    out = []  # a plateau run whose judged samples missed chapter 14's targets is not quoted (chapter 17 shows it)
+    found = [p for p in recipe.plateaus(root, gpus) if verdicts.get(p["name"], True)]
     told = {q["name"] for p in found for q in (p, *p["seeds"])}  # each run with a line of its own
     measured = [p for p in found if "emulates" not in p["manifest"]]
     last = {int(p["record"]["GPUs"]): p["name"] for p in measured}  # the fastest run on N GPUs follows their last line
@@ -228,11 +224,12 @@ def recipe_line(root: Path, gpus: list[str], ch) -> list[str]:
         best = recipe.record_128(runs, int(mine["GPUs"]))
         faster = best["wall at target (min)"] < pd.Series([q["record"]["wall at target (min)"] for q in measured
                                                            if q["record"]["GPUs"] == mine["GPUs"]]).min()
-        if last[int(mine["GPUs"])] == p["name"] and best.name not in told and faster:
+        if last[int(mine["GPUs"])] == p["name"] and best.name not in told and faster and _passed(verdicts, runs, best):
             told.add(best.name)
             out.append(f"- Fastest to that loss at 128³ ({best['GPUs']} GPUs): {best['wall at target (min)']:.1f} min from "
                        f"`train`'s start less the evaluations, {best['step at target']:,.0f} steps of {best['recipe']} "
-                       f"({_seeds_of(runs, best)}; {_judged(root, gpus, runs, best)}) — {ch('17', '17_time_to_trained')}.")
+                       f"({_seeds_of(runs, best)}; DDPM 250's samples within chapter 14's targets) — "
+                       f"{ch('17', '17_time_to_trained')}.")
     sooner = recipe.record_64(root, gpus)
     if sooner is None:
         return out

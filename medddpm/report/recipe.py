@@ -160,10 +160,13 @@ def samples(root: str | Path, gpus: list[str], size: int = 64) -> pd.DataFrame:
                          "run": f"{gpu}/{run.relative_to(Path(root) / gpu)}"})
     cols = ["arm", "flags", "sampler", "step", *SAMPLE_COLUMNS.values(), "run"]
     from . import anatomy  # chapter 14's v runs at this size, DDPM 250 on val
+    from ..sample.anatomy import TEMPLATE
     g = anatomy.anatomy_gpu(root, gpus)
     a = anatomy.load(root, g, "anatomy_summary")
-    a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == size) & (a["split"] == "val")
-          & a["run"].str.startswith("ddpm250")]
+    a = a[(a["recipe"] == "v") & (a["config"] == "fast") & (a["size"] == size) & (a["split"] == "val")]
+    if template is None and (a["run"] == TEMPLATE).any():  # the same validation masks' template, measured with the runs
+        template = a[a["run"] == TEMPLATE].iloc[-1]
+    a = a[a["run"].str.startswith("ddpm250")]
     plateaus = {arm: spec for _, _, m in manifests.runs(root, manifests.PLATEAU, None) for arm, spec in m["arms"].items()}
     rows += [{"arm": r["name"], "flags": recipe_label(plateaus[r["name"]]) if r["name"] in plateaus else PAPER_AT_BOOK_RATE,
               "sampler": r["run"], "step": int(r["step"]), **{v: r[k] for k, v in SAMPLE_COLUMNS.items()},
@@ -172,6 +175,18 @@ def samples(root: str | Path, gpus: list[str], size: int = 64) -> pd.DataFrame:
     if template is not None:
         rows.insert(0, {"arm": "template", **{v: template[k] for k, v in SAMPLE_COLUMNS.items()}})
     return pd.DataFrame(rows, columns=cols)
+
+
+def meets_targets(judged: pd.DataFrame) -> pd.Series:
+    """Per judged arm of ``samples`` (indexed by arm, its template's row among them): whether its samples meet chapter
+    14's targets: background within ±``TARGET_GAP`` of the scans' with a seed spread ≤ ``TARGET_SPREAD``, W1 at or
+    below the template's, in-brain r ≥ ``TARGET_R``."""
+    from .anatomy import TARGET_GAP, TARGET_R, TARGET_SPREAD
+
+    arms = judged.drop(index="template", errors="ignore")
+    w1 = judged.loc["template", "W1"] if "template" in judged.index else float("nan")
+    return ((arms["background gap"].abs() <= TARGET_GAP) & (arms["largest seed spread"] <= TARGET_SPREAD)
+            & (arms["W1"] <= w1) & (arms["in-brain r"] >= TARGET_R))
 
 
 def posthoc(root: str | Path, gpus: list[str]) -> pd.DataFrame:
